@@ -1,0 +1,34 @@
+# Rosette: two set-up commands, `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.rosette-installed
+HOST   ?= 127.0.0.1
+PORT   ?= 7860
+
+.PHONY: run test bench venv clean-venv
+
+venv: $(STAMP)
+
+# Torch first (pip's cap on the project machines takes the wheels on disk),
+# then sam2 built against that torch without its CUDA extension, then the project.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install -q 'torch>=2.5' 'torchvision>=0.20'
+	SAM2_BUILD_CUDA=0 $(PIP) install -q --no-build-isolation 'sam2>=1.0'
+	$(PIP) install -q -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(VENV)/bin/rosette serve --host $(HOST) --port $(PORT)
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(PY) -m pytest -q tests
+
+bench: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) tests/benchmarks/run.py
+
+clean-venv:
+	rm -rf $(VENV)
