@@ -1,0 +1,82 @@
+"""The ``rosette`` command line.
+
+Global options come before the subcommand (``rosette --data-dir DIR import ...``).
+Each subcommand lives in its own module under ``app/commands/`` exposing
+``register(subparsers)``; that function sets ``func(args, ctx) -> int`` as the
+handler via ``parser.set_defaults(func=...)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import app.commands
+
+
+@dataclass
+class CliContext:
+    """What every command gets: where the catalogue is and who is acting."""
+
+    data_dir: str | None
+    database_url: str | None
+    user: str
+
+    @cached_property
+    def catalogue(self):
+        from db.session import open_catalogue
+
+        return open_catalogue(self.data_dir, url=self.database_url)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rosette", description="Wildlife re-identification curation.")
+    parser.add_argument("--data-dir", default=None, help="data directory (default: $ROSETTE_HOME or ./rosette-data)")
+    parser.add_argument("--database-url", default=None,
+                        help="SQLAlchemy URL (default: $ROSETTE_DATABASE_URL or SQLite in the data directory)")
+    parser.add_argument("--user", default="curator", help="name recorded with every change (default: curator)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(app.commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"app.commands.{info.name}")
+        if hasattr(module, "register"):
+            module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    ctx = CliContext(data_dir=args.data_dir, database_url=args.database_url, user=args.user)
+    try:
+        return int(args.func(args, ctx) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError, PermissionError) as exc:
+        # Domain errors carry curator-readable messages; no traceback for them.
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def print_table(rows: Sequence[Sequence[object]], headers: Sequence[str], *, file=None) -> None:
+    """Plain aligned text table."""
+    file = file or sys.stdout
+    cells = [[str(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)), file=file)
+    print("  ".join("-" * w for w in widths), file=file)
+    for r in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)), file=file)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,24 @@
+"""``rosette stats [--json]``: counts of individuals, images, sightings, masks, decisions."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("stats", help="show catalogue counts")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args, ctx) -> int:
+    from app.cli import print_table
+    from db.catalogue import catalogue_stats
+
+    with ctx.catalogue.unit_of_work() as session:
+        stats = catalogue_stats(session)
+    if args.json:
+        print(json.dumps(stats))
+    else:
+        print_table(list(stats.items()), ["what", "count"])
+    return 0

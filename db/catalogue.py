@@ -1,0 +1,291 @@
+"""Catalogue operations as units of work: individuals, assignments, merge, split, undo.
+
+Each function changes the session and records an :class:`IdentityEvent` with
+the user and time and whatever undo needs to restore the exact previous state;
+it flushes but does not commit: the caller owns the transaction
+(``with cat.unit_of_work() as s: merge_individuals(s, ...); s.commit()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from db.models import (
+    EventKind,
+    IdentityEvent,
+    Image,
+    Individual,
+    MatchDecision,
+    Sighting,
+    User,
+    utcnow,
+)
+
+
+class CatalogueError(ValueError):
+    """A catalogue operation that cannot be carried out; the message says why."""
+
+
+class NotFoundError(CatalogueError):
+    pass
+
+
+class ConflictError(CatalogueError):
+    """The catalogue changed since the state an operation (e.g. an undo) expects."""
+
+
+def get_or_create_user(session: Session, name: str) -> User:
+    name = (name or "").strip() or "curator"
+    user = session.scalar(select(User).where(User.name == name))
+    if user is None:
+        user = User(name=name)
+        session.add(user)
+        session.flush()
+    return user
+
+
+def _record(session: Session, kind: EventKind, *, user: str, individual_id: int | None = None,
+            other_individual_id: int | None = None, payload: dict[str, Any] | None = None) -> IdentityEvent:
+    get_or_create_user(session, user)
+    ev = IdentityEvent(kind=kind, individual_id=individual_id, other_individual_id=other_individual_id,
+                       payload=payload or {}, user=user, created_at=utcnow())
+    session.add(ev)
+    session.flush()
+    return ev
+
+
+def get_individual(session: Session, individual_id: int) -> Individual:
+    ind = session.get(Individual, individual_id)
+    if ind is None:
+        raise NotFoundError(f"no individual with id {individual_id}")
+    return ind
+
+
+def get_image(session: Session, image_id: int) -> Image:
+    img = session.get(Image, image_id)
+    if img is None:
+        raise NotFoundError(f"no image with id {image_id}")
+    return img
+
+
+def find_individual_by_name(session: Session, name: str) -> Individual | None:
+    return session.scalar(select(Individual).where(Individual.name == name))
+
+
+def _check_name_free(session: Session, name: str) -> str:
+    name = (name or "").strip()
+    if not name:
+        raise CatalogueError("an individual needs a non-empty name")
+    if len(name) > 200:
+        raise CatalogueError("individual names are at most 200 characters")
+    if find_individual_by_name(session, name) is not None:
+        raise CatalogueError(f"an individual named {name!r} already exists")
+    return name
+
+
+def next_individual_name(session: Session, *, prefix: str = "individual") -> str:
+    """A free name like ``individual-0007``."""
+    n = (session.scalar(select(func.count(Individual.id))) or 0) + 1
+    while find_individual_by_name(session, f"{prefix}-{n:04d}") is not None:
+        n += 1
+    return f"{prefix}-{n:04d}"
+
+
+def create_individual(session: Session, name: str | None = None, *, user: str, notes: str | None = None) -> Individual:
+    name = _check_name_free(session, name) if name else next_individual_name(session)
+    ind = Individual(name=name, notes=notes)
+    session.add(ind)
+    session.flush()
+    _record(session, EventKind.create, user=user, individual_id=ind.id, payload={"name": name})
+    return ind
+
+
+def get_or_create_individual(session: Session, name: str, *, user: str) -> Individual:
+    ind = find_individual_by_name(session, name)
+    if ind is not None:
+        return ind
+    return create_individual(session, name, user=user)
+
+
+def rename_individual(session: Session, individual_id: int, new_name: str, *, user: str) -> IdentityEvent:
+    ind = get_individual(session, individual_id)
+    old = ind.name
+    if (new_name or "").strip() == old:
+        raise CatalogueError(f"{old!r} already has that name")
+    ind.name = _check_name_free(session, new_name)
+    return _record(session, EventKind.rename, user=user, individual_id=ind.id, payload={"old": old, "new": ind.name})
+
+
+def assign_image(session: Session, image_id: int, individual_id: int | None, *, user: str) -> IdentityEvent:
+    """Put an image under an individual (``None`` takes it out of any individual)."""
+    img = get_image(session, image_id)
+    if individual_id is not None:
+        target = get_individual(session, individual_id)
+        if not target.active:
+            raise CatalogueError(f"{target.name!r} was merged into another individual; assign to that one")
+    previous = img.individual_id
+    if previous == individual_id:
+        raise CatalogueError("the image is already assigned there")
+    img.individual_id = individual_id
+    kind = EventKind.unassign if individual_id is None else EventKind.assign
+    return _record(session, kind, user=user, individual_id=individual_id, other_individual_id=previous,
+                   payload={"image_id": image_id, "previous": previous, "new": individual_id})
+
+
+def merge_individuals(session: Session, source_id: int, target_id: int, *, user: str) -> IdentityEvent:
+    """Move every image of ``source`` to ``target`` and retire ``source``."""
+    if source_id == target_id:
+        raise CatalogueError("cannot merge an individual into itself")
+    source = get_individual(session, source_id)
+    target = get_individual(session, target_id)
+    if not source.active or not target.active:
+        raise CatalogueError("both individuals must be active (not already merged)")
+    moved = sorted(session.scalars(select(Image.id).where(Image.individual_id == source_id)))
+    for img in session.scalars(select(Image).where(Image.id.in_(moved))):
+        img.individual_id = target_id
+    source.active = False
+    source.merged_into_id = target_id
+    return _record(session, EventKind.merge, user=user, individual_id=target_id, other_individual_id=source_id,
+                   payload={"source": source_id, "target": target_id, "image_ids": moved,
+                            "source_name": source.name, "target_name": target.name})
+
+
+def split_images(session: Session, image_ids: Sequence[int], *, user: str, new_name: str | None = None) -> tuple[Individual, IdentityEvent]:
+    """Move ``image_ids`` out of their individuals into a new individual."""
+    ids = sorted(set(int(i) for i in image_ids))
+    if not ids:
+        raise CatalogueError("choose at least one image to split out")
+    images = [get_image(session, i) for i in ids]
+    previous = {str(img.id): img.individual_id for img in images}
+    new = create_individual(session, new_name, user=user)
+    for img in images:
+        img.individual_id = new.id
+    ev = _record(session, EventKind.split, user=user, individual_id=new.id,
+                 payload={"new_individual": new.id, "previous": previous})
+    return new, ev
+
+
+def undo_event(session: Session, event_id: int, *, user: str) -> IdentityEvent:
+    """Reverse one event, restoring the exact previous assignment; refuses if later changes conflict."""
+    ev = session.get(IdentityEvent, event_id)
+    if ev is None:
+        raise NotFoundError(f"no identity event {event_id}")
+    if ev.undone_at is not None:
+        raise ConflictError(f"event {event_id} was already undone")
+    if ev.kind == EventKind.undo:
+        raise CatalogueError("an undo cannot itself be undone; redo the change instead")
+    p = ev.payload
+    if ev.kind == EventKind.create:
+        ind = get_individual(session, ev.individual_id)
+        if session.scalar(select(func.count(Image.id)).where(Image.individual_id == ind.id)):
+            raise ConflictError(f"{ind.name!r} has images now; move them before undoing its creation")
+        ind.active = False
+    elif ev.kind == EventKind.rename:
+        ind = get_individual(session, ev.individual_id)
+        if ind.name != p["new"]:
+            raise ConflictError(f"{p['new']!r} was renamed again since; undo that first")
+        ind.name = _check_name_free(session, p["old"])
+    elif ev.kind in (EventKind.assign, EventKind.unassign):
+        img = get_image(session, p["image_id"])
+        if img.individual_id != p["new"]:
+            raise ConflictError("the image was reassigned since; undo that first")
+        img.individual_id = p["previous"]
+    elif ev.kind == EventKind.merge:
+        source = get_individual(session, p["source"])
+        images = list(session.scalars(select(Image).where(Image.id.in_(p["image_ids"]))))
+        if any(img.individual_id != p["target"] for img in images) or source.active:
+            raise ConflictError("images of the merge were moved since; undo those changes first")
+        for img in images:
+            img.individual_id = p["source"]
+        source.active = True
+        source.merged_into_id = None
+    elif ev.kind == EventKind.split:
+        new_id = p["new_individual"]
+        images = {str(img.id): img for img in session.scalars(select(Image).where(Image.id.in_([int(k) for k in p["previous"]])))}
+        if any(img.individual_id != new_id for img in images.values()):
+            raise ConflictError("images of the split were moved since; undo those changes first")
+        for key, prev in p["previous"].items():
+            images[key].individual_id = prev
+        get_individual(session, new_id).active = False
+        # the split's own create event is part of the split
+        for create_ev in session.scalars(select(IdentityEvent).where(
+                IdentityEvent.kind == EventKind.create, IdentityEvent.individual_id == new_id,
+                IdentityEvent.undone_at.is_(None))):
+            create_ev.undone_at = utcnow()
+    else:  # pragma: no cover - enum is closed
+        raise CatalogueError(f"cannot undo {ev.kind}")
+    undo = _record(session, EventKind.undo, user=user, individual_id=ev.individual_id,
+                   other_individual_id=ev.other_individual_id, payload={"undid": ev.id, "kind": ev.kind.value})
+    ev.undone_at = utcnow()
+    ev.undone_by_id = undo.id
+    session.flush()
+    return undo
+
+
+def last_undoable_event(session: Session) -> IdentityEvent | None:
+    return session.scalar(
+        select(IdentityEvent)
+        .where(IdentityEvent.undone_at.is_(None), IdentityEvent.kind != EventKind.undo)
+        .order_by(IdentityEvent.id.desc())
+        .limit(1)
+    )
+
+
+def history(session: Session, *, individual_id: int | None = None, limit: int = 100) -> list[IdentityEvent]:
+    q = select(IdentityEvent).order_by(IdentityEvent.id.desc()).limit(limit)
+    if individual_id is not None:
+        q = q.where((IdentityEvent.individual_id == individual_id) | (IdentityEvent.other_individual_id == individual_id))
+    return list(session.scalars(q))
+
+
+@dataclass
+class IndividualSummary:
+    id: int
+    name: str
+    n_images: int
+    n_sightings: int
+    cover_image_id: int | None
+    cover_thumb: str | None
+
+
+def list_individuals(session: Session, *, include_inactive: bool = False, search: str | None = None) -> list[IndividualSummary]:
+    """Individuals with image and sighting counts and a cover thumbnail, by name."""
+    q = (
+        select(Individual.id, Individual.name, func.count(Image.id), func.count(func.distinct(Image.sighting_id)),
+               func.min(Image.id))
+        .outerjoin(Image, Image.individual_id == Individual.id)
+        .group_by(Individual.id)
+        .order_by(Individual.name)
+    )
+    if not include_inactive:
+        q = q.where(Individual.active.is_(True))
+    if search:
+        q = q.where(Individual.name.ilike(f"%{search}%"))
+    rows = session.execute(q).all()
+    thumbs = dict(session.execute(select(Image.id, Image.thumb_path).where(Image.id.in_([r[4] for r in rows if r[4]]))).all())
+    return [IndividualSummary(id=r[0], name=r[1], n_images=r[2], n_sightings=r[3], cover_image_id=r[4],
+                              cover_thumb=thumbs.get(r[4])) for r in rows]
+
+
+def images_of(session: Session, individual_id: int) -> list[Image]:
+    return list(session.scalars(select(Image).where(Image.individual_id == individual_id).order_by(Image.id)))
+
+
+def catalogue_stats(session: Session) -> dict[str, int]:
+    """Counts shown by ``rosette stats``: individuals, images, sightings, masks, decisions."""
+    return {
+        "individuals": session.scalar(select(func.count(Individual.id)).where(Individual.active.is_(True))) or 0,
+        "images": session.scalar(select(func.count(Image.id))) or 0,
+        "sightings": session.scalar(select(func.count(Sighting.id))) or 0,
+        "masks": session.scalar(select(func.count(Image.id)).where(Image.mask_path.is_not(None))) or 0,
+        "decisions": session.scalar(select(func.count(MatchDecision.id)).where(MatchDecision.undone_at.is_(None))) or 0,
+    }
+
+
+def ids(objs: Iterable[Any]) -> list[int]:
+    return [o.id for o in objs]

@@ -1,0 +1,256 @@
+"""SQLAlchemy 2.0 typed models of the Rosette catalogue (DESIGN section 3).
+
+Every table a curator's number can be traced through lives here: individuals,
+sightings, images (with content hash, mask provenance and flank), identity
+events (the undoable history of assignments, merges and splits), match
+decisions, models, benchmarks, evaluations, jobs and users.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Enum, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Flank(str, enum.Enum):
+    left = "left"
+    right = "right"
+    front = "front"
+    other = "other"
+    unknown = "unknown"
+
+
+class EventKind(str, enum.Enum):
+    create = "create"
+    rename = "rename"
+    assign = "assign"
+    unassign = "unassign"
+    merge = "merge"
+    split = "split"
+    undo = "undo"
+
+
+class DecisionKind(str, enum.Enum):
+    same = "same"
+    not_same = "not"
+    unsure = "unsure"
+    new_individual = "new"
+
+
+class ModelStatus(str, enum.Enum):
+    candidate = "candidate"
+    active = "active"
+    archived = "archived"
+
+
+class JobStatus(str, enum.Enum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+def _enum(cls: type[enum.Enum], name: str) -> Enum:
+    return Enum(cls, name=name, native_enum=False, values_callable=lambda e: [m.value for m in e], length=16)
+
+
+class User(Base):
+    __tablename__ = "users"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(120), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Individual(Base):
+    __tablename__ = "individuals"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    notes: Mapped[str | None] = mapped_column(Text, default=None)
+    # An individual merged into another stays as a row (for history and undo) but is inactive.
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    merged_into_id: Mapped[int | None] = mapped_column(ForeignKey("individuals.id"), default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    images: Mapped[list[Image]] = relationship(back_populates="individual", foreign_keys="Image.individual_id")
+
+
+class Sighting(Base):
+    __tablename__ = "sightings"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), unique=True)  # label from the manifest, or generated
+    date: Mapped[str | None] = mapped_column(String(40), default=None)  # ISO date/time as given
+    place: Mapped[str | None] = mapped_column(String(200), default=None)
+    lat: Mapped[float | None] = mapped_column(Float, default=None)
+    lon: Mapped[float | None] = mapped_column(Float, default=None)
+    camera: Mapped[str | None] = mapped_column(String(200), default=None)
+    observer: Mapped[str | None] = mapped_column(String(200), default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    images: Mapped[list[Image]] = relationship(back_populates="sighting")
+
+
+class Image(Base):
+    __tablename__ = "images"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    content_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)  # sha256 of the stored bytes
+    original_name: Mapped[str] = mapped_column(String(500))
+    blob_path: Mapped[str] = mapped_column(String(300))  # relative to the data directory
+    thumb_path: Mapped[str | None] = mapped_column(String(300), default=None)
+    format: Mapped[str] = mapped_column(String(16))
+    mode: Mapped[str] = mapped_column(String(16))  # PIL mode of the original file
+    width: Mapped[int] = mapped_column(Integer)
+    height: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    exif_time: Mapped[str | None] = mapped_column(String(40), default=None)
+    gps_lat: Mapped[float | None] = mapped_column(Float, default=None)
+    gps_lon: Mapped[float | None] = mapped_column(Float, default=None)
+    flank: Mapped[Flank] = mapped_column(_enum(Flank, "flank"), default=Flank.unknown)
+    flank_source: Mapped[str | None] = mapped_column(String(40), default=None)  # manifest | curator | suggested
+    sighting_id: Mapped[int | None] = mapped_column(ForeignKey("sightings.id"), default=None, index=True)
+    individual_id: Mapped[int | None] = mapped_column(ForeignKey("individuals.id"), default=None, index=True)
+    mask_path: Mapped[str | None] = mapped_column(String(300), default=None)
+    mask_source: Mapped[str | None] = mapped_column(String(40), default=None)  # alpha | sam2 | grabcut
+    mask_details: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    solidity: Mapped[float | None] = mapped_column(Float, default=None)
+    mask_flags: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
+    imported_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    individual: Mapped[Individual | None] = relationship(back_populates="images", foreign_keys=[individual_id])
+    sighting: Mapped[Sighting | None] = relationship(back_populates="images")
+
+
+class IdentityEvent(Base):
+    """One change to who-is-who; ``payload`` holds what undo needs to restore the exact previous state."""
+
+    __tablename__ = "identity_events"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[EventKind] = mapped_column(_enum(EventKind, "event_kind"))
+    individual_id: Mapped[int | None] = mapped_column(ForeignKey("individuals.id"), default=None)
+    other_individual_id: Mapped[int | None] = mapped_column(ForeignKey("individuals.id"), default=None)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    user: Mapped[str] = mapped_column(String(120))
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    undone_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
+    undone_by_id: Mapped[int | None] = mapped_column(ForeignKey("identity_events.id"), default=None)
+
+
+class MatchDecision(Base):
+    __tablename__ = "match_decisions"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    query_image_id: Mapped[int] = mapped_column(ForeignKey("images.id"), index=True)
+    candidate_image_id: Mapped[int | None] = mapped_column(ForeignKey("images.id"), default=None)
+    candidate_individual_id: Mapped[int | None] = mapped_column(ForeignKey("individuals.id"), default=None)
+    decision: Mapped[DecisionKind] = mapped_column(_enum(DecisionKind, "decision_kind"))
+    score: Mapped[float | None] = mapped_column(Float, default=None)
+    rank: Mapped[int | None] = mapped_column(Integer, default=None)
+    model_name: Mapped[str | None] = mapped_column(String(200), default=None)
+    model_id: Mapped[int | None] = mapped_column(ForeignKey("models.id"), default=None)
+    user: Mapped[str] = mapped_column(String(120))
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    identity_event_id: Mapped[int | None] = mapped_column(ForeignKey("identity_events.id"), default=None)
+    undone_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
+
+
+class Model(Base):
+    __tablename__ = "models"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    backbone: Mapped[str] = mapped_column(String(200))  # backbone registry name
+    head: Mapped[str | None] = mapped_column(String(100), default=None)  # head registry name, None = frozen features
+    config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # backbone config incl. preprocessing
+    checkpoint_path: Mapped[str | None] = mapped_column(String(300), default=None)
+    checkpoint_hash: Mapped[str | None] = mapped_column(String(64), default=None)
+    training_config: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    status: Mapped[ModelStatus] = mapped_column(_enum(ModelStatus, "model_status"), default=ModelStatus.candidate)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Benchmark(Base):
+    """A named image set with identities and flanks and a fixed split."""
+
+    __tablename__ = "benchmarks"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    split_kind: Mapped[str] = mapped_column(String(40))  # identity | sighting
+    config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # test_fraction, seed, source
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    members: Mapped[list[BenchmarkImage]] = relationship(
+        back_populates="benchmark", cascade="all, delete-orphan", order_by="BenchmarkImage.position"
+    )
+
+
+class BenchmarkImage(Base):
+    __tablename__ = "benchmark_images"
+    __table_args__ = (UniqueConstraint("benchmark_id", "image_id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    benchmark_id: Mapped[int] = mapped_column(ForeignKey("benchmarks.id", ondelete="CASCADE"), index=True)
+    image_id: Mapped[int] = mapped_column(ForeignKey("images.id"))
+    position: Mapped[int] = mapped_column(Integer)
+    identity: Mapped[str] = mapped_column(String(200))  # frozen label at creation time
+    flank: Mapped[str] = mapped_column(String(16))
+    sighting: Mapped[str | None] = mapped_column(String(200), default=None)
+    split: Mapped[str] = mapped_column(String(16))  # train | test
+
+    benchmark: Mapped[Benchmark] = relationship(back_populates="members")
+    image: Mapped[Image] = relationship()
+
+
+class Evaluation(Base):
+    __tablename__ = "evaluations"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model_id: Mapped[int | None] = mapped_column(ForeignKey("models.id"), default=None)
+    model_name: Mapped[str] = mapped_column(String(200))
+    model_config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # exact backbone/head config
+    benchmark_id: Mapped[int | None] = mapped_column(ForeignKey("benchmarks.id"), default=None)
+    benchmark_name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(40), default="retrieval")  # retrieval | diagnose
+    variant: Mapped[str] = mapped_column(String(40), default="full_rgb")
+    masker: Mapped[str | None] = mapped_column(String(40), default=None)
+    inpainter: Mapped[str | None] = mapped_column(String(80), default=None)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class EmbeddingSet(Base):
+    """Embeddings on disk for (model, variant); ``image_ids`` keeps the row order."""
+
+    __tablename__ = "embedding_sets"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model_name: Mapped[str] = mapped_column(String(200))
+    config_fingerprint: Mapped[str] = mapped_column(String(64))
+    variant: Mapped[str] = mapped_column(String(40))
+    path: Mapped[str] = mapped_column(String(300))
+    image_ids: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(40))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    status: Mapped[JobStatus] = mapped_column(_enum(JobStatus, "job_status"), default=JobStatus.queued, index=True)
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    message: Mapped[str | None] = mapped_column(Text, default=None)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    worker: Mapped[str | None] = mapped_column(String(120), default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)

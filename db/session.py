@@ -1,0 +1,106 @@
+"""Opening a catalogue: data directory, engine, migrations, units of work.
+
+``open_catalogue(data_dir)`` creates the directory if needed, opens SQLite
+(``<data_dir>/catalogue.db``, WAL journal, foreign keys on) or any SQLAlchemy
+URL given, and runs the Alembic migrations up to head. ``unit_of_work()``
+yields one session per UI event or job; it rolls back unless committed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.storage import BlobStore
+
+DEFAULT_DATA_DIR = "rosette-data"
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+
+def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """--data-dir, else $ROSETTE_HOME, else ./rosette-data."""
+    return Path(data_dir or os.environ.get("ROSETTE_HOME") or DEFAULT_DATA_DIR).expanduser().resolve()
+
+
+def resolve_database_url(data_dir: Path, url: str | None = None) -> str:
+    """--database-url, else $ROSETTE_DATABASE_URL, else SQLite in the data directory."""
+    return url or os.environ.get("ROSETTE_DATABASE_URL") or f"sqlite:///{data_dir / 'catalogue.db'}"
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:  # pragma: no cover - exercised via engine
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def upgrade_to_head(engine: Engine) -> None:
+    """Run Alembic migrations up to head on ``engine``."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with engine.begin() as connection:
+        cfg.attributes["connection"] = connection
+        command.upgrade(cfg, "head")
+
+
+@dataclass
+class Catalogue:
+    """An open catalogue: where files live and how to talk to the database."""
+
+    data_dir: Path
+    url: str
+    engine: Engine
+    sessions: sessionmaker[Session] = field(repr=False)
+    blobs: BlobStore = field(repr=False)
+
+    @contextmanager
+    def unit_of_work(self) -> Iterator[Session]:
+        """One session; everything not committed before the block ends is rolled back."""
+        session = self.sessions()
+        try:
+            yield session
+        finally:
+            session.rollback()
+            session.close()
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.data_dir / "cache"
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def open_catalogue(data_dir: str | os.PathLike[str] | None = None, *, url: str | None = None, migrate: bool = True) -> Catalogue:
+    root = resolve_data_dir(data_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    db_url = resolve_database_url(root, url)
+    engine = make_engine(db_url)
+    if migrate:
+        upgrade_to_head(engine)
+    return Catalogue(
+        data_dir=root,
+        url=db_url,
+        engine=engine,
+        sessions=sessionmaker(engine, expire_on_commit=False),
+        blobs=BlobStore(root),
+    )
