@@ -79,7 +79,8 @@ class Catalogue:
         try:
             yield session
         finally:
-            session.rollback()
+            # close() rolls back whatever was not committed; unlike rollback() it leaves
+            # loaded objects readable (detached) for the caller.
             session.close()
 
     @property

@@ -1,0 +1,56 @@
+"""``rosette worker`` runs background jobs; ``rosette jobs list|cancel|retry`` manages them."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    w = sub.add_parser("worker", help="run queued background jobs until interrupted")
+    w.add_argument("--once", action="store_true", help="run at most one job and exit")
+    w.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats")
+    w.set_defaults(func=run_worker)
+    j = sub.add_parser("jobs", help="list, cancel or retry background jobs")
+    j.add_argument("action", choices=["list", "cancel", "retry", "recover"])
+    j.add_argument("job_id", nargs="?", type=int)
+    j.add_argument("--json", action="store_true")
+    j.set_defaults(func=run_jobs)
+
+
+def run_worker(args, ctx) -> int:
+    from jobs.worker import run_one, work_loop
+
+    if args.once:
+        job_id = run_one(ctx.catalogue, heartbeat_s=args.heartbeat)
+        print(f"ran job {job_id}" if job_id else "no queued job")
+        return 0
+    print("worker running; Ctrl-C to stop")
+    work_loop(ctx.catalogue, heartbeat_s=args.heartbeat)
+    return 0
+
+
+def run_jobs(args, ctx) -> int:
+    from app.cli import print_table
+    from jobs import queue
+
+    cat = ctx.catalogue
+    if args.action == "list":
+        jobs = queue.list_jobs(cat)
+        if args.json:
+            print(json.dumps([{"id": j.id, "kind": j.kind, "status": j.status.value, "progress": j.progress,
+                               "message": j.message} for j in jobs]))
+        else:
+            print_table([(j.id, j.kind, j.status.value, f"{j.progress:.0%}", j.message or "") for j in jobs],
+                        ["id", "kind", "status", "progress", "message"])
+        return 0
+    if args.action == "recover":
+        print(f"recovered jobs: {queue.recover_stale_jobs(cat)}")
+        return 0
+    if args.job_id is None:
+        raise ValueError(f"'jobs {args.action}' needs a job id")
+    if args.action == "cancel":
+        print(f"job {args.job_id}: {queue.request_cancel(cat, args.job_id).value}")
+    else:
+        queue.retry(cat, args.job_id)
+        print(f"job {args.job_id}: queued again")
+    return 0
