@@ -1,0 +1,50 @@
+"""``rosette benchmark create|list``: stored benchmarks with a fixed split."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("benchmark", help="create or list benchmarks (image sets with a fixed split)")
+    bsub = p.add_subparsers(dest="benchmark_action", metavar="ACTION", required=True)
+    c = bsub.add_parser("create", help="freeze an image set and its train/test split")
+    c.add_argument("name")
+    c.add_argument("--from-manifest", dest="manifest", default=None,
+                   help="CSV manifest (filename,identity[,flank,sighting]); photos not yet in the catalogue are imported")
+    c.add_argument("--split", choices=["identity", "sighting"], default="identity",
+                   help="identity-disjoint (new animals in test) or sighting-disjoint (closed set)")
+    c.add_argument("--test-fraction", type=float, default=0.3)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--replace", action="store_true", help="rebuild a benchmark of the same name")
+    c.set_defaults(func=run_create)
+    ls = bsub.add_parser("list", help="list benchmarks")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=run_list)
+
+
+def run_create(args, ctx) -> int:
+    from db.benchmarks import create_benchmark
+
+    bench = create_benchmark(ctx.catalogue, args.name, manifest=args.manifest, split=args.split,
+                             test_fraction=args.test_fraction, seed=args.seed, user=ctx.user, replace=args.replace)
+    c = bench.config
+    print(f"benchmark {bench.name!r}: {c['n_images']} images of {c['n_identities']} identities; "
+          f"test split: {c['n_test']} images of {c['n_test_identities']} identities "
+          f"({bench.split_kind}-disjoint, fraction {c['test_fraction']}, seed {c['seed']})")
+    return 0
+
+
+def run_list(args, ctx) -> int:
+    from app.cli import print_table
+    from db.benchmarks import list_benchmarks
+
+    with ctx.catalogue.unit_of_work() as s:
+        benches = list_benchmarks(s)
+        rows = [{"name": b.name, "split": b.split_kind, **b.config} for b in benches]
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        print_table([(r["name"], r["split"], r["n_images"], r["n_test"], r["n_test_identities"], r["seed"]) for r in rows],
+                    ["name", "split", "images", "test images", "test identities", "seed"])
+    return 0

@@ -1,0 +1,157 @@
+"""Benchmarks as stored objects: a named image set with frozen identities, flanks,
+sightings and a fixed split (identity- or sighting-disjoint, seeded)."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from core.splits import SPLIT_KINDS, make_split
+from db.catalogue import CatalogueError
+from db.models import Benchmark, BenchmarkImage, Image, Individual, Sighting
+from db.session import Catalogue
+
+
+@dataclass
+class BenchmarkData:
+    """What evaluation reads: image ids and frozen labels of one split, in a fixed order."""
+
+    name: str
+    benchmark_id: int
+    image_ids: list[int]
+    labels: list[str]
+    flanks: list[str]
+    sightings: list[str | None]
+    content_hashes: list[str]
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _manifest_members(cat: Catalogue, manifest: Path, *, user: str) -> list[tuple[int, str, str, str | None]]:
+    """(image id, identity, flank, sighting) for every manifest row, importing missing photos first."""
+    manifest = Path(manifest)
+    with open(manifest, newline="", encoding="utf-8-sig") as fh:
+        reader = csv.DictReader(fh)
+        missing = {"filename", "identity"} - set(reader.fieldnames or [])
+        if missing:
+            raise CatalogueError(f"{manifest.name}: missing column(s) {', '.join(sorted(missing))}")
+        rows = list(reader)
+    base = manifest.parent
+    resolved: list[tuple[str, dict[str, str]]] = []
+    for row in rows:
+        path = base / row["filename"]
+        if not path.exists():
+            path = base / "images" / row["filename"]
+        if not path.exists():
+            raise CatalogueError(f"{manifest.name}: file {row['filename']!r} not found next to the manifest")
+        resolved.append((_file_sha256(path), row))
+    with cat.unit_of_work() as s:
+        known = dict(s.execute(select(Image.content_hash, Image.id)).all())
+    if any(h not in known for h, _ in resolved):
+        from db.ingest import ingest_path
+
+        ingest_path(cat, manifest, format="manifest", user=user)
+        with cat.unit_of_work() as s:
+            known = dict(s.execute(select(Image.content_hash, Image.id)).all())
+    out = []
+    for h, row in resolved:
+        if h not in known:
+            raise CatalogueError(f"{row['filename']}: could not be imported (see `rosette import` for why)")
+        out.append((known[h], row["identity"], (row.get("flank") or "unknown").lower(), row.get("sighting") or None))
+    return out
+
+
+def _catalogue_members(session: Session) -> list[tuple[int, str, str, str | None]]:
+    rows = session.execute(
+        select(Image.id, Individual.name, Image.flank, Sighting.key)
+        .join(Individual, Image.individual_id == Individual.id)
+        .outerjoin(Sighting, Image.sighting_id == Sighting.id)
+        .order_by(Image.id)
+    ).all()
+    return [(r[0], r[1], r[2].value if hasattr(r[2], "value") else str(r[2]), r[3]) for r in rows]
+
+
+def create_benchmark(cat: Catalogue, name: str, *, manifest: str | Path | None = None, split: str = "identity",
+                     test_fraction: float = 0.3, seed: int = 0, user: str = "curator", replace: bool = False) -> Benchmark:
+    """Freeze an image set (from a manifest, or every assigned catalogue image) and its split."""
+    if split not in SPLIT_KINDS:
+        raise CatalogueError(f"unknown split kind {split!r}; expected one of {', '.join(SPLIT_KINDS)}")
+    members = _manifest_members(cat, Path(manifest), user=user) if manifest else None
+    with cat.unit_of_work() as s:
+        if members is None:
+            members = _catalogue_members(s)
+        if len(members) < 4:
+            raise CatalogueError("a benchmark needs at least four labelled images")
+        existing = s.scalar(select(Benchmark).where(Benchmark.name == name))
+        if existing is not None:
+            if not replace:
+                raise CatalogueError(f"a benchmark named {name!r} exists; pass replace to rebuild it")
+            s.delete(existing)
+            s.flush()
+        members = list(dict.fromkeys(members))  # one row per image, first label wins
+        seen: set[int] = set()
+        members = [m for m in members if not (m[0] in seen or seen.add(m[0]))]
+        is_test = make_split(split, [m[1] for m in members], [m[3] for m in members],
+                             test_fraction=test_fraction, seed=seed)
+        bench = Benchmark(name=name, split_kind=split, config={
+            "test_fraction": test_fraction, "seed": seed, "source": str(manifest) if manifest else "catalogue",
+            "n_images": len(members), "n_test": int(is_test.sum()),
+            "n_identities": len({m[1] for m in members}),
+            "n_test_identities": len({m[1] for m, t in zip(members, is_test) if t}),
+        })
+        s.add(bench)
+        s.flush()
+        for pos, ((image_id, identity, flank, sighting), t) in enumerate(zip(members, is_test)):
+            s.add(BenchmarkImage(benchmark_id=bench.id, image_id=image_id, position=pos, identity=identity,
+                                 flank=flank, sighting=sighting, split="test" if t else "train"))
+        s.commit()
+        return bench
+
+
+def get_benchmark(session: Session, name: str) -> Benchmark:
+    bench = session.scalar(select(Benchmark).where(Benchmark.name == name))
+    if bench is None:
+        names = session.scalars(select(Benchmark.name)).all()
+        raise CatalogueError(f"no benchmark named {name!r}; existing: {', '.join(names) or '(none) - create one with `rosette benchmark create`'}")
+    return bench
+
+
+def list_benchmarks(session: Session) -> list[Benchmark]:
+    return list(session.scalars(select(Benchmark).order_by(Benchmark.name)))
+
+
+def load_benchmark(cat: Catalogue, name: str, *, split: str = "test") -> BenchmarkData:
+    """The images of one split (``test``, ``train`` or ``all``) in benchmark order."""
+    with cat.unit_of_work() as s:
+        bench = get_benchmark(s, name)
+        q = (select(BenchmarkImage, Image.content_hash).join(Image, Image.id == BenchmarkImage.image_id)
+             .where(BenchmarkImage.benchmark_id == bench.id).order_by(BenchmarkImage.position))
+        if split != "all":
+            q = q.where(BenchmarkImage.split == split)
+        rows = s.execute(q).all()
+        return BenchmarkData(
+            name=bench.name, benchmark_id=bench.id,
+            image_ids=[r[0].image_id for r in rows], labels=[r[0].identity for r in rows],
+            flanks=[r[0].flank for r in rows], sightings=[r[0].sighting for r in rows],
+            content_hashes=[r[1] for r in rows],
+        )
+
+
+def split_counts(data: BenchmarkData) -> dict[str, int]:
+    return {"images": len(data), "identities": len(set(data.labels)),
+            "left": int(np.sum(np.array(data.flanks) == "left")), "right": int(np.sum(np.array(data.flanks) == "right"))}
