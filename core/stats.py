@@ -1,0 +1,188 @@
+"""Statistics for comparing models on one benchmark (DESIGN section 4, "Comparing two models").
+
+- Per seed: paired Wilcoxon signed-rank test on per-query values (e.g. AP of each
+  query) of model A vs model B, ``scipy.stats.wilcoxon`` (zero differences dropped,
+  exact distribution for small samples). A seed where every difference is 0 has p = 1.
+- Across seeds: Fisher's method, X = -2 * sum_s ln p_s ~ chi2(2S) under H0
+  (``scipy.stats.combine_pvalues``). Fisher ignores direction: check ``direction``
+  and ``consistent_direction`` before reading a small p as "A is better".
+- Across endpoints: Holm step-down correction,
+  p_holm(i) = max_{j <= i} min(1, (m - j + 1) p_(j)) for sorted p_(1) <= ... <= p_(m).
+- Correlation of two axes: Spearman rho or Kendall tau-b with a seeded percentile
+  bootstrap CI (resampling pairs with replacement).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
+
+
+def _paired(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    a = np.asarray(a, dtype=np.float64).reshape(-1)
+    b = np.asarray(b, dtype=np.float64).reshape(-1)
+    if a.shape != b.shape:
+        raise ValueError(f"paired values need equal lengths, got {a.size} and {b.size}")
+    keep = ~(np.isnan(a) | np.isnan(b))
+    return a[keep], b[keep]
+
+
+def paired_wilcoxon(a: np.ndarray, b: np.ndarray, *, alternative: str = "two-sided") -> dict:
+    """Wilcoxon signed-rank test of per-query values a vs b (pairs with a NaN dropped).
+
+    Returns n (pairs), mean_a, mean_b, mean_diff = mean(a - b), median_diff, n_a_better
+    (a > b), n_b_better, statistic and p (1.0 when all differences are 0, NaN without pairs).
+    """
+    a, b = _paired(a, b)
+    diff = a - b
+    out = {
+        "n": int(diff.size),
+        "mean_a": float(a.mean()) if a.size else float("nan"),
+        "mean_b": float(b.mean()) if b.size else float("nan"),
+        "mean_diff": float(diff.mean()) if diff.size else float("nan"),
+        "median_diff": float(np.median(diff)) if diff.size else float("nan"),
+        "n_a_better": int(np.sum(diff > 0)),
+        "n_b_better": int(np.sum(diff < 0)),
+    }
+    if diff.size == 0:
+        out.update(statistic=float("nan"), p=float("nan"))
+    elif not np.any(diff != 0):
+        out.update(statistic=0.0, p=1.0)
+    else:
+        res = sps.wilcoxon(a, b, alternative=alternative)
+        out.update(statistic=float(res.statistic), p=float(res.pvalue))
+    return out
+
+
+def fisher_combine(pvalues: Sequence[float]) -> float:
+    """Fisher's combined p: chi2_{2S}.sf(-2 sum ln p_s); NaN entries ignored, NaN if none left."""
+    ps = np.asarray([p for p in pvalues if not math.isnan(p)], dtype=np.float64)
+    if ps.size == 0:
+        return float("nan")
+    if ps.size == 1:
+        return float(ps[0])
+    return float(sps.combine_pvalues(ps, method="fisher").pvalue)
+
+
+def compare_models(
+    per_query_a: Sequence[np.ndarray],
+    per_query_b: Sequence[np.ndarray],
+    *,
+    alternative: str = "two-sided",
+) -> dict:
+    """Compare model A and B: one Wilcoxon test per seed on paired per-query values, Fisher across seeds.
+
+    ``per_query_a[s][i]`` and ``per_query_b[s][i]`` are the same query of seed s (e.g. its AP).
+    Returns n_seeds, per_seed (see :func:`paired_wilcoxon`), mean_diff (mean over seeds of
+    mean(a - b)), direction ('a' if mean_diff > 0, 'b' if < 0, 'none'), consistent_direction
+    (every seed's mean difference has that sign) and p_combined (Fisher).
+    """
+    if len(per_query_a) != len(per_query_b):
+        raise ValueError(f"{len(per_query_a)} seeds for A but {len(per_query_b)} for B")
+    if len(per_query_a) == 0:
+        raise ValueError("no seeds to compare")
+    per_seed = [paired_wilcoxon(a, b, alternative=alternative) for a, b in zip(per_query_a, per_query_b)]
+    diffs = np.array([s["mean_diff"] for s in per_seed])
+    diffs = diffs[~np.isnan(diffs)]
+    mean_diff = float(diffs.mean()) if diffs.size else float("nan")
+    direction = "a" if mean_diff > 0 else "b" if mean_diff < 0 else "none"
+    sign = np.sign(mean_diff) if not math.isnan(mean_diff) else 0.0
+    return {
+        "n_seeds": len(per_seed),
+        "per_seed": per_seed,
+        "mean_diff": mean_diff,
+        "direction": direction,
+        "consistent_direction": bool(sign != 0 and np.all(np.sign(diffs) == sign)),
+        "p_combined": fisher_combine([s["p"] for s in per_seed]),
+    }
+
+
+def holm(pvalues: Mapping[str, float], *, alpha: float = 0.05) -> dict[str, dict]:
+    """Holm correction across endpoints: {name: {"p", "p_holm", "reject"}}.
+
+    NaN p-values are left out of the family and reported with p_holm None, reject False.
+    """
+    names = [k for k, p in pvalues.items() if not math.isnan(float(p))]
+    out: dict[str, dict] = {
+        k: {"p": float(p), "p_holm": None, "reject": False} for k, p in pvalues.items() if k not in names
+    }
+    if names:
+        reject, adjusted, _, _ = multipletests([float(pvalues[k]) for k in names], alpha=alpha, method="holm")
+        for k, r, adj in zip(names, reject, adjusted):
+            out[k] = {"p": float(pvalues[k]), "p_holm": float(adj), "reject": bool(r)}
+    return {k: out[k] for k in pvalues}
+
+
+def _spearman_rows(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """Spearman rho of each row pair: Pearson correlation of average ranks."""
+    rx = sps.rankdata(xs, axis=1)
+    ry = sps.rankdata(ys, axis=1)
+    rx -= rx.mean(axis=1, keepdims=True)
+    ry -= ry.mean(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.sum(rx * ry, axis=1) / np.sqrt(np.sum(rx * rx, axis=1) * np.sum(ry * ry, axis=1))
+
+
+def _kendall_rows(xs: np.ndarray, ys: np.ndarray, *, chunk_cells: int = 1 << 22) -> np.ndarray:
+    """Kendall tau-b of each row pair: sum sign(dx) sign(dy) / sqrt(#untied-x pairs * #untied-y pairs)."""
+    n_rows, n = xs.shape
+    if n > 300:  # the pairwise sign tensor would be large: scipy's O(n log n) per row
+        return np.array([sps.kendalltau(a, b).statistic for a, b in zip(xs, ys)], dtype=np.float64)
+    out = np.empty(n_rows, dtype=np.float64)
+    step = max(1, chunk_cells // (n * n))
+    for start in range(0, n_rows, step):
+        x, y = xs[start : start + step], ys[start : start + step]
+        sx = np.sign(x[:, :, None] - x[:, None, :]).astype(np.int8)
+        sy = np.sign(y[:, :, None] - y[:, None, :]).astype(np.int8)
+        concordance = np.sum(sx * sy, axis=(1, 2), dtype=np.int64)
+        untied = np.sum(sx != 0, axis=(1, 2), dtype=np.int64) * np.sum(sy != 0, axis=(1, 2), dtype=np.int64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[start : start + step] = concordance / np.sqrt(untied)
+    return out
+
+
+def rank_correlation(
+    x: Sequence[float],
+    y: Sequence[float],
+    *,
+    method: str = "spearman",
+    n_boot: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict:
+    """Spearman rho or Kendall tau-b of paired values with a seeded percentile bootstrap CI.
+
+    rho and p from scipy (spearmanr / kendalltau); the CI is the [(1-c)/2, (1+c)/2]
+    percentiles of the statistic over ``n_boot`` resamples of the pairs (resamples where it
+    is undefined, e.g. constant x, are skipped). Pairs with a NaN are dropped.
+    Returns {rho, ci_low, ci_high, p, n, method}.
+    """
+    if method not in ("spearman", "kendall"):
+        raise ValueError(f"method must be 'spearman' or 'kendall', got {method!r}")
+    xa, ya = _paired(np.asarray(x), np.asarray(y))
+    n = xa.size
+    if n < 3:
+        raise ValueError(f"rank correlation needs at least 3 pairs, got {n}")
+    if method == "spearman":
+        res = sps.spearmanr(xa, ya)
+    else:
+        res = sps.kendalltau(xa, ya)
+    rho, p = float(res.statistic), float(res.pvalue)
+
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_boot, n))
+    if method == "spearman":
+        boot = _spearman_rows(xa[idx], ya[idx])
+    else:
+        boot = _kendall_rows(xa[idx], ya[idx])
+    boot = boot[~np.isnan(boot)]
+    if boot.size:
+        tail = (1.0 - confidence) / 2.0 * 100.0
+        lo, hi = np.percentile(boot, [tail, 100.0 - tail])
+    else:
+        lo = hi = float("nan")
+    return {"rho": rho, "ci_low": float(lo), "ci_high": float(hi), "p": p, "n": int(n), "method": method}
