@@ -214,6 +214,9 @@ def execute(cat: Catalogue, job_id: int) -> JobStatus:
         _set_status(cat, job_id, JobStatus.cancelled, finished_at=utcnow(), message="cancelled by the curator")
         return JobStatus.cancelled
     except Exception as exc:  # the job failed; the worker lives on
+        if ctx.cancelled():  # a pipeline stopped on the cancel request with its own exception
+            _set_status(cat, job_id, JobStatus.cancelled, finished_at=utcnow(), message="cancelled by the curator")
+            return JobStatus.cancelled
         _set_status(cat, job_id, JobStatus.failed, finished_at=utcnow(),
                     message=f"failed: {exc}", error="".join(traceback.format_exception(exc))[-20000:])
         return JobStatus.failed

@@ -1,0 +1,60 @@
+"""``rosette diagnose --backbone NAME --benchmark NAME [--json]``: context, laterality and flank diagnostics."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("diagnose", help="what evidence a model uses: background vs coat, mirror, flanks")
+    p.add_argument("--backbone", default="efficientnet_lite0")
+    p.add_argument("--benchmark", required=True)
+    p.add_argument("--masker", default=None, help="for test photos without a mask (default: sam2 if configured, else grabcut)")
+    p.add_argument("--inpainter", default=None, help="opencv | diffusers (default: diffusers if configured, else opencv)")
+    p.add_argument("--seeds", default="0", help="comma-separated inpainting seeds, e.g. 0,1,2")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None else (f"{x:.4f}" if isinstance(x, float) else str(x))
+
+
+def run(args, ctx) -> int:
+    from app.cli import print_table
+    from db.diagnostics import run_diagnose
+
+    def progress(frac: float, msg: str) -> None:
+        if sys.stderr.isatty():
+            print(f"\r[{frac:4.0%}] {msg:<60}", end="", file=sys.stderr, flush=True)
+
+    seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
+    res = run_diagnose(ctx.catalogue, backbone=args.backbone, benchmark=args.benchmark, masker=args.masker,
+                       inpainter=args.inpainter, seeds=seeds, user=ctx.user, progress=progress)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    if args.json:
+        out = {k: v for k, v in res.items() if k not in ("per_image", "model_config", "inpainter_config")}
+        print(json.dumps(out))
+        return 0
+    rows = [(f"mAP macro: {v}", _fmt(m)) for v, m in res["map_macro_by_variant"].items()]
+    rows += [
+        ("BG/FG (inpainted background / foreground)", f"{_fmt(res['bg_fg'])}  {res['bg_fg_band'] or ''}"),
+        ("BG+Sil/FG (background with silhouette / foreground)", f"{_fmt(res['bg_sil_fg'])}  {res['bg_sil_fg_band'] or ''}"),
+        ("mirror similarity mean / std", f"{_fmt(res['mirror_sim_mean'])} / {_fmt(res['mirror_sim_std'])}"),
+        ("mirror tier", res["mirror_tier"]),
+        ("photos whose mirror looks more like another animal", res["danger_margin_positive"]),
+        ("mirrored-query mAP ratio", _fmt(res["mirrored_query_ratio"])),
+    ]
+    for name in ("within_flank", "cross_flank"):
+        d = res[name]
+        rows.append((f"{name.replace('_', '-')} mAP macro / micro, CMC@1 macro",
+                     f"{_fmt(d['map_macro'])} / {_fmt(d['map_micro'])}, {_fmt(d['cmc_macro'].get('1'))}"))
+    rows.append(("cross/within ratio", _fmt(res["cross_within_ratio"])))
+    rows.append(("cross-flank mAP macro with same-sighting photos", _fmt(res["cross_flank_with_same_sighting"]["map_macro"])))
+    print_table(rows, ["diagnostic", "value"])
+    print(f"model {res['model']}, benchmark {res['benchmark']} test split ({res['n_images']} photos); "
+          f"masks: {res['masker']}; backgrounds: {res['inpainter']} seeds {res['seeds']}; "
+          f"stored as evaluation {res['evaluation_id']}")
+    return 0

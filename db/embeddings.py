@@ -1,0 +1,216 @@
+"""Embeddings of catalogue images: load photo + mask, build the variant, run the
+backbone through the cached feature pipeline, and record the model.
+
+Everything a number depends on is in the cache key or the model row: the image
+content hash, the mask's hash (for mask-dependent variants), the inpainter and
+seed (for ``background_inpainted``), and the backbone config fingerprint.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select
+
+from db.catalogue import CatalogueError
+from db.models import Image, Individual, Model, ModelStatus
+from db.session import Catalogue
+
+_BACKBONES: dict[tuple[str, str], Any] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass
+class ImageSource:
+    """What is needed to build any variant of one catalogue image."""
+
+    image_id: int
+    content_hash: str
+    blob_path: str
+    mask_path: str | None
+    mask_source: str | None
+
+
+def _mask_digest(mask_path: str | None) -> str:
+    return Path(mask_path).stem[:16] if mask_path else "nomask"
+
+
+def sources_for(cat: Catalogue, image_ids: Sequence[int]) -> list[ImageSource]:
+    with cat.unit_of_work() as s:
+        rows = {r.id: r for r in s.scalars(select(Image).where(Image.id.in_(list(image_ids))))}
+    missing = [i for i in image_ids if i not in rows]
+    if missing:
+        raise CatalogueError(f"unknown image id(s): {missing[:10]}")
+    return [ImageSource(i, rows[i].content_hash, rows[i].blob_path, rows[i].mask_path, rows[i].mask_source)
+            for i in image_ids]
+
+
+def load_photo(cat: Catalogue, src: ImageSource) -> np.ndarray:
+    from core.images import load_rgb
+
+    return load_rgb(cat.blobs.path(src.blob_path))
+
+
+def load_mask(cat: Catalogue, src: ImageSource, *, shape: tuple[int, int] | None = None) -> np.ndarray | None:
+    from core.masking import decode_mask_png
+
+    if not src.mask_path:
+        return None
+    mask = decode_mask_png(cat.blobs.read(src.mask_path))
+    if shape is not None and mask.shape != shape:
+        import cv2
+
+        mask = cv2.resize(mask.astype(np.uint8), (shape[1], shape[0]), interpolation=cv2.INTER_NEAREST).astype(bool)
+    return mask
+
+
+def inpainted_background(cat: Catalogue, src: ImageSource, rgb: np.ndarray, mask: np.ndarray, *,
+                         inpainter: Any, seed: int = 0) -> np.ndarray:
+    """The photo with the animal removed and filled in, cached on disk per (image, mask, inpainter, seed)."""
+    from core.images import load_rgb
+
+    key = _fingerprint_dict(inpainter.config)
+    path = cat.cache_dir / "inpainted" / key / f"{src.content_hash}_{_mask_digest(src.mask_path)}_s{seed}.png"
+    if path.exists():
+        try:
+            return load_rgb(path)
+        except Exception:
+            path.unlink(missing_ok=True)
+    out = inpainter.inpaint(rgb, mask, seed=seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from PIL import Image as PILImage
+
+    tmp = path.with_suffix(".tmp.png")
+    PILImage.fromarray(out).save(tmp)
+    tmp.replace(path)
+    return out
+
+
+def _fingerprint_dict(d: dict[str, Any]) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def variant_loader(cat: Catalogue, src: ImageSource, variant: str, *, inpainter: Any = None,
+                   seed: int = 0) -> tuple[str, Callable[[], np.ndarray]]:
+    """(cache key, loader) for one image and variant, as ``core.features.extract_features`` expects."""
+    from core.variants import MASK_FREE_VARIANTS, make_variant
+
+    if variant in MASK_FREE_VARIANTS:
+        return src.content_hash, lambda: load_photo(cat, src)
+    if not src.mask_path:
+        raise CatalogueError(f"image {src.image_id} has no mask; run `rosette mask` before using the {variant!r} variant")
+    key = f"{src.content_hash}-m{_mask_digest(src.mask_path)}"
+    if variant == "background_inpainted":
+        if inpainter is None:
+            raise CatalogueError("the background_inpainted variant needs an inpainter")
+        key += f"-i{_fingerprint_dict(inpainter.config)}-s{seed}"
+
+    def load() -> np.ndarray:
+        rgb = load_photo(cat, src)
+        mask = load_mask(cat, src, shape=rgb.shape[:2])
+        filled = inpainted_background(cat, src, rgb, mask, inpainter=inpainter, seed=seed) \
+            if variant == "background_inpainted" else None
+        return make_variant(rgb, mask, variant, inpainted=filled)
+
+    return key, load
+
+
+def codebook_path(cat: Catalogue, backbone_name: str) -> Path:
+    return cat.data_dir / "models" / f"{backbone_name.replace(':', '_').replace('/', '_')}-codebook.npz"
+
+
+def get_backbone(cat: Catalogue, name: str, *, fit_image_ids: Sequence[int] | None = None, **opts: Any) -> Any:
+    """A backbone by registry name, built once per process and data directory.
+
+    Backbones that need fitting (``sift_vlad``'s codebook) are fitted on
+    ``fit_image_ids`` (default: a seeded sample of up to 200 catalogue photos)
+    the first time and the fit is saved under ``<data_dir>/models``.
+    """
+    from core.backbones import create_backbone
+
+    key = (str(cat.data_dir), name)
+    with _LOCK:
+        if key in _BACKBONES:
+            return _BACKBONES[key]
+        if name == "sift_vlad":
+            path = codebook_path(cat, name)
+            if path.exists():
+                backbone = create_backbone(name, codebook_path=str(path), **opts)
+            else:
+                backbone = create_backbone(name, **opts)
+                ids = list(fit_image_ids) if fit_image_ids is not None else _sample_image_ids(cat, 200)
+                if not ids:
+                    raise CatalogueError("sift_vlad needs photos to fit its codebook; import some first")
+                backbone.fit([load_photo(cat, src) for src in sources_for(cat, ids)], seed=0)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                backbone.save(path)
+        else:
+            backbone = create_backbone(name, **opts)
+        _BACKBONES[key] = backbone
+    ensure_model_row(cat, backbone)
+    return backbone
+
+
+def _sample_image_ids(cat: Catalogue, n: int) -> list[int]:
+    with cat.unit_of_work() as s:
+        ids = sorted(s.scalars(select(Image.id)))
+    rng = np.random.default_rng(0)
+    return sorted(rng.choice(ids, size=min(n, len(ids)), replace=False).tolist()) if ids else []
+
+
+def ensure_model_row(cat: Catalogue, backbone: Any) -> Model:
+    """The ``models`` row of a frozen backbone (name = registry name), created on first use."""
+    cfg = backbone.config
+    with cat.unit_of_work() as s:
+        model = s.scalar(select(Model).where(Model.name == cfg.name))
+        if model is None:
+            model = Model(name=cfg.name, backbone=cfg.name, head=None, config=cfg.to_dict(),
+                          checkpoint_hash=cfg.weights_sha256,
+                          status=ModelStatus.active if cfg.name == "efficientnet_lite0" else ModelStatus.candidate)
+            s.add(model)
+        elif model.config != cfg.to_dict():
+            model.config = cfg.to_dict()
+            model.checkpoint_hash = cfg.weights_sha256
+        s.commit()
+        return model
+
+
+def embed_images(cat: Catalogue, image_ids: Sequence[int], *, backbone: Any, variant: str = "full_rgb",
+                 inpainter: Any = None, seed: int = 0, batch_size: int = 32,
+                 progress: Callable[[int, int], None] | None = None,
+                 should_cancel: Callable[[], bool] | None = None) -> np.ndarray:
+    """N x D embeddings of ``image_ids`` (in that order) for one variant, through the feature cache."""
+    from core.features import extract_features
+
+    items = [variant_loader(cat, src, variant, inpainter=inpainter, seed=seed) for src in sources_for(cat, image_ids)]
+    return extract_features(backbone, items, variant=variant, cache_dir=cat.cache_dir / "features",
+                            batch_size=batch_size, progress=progress, should_cancel=should_cancel)
+
+
+def gallery_image_ids(cat: Catalogue) -> list[int]:
+    """Images assigned to an active individual (the matching gallery), by id."""
+    with cat.unit_of_work() as s:
+        return list(s.scalars(select(Image.id).join(Individual, Image.individual_id == Individual.id)
+                              .where(Individual.active.is_(True)).order_by(Image.id)))
+
+
+def all_image_ids(cat: Catalogue) -> list[int]:
+    with cat.unit_of_work() as s:
+        return list(s.scalars(select(Image.id).order_by(Image.id)))
+
+
+def load_benchmark_fit_ids(cat: Catalogue, benchmark: str) -> list[int]:
+    """Photos a fitted backbone (sift_vlad) may learn from: the benchmark's train split, never its test split."""
+    from db.benchmarks import load_benchmark
+
+    ids = load_benchmark(cat, benchmark, split="train").image_ids
+    rng = np.random.default_rng(0)
+    return sorted(rng.choice(ids, size=min(200, len(ids)), replace=False).tolist()) if ids else []

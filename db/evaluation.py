@@ -1,0 +1,107 @@
+"""Benchmark evaluation runner: embed a benchmark's test split with a backbone,
+score all-vs-all, compute the metrics and store them in ``evaluations`` with
+the exact model config, so every number shown can be traced back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select
+
+from db.benchmarks import load_benchmark
+from db.embeddings import embed_images, get_backbone, load_benchmark_fit_ids
+from db.models import Evaluation, Model
+from db.session import Catalogue
+
+RERANK_METHODS = ("none", "k_reciprocal", "aqe")
+
+
+def similarity_for(emb: np.ndarray, *, metric: str = "cosine", rerank: str = "none",
+                   valid: np.ndarray | None = None) -> np.ndarray:
+    """All-vs-all score matrix, optionally re-ranked (k-reciprocal or average query expansion);
+    ``valid`` marks the pairs re-ranking may use as neighbours (e.g. not from the same sighting)."""
+    from core.similarity import pairwise_scores
+
+    sim = pairwise_scores(emb, emb, metric=metric)
+    if rerank in ("none", "", None):
+        return sim
+    from core.rerank import all_vs_all_rerank
+
+    return all_vs_all_rerank(sim, method=rerank, valid=valid)
+
+
+def run_evaluation(cat: Catalogue, *, backbone: str, benchmark: str, variant: str = "full_rgb",
+                   rerank: str = "none", inpainter: Any = None, masker: str | None = None,
+                   progress: Callable[[int, int], None] | None = None,
+                   should_cancel: Callable[[], bool] | None = None, store: bool = True) -> dict[str, Any]:
+    """Evaluate ``backbone`` on the test split of ``benchmark`` (all-vs-all, DESIGN section 4).
+
+    The headline figures exclude gallery photos from the query's own sighting;
+    ``with_same_sighting`` holds the figures with them (their gap is a context-leakage signal).
+    """
+    if rerank not in RERANK_METHODS:
+        raise ValueError(f"unknown re-ranking {rerank!r}; expected one of {', '.join(RERANK_METHODS)}")
+    data = load_benchmark(cat, benchmark, split="test")
+    model = get_backbone(cat, backbone, fit_image_ids=load_benchmark_fit_ids(cat, benchmark))
+    emb = embed_images(cat, data.image_ids, backbone=model, variant=variant, inpainter=inpainter,
+                       progress=progress, should_cancel=should_cancel)
+    metrics = evaluate_embeddings(emb, data.labels, data.sightings, rerank=rerank)
+    result = {
+        **metrics,
+        "model": model.config.name,
+        "variant": variant,
+        "benchmark": data.name,
+        "rerank": rerank,
+        "model_config": model.config.to_dict(),
+    }
+    if store:
+        result["evaluation_id"] = store_evaluation(cat, result, kind="retrieval", masker=masker,
+                                                   inpainter=getattr(inpainter, "name", None))
+    return result
+
+
+def evaluate_embeddings(emb: np.ndarray, labels: list[str], sightings: list[str | None], *,
+                        metric: str = "cosine", rerank: str = "none") -> dict[str, Any]:
+    from core.metrics import all_vs_all_metrics, all_vs_all_valid
+
+    has_sightings = any(s for s in sightings)
+    valid = all_vs_all_valid(len(labels), sightings=sightings if has_sightings else None, exclude_same_sighting=True)
+    sim = similarity_for(emb, metric=metric, rerank=rerank, valid=valid)
+    main = all_vs_all_metrics(sim, labels, sightings=sightings if has_sightings else None, exclude_same_sighting=True)
+    out = main.to_dict()
+    out["same_sighting_excluded"] = has_sightings
+    if has_sightings:
+        out["with_same_sighting"] = all_vs_all_metrics(sim, labels, exclude_same_sighting=False).to_dict()
+    return out
+
+
+def store_evaluation(cat: Catalogue, result: dict[str, Any], *, kind: str, masker: str | None = None,
+                     inpainter: str | None = None) -> int:
+    with cat.unit_of_work() as s:
+        model = s.scalar(select(Model).where(Model.name == result["model"]))
+        bench_id = None
+        from db.models import Benchmark
+
+        bench = s.scalar(select(Benchmark).where(Benchmark.name == result["benchmark"]))
+        bench_id = bench.id if bench else None
+        metrics = {k: v for k, v in result.items() if k not in ("model_config",)}
+        ev = Evaluation(model_id=model.id if model else None, model_name=result["model"],
+                        model_config=result.get("model_config", {}), benchmark_id=bench_id,
+                        benchmark_name=result["benchmark"], kind=kind, variant=result.get("variant", "full_rgb"),
+                        masker=masker, inpainter=inpainter, metrics=metrics)
+        s.add(ev)
+        s.commit()
+        return ev.id
+
+
+def list_evaluations(cat: Catalogue, *, benchmark: str | None = None, kind: str | None = None,
+                     limit: int = 200) -> list[Evaluation]:
+    with cat.unit_of_work() as s:
+        q = select(Evaluation).order_by(Evaluation.id.desc()).limit(limit)
+        if benchmark:
+            q = q.where(Evaluation.benchmark_name == benchmark)
+        if kind:
+            q = q.where(Evaluation.kind == kind)
+        return list(s.scalars(q))

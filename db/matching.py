@@ -1,0 +1,234 @@
+"""Match review: rank gallery candidates for a query photo, record the curator's
+decision (applied to the catalogue as an identity event), undo it, and keep a
+queue of unreviewed photos ordered by how confident their top match is.
+
+Two curators deciding the same photo: each decision carries the query's
+individual as the curator saw it (``seen_individual_id``); if the catalogue
+changed since, the decision is refused with a message instead of silently
+overwriting the other curator's call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select
+
+from db import catalogue as ops
+from db.catalogue import CatalogueError, ConflictError
+from db.embeddings import embed_images, get_backbone
+from db.models import DecisionKind, Image, Individual, MatchDecision, Model, Sighting, utcnow
+from db.session import Catalogue
+
+DECISIONS = {d.value: d for d in DecisionKind}
+_UNSET: Any = object()
+
+
+@dataclass
+class Candidate:
+    rank: int
+    image_id: int
+    individual_id: int
+    individual_name: str
+    score: float
+    flank: str
+    sighting: str | None
+    same_sighting: bool
+    thumb_path: str | None
+    blob_path: str
+
+
+@dataclass
+class MatchResult:
+    query_image_id: int
+    query_individual_id: int | None
+    model_name: str
+    model_provenance: str
+    candidates: list[Candidate] = field(default_factory=list)
+
+
+def _image_rows(cat: Catalogue, ids: list[int]) -> dict[int, tuple]:
+    with cat.unit_of_work() as s:
+        rows = s.execute(
+            select(Image.id, Image.individual_id, Individual.name, Image.flank, Sighting.key, Image.thumb_path,
+                   Image.blob_path, Image.sighting_id)
+            .outerjoin(Individual, Image.individual_id == Individual.id)
+            .outerjoin(Sighting, Image.sighting_id == Sighting.id)
+            .where(Image.id.in_(ids))
+        ).all()
+    return {r[0]: r for r in rows}
+
+
+def gallery_for(cat: Catalogue) -> list[int]:
+    from db.embeddings import gallery_image_ids
+
+    return gallery_image_ids(cat)
+
+
+def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = "efficientnet_lite0", k: int = 12,
+                    flank_filter: str = "any", per_individual: bool = True,
+                    progress=None) -> MatchResult:
+    """Top-``k`` gallery candidates for a query photo, scored by ``model_name``.
+
+    The gallery is every photo assigned to an active individual except the query.
+    ``flank_filter``: ``any``, ``same`` (same flank as the query) or ``cross``.
+    With ``per_individual`` only each individual's best-scoring photo is listed.
+    """
+    from core.similarity import pairwise_scores
+
+    gallery = [i for i in gallery_for(cat) if i != query_image_id]
+    rows = _image_rows(cat, gallery + [query_image_id])
+    if query_image_id not in rows:
+        raise CatalogueError(f"no image with id {query_image_id}")
+    q = rows[query_image_id]
+    q_flank = q[3].value if hasattr(q[3], "value") else str(q[3])
+    if flank_filter in ("same", "cross") and q_flank in ("left", "right"):
+        want = q_flank if flank_filter == "same" else ("right" if q_flank == "left" else "left")
+        gallery = [i for i in gallery if (rows[i][3].value if hasattr(rows[i][3], "value") else rows[i][3]) == want]
+    backbone = get_backbone(cat, model_name)
+    result = MatchResult(query_image_id=query_image_id, query_individual_id=q[1], model_name=model_name,
+                         model_provenance=provenance(backbone.config))
+    if not gallery:
+        return result
+    emb = embed_images(cat, [query_image_id] + gallery, backbone=backbone, progress=progress)
+    scores = pairwise_scores(emb[:1], emb[1:])[0]
+    order = np.argsort(-scores, kind="stable")
+    seen: set[int] = set()
+    for j in order:
+        r = rows[gallery[j]]
+        if per_individual and r[1] in seen:
+            continue
+        seen.add(r[1])
+        flank = r[3].value if hasattr(r[3], "value") else str(r[3])
+        result.candidates.append(Candidate(
+            rank=len(result.candidates) + 1, image_id=r[0], individual_id=r[1], individual_name=r[2],
+            score=float(scores[j]), flank=flank, sighting=r[4],
+            same_sighting=bool(q[7] is not None and r[7] == q[7]), thumb_path=r[5], blob_path=r[6]))
+        if len(result.candidates) >= k:
+            break
+    return result
+
+
+def provenance(config: Any) -> str:
+    """One line saying which model, weights and preprocessing produced a score."""
+    d = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    size = d.get("input_size")
+    return (f"{d.get('name')} | weights: {d.get('weight_source')} | input {size} mean {d.get('mean')} std {d.get('std')}"
+            f" | pooling {d.get('pooling')} | dim {d.get('embed_dim')} | config {config.fingerprint() if hasattr(config, 'fingerprint') else ''}")
+
+
+def record_decision(cat: Catalogue, *, query_image_id: int, decision: str, user: str,
+                    candidate_image_id: int | None = None, score: float | None = None, rank: int | None = None,
+                    model_name: str | None = None, seen_individual_id: Any = _UNSET,
+                    new_name: str | None = None) -> MatchDecision:
+    """Store a decision and apply it: ``same`` assigns the query to the candidate's individual,
+    ``new`` creates an individual for the query, ``not`` / ``unsure`` only record."""
+    if decision not in DECISIONS:
+        raise CatalogueError(f"unknown decision {decision!r}; expected one of {', '.join(DECISIONS)}")
+    kind = DECISIONS[decision]
+    with cat.unit_of_work() as s:
+        query = ops.get_image(s, query_image_id)
+        if seen_individual_id is not _UNSET and query.individual_id != seen_individual_id:
+            last = s.scalar(select(MatchDecision).where(MatchDecision.query_image_id == query_image_id,
+                                                        MatchDecision.undone_at.is_(None))
+                            .order_by(MatchDecision.id.desc()).limit(1))
+            who = f" by {last.user} at {last.created_at:%H:%M:%S}" if last else ""
+            raise ConflictError(f"this photo was decided{who} after you opened it; reload to see the current state")
+        candidate_individual = None
+        if candidate_image_id is not None:
+            candidate_individual = ops.get_image(s, candidate_image_id).individual_id
+        event = None
+        if kind == DecisionKind.same:
+            if candidate_individual is None:
+                raise CatalogueError("'same individual' needs a candidate that belongs to an individual")
+            if query.individual_id != candidate_individual:
+                event = ops.assign_image(s, query_image_id, candidate_individual, user=user)
+        elif kind == DecisionKind.new_individual:
+            new = ops.create_individual(s, new_name or None, user=user)
+            event = ops.assign_image(s, query_image_id, new.id, user=user)
+            candidate_individual = new.id
+        model_id = s.scalar(select(Model.id).where(Model.name == model_name)) if model_name else None
+        dec = MatchDecision(query_image_id=query_image_id, candidate_image_id=candidate_image_id,
+                            candidate_individual_id=candidate_individual, decision=kind, score=score, rank=rank,
+                            model_name=model_name, model_id=model_id, user=user, created_at=utcnow(),
+                            identity_event_id=event.id if event else None)
+        s.add(dec)
+        s.commit()
+        return dec
+
+
+def undo_decision(cat: Catalogue, decision_id: int | None = None, *, user: str) -> MatchDecision:
+    """Undo a decision (default: the user's latest), reversing its catalogue change."""
+    with cat.unit_of_work() as s:
+        if decision_id is None:
+            dec = s.scalar(select(MatchDecision).where(MatchDecision.user == user, MatchDecision.undone_at.is_(None))
+                           .order_by(MatchDecision.id.desc()).limit(1))
+            if dec is None:
+                raise CatalogueError("nothing to undo")
+        else:
+            dec = s.get(MatchDecision, decision_id)
+            if dec is None:
+                raise CatalogueError(f"no decision {decision_id}")
+            if dec.undone_at is not None:
+                raise ConflictError(f"decision {decision_id} was already undone")
+        if dec.identity_event_id is not None:
+            ops.undo_event(s, dec.identity_event_id, user=user)
+            if dec.decision == DecisionKind.new_individual and dec.candidate_individual_id is not None:
+                ind = s.get(Individual, dec.candidate_individual_id)
+                if ind is not None and not s.scalar(select(Image.id).where(Image.individual_id == ind.id).limit(1)):
+                    from db.models import EventKind, IdentityEvent
+
+                    create_ev = s.scalar(select(IdentityEvent).where(
+                        IdentityEvent.kind == EventKind.create, IdentityEvent.individual_id == ind.id,
+                        IdentityEvent.undone_at.is_(None)))
+                    if create_ev is not None:
+                        ops.undo_event(s, create_ev.id, user=user)
+        dec.undone_at = utcnow()
+        s.commit()
+        return dec
+
+
+def decisions_for(cat: Catalogue, query_image_id: int) -> list[MatchDecision]:
+    with cat.unit_of_work() as s:
+        return list(s.scalars(select(MatchDecision).where(MatchDecision.query_image_id == query_image_id)
+                              .order_by(MatchDecision.id)))
+
+
+@dataclass
+class QueueItem:
+    image_id: int
+    top_score: float
+    top_individual: str | None
+    assigned: bool
+
+
+def review_queue(cat: Catalogue, *, model_name: str = "efficientnet_lite0", limit: int = 200,
+                 progress=None) -> list[QueueItem]:
+    """Photos with no standing decision, most confident top match first (unassigned photos first)."""
+    from core.similarity import pairwise_scores
+
+    with cat.unit_of_work() as s:
+        decided = set(s.scalars(select(MatchDecision.query_image_id).where(MatchDecision.undone_at.is_(None))))
+        all_rows = s.execute(select(Image.id, Image.individual_id).order_by(Image.id)).all()
+    pending = [r[0] for r in all_rows if r[0] not in decided]
+    if not pending:
+        return []
+    gallery = gallery_for(cat)
+    if not gallery:
+        return [QueueItem(i, 0.0, None, False) for i in pending[:limit]]
+    backbone = get_backbone(cat, model_name)
+    ids = sorted(set(pending) | set(gallery))
+    emb = embed_images(cat, ids, backbone=backbone, progress=progress)
+    pos = {i: n for n, i in enumerate(ids)}
+    sim = pairwise_scores(emb[[pos[i] for i in pending]], emb[[pos[i] for i in gallery]])
+    gallery_arr = np.array(gallery)
+    sim[np.array(pending)[:, None] == gallery_arr[None, :]] = -np.inf  # never match a photo to itself
+    best = sim.argmax(axis=1)
+    rows = _image_rows(cat, gallery)
+    owner = dict((r[0], r[1]) for r in all_rows)
+    items = [QueueItem(i, float(sim[n, best[n]]), rows[gallery[best[n]]][2], owner.get(i) is not None)
+             for n, i in enumerate(pending)]
+    items.sort(key=lambda it: (it.assigned, -it.top_score))
+    return items[:limit]
