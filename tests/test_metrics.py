@@ -125,6 +125,12 @@ def test_nan_scores_rank_last():
     rel = np.array([[True, False, False]])
     assert average_precision(sim, rel)[0] == pytest.approx(1 / 3)
     assert first_hit_rank(sim, rel)[0] == 3
+    # with a masked-out item also scored: valid order 0.2, 0.1, NaN(+) -> AP 1/3, rank 3
+    sim = np.array([[np.nan, 0.2, 0.1, 0.5]])
+    rel = np.array([[True, False, False, False]])
+    valid = np.array([[True, True, True, False]])
+    assert average_precision(sim, rel, valid=valid)[0] == pytest.approx(1 / 3)
+    assert first_hit_rank(sim, rel, valid=valid)[0] == 3
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
