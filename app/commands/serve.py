@@ -1,0 +1,89 @@
+"""``rosette serve [--host 127.0.0.1] [--port 7860] [--no-demo] [--preload]``: the browser app.
+
+Opens the catalogue, seeds the demo catalogue on first start (unless
+``--no-demo``), builds the Gradio app and serves it until interrupted. Runs
+fully offline: no share link, no analytics, no web fonts, no server-side
+rendering (which would need Node).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+DEFAULT_BACKBONE = "efficientnet_lite0"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="serve the curation app in the browser")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, default=7860, help="port to listen on (default: 7860)")
+    p.add_argument("--no-demo", action="store_true", help="do not add the demo animals to an empty catalogue")
+    p.add_argument("--preload", action="store_true",
+                   help=f"load the default backbone ({DEFAULT_BACKBONE}) at startup so the first match is fast")
+    p.set_defaults(func=run)
+
+
+def _offline_environment() -> None:
+    os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("GRADIO_SSR_MODE", "False")
+
+
+def seed_demo(cat, *, user: str = "demo") -> str | None:
+    """Seed the demo catalogue if the catalogue is empty; returns what happened, or None if nothing did."""
+    try:
+        from db.demo import seed_demo_if_empty
+    except ImportError as exc:  # pragma: no cover - only while the demo module is missing
+        return f"demo data not available ({exc})"
+    report = seed_demo_if_empty(cat, user=user)
+    if report is None:
+        return None
+    counts = ", ".join(f"{n} {status}" for status, n in dict(report.counts).items())
+    return f"demo catalogue added: {counts or 'nothing to add'}"
+
+
+PRELOADED: dict[str, object] = {}
+
+
+def preload_backbone(name: str = DEFAULT_BACKBONE) -> str:
+    """Build the default backbone once so its weights are in memory; returns what happened."""
+    try:
+        from core.backbones import create_backbone
+    except ImportError as exc:
+        return f"backbone not preloaded: core.backbones is not available ({exc})"
+    t0 = time.perf_counter()
+    PRELOADED[name] = create_backbone(name)
+    return f"backbone {name} loaded in {time.perf_counter() - t0:.1f} s"
+
+
+def run(args, ctx) -> int:
+    _offline_environment()
+    t0 = time.perf_counter()
+    cat = ctx.catalogue
+    if not args.no_demo:
+        message = seed_demo(cat)
+        if message:
+            print(message, flush=True)
+    if args.preload:
+        print(preload_backbone(), flush=True)
+
+    from app.ui import build_app, launch_options
+
+    demo = build_app(cat, user=ctx.user)
+    demo.queue(default_concurrency_limit=4)
+    try:
+        demo.launch(server_name=args.host, server_port=args.port, prevent_thread_lock=True, quiet=True,
+                    inbrowser=False, **launch_options(cat))
+    except OSError as exc:
+        print(f"error: cannot listen on {args.host}:{args.port} ({exc})", file=sys.stderr)
+        return 1
+    host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    print(f"Rosette is running at http://{host}:{args.port}/ (started in {time.perf_counter() - t0:.1f} s; "
+          f"data directory {cat.data_dir}). Press Ctrl+C to stop.", flush=True)
+    try:
+        demo.block_thread()
+    finally:
+        demo.close()
+    return 0

@@ -1,0 +1,347 @@
+"""The small functions the Gradio handlers call, each a few lines over ``db``.
+
+Every function opens one unit of work on the catalogue, does one thing, commits
+if it changed something, and returns plain data (dataclasses, lists of rows,
+short curator-readable messages) that a tab only has to render. Errors a
+curator can cause (a taken name, nothing to undo ...) are raised as
+:class:`db.catalogue.CatalogueError` / ``ValueError`` with a message meant to be
+shown as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.engine import make_url
+
+from db.catalogue import (
+    CatalogueError,
+    catalogue_stats,
+    get_individual,
+    history,
+    images_of,
+    last_undoable_event,
+    list_individuals,
+    merge_individuals,
+    rename_individual,
+    split_images,
+    undo_event,
+)
+from db.models import EventKind, IdentityEvent, Image, Individual, Sighting
+from db.session import Catalogue
+
+HISTORY_HEADERS = ["When (UTC)", "Who", "What"]
+SIGHTING_HEADERS = ["Sighting", "Date", "Place", "Photos"]
+REPORT_HEADERS = ["File", "Result", "Details"]
+
+
+def curator_name(user: str | None) -> str:
+    """The name a change is attributed to; refuses an empty one so no change goes unattributed."""
+    name = (user or "").strip()
+    if not name:
+        raise ValueError("Type your name in the Curator box first, so the change is recorded under your name.")
+    return name[:120]
+
+
+# --------------------------------------------------------------------------- browsing
+
+
+@dataclass
+class IndividualCard:
+    """One individual in the catalogue overview."""
+
+    id: int
+    name: str
+    n_images: int
+    n_sightings: int
+    thumb: str | None  # absolute path of the cover picture, or None when the individual has no photo
+
+    @property
+    def caption(self) -> str:
+        photos = "photo" if self.n_images == 1 else "photos"
+        sightings = "sighting" if self.n_sightings == 1 else "sightings"
+        return f"{self.name} ({self.n_images} {photos}, {self.n_sightings} {sightings})"
+
+
+@dataclass
+class ImageCard:
+    """One photo of an individual, with what a curator wants to see under it."""
+
+    id: int
+    path: str  # absolute path of the picture to show
+    original_name: str
+    flank: str
+    sighting: str | None
+    date: str | None
+    mask_source: str | None
+
+    @property
+    def caption(self) -> str:
+        parts = [f"#{self.id}", f"{self.flank} flank" if self.flank != "unknown" else "flank not set"]
+        if self.sighting:
+            parts.append(f"sighting {self.sighting}")
+        if self.date:
+            parts.append(self.date)
+        return " · ".join(parts)
+
+
+@dataclass
+class IndividualView:
+    """An opened individual: its photos, its sightings and its identity history."""
+
+    id: int
+    name: str
+    active: bool
+    merged_into: str | None
+    images: list[ImageCard] = field(default_factory=list)
+    sightings: list[list[object]] = field(default_factory=list)  # rows under SIGHTING_HEADERS
+
+    @property
+    def n_sightings(self) -> int:
+        return len(self.sightings)
+
+    def headline(self) -> str:
+        photos = "photo" if len(self.images) == 1 else "photos"
+        sightings = "sighting" if self.n_sightings == 1 else "sightings"
+        text = f"{self.name}: {len(self.images)} {photos}, {self.n_sightings} {sightings}"
+        if not self.active:
+            text += f" (merged into {self.merged_into})" if self.merged_into else " (retired)"
+        return text
+
+
+def _abs(cat: Catalogue, rel: str | None) -> str | None:
+    if not rel:
+        return None
+    try:
+        path = cat.blobs.path(rel)
+    except ValueError:
+        return None
+    return str(path) if path.exists() else None
+
+
+def individual_cards(cat: Catalogue, *, search: str | None = None) -> list[IndividualCard]:
+    """Active individuals (name contains ``search``) with counts and a cover picture, by name."""
+    search = (search or "").strip() or None
+    with cat.unit_of_work() as s:
+        summaries = list_individuals(s, search=search)
+        blobs = dict(s.execute(select(Image.id, Image.blob_path).where(
+            Image.id.in_([x.cover_image_id for x in summaries if x.cover_image_id]))).all())
+    return [IndividualCard(id=x.id, name=x.name, n_images=x.n_images, n_sightings=x.n_sightings,
+                           thumb=_abs(cat, x.cover_thumb) or _abs(cat, blobs.get(x.cover_image_id)))
+            for x in summaries]
+
+
+def open_individual(cat: Catalogue, individual_id: int) -> IndividualView:
+    """Photos (with flank, sighting, date) and sightings of one individual."""
+    with cat.unit_of_work() as s:
+        ind = get_individual(s, int(individual_id))
+        merged_into = s.get(Individual, ind.merged_into_id).name if ind.merged_into_id else None
+        images = images_of(s, ind.id)
+        sightings = {sg.id: sg for sg in s.scalars(select(Sighting).where(
+            Sighting.id.in_({im.sighting_id for im in images if im.sighting_id})))}
+        cards, per_sighting = [], {}
+        for im in images:
+            sg = sightings.get(im.sighting_id)
+            date = (sg.date if sg and sg.date else None) or im.exif_time
+            cards.append(ImageCard(id=im.id, path=_abs(cat, im.blob_path) or _abs(cat, im.thumb_path) or "",
+                                   original_name=im.original_name, flank=im.flank.value,
+                                   sighting=sg.key if sg else None, date=date, mask_source=im.mask_source))
+            if sg is not None:
+                per_sighting[sg.id] = per_sighting.get(sg.id, 0) + 1
+        rows = [[sightings[k].key, sightings[k].date or "", sightings[k].place or "", n]
+                for k, n in sorted(per_sighting.items(), key=lambda kv: (sightings[kv[0]].date or "", kv[0]))]
+        return IndividualView(id=ind.id, name=ind.name, active=ind.active, merged_into=merged_into,
+                              images=cards, sightings=rows)
+
+
+def image_choices(view: IndividualView) -> list[tuple[str, int]]:
+    """(label, image id) pairs for picking photos of an opened individual (e.g. to split them out)."""
+    return [(f"{c.caption} — {c.original_name}", c.id) for c in view.images]
+
+
+def catalogue_summary(cat: Catalogue) -> str:
+    with cat.unit_of_work() as s:
+        st = catalogue_stats(s)
+    return (f"{st['individuals']} individuals · {st['images']} photos · {st['sightings']} sightings · "
+            f"{st['masks']} masks · {st['decisions']} match decisions")
+
+
+# --------------------------------------------------------------------------- changes
+
+
+def rename(cat: Catalogue, individual_id: int | None, new_name: str, *, user: str) -> str:
+    """Rename an individual; returns what happened in words."""
+    if individual_id is None:
+        raise CatalogueError("Open an individual first.")
+    user = curator_name(user)
+    with cat.unit_of_work() as s:
+        ev = rename_individual(s, int(individual_id), new_name, user=user)
+        s.commit()
+        return f"Renamed {ev.payload['old']} to {ev.payload['new']}."
+
+
+def merge(cat: Catalogue, source_id: int | None, target_id: int | None, *, user: str) -> str:
+    """Merge ``source`` into ``target`` (all photos move; the source is retired, history kept)."""
+    if source_id is None:
+        raise CatalogueError("Open the individual to merge first.")
+    if target_id is None:
+        raise CatalogueError("Choose the individual to merge into.")
+    user = curator_name(user)
+    with cat.unit_of_work() as s:
+        ev = merge_individuals(s, int(source_id), int(target_id), user=user)
+        s.commit()
+        n = len(ev.payload["image_ids"])
+        return f"Merged {ev.payload['source_name']} into {ev.payload['target_name']} ({n} photo{'s' if n != 1 else ''} moved)."
+
+
+def split(cat: Catalogue, image_ids: Sequence[int], *, new_name: str | None = None, user: str) -> tuple[int, str]:
+    """Move the chosen photos into a new individual; returns (new individual id, message)."""
+    user = curator_name(user)
+    with cat.unit_of_work() as s:
+        new, _ev = split_images(s, [int(i) for i in image_ids or []], user=user, new_name=(new_name or "").strip() or None)
+        s.commit()
+        n = len(set(image_ids))
+        return new.id, f"Split {n} photo{'s' if n != 1 else ''} out into the new individual {new.name}."
+
+
+def undo_last(cat: Catalogue, *, user: str) -> str:
+    """Undo the most recent identity change that is not undone yet."""
+    user = curator_name(user)
+    with cat.unit_of_work() as s:
+        ev = last_undoable_event(s)
+        if ev is None:
+            raise CatalogueError("There is nothing to undo.")
+        what = describe_event(ev, _names(s, [ev]))
+        undo_event(s, ev.id, user=user)
+        s.commit()
+        return f"Undone: {what}."
+
+
+# --------------------------------------------------------------------------- history
+
+
+def _names(session, events: Sequence[IdentityEvent]) -> dict[int, str]:
+    wanted: set[int] = set()
+    for ev in events:
+        wanted.update(i for i in (ev.individual_id, ev.other_individual_id) if i)
+        for key in ("previous", "new", "new_individual", "source", "target"):
+            v = ev.payload.get(key)
+            if isinstance(v, int):
+                wanted.add(v)
+        if ev.kind == EventKind.split:
+            wanted.update(v for v in ev.payload.get("previous", {}).values() if isinstance(v, int))
+    if not wanted:
+        return {}
+    return dict(session.execute(select(Individual.id, Individual.name).where(Individual.id.in_(wanted))).all())
+
+
+def describe_event(ev: IdentityEvent, names: dict[int, str]) -> str:
+    """One identity event in a curator's words, e.g. ``merged A into B (3 photos)``."""
+    p = ev.payload or {}
+
+    def name(i: int | None) -> str:
+        return names.get(i, f"individual #{i}") if i is not None else "no individual"
+
+    if ev.kind == EventKind.create:
+        return f"created {p.get('name') or name(ev.individual_id)}"
+    if ev.kind == EventKind.rename:
+        return f"renamed {p.get('old')} to {p.get('new')}"
+    if ev.kind == EventKind.assign:
+        text = f"assigned photo #{p.get('image_id')} to {name(p.get('new'))}"
+        return text + (f" (was {name(p.get('previous'))})" if p.get("previous") else "")
+    if ev.kind == EventKind.unassign:
+        return f"took photo #{p.get('image_id')} out of {name(p.get('previous'))}"
+    if ev.kind == EventKind.merge:
+        n = len(p.get("image_ids", []))
+        return (f"merged {p.get('source_name') or name(p.get('source'))} into "
+                f"{p.get('target_name') or name(p.get('target'))} ({n} photo{'s' if n != 1 else ''})")
+    if ev.kind == EventKind.split:
+        n = len(p.get("previous", {}))
+        return f"split {n} photo{'s' if n != 1 else ''} out into {name(p.get('new_individual'))}"
+    if ev.kind == EventKind.undo:
+        return f"undid change #{p.get('undid')} ({p.get('kind')})"
+    return ev.kind.value  # pragma: no cover - the enum is closed
+
+
+def _when(t: datetime | None) -> str:
+    return t.replace(tzinfo=timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if t else ""
+
+
+def history_rows(cat: Catalogue, *, individual_id: int | None = None, limit: int = 50) -> list[list[str]]:
+    """Newest first identity events as rows under HISTORY_HEADERS; undone ones are marked."""
+    with cat.unit_of_work() as s:
+        events = history(s, individual_id=individual_id, limit=limit)
+        names = _names(s, events)
+        return [[_when(ev.created_at), ev.user,
+                 f"#{ev.id} {describe_event(ev, names)}" + (" (undone)" if ev.undone_at else "")]
+                for ev in events]
+
+
+# --------------------------------------------------------------------------- ingest
+
+
+@dataclass
+class ImportOutcome:
+    rows: list[list[str]]  # under REPORT_HEADERS
+    counts: dict[str, int]
+
+    @property
+    def summary(self) -> str:
+        shown = [f"{n} {status if status != 'error' else ('errors' if n != 1 else 'error')}"
+                 for status, n in self.counts.items() if n]
+        return " · ".join(shown) if shown else "nothing to import"
+
+
+def _upload_path(f: object) -> str:
+    """A Gradio upload as a path (strings, ``NamedString`` or objects with ``.name``/``.path``)."""
+    if isinstance(f, (str, Path)):
+        return str(f)
+    for attr in ("path", "name"):
+        value = getattr(f, attr, None)
+        if isinstance(value, str):
+            return value
+    raise ValueError(f"cannot read the upload {f!r}")
+
+
+def import_uploads(cat: Catalogue, files: Sequence[object] | None, *, manifest: object | None = None,
+                   user: str, progress: Callable[[int, int], None] | None = None) -> ImportOutcome:
+    """Import uploaded photos / zips (and an optional manifest CSV) and report per file.
+
+    Gradio stores each upload as ``<upload dir>/<hash>/<original file name>``, so
+    the basenames handed on are the names a manifest refers to. ``progress(done, total)``
+    is called after each file.
+    """
+    user = curator_name(user)
+    paths = [_upload_path(f) for f in (files or [])]
+    if not paths:
+        raise ValueError("Choose some photos or a zip archive to import first.")
+    from db.ingest import ingest_uploads
+
+    report = ingest_uploads(cat, paths, manifest=_upload_path(manifest) if manifest else None, user=user,
+                            progress=progress)
+    return ImportOutcome(rows=[[str(c) for c in row] for row in report.rows()], counts=dict(report.counts))
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def database_label(url: str) -> str:
+    """The database URL with any password hidden."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - a malformed URL is still worth showing, minus credentials
+        return url.split("@")[-1]
+
+
+def provenance_line(cat: Catalogue) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version("rosette")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        v = "dev"
+    return f"Rosette {v} · data directory `{cat.data_dir}` · database `{database_label(cat.url)}`"

@@ -1,0 +1,138 @@
+"""Catalogue tab: browse individuals, open one, rename / merge / split, undo, see the history."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from app import services
+from app.ui import UIContext, curator_action
+
+TITLE = "Catalogue"
+ORDER = 15
+
+
+def _table(rows: list[list[object]], headers: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=headers)
+
+
+def build(ctx: UIContext) -> None:
+    cat = ctx.catalogue
+    open_id = gr.State(None)  # id of the opened individual
+    shown_ids = gr.State([])  # individual id of each picture in the overview gallery, in order
+
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2, min_width=320):
+            summary = gr.Markdown(elem_id="catalogue-summary", elem_classes=["status-line"])
+            search = gr.Textbox(label="Find an individual", placeholder="part of a name", max_lines=1,
+                                elem_id="catalogue-search")
+            overview = gr.Gallery(label="Individuals", columns=4, height=560, allow_preview=False,
+                                  object_fit="cover", interactive=False, elem_id="catalogue-individuals",
+                                  buttons=[])
+        with gr.Column(scale=3, min_width=420):
+            chooser = gr.Dropdown(label="Open individual", choices=[], value=None, filterable=True,
+                                  elem_id="catalogue-open",
+                                  info="Pick a name here or click a picture on the left.")
+            headline = gr.Markdown("Open an individual to see its photos.", elem_id="catalogue-headline",
+                                   elem_classes=["headline"])
+            photos = gr.Gallery(label="Photos", columns=4, height="auto", object_fit="contain",
+                                interactive=False, elem_id="catalogue-photos")
+            sightings = gr.Dataframe(headers=services.SIGHTING_HEADERS, value=[], interactive=False,
+                                     label="Sightings (photos taken in the same encounter)",
+                                     elem_id="catalogue-sightings", max_height=220)
+            with gr.Row(equal_height=False):
+                with gr.Column(min_width=200, elem_id="catalogue-rename-box"):
+                    new_name = gr.Textbox(label="Name", max_lines=1, elem_id="catalogue-new-name")
+                    rename_button = gr.Button("Rename", elem_id="catalogue-rename")
+                with gr.Column(min_width=200, elem_id="catalogue-merge-box"):
+                    merge_target = gr.Dropdown(label="Merge into", choices=[], value=None, filterable=True,
+                                               elem_id="catalogue-merge-target",
+                                               info="All photos of this individual move to the one chosen; "
+                                                    "the merge can be undone.")
+                    merge_button = gr.Button("Merge", elem_id="catalogue-merge")
+            with gr.Group(elem_id="catalogue-split-box"):
+                split_pick = gr.CheckboxGroup(label="Photos to split out into a new individual", choices=[],
+                                              elem_id="catalogue-split-pick")
+                with gr.Row(equal_height=True):
+                    split_name = gr.Textbox(label="New individual's name", placeholder="leave empty for an automatic name",
+                                            max_lines=1, elem_id="catalogue-split-name", scale=3)
+                    split_button = gr.Button("Split out", elem_id="catalogue-split", scale=1)
+    with gr.Row(equal_height=True):
+        undo_button = gr.Button("Undo last change", elem_id="catalogue-undo", scale=0, min_width=180,
+                                variant="secondary")
+        status = gr.Markdown(elem_id="catalogue-status", elem_classes=["status-line"])
+    changes = gr.Dataframe(headers=services.HISTORY_HEADERS, value=[], interactive=False, wrap=True,
+                           label="Recent changes (newest first; Undo reverses the newest one not yet undone)",
+                           elem_id="catalogue-history", max_height=320)
+
+    list_outputs = [overview, shown_ids, summary, chooser]
+    detail_outputs = [headline, photos, sightings, split_pick, new_name, merge_target, changes]
+
+    def render_list(search_text, current):
+        cards = services.individual_cards(cat, search=search_text)
+        everyone = services.individual_cards(cat) if (search_text or "").strip() else cards
+        pictured = [c for c in cards if c.thumb]
+        choices = [(c.caption, c.id) for c in everyone]
+        value = current if any(c.id == current for c in everyone) else None
+        return ([(c.thumb, c.caption) for c in pictured], [c.id for c in pictured], services.catalogue_summary(cat),
+                gr.update(choices=choices, value=value))
+
+    def render_detail(current):
+        everyone = services.individual_cards(cat)
+        history = _table(services.history_rows(cat), services.HISTORY_HEADERS)
+        if current is None:
+            return ("Open an individual to see its photos.", [], _table([], services.SIGHTING_HEADERS),
+                    gr.update(choices=[], value=[]), "", gr.update(choices=[], value=None), history)
+        view = services.open_individual(cat, current)
+        targets = [(c.caption, c.id) for c in everyone if c.id != view.id]
+        return (f"### {view.headline()}", [(c.path, c.caption) for c in view.images if c.path],
+                _table(view.sightings, services.SIGHTING_HEADERS),
+                gr.update(choices=services.image_choices(view), value=[]), view.name,
+                gr.update(choices=targets, value=None), history)
+
+    def render_all(search_text, current):
+        return (*render_list(search_text, current), *render_detail(current))
+
+    ctx.on_refresh(render_all, inputs=[search, open_id], outputs=list_outputs + detail_outputs)
+    search.change(curator_action(render_list), inputs=[search, open_id], outputs=list_outputs,
+                  trigger_mode="always_last", show_progress="hidden", api_visibility="private")
+
+    @curator_action
+    def open_from_gallery(ids, evt: gr.SelectData):
+        chosen = ids[evt.index] if evt.index is not None and evt.index < len(ids) else None
+        return (chosen, gr.update(value=chosen), *render_detail(chosen))
+
+    @curator_action
+    def open_from_dropdown(chosen):
+        return (chosen, *render_detail(chosen))
+
+    overview.select(open_from_gallery, inputs=[shown_ids], outputs=[open_id, chooser, *detail_outputs],
+                    api_visibility="private")
+    chooser.input(open_from_dropdown, inputs=[chooser], outputs=[open_id, *detail_outputs], api_visibility="private")
+
+    @curator_action
+    def do_rename(current, name, user):
+        return services.rename(cat, current, name, user=user)
+
+    @curator_action
+    def do_merge(current, target, user):
+        return services.merge(cat, current, target, user=user), target
+
+    @curator_action
+    def do_split(image_ids, name, user):
+        _new_id, message = services.split(cat, image_ids, new_name=name, user=user)
+        return message
+
+    @curator_action
+    def do_undo(user):
+        return services.undo_last(cat, user=user)
+
+    ctx.changed(rename_button.click(do_rename, inputs=[open_id, new_name, ctx.user], outputs=[status],
+                                    api_name="rename_individual"))
+    ctx.changed(new_name.submit(do_rename, inputs=[open_id, new_name, ctx.user], outputs=[status],
+                                api_visibility="private"))
+    ctx.changed(merge_button.click(do_merge, inputs=[open_id, merge_target, ctx.user], outputs=[status, open_id],
+                                   api_name="merge_individuals"))
+    ctx.changed(split_button.click(do_split, inputs=[split_pick, split_name, ctx.user], outputs=[status],
+                                   api_name="split_images"))
+    ctx.changed(undo_button.click(do_undo, inputs=[ctx.user], outputs=[status], api_name="undo_last_change"))

@@ -1,0 +1,49 @@
+"""Ingest tab: upload photos or zip archives, optionally with a manifest CSV naming the animals."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from app import services
+from app.ui import UIContext, curator_action
+
+TITLE = "Ingest"
+ORDER = 10
+
+MANIFEST_HELP = """\
+**Manifest (optional).** A CSV file with a header row. The `filename` column names the uploaded photo
+(its original file name, or its path inside the zip); `identity` names the individual it shows.
+Optional columns: `flank` (left / right / front / other), `sighting` (photos taken in the same encounter
+share a sighting label), and sighting details such as `date`, `place`, `camera`, `observer`.
+Photos without a row are imported without an individual, ready to be matched.
+"""
+
+
+def build(ctx: UIContext) -> None:
+    cat = ctx.catalogue
+
+    gr.Markdown("Add photos to the catalogue. Each photo is stored once, even if it is uploaded again.")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3):
+            files = gr.File(label="Photos or zip archives", file_count="multiple", file_types=["image", ".zip"],
+                            elem_id="ingest-files", height=220)
+        with gr.Column(scale=2):
+            manifest = gr.File(label="Manifest CSV (optional)", file_count="single", file_types=[".csv"],
+                               elem_id="ingest-manifest", height=120)
+            gr.Markdown(MANIFEST_HELP, elem_classes=["help-text"])
+    import_button = gr.Button("Import", variant="primary", elem_id="ingest-import")
+    summary = gr.Markdown(elem_id="ingest-summary", elem_classes=["status-line"])
+    report = gr.Dataframe(headers=services.REPORT_HEADERS, value=[], interactive=False, wrap=True,
+                          label="Import report", elem_id="ingest-report", max_height=420)
+
+    @curator_action
+    def run_import(uploaded, manifest_file, user, progress=gr.Progress()):
+        def step(done: int, total: int) -> None:
+            progress((done, total), desc="Importing photos", unit="photos")
+
+        outcome = services.import_uploads(cat, uploaded, manifest=manifest_file, user=user, progress=step)
+        return f"**Import finished:** {outcome.summary}", outcome.rows
+
+    event = import_button.click(run_import, inputs=[files, manifest, ctx.user], outputs=[summary, report],
+                                api_name="import_photos", concurrency_limit=1)
+    ctx.changed(event)

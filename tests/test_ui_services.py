@@ -1,0 +1,229 @@
+"""app/services: the functions Gradio handlers call; and the app shell builds (no browser)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from app import services
+from db import catalogue as cat_ops
+from db.catalogue import CatalogueError
+from db.models import Flank, Image, Sighting
+from db.session import open_catalogue
+
+TINY_JPEG_SIDE = 8
+
+
+@pytest.fixture()
+def cat(data_dir):
+    c = open_catalogue(data_dir)
+    yield c
+    c.close()
+
+
+def _photo(cat, n: int, *, individual_id: int | None, sighting: Sighting | None = None,
+           flank: Flank = Flank.left, thumb: bool = True) -> int:
+    """Store a tiny real JPEG (distinct bytes per n) and its catalogue row; returns the image id."""
+    from io import BytesIO
+
+    from PIL import Image as PILImage
+
+    buf = BytesIO()
+    PILImage.new("RGB", (TINY_JPEG_SIDE, TINY_JPEG_SIDE), (n * 7 % 256, 40, 90)).save(buf, format="JPEG")
+    data = buf.getvalue() + bytes([n])  # trailing byte keeps hashes distinct even for equal pixels
+    rel = cat.blobs.put(data, kind="images", ext=".jpg")
+    with cat.unit_of_work() as s:
+        img = Image(content_hash=rel.split("/")[-1][:64], original_name=f"photo{n}.jpg", blob_path=rel,
+                    thumb_path=rel if thumb else None, format="JPEG", mode="RGB", width=8, height=8,
+                    size_bytes=len(data), individual_id=individual_id, flank=flank,
+                    sighting_id=sighting.id if sighting else None)
+        s.add(img)
+        s.commit()
+        return img.id
+
+
+@pytest.fixture()
+def two_animals(cat):
+    """Ayo (3 photos, 2 sightings) and Bela (1 photo, no sighting); ids returned by name."""
+    with cat.unit_of_work() as s:
+        ayo = cat_ops.create_individual(s, "Ayo", user="ana")
+        bela = cat_ops.create_individual(s, "Bela", user="ana")
+        s1 = Sighting(key="s1", date="2024-05-01", place="Porto Jofre")
+        s2 = Sighting(key="s2", date="2024-06-02")
+        s.add_all([s1, s2])
+        s.commit()
+        ids = {"Ayo": ayo.id, "Bela": bela.id}
+    with cat.unit_of_work() as s:
+        s1, s2 = s.scalars(select(Sighting).order_by(Sighting.id)).all()
+    photos = [_photo(cat, 1, individual_id=ids["Ayo"], sighting=s1),
+              _photo(cat, 2, individual_id=ids["Ayo"], sighting=s1, flank=Flank.right),
+              _photo(cat, 3, individual_id=ids["Ayo"], sighting=s2, flank=Flank.unknown),
+              _photo(cat, 4, individual_id=ids["Bela"], thumb=False)]
+    return {**ids, "photos": photos}
+
+
+def test_individual_cards_counts_captions_and_cover(cat, two_animals):
+    cards = {c.name: c for c in services.individual_cards(cat)}
+    assert cards["Ayo"].caption == "Ayo (3 photos, 2 sightings)"
+    assert cards["Bela"].caption == "Bela (1 photo, 0 sightings)"
+    assert Path(cards["Ayo"].thumb).is_file()
+    # without a thumbnail the stored photo itself is the cover
+    assert Path(cards["Bela"].thumb).is_file() and "/images/" in cards["Bela"].thumb
+    assert [c.name for c in services.individual_cards(cat, search="be")] == ["Bela"]
+
+
+def test_open_individual_lists_photos_with_flank_sighting_date_and_sightings(cat, two_animals):
+    view = services.open_individual(cat, two_animals["Ayo"])
+    assert view.headline() == "Ayo: 3 photos, 2 sightings"
+    assert [c.id for c in view.images] == two_animals["photos"][:3]
+    first = view.images[0].caption
+    assert "left flank" in first and "sighting s1" in first and "2024-05-01" in first
+    assert "flank not set" in view.images[2].caption
+    assert view.sightings == [["s1", "2024-05-01", "Porto Jofre", 2], ["s2", "2024-06-02", "", 1]]
+    assert [v for _label, v in services.image_choices(view)] == two_animals["photos"][:3]
+
+
+def test_rename_then_undo_restores_name_and_history_says_who(cat, two_animals):
+    msg = services.rename(cat, two_animals["Ayo"], "Ayo II", user="bia")
+    assert msg == "Renamed Ayo to Ayo II."
+    assert services.open_individual(cat, two_animals["Ayo"]).name == "Ayo II"
+    rows = services.history_rows(cat)
+    assert rows[0][1] == "bia" and rows[0][2].endswith("renamed Ayo to Ayo II")
+    assert services.undo_last(cat, user="bia") == "Undone: renamed Ayo to Ayo II."
+    assert services.open_individual(cat, two_animals["Ayo"]).name == "Ayo"
+    rows = services.history_rows(cat)
+    assert "undid change" in rows[0][2] and rows[1][2].endswith("(undone)")
+
+
+def test_rename_to_taken_name_is_a_curator_error(cat, two_animals):
+    with pytest.raises(CatalogueError, match="already exists"):
+        services.rename(cat, two_animals["Ayo"], "Bela", user="bia")
+    with pytest.raises(CatalogueError, match="Open an individual"):
+        services.rename(cat, None, "X", user="bia")
+
+
+def test_changes_need_a_curator_name(cat, two_animals):
+    with pytest.raises(ValueError, match="Curator box"):
+        services.rename(cat, two_animals["Ayo"], "Ayo II", user="   ")
+
+
+def test_merge_moves_photos_retires_source_and_undo_restores(cat, two_animals):
+    msg = services.merge(cat, two_animals["Bela"], two_animals["Ayo"], user="bia")
+    assert msg == "Merged Bela into Ayo (1 photo moved)."
+    assert [c.name for c in services.individual_cards(cat)] == ["Ayo"]
+    assert len(services.open_individual(cat, two_animals["Ayo"]).images) == 4
+    retired = services.open_individual(cat, two_animals["Bela"])
+    assert not retired.active and retired.headline().endswith("(merged into Ayo)")
+    services.undo_last(cat, user="bia")
+    assert {c.name: c.n_images for c in services.individual_cards(cat)} == {"Ayo": 3, "Bela": 1}
+
+
+def test_merge_needs_a_target(cat, two_animals):
+    with pytest.raises(CatalogueError, match="merge into"):
+        services.merge(cat, two_animals["Ayo"], None, user="bia")
+
+
+def test_split_makes_new_individual_and_undo_puts_photos_back(cat, two_animals):
+    moved = two_animals["photos"][1:3]
+    new_id, msg = services.split(cat, moved, new_name="Cacau", user="bia")
+    assert msg == "Split 2 photos out into the new individual Cacau."
+    assert [c.id for c in services.open_individual(cat, new_id).images] == moved
+    assert {c.name: c.n_images for c in services.individual_cards(cat)} == {"Ayo": 1, "Bela": 1, "Cacau": 2}
+    assert services.undo_last(cat, user="bia").startswith("Undone: split 2 photos out into Cacau")
+    assert {c.name: c.n_images for c in services.individual_cards(cat)} == {"Ayo": 3, "Bela": 1}
+
+
+def test_split_needs_photos(cat, two_animals):
+    with pytest.raises(CatalogueError, match="at least one image"):
+        services.split(cat, [], user="bia")
+
+
+def test_undo_with_nothing_to_undo(cat):
+    with pytest.raises(CatalogueError, match="nothing to undo"):
+        services.undo_last(cat, user="bia")
+
+
+def test_catalogue_summary_and_provenance_hide_password(cat, two_animals):
+    assert services.catalogue_summary(cat).startswith("2 individuals · 4 photos · 2 sightings")
+    assert str(cat.data_dir) in services.provenance_line(cat)
+    assert services.database_label("postgresql://ana:secret@db.example/rosette") == "postgresql://ana:***@db.example/rosette"
+
+
+def test_import_uploads_needs_files(cat):
+    with pytest.raises(ValueError, match="Choose some photos"):
+        services.import_uploads(cat, [], user="bia")
+
+
+def test_import_uploads_matches_manifest_by_original_name(cat, nyala_dir, nyala_manifest, tmp_path):
+    """Uploads arrive as <upload dir>/<hash>/<original name>; the manifest refers to the original names."""
+    rows = [r for r in nyala_manifest if r["identity"] in ("nyala_100", "nyala_101")][:3]
+    uploads = []
+    for i, r in enumerate(rows):
+        d = tmp_path / "gradio" / f"{i:040x}"
+        d.mkdir(parents=True)
+        uploads.append(str(shutil.copy(nyala_dir / "images" / r["filename"], d / r["filename"])))
+    manifest = tmp_path / "gradio" / "m" / "manifest.csv"
+    manifest.parent.mkdir()
+    manifest.write_text("filename,identity,flank,sighting\n"
+                        + "".join(f"{r['filename']},{r['identity']},{r['flank']},{r['sighting']}\n" for r in rows))
+    outcome = services.import_uploads(cat, uploads, manifest=str(manifest), user="bia")
+    assert len(outcome.rows) >= len(rows) and all(len(r) == 3 for r in outcome.rows)
+    expected = {}
+    for r in rows:
+        expected[r["identity"]] = expected.get(r["identity"], 0) + 1
+    assert {c.name: c.n_images for c in services.individual_cards(cat)} == expected
+
+
+def test_build_app_constructs_with_all_tabs(cat, two_animals):
+    import gradio as gr
+
+    from app.ui import build_app, discover_tabs
+
+    tabs = discover_tabs()
+    assert [t.title for t in tabs][:2] == ["Ingest", "Catalogue"]
+    assert all(t.error is None for t in tabs), [t.error for t in tabs if t.error]
+    demo = build_app(cat, user="bia")
+    assert isinstance(demo, gr.Blocks)
+    ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
+    assert {"curator-name", "ingest-files", "ingest-import", "ingest-report", "catalogue-individuals",
+            "catalogue-open", "catalogue-undo", "catalogue-history", "rosette-provenance"} <= ids
+
+
+def test_a_broken_tab_becomes_an_error_tab(cat, monkeypatch):
+    from app import ui
+
+    def broken(ctx):
+        raise RuntimeError("boom in build")
+
+    real = ui.discover_tabs
+    monkeypatch.setattr(ui, "discover_tabs",
+                        lambda: real() + [ui.TabModule(name="broken", title="Broken", order=999, build=broken),
+                                          ui.TabModule(name="missing", title="Missing", order=999, build=None,
+                                                       error="ImportError: no module")])
+    demo = ui.build_app(cat)
+    texts = [getattr(b, "value", None) for b in demo.blocks.values()]
+    assert any(isinstance(t, str) and "boom in build" in t for t in texts)
+    assert any(isinstance(t, str) and "ImportError: no module" in t for t in texts)
+
+
+def test_curator_action_turns_domain_errors_into_messages():
+    import gradio as gr
+
+    from app.ui import curator_action
+
+    @curator_action
+    def fails():
+        raise CatalogueError("an individual named 'Ayo' already exists")
+
+    @curator_action
+    def crashes():
+        raise KeyError("x")
+
+    with pytest.raises(gr.Error) as err:
+        fails()
+    assert err.value.message == "an individual named 'Ayo' already exists"
+    with pytest.raises(gr.Error, match="Something went wrong"):
+        crashes()
