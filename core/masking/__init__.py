@@ -1,0 +1,347 @@
+"""Maskers (animal vs background), mask quality and mask PNG storage.
+
+Registry names (what the database stores as the image's mask source):
+
+- ``alpha``: the mask that came with the file: ``alpha > 127`` (threshold option).
+- ``grabcut``: OpenCV GrabCut from a box / click prompt; the classical, weight-free
+  fallback (see :mod:`core.masking.grabcut`).
+- ``sam2``: Segment Anything 2 image predictor driven by click / box prompts
+  (see :mod:`core.masking.sam2_masker`); needs a checkpoint.
+
+Every masker returns a :class:`MaskResult`: an HxW bool mask the size of the
+image, the registry name, and provenance details (prompt, checkpoint + sha256,
+config, score) so any mask in the app can be traced to what made it.
+
+Mask quality: ``solidity = |M| / |hull(M)|`` where ``|hull(M)|`` is the number of
+pixels of the rasterised convex hull (``cv2.convexHull`` over all foreground
+pixels, filled with ``cv2.fillConvexPoly``, boundary included), so a filled
+rectangle has solidity exactly 1 and the value lies in (0, 1]; 0.0 for an empty
+mask. The Lorentz head turns solidity into a per-sample variance, so a low value
+means "less trusted mask".
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import cv2
+import numpy as np
+from PIL import Image
+
+from core.registry import Registry
+
+__all__ = [
+    "ALPHA_THRESHOLD",
+    "MASKERS",
+    "AlphaMasker",
+    "MaskQuality",
+    "MaskResult",
+    "Masker",
+    "as_rgb_uint8",
+    "create_masker",
+    "decode_mask_png",
+    "default_box",
+    "default_masker_name",
+    "describe_maskers",
+    "encode_mask_png",
+    "list_maskers",
+    "mask_quality",
+    "sam2_checkpoint_configured",
+    "solidity",
+]
+
+#: Default alpha cut: a pixel belongs to the animal when alpha > 127 (of 255).
+ALPHA_THRESHOLD = 127
+#: Default batch-mode box: the frame minus this fraction of width/height on each side.
+DEFAULT_BOX_MARGIN = 0.05
+#: Env var naming a SAM 2 checkpoint file (``sam2.1_hiera_tiny.pt`` ...).
+SAM2_CHECKPOINT_ENV = "ROSETTE_SAM2_CHECKPOINT"
+#: Env var naming a SAM 2 config shipped with the sam2 package.
+SAM2_CONFIG_ENV = "ROSETTE_SAM2_CONFIG"
+
+
+@dataclass
+class MaskResult:
+    """One mask and where it came from."""
+
+    mask: np.ndarray  # HxW bool, same size as the image
+    source: str  # masker registry name: "alpha" | "grabcut" | "sam2"
+    details: dict[str, Any] = field(default_factory=dict)  # prompt, checkpoint + sha256, config, score
+
+
+@runtime_checkable
+class Masker(Protocol):
+    """Anything that turns a photo (+ optional prompts) into a :class:`MaskResult`."""
+
+    name: str
+
+    def predict(
+        self,
+        rgb: np.ndarray,
+        *,
+        points: Sequence[tuple[float, float]] | None = None,
+        point_labels: Sequence[int] | None = None,
+        box: tuple[float, float, float, float] | None = None,
+        alpha: np.ndarray | None = None,
+    ) -> MaskResult: ...
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def as_rgb_uint8(rgb: np.ndarray) -> np.ndarray:
+    """Validate an image as HxWx3 uint8 (grey HxW is stacked, a 4th channel dropped)."""
+    arr = np.asarray(rgb)
+    if arr.ndim == 2:
+        arr = np.repeat(arr[:, :, None], 3, axis=2)
+    if arr.ndim != 3 or arr.shape[2] not in (3, 4):
+        raise ValueError(f"expected an HxWx3 RGB image, got shape {arr.shape}")
+    arr = arr[:, :, :3]
+    if arr.dtype != np.uint8:
+        if np.issubdtype(arr.dtype, np.floating) and arr.size and float(np.nanmax(arr)) <= 1.0:
+            arr = arr * 255.0
+        arr = np.clip(np.rint(arr), 0, 255).astype(np.uint8)
+    if arr.shape[0] < 1 or arr.shape[1] < 1:
+        raise ValueError(f"empty image of shape {arr.shape}")
+    return np.ascontiguousarray(arr)
+
+
+def as_bool_mask(mask: np.ndarray, *, shape: tuple[int, int] | None = None) -> np.ndarray:
+    """Validate a mask as HxW bool (HxWx1 squeezed; non-bool: nonzero = foreground)."""
+    m = np.asarray(mask)
+    if m.ndim == 3 and m.shape[2] == 1:
+        m = m[:, :, 0]
+    if m.ndim != 2:
+        raise ValueError(f"expected an HxW mask, got shape {m.shape}")
+    if shape is not None and m.shape != tuple(shape):
+        raise ValueError(f"mask shape {m.shape} does not match the image size {tuple(shape)}")
+    return m.astype(bool) if m.dtype != bool else m
+
+
+def default_box(height: int, width: int, *, margin: float = DEFAULT_BOX_MARGIN) -> tuple[float, float, float, float]:
+    """The batch-mode prompt: (x0, y0, x1, y1) = the frame shrunk by ``margin`` * size on each side."""
+    if not 0.0 <= margin < 0.5:
+        raise ValueError(f"margin must be in [0, 0.5), got {margin}")
+    return (margin * width, margin * height, (1.0 - margin) * width, (1.0 - margin) * height)
+
+
+def validate_prompts(
+    height: int,
+    width: int,
+    points: Sequence[tuple[float, float]] | None,
+    point_labels: Sequence[int] | None,
+    box: tuple[float, float, float, float] | None,
+) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """Check prompts and return (points Nx2 float (x, y), labels N int in {0,1}, box 4 float x0,y0,x1,y1).
+
+    Missing ``point_labels`` mean "all positive". Points and boxes are in pixel
+    coordinates of the image; boxes are clipped to the frame and must have area.
+    """
+    pts = lab = bx = None
+    if points is not None and len(points) > 0:
+        pts = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+        if point_labels is None:
+            lab = np.ones(len(pts), dtype=np.int64)
+        else:
+            lab = np.asarray(point_labels, dtype=np.int64).reshape(-1)
+            if len(lab) != len(pts):
+                raise ValueError(f"{len(pts)} points but {len(lab)} point labels")
+            if not np.isin(lab, (0, 1)).all():
+                raise ValueError("point labels must be 1 (animal) or 0 (background)")
+    elif point_labels is not None and len(point_labels) > 0:
+        raise ValueError("point_labels given without points")
+    if box is not None:
+        b = np.asarray(box, dtype=np.float64).reshape(-1)
+        if b.shape != (4,):
+            raise ValueError(f"box must be (x0, y0, x1, y1), got {box!r}")
+        x0, x1 = sorted((float(np.clip(b[0], 0, width)), float(np.clip(b[2], 0, width))))
+        y0, y1 = sorted((float(np.clip(b[1], 0, height)), float(np.clip(b[3], 0, height))))
+        if x1 - x0 < 1 or y1 - y0 < 1:
+            raise ValueError(f"box {box!r} has no area inside the {width}x{height} image")
+        bx = np.array([x0, y0, x1, y1])
+    return pts, lab, bx
+
+
+# --------------------------------------------------------------------------- quality
+
+
+@dataclass
+class MaskQuality:
+    """Summary of a mask: solidity, share of the frame, pieces and warning flags."""
+
+    solidity: float
+    area_fraction: float
+    n_components: int
+    flags: list[str]  # subset of {"empty", "full_frame", "multi_component"}
+
+
+def convex_hull_mask(mask: np.ndarray) -> np.ndarray:
+    """Filled convex hull of all foreground pixels (HxW bool; empty stays empty)."""
+    m = as_bool_mask(mask)
+    out = np.zeros(m.shape, dtype=np.uint8)
+    pts = cv2.findNonZero(m.astype(np.uint8))
+    if pts is None:
+        return out.astype(bool)
+    hull = cv2.convexHull(pts)
+    cv2.fillConvexPoly(out, hull, 1)
+    return out.astype(bool) | m  # the rasterised hull already contains m; "| m" guards rounding
+
+
+def solidity(mask: np.ndarray) -> float:
+    """|M| / |hull(M)|: mask pixels over rasterised convex-hull pixels, in (0, 1]; 0.0 for empty."""
+    m = as_bool_mask(mask)
+    area = int(m.sum())
+    if area == 0:
+        return 0.0
+    return area / int(convex_hull_mask(m).sum())
+
+
+def mask_quality(
+    mask: np.ndarray,
+    *,
+    full_frame_fraction: float = 0.95,
+    min_component_fraction: float = 0.01,
+) -> MaskQuality:
+    """Solidity, area fraction and significant 8-connected pieces of a mask, with flags.
+
+    - ``n_components``: 8-connected foreground components holding at least
+      ``min_component_fraction`` of the foreground (specks below that do not count).
+    - flags: ``empty`` (no foreground), ``full_frame`` (area fraction >=
+      ``full_frame_fraction``: the masker probably took the whole photo),
+      ``multi_component`` (more than one significant component).
+    """
+    m = as_bool_mask(mask)
+    area = int(m.sum())
+    frac = area / m.size if m.size else 0.0
+    n_comp = 0
+    if area:
+        n_labels, _, stats, _ = cv2.connectedComponentsWithStats(m.astype(np.uint8), connectivity=8)
+        sizes = stats[1:n_labels, cv2.CC_STAT_AREA]
+        n_comp = int((sizes >= max(1.0, min_component_fraction * area)).sum())
+    flags: list[str] = []
+    if area == 0:
+        flags.append("empty")
+    if frac >= full_frame_fraction:
+        flags.append("full_frame")
+    if n_comp > 1:
+        flags.append("multi_component")
+    return MaskQuality(solidity=solidity(m), area_fraction=float(frac), n_components=n_comp, flags=flags)
+
+
+# --------------------------------------------------------------------------- PNG storage
+
+
+def encode_mask_png(mask: np.ndarray) -> bytes:
+    """Store an HxW mask as a 1-bit PNG (foreground = white)."""
+    m = as_bool_mask(mask)
+    buf = io.BytesIO()
+    Image.fromarray(m).convert("1").save(buf, format="PNG", optimize=True)
+    return buf.getvalue()
+
+
+def decode_mask_png(data: bytes) -> np.ndarray:
+    """Read a mask PNG (1-bit, 8-bit grey, palette or RGB) into HxW bool: grey > 127.
+
+    Images with an alpha channel (LA/RGBA) are read from the alpha channel, as
+    in Kaggle-style cut-outs.
+    """
+    with Image.open(io.BytesIO(data)) as im:
+        im.load()
+        if im.mode == "1":
+            return np.asarray(im, dtype=bool).copy()
+        if im.mode in ("LA", "RGBA", "PA") or (im.mode == "P" and "transparency" in im.info):
+            return np.asarray(im.convert("RGBA"))[:, :, 3] > ALPHA_THRESHOLD
+        if im.mode in ("I", "I;16", "I;16B", "F"):
+            arr = np.asarray(im).astype(np.float64)
+            top = 65535.0 if arr.max(initial=0) > 255 else 255.0
+            return arr > top / 2
+        return np.asarray(im.convert("L")) > ALPHA_THRESHOLD
+
+
+# --------------------------------------------------------------------------- maskers + registry
+
+MASKERS: Registry[Masker] = Registry("masker")
+
+
+class AlphaMasker:
+    """Mask from the file's own alpha channel: foreground = alpha > threshold (default 127)."""
+
+    name = "alpha"
+
+    def __init__(self, *, threshold: int = ALPHA_THRESHOLD) -> None:
+        self.threshold = int(threshold)
+
+    def predict(
+        self,
+        rgb: np.ndarray,
+        *,
+        points: Sequence[tuple[float, float]] | None = None,
+        point_labels: Sequence[int] | None = None,
+        box: tuple[float, float, float, float] | None = None,
+        alpha: np.ndarray | None = None,
+    ) -> MaskResult:
+        """Threshold ``alpha`` (HxW uint8, or float in [0, 1]); prompts are ignored."""
+        if alpha is None:
+            raise ValueError(
+                "the 'alpha' masker needs the file's alpha channel: call predict(rgb, alpha=rgba[..., 3]); "
+                "this photo has no alpha, so use the 'grabcut' or 'sam2' masker instead"
+            )
+        h, w = np.asarray(rgb).shape[:2]
+        a = np.asarray(alpha)
+        if a.ndim == 3 and a.shape[2] == 1:
+            a = a[:, :, 0]
+        if a.shape != (h, w):
+            raise ValueError(f"alpha shape {a.shape} does not match the image size {(h, w)}")
+        if np.issubdtype(a.dtype, np.floating) and a.size and float(a.max()) <= 1.0:
+            a = a * 255.0
+        mask = a > self.threshold
+        return MaskResult(mask=mask, source=self.name, details={"threshold": self.threshold, "rule": "alpha > threshold"})
+
+
+@MASKERS.register("alpha", description="mask from the file's alpha channel (alpha > 127)")
+def _make_alpha(**opts: Any) -> Masker:
+    return AlphaMasker(**opts)
+
+
+@MASKERS.register("grabcut", description="OpenCV GrabCut from a box / clicks (classical, no weights)")
+def _make_grabcut(**opts: Any) -> Masker:
+    from core.masking.grabcut import GrabCutMasker
+
+    return GrabCutMasker(**opts)
+
+
+@MASKERS.register("sam2", description="Segment Anything 2 with click / box prompts (needs a checkpoint)")
+def _make_sam2(**opts: Any) -> Masker:
+    from core.masking.sam2_masker import Sam2Masker
+
+    return Sam2Masker(**opts)
+
+
+def list_maskers() -> list[str]:
+    """Registered masker names."""
+    return MASKERS.names()
+
+
+def describe_maskers() -> dict[str, str]:
+    """Masker name -> one-line description."""
+    return MASKERS.describe()
+
+
+def create_masker(name: str, **opts: Any) -> Masker:
+    """Build the masker registered under ``name`` (raises UnknownComponentError on unknown names)."""
+    return MASKERS.create(name, **opts)
+
+
+def sam2_checkpoint_configured() -> bool:
+    """True when ``ROSETTE_SAM2_CHECKPOINT`` names an existing file."""
+    path = os.environ.get(SAM2_CHECKPOINT_ENV, "").strip()
+    return bool(path) and os.path.isfile(os.path.expanduser(path))
+
+
+def default_masker_name() -> str:
+    """``"sam2"`` when a SAM 2 checkpoint is configured (env ``ROSETTE_SAM2_CHECKPOINT``), else ``"grabcut"``."""
+    return "sam2" if sam2_checkpoint_configured() else "grabcut"
