@@ -1,0 +1,275 @@
+"""Top-k retrieval over a gallery of embeddings with FAISS.
+
+Scores follow :mod:`core.similarity`: higher = better, ``cosine`` = <q, g> on
+L2-normalised rows, ``lorentz`` = exp(-d(q, g)) with the geodesic distance on
+the unit hyperboloid, d = arccosh(-<q, g>_L).
+
+How each metric becomes an inner-product search:
+
+- ``cosine``: rows are L2-normalised (non-normalised input is normalised, a
+  zero or non-finite row is an error), then max <q, g> by ``IndexFlatIP``
+  (exact) or ``IndexHNSWFlat(METRIC_INNER_PRODUCT)`` (approximate).
+- ``lorentz``: rows are (x0, x1..xn) on the hyperboloid. The gallery is stored
+  as is and the query as (-x0, x1..xn), so the plain inner product equals the
+  Minkowski product <q, g>_L = -q0 g0 + sum qi gi. Since arccosh is increasing,
+  max <q, g>_L = min d(q, g). FAISS works in float32, where -<q, g>_L for close
+  points far from the origin loses digits, so a few more candidates than asked
+  are fetched and their distances recomputed in float64 (exact re-sort), and
+  score = exp(-arccosh(max(-<q, g>_L, 1))).
+  The approximate (HNSW) Lorentz index cannot use that trick, because HNSW
+  links gallery points by the index metric *between stored vectors* (plain
+  inner product there, not Minkowski; measured recall@10 fell to 0.2-0.8).
+  It uses the MIPS-to-nearest-neighbour reduction instead (Bachrach et al.
+  2014): gallery b = (g0, g1..gn, sqrt(R^2 - |g|^2)) with R = max |g|, query
+  a = (-q0, q1..qn, 0), so ||a - b||^2 = |q|^2 + R^2 - 2 <q, g>_L is smallest
+  for the geodesically nearest g, and the graph links points that are close in
+  the ambient space (hence on the hyperboloid). Candidates are re-sorted exactly.
+
+Results are sorted by decreasing score, ties by increasing gallery index; when
+k exceeds the gallery size, k is clamped to the gallery size (the result has
+``min(k, len(index))`` columns).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import faiss
+import numpy as np
+
+from core.similarity import METRICS
+
+#: Gallery size above which ``build_index(approximate=None)`` builds an HNSW
+#: index instead of an exact flat one. Measured with
+#: ``tests/benchmarks/bench_retrieval.py`` on this 2-core machine, 256-d float32,
+#: one query per call: flat p50 is ~0.6 ms at 10k, ~4 ms at 50k and ~28 ms at
+#: 100k vectors (memory-bound, ~0.1 us per stored vector), while HNSW (M=32,
+#: efSearch=128) answers in ~0.3 ms with recall@10 >= 0.99. 50k is where exact
+#: search passes "a few ms". Flat cost grows with n * dim, so a 1280-d gallery
+#: reaches the same latency at ~10k images: pass ``approximate=True`` there.
+APPROXIMATE_THRESHOLD: int = 50_000
+
+#: Default HNSW efSearch (candidate list size while searching); raised to k if
+#: k is larger. See the benchmark for the recall / latency trade-off.
+DEFAULT_EF_SEARCH: int = 128
+#: Default HNSW efConstruction (candidate list size while building).
+DEFAULT_EF_CONSTRUCTION: int = 40
+
+
+class EmptyGalleryError(ValueError):
+    """Raised when an index is built from, or searched against, zero gallery rows."""
+
+
+def _as_matrix(x: np.ndarray, *, what: str) -> np.ndarray:
+    a = np.asarray(x)
+    if a.ndim == 1:
+        a = a[None, :]
+    if a.ndim != 2:
+        raise ValueError(f"{what} must be a 2-D array (rows = items), got shape {a.shape}")
+    if not np.issubdtype(a.dtype, np.number):
+        raise ValueError(f"{what} must be numeric, got dtype {a.dtype}")
+    if a.size and not np.all(np.isfinite(a)):
+        bad = int(np.flatnonzero(~np.all(np.isfinite(a), axis=1))[0])
+        raise ValueError(f"{what} row {bad} contains NaN or inf")
+    return a
+
+
+def prepare_cosine(x: np.ndarray, *, what: str = "embeddings") -> np.ndarray:
+    """Rows scaled to unit L2 norm (float32); a zero-norm row is an error (its cosine is undefined)."""
+    a = _as_matrix(x, what=what).astype(np.float64)
+    norms = np.linalg.norm(a, axis=1)
+    if a.shape[0] and np.any(norms <= 1e-12):
+        bad = int(np.flatnonzero(norms <= 1e-12)[0])
+        raise ValueError(f"{what} row {bad} has zero norm; cosine similarity is undefined for it")
+    return np.ascontiguousarray((a / norms[:, None]).astype(np.float32))
+
+
+def prepare_lorentz(x: np.ndarray, *, what: str = "embeddings", rtol: float = 1e-2) -> np.ndarray:
+    """Rows checked to lie on the hyperboloid and re-projected in float64.
+
+    A row (x0, v) must have x0 > 0 and -<x, x>_L = x0^2 - |v|^2 within ``rtol`` of 1
+    (relative to x0^2); x0 is then recomputed as sqrt(1 + |v|^2) so that float32
+    rounding cannot give -<q, g>_L < 1 for distinct points.
+    """
+    a = _as_matrix(x, what=what).astype(np.float64)
+    if a.shape[1] < 2:
+        raise ValueError(f"{what}: Lorentz rows need at least 2 coordinates (x0, x1..xn), got {a.shape[1]}")
+    x0, v = a[:, 0], a[:, 1:]
+    sq = np.sum(v * v, axis=1)
+    off = np.abs(x0 * x0 - sq - 1.0) / np.maximum(x0 * x0, 1.0)
+    bad = (x0 <= 0) | (off > rtol)
+    if np.any(bad):
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"{what} row {i} is not on the unit hyperboloid (x0={x0[i]:.4g}, x0^2-|v|^2={x0[i]**2 - sq[i]:.4g}, "
+            "expected x0>0 and 1); Lorentz rows are (x0, x1..xn), see core.similarity.lift_to_hyperboloid"
+        )
+    return np.concatenate([np.sqrt(1.0 + sq)[:, None], v], axis=1)
+
+
+def _check_metric(metric: str) -> None:
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; expected one of {METRICS}")
+
+
+def _sort_topk(scores: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sort each row by (-score, index) and keep k columns; missing (-1) hits go last."""
+    key_score = np.where(indices < 0, -np.inf, scores)
+    key_index = np.where(indices < 0, np.iinfo(np.int64).max, indices)
+    order = np.lexsort((key_index, -key_score))[:, :k]  # lexsort sorts along the last axis
+    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(indices, order, axis=1)
+
+
+@dataclass
+class SearchIndex:
+    """A FAISS index over a gallery plus what is needed to score queries against it.
+
+    ``metric`` is ``"cosine"`` or ``"lorentz"``; ``kind`` is what was actually
+    built: ``"flat"`` (exact) or ``"hnsw"`` (approximate).
+    """
+
+    index: faiss.Index
+    metric: str
+    kind: str
+    dim: int
+    ef_search: int = DEFAULT_EF_SEARCH
+    #: float64 gallery kept for the exact Lorentz re-sort (None for cosine).
+    gallery64: np.ndarray | None = field(default=None, repr=False)
+    #: R^2 of the Lorentz MIPS-to-L2 reduction (HNSW Lorentz only).
+    lorentz_sq_radius: float = 0.0
+
+    def __len__(self) -> int:
+        return int(self.index.ntotal)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k gallery rows per query: (scores Q x k' float32, indices Q x k' int64), k' = min(k, len).
+
+        Scores are cosine or exp(-d) (higher = better), sorted decreasing,
+        ties by gallery index. A 1-D query is treated as one row.
+        """
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        n = len(self)
+        if n == 0:
+            raise EmptyGalleryError("the index holds no gallery rows; nothing to search")
+        k_out = min(int(k), n)
+        if self.metric == "cosine":
+            q = prepare_cosine(queries, what="queries")
+        else:
+            q64 = prepare_lorentz(queries, what="queries")
+            q = q64.copy()
+            q[:, 0] = -q[:, 0]
+            if self.kind == "hnsw":  # reduction query a = (-q0, q1..qn, 0)
+                q = np.concatenate([q, np.zeros((q.shape[0], 1))], axis=1)
+            q = np.ascontiguousarray(q.astype(np.float32))
+        if q.shape[1] != self.index.d:
+            raise ValueError(f"queries have dimension {q.shape[1] - (self.index.d - self.dim)}, the index holds dimension {self.dim}")
+        if q.shape[0] == 0:
+            return np.zeros((0, k_out), np.float32), np.zeros((0, k_out), np.int64)
+        # Lorentz: fetch a margin of extra candidates, then re-sort them exactly in float64.
+        k_fetch = k_out if self.metric == "cosine" else min(n, max(2 * k_out, k_out + 16))
+        params = None
+        if self.kind == "hnsw":
+            params = faiss.SearchParametersHNSW(efSearch=max(self.ef_search, k_fetch))
+        raw_scores, idx = self.index.search(q, k_fetch, params=params)
+        idx = idx.astype(np.int64)
+        if self.metric == "cosine":
+            scores = raw_scores.astype(np.float32)
+        else:
+            assert self.gallery64 is not None
+            safe = np.where(idx < 0, 0, idx)
+            g = self.gallery64[safe]  # Q x k_fetch x D
+            inner = np.einsum("qd,qkd->qk", q64[:, 1:], g[:, :, 1:]) - q64[:, :1] * g[:, :, 0]
+            scores = np.exp(-np.arccosh(np.maximum(-inner, 1.0)))
+        scores, idx = _sort_topk(scores, idx, k_out)
+        scores = np.where(idx < 0, -np.inf, scores).astype(np.float32)
+        return scores, idx
+
+
+def build_index(
+    embeddings: np.ndarray,
+    *,
+    metric: str = "cosine",
+    approximate: bool | None = None,
+    hnsw_m: int = 32,
+    ef_search: int = DEFAULT_EF_SEARCH,
+    ef_construction: int = DEFAULT_EF_CONSTRUCTION,
+    seed: int = 0,
+) -> SearchIndex:
+    """Index the gallery rows of ``embeddings`` (N x D) for ``metric`` search.
+
+    ``approximate=None`` builds an exact flat index up to
+    :data:`APPROXIMATE_THRESHOLD` rows and an HNSW graph (``hnsw_m`` links per
+    node, ``ef_construction`` / ``ef_search`` candidate lists) above it;
+    ``True`` / ``False`` force one. ``seed`` fixes HNSW level assignment so a
+    rebuild gives the same graph. An empty gallery raises
+    :class:`EmptyGalleryError`.
+    """
+    _check_metric(metric)
+    a = _as_matrix(embeddings, what="embeddings")
+    if a.shape[0] == 0:
+        raise EmptyGalleryError("cannot build a search index from an empty gallery (0 rows)")
+    if metric == "cosine":
+        g = prepare_cosine(a)
+        g64 = None
+    else:
+        g64 = prepare_lorentz(a)
+        g = np.ascontiguousarray(g64.astype(np.float32))
+    n, dim = g.shape
+    if approximate is None:
+        approximate = n > APPROXIMATE_THRESHOLD
+    sq_radius = 0.0
+    if approximate:
+        if metric == "cosine":
+            index = faiss.IndexHNSWFlat(dim, int(hnsw_m), faiss.METRIC_INNER_PRODUCT)
+            stored = g
+        else:  # MIPS -> L2 reduction, see the module docstring
+            assert g64 is not None
+            sq_norms = np.sum(g64 * g64, axis=1)
+            sq_radius = float(sq_norms.max())
+            extra = np.sqrt(np.maximum(sq_radius - sq_norms, 0.0))[:, None]
+            stored = np.ascontiguousarray(np.concatenate([g64, extra], axis=1).astype(np.float32))
+            index = faiss.IndexHNSWFlat(dim + 1, int(hnsw_m), faiss.METRIC_L2)
+        index.hnsw.efConstruction = int(ef_construction)
+        index.hnsw.efSearch = int(ef_search)
+        _seed_hnsw_levels(index, seed)
+        index.add(stored)
+        kind = "hnsw"
+    else:
+        index = faiss.IndexFlatIP(dim)
+        index.add(g)
+        kind = "flat"
+    return SearchIndex(
+        index=index, metric=metric, kind=kind, dim=dim, ef_search=int(ef_search), gallery64=g64,
+        lorentz_sq_radius=sq_radius,
+    )
+
+
+def _seed_hnsw_levels(index: faiss.IndexHNSWFlat, seed: int) -> None:
+    """Seed HNSW level assignment (FAISS draws node levels from ``hnsw.rng``, default seed 12345).
+
+    Insertion runs on several threads, so links can still differ between builds;
+    the seed makes the level structure, and single-threaded builds, reproducible.
+    """
+    index.hnsw.rng = faiss.RandomGenerator(int(seed))
+
+
+def rank_gallery(similarity: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k of a dense Q x G similarity matrix: (scores Q x k', indices Q x k'), k' = min(k, G).
+
+    Sorted by decreasing score; equal scores keep increasing gallery index
+    (stable), so the ranking is deterministic. Meant for small galleries where
+    the full matrix is already at hand; NaN is an error.
+    """
+    s = np.asarray(similarity)
+    if s.ndim != 2:
+        raise ValueError(f"similarity must be a Q x G matrix, got shape {s.shape}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if s.shape[1] == 0:
+        raise EmptyGalleryError("the similarity matrix has no gallery columns")
+    if np.isnan(s).any():
+        raise ValueError("similarity contains NaN")
+    k_out = min(int(k), s.shape[1])
+    order = np.argsort(-s, axis=1, kind="stable")[:, :k_out]
+    return np.take_along_axis(s, order, axis=1), order.astype(np.int64)
