@@ -117,10 +117,12 @@ def _k_reciprocal_distance(dist: np.ndarray, n_query: int, *, k1: int, k2: int, 
         weights[p, idx] = w / w.sum()
     if k2 > 1:
         weights = weights[rank[:, :k2]].mean(axis=1)
+    # d_J numerator sum_h min(V[p,h], V[g,h]) only needs the columns h where V[p] is non-zero
     jaccard = np.empty((n_query, n), dtype=np.float64)
+    by_column = np.ascontiguousarray(weights.T, dtype=np.float32)  # row h = V[:, h]: contiguous gathers
     for p in range(n_query):
         nz = np.flatnonzero(weights[p])
-        shared = np.minimum(weights[p, nz][None, :], weights[:, nz]).sum(axis=1)
+        shared = np.minimum(weights[p, nz, None].astype(np.float32), by_column[nz]).sum(axis=0, dtype=np.float64)
         jaccard[p] = 1.0 - shared / (2.0 - shared)
     return (1.0 - lambda_value) * jaccard + lambda_value * dist[:n_query]
 

@@ -76,12 +76,14 @@ def _as_matrix(x: np.ndarray, *, what: str) -> np.ndarray:
 
 def prepare_cosine(x: np.ndarray, *, what: str = "embeddings") -> np.ndarray:
     """Rows scaled to unit L2 norm (float32); a zero-norm row is an error (its cosine is undefined)."""
-    a = _as_matrix(x, what=what).astype(np.float64)
-    norms = np.linalg.norm(a, axis=1)
+    a = _as_matrix(x, what=what)
+    norms = np.sqrt(np.einsum("ij,ij->i", a, a, dtype=np.float64))  # no float64 copy of a float32 gallery
     if a.shape[0] and np.any(norms <= 1e-12):
         bad = int(np.flatnonzero(norms <= 1e-12)[0])
         raise ValueError(f"{what} row {bad} has zero norm; cosine similarity is undefined for it")
-    return np.ascontiguousarray((a / norms[:, None]).astype(np.float32))
+    if a.dtype == np.float64:
+        return np.ascontiguousarray((a / norms[:, None]).astype(np.float32))
+    return np.ascontiguousarray(a.astype(np.float32, copy=False) / norms[:, None].astype(np.float32))
 
 
 def prepare_lorentz(x: np.ndarray, *, what: str = "embeddings", rtol: float = 1e-2) -> np.ndarray:
