@@ -1,0 +1,113 @@
+"""Benchmarks & models tab: freeze the catalogue into a benchmark, evaluate models on it in the
+background, and compare the stored evaluations (table and chart, provenance of every number on hover)."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from app import match_services as ms
+from app.ui import UIContext, curator_action
+
+TITLE = "Benchmarks & models"
+ORDER = 40
+
+HELP = """\
+A **benchmark** freezes the photos that belong to an individual, with their names, flanks and sightings, and
+splits them once (seeded) into a part models may learn from and a **test** part. An **evaluation** asks a model to
+find, for every test photo, the other photos of the same animal; *match quality* is the mean average precision
+(mAP), averaged per individual so that animals with many photos do not dominate. Photos from the query's own
+sighting are left out of the headline number (same place, same moment); the figure with them is shown too:
+a large gap means the model leans on the background.
+"""
+
+
+def _describe(name: str | None) -> str:
+    if not name:
+        return ""
+    try:
+        from core.backbones import describe_backbones
+
+        text = describe_backbones().get(name)
+    except ImportError:
+        text = None
+    return f"*{name}*: {text}" if text else ""
+
+
+def build(ctx: UIContext) -> None:
+    cat = ctx.catalogue
+    gr.Markdown(HELP, elem_classes=["help-text"])
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=320):
+            with gr.Group(elem_id="bench-create-box"):
+                gr.Markdown("#### New benchmark from the catalogue")
+                name = gr.Textbox(label="Name", placeholder="e.g. pantanal-2025-identity", max_lines=1,
+                                  elem_id="bench-name")
+                split = gr.Radio(ms.SPLIT_CHOICES, value="identity", label="Test on", elem_id="bench-split")
+                with gr.Row():
+                    fraction = gr.Slider(0.1, 0.9, value=0.3, step=0.05, label="Test share", elem_id="bench-fraction")
+                    seed = gr.Number(0, precision=0, label="Seed", elem_id="bench-seed", minimum=0)
+                create_button = gr.Button("Create benchmark", variant="primary", elem_id="bench-create")
+        with gr.Column(scale=1, min_width=320):
+            with gr.Group(elem_id="bench-eval-box"):
+                gr.Markdown("#### Evaluate a model (runs in the background)")
+                bench_pick = gr.Dropdown([], value=None, label="Benchmark", elem_id="bench-pick")
+                backbone = gr.Dropdown(ms.matcher_choices(), value=ms.DEFAULT_MODEL, label="Model (backbone)",
+                                       allow_custom_value=True, elem_id="bench-backbone",
+                                       info="Any listed name, or timm:<architecture> / hf-hub:<repo> with local weights.")
+                backbone_help = gr.Markdown(_describe(ms.DEFAULT_MODEL), elem_classes=["help-text"])
+                variant = gr.Dropdown(ms.EVALUATION_VARIANTS, value="full_rgb", label="What the model sees",
+                                      elem_id="bench-variant",
+                                      info="Variants other than the whole photo need masks (Ingest or `rosette mask`).")
+                rerank = gr.Dropdown(ms.RERANK_CHOICES, value="none", label="Re-ranking", elem_id="bench-rerank")
+                eval_button = gr.Button("Start evaluation", variant="primary", elem_id="bench-evaluate")
+    status = gr.Markdown(elem_id="bench-status", elem_classes=["status-line"])
+    benchmarks = gr.Dataframe(headers=ms.BENCHMARK_HEADERS, value=[], interactive=False, label="Benchmarks",
+                              elem_id="bench-table", max_height=260)
+    with gr.Row(equal_height=True):
+        show_bench = gr.Dropdown([("All benchmarks", "")], value="", label="Show evaluations on",
+                                 elem_id="bench-filter", scale=2)
+        refresh_button = gr.Button("Refresh", elem_id="bench-refresh", scale=0, min_width=120)
+    chart = gr.Plot(label="Match quality", elem_id="bench-chart")
+    evaluations = gr.Dataframe(headers=ms.EVALUATION_HEADERS, value=[], interactive=False, wrap=True,
+                               label="Stored evaluations (newest first; the last column says exactly which model, "
+                                     "weights, variant, masker and inpainter produced each number)",
+                               elem_id="bench-evaluations", max_height=420)
+
+    def render(shown_bench, picked):
+        names = ms.benchmark_names(cat)
+        rows = ms.evaluation_rows(cat, benchmark=shown_bench or None)
+        table = pd.DataFrame([r.cells() for r in rows], columns=ms.EVALUATION_HEADERS)
+        return (pd.DataFrame(ms.benchmark_rows(cat), columns=ms.BENCHMARK_HEADERS),
+                gr.update(choices=names, value=picked if picked in names else (names[0] if names else None)),
+                gr.update(choices=[("All benchmarks", "")] + [(n, n) for n in names],
+                          value=shown_bench if shown_bench in names else ""),
+                ms.evaluation_chart(rows), table)
+
+    outputs = [benchmarks, bench_pick, show_bench, chart, evaluations]
+    ctx.on_refresh(render, inputs=[show_bench, bench_pick], outputs=outputs)
+    gr.on([refresh_button.click, show_bench.input], curator_action(render), inputs=[show_bench, bench_pick],
+          outputs=outputs, api_visibility="private")
+    backbone.change(_describe, inputs=[backbone], outputs=[backbone_help], show_progress="hidden",
+                    api_visibility="private")
+
+    @curator_action
+    def do_create(bench_name, split_kind, test_fraction, bench_seed, user):
+        return ms.create_benchmark(cat, bench_name, split=split_kind, test_fraction=test_fraction,
+                                   seed=int(bench_seed or 0), user=user)
+
+    @curator_action
+    def do_evaluate(bench_name, backbone_name, variant_name, rerank_name, user):
+        _job_id, message = ms.launch_evaluation(cat, benchmark=bench_name, backbone=backbone_name,
+                                                variant=variant_name, rerank=rerank_name, user=user)
+        if not ms.worker_running():
+            message += " (No job worker runs in this server process: start one with `rosette worker`.)"
+        return message
+
+    created = create_button.click(do_create, inputs=[name, split, fraction, seed, ctx.user],
+                                  outputs=[status], api_name="create_benchmark")
+    created.success(curator_action(lambda shown, new: render(shown, (new or "").strip())),
+                    inputs=[show_bench, name], outputs=outputs,
+                    show_progress="hidden", api_visibility="private")
+    ctx.changed(eval_button.click(do_evaluate, inputs=[bench_pick, backbone, variant, rerank, ctx.user],
+                                  outputs=[status], api_name="start_evaluation"))

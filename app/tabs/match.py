@@ -1,0 +1,308 @@
+"""Match review tab: the screen curators live in (DESIGN section 7).
+
+The photo to identify is large on the left with its flank, sighting, date and
+place (and its mask outline when it has a mask); the ranked candidates are a
+grid on the right with picture, individual, score bar, rank, flank and badges.
+The curator decides with one click or one key (M same individual, N not the
+same, U unsure, I new individual, Z undo, arrows previous / next) and the next
+photo of the review queue loads at once. Every decision records who decided,
+with which model, and the score and rank that were shown.
+"""
+
+from __future__ import annotations
+
+import html
+from urllib.parse import quote
+
+import gradio as gr
+
+from app import match_services as ms
+from app.ui import ASSETS_DIR, UIContext, curator_action
+
+TITLE = "Match review"
+ORDER = 20
+
+KEYS_JS = (ASSETS_DIR / "keys.js").read_text(encoding="utf-8") if (ASSETS_DIR / "keys.js").exists() else None
+GRID_CSS = (ASSETS_DIR / "match.css").read_text(encoding="utf-8") if (ASSETS_DIR / "match.css").exists() else ""
+# Clicking a candidate card sends its rank to the server as the selected candidate.
+PICK_JS = """
+element.addEventListener('click', (e) => {
+  const card = e.target.closest('[data-rank]');
+  if (card) trigger('click', {rank: Number(card.dataset.rank)});
+});
+"""
+KEYS_HELP = ("<div class='rz-keys' style='font-size:var(--text-sm);color:var(--body-text-color-subdued)'>"
+             "Keys: <kbd>M</kbd> same individual · <kbd>N</kbd> not the same · <kbd>U</kbd> unsure · "
+             "<kbd>I</kbd> new individual · <kbd>Z</kbd> undo · <kbd>←</kbd>/<kbd>→</kbd> previous / next photo. "
+             "Click a candidate to compare it (the top one is chosen by default).</div>")
+EMPTY_QUEUE = ("Nothing is waiting for review. Pick a photo in <b>Open a photo</b>, upload a new one, "
+               "or press <b>Reload queue</b> after importing photos.")
+
+
+def file_url(path: str | None) -> str:
+    """URL under which Gradio serves a catalogue file (its folder is registered as a static path)."""
+    return f"gradio_api/file={quote(str(path))}" if path else ""
+
+
+def _e(x: object) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def candidates_html(view: ms.MatchView | None, selected: int | None) -> str:
+    """The ranked candidate grid as HTML (cards carry ``data-rank`` for selection)."""
+    if view is None:
+        return f"<div class='rz-empty'>{EMPTY_QUEUE}</div>"
+    if not view.candidates:
+        return ("<div class='rz-empty'>No candidates: the gallery has no other photo of a known individual"
+                + (" with this flank filter" if view.flank_filter != "any" else "") + ".</div>")
+    chosen = view.candidate(selected)
+    cards = []
+    for c in view.candidates:
+        score_tip = (f"similarity score {c.score:.4f} (cosine of the two photos' features; 1 = identical) "
+                     f"by {view.model_name}. Provenance: {view.model_provenance}")
+        badges = []
+        if c.same_sighting:
+            badges.append("<span class='rz-badge rz-same-sighting' title='Taken in the same sighting as the query "
+                          "(same place and moment): similar background can inflate the score.'>same sighting</span>")
+        if c.mirror_sim is not None and c.danger_margin is not None:
+            warn = c.danger_margin > 0
+            tip = (f"mirror similarity {c.mirror_sim:.3f}: how alike the model finds this photo and its mirror image; "
+                   f"danger margin {c.danger_margin:+.3f} (> 0: the mirrored photo looks more like another animal "
+                   f"than like itself). From {view.diagnostics_source}.")
+            badges.append(f"<span class='rz-badge {'rz-mirror-warn' if warn else 'rz-mirror-ok'}' title='{_e(tip)}'>"
+                          f"mirror {c.mirror_sim:.2f}{' ⚠' if warn else ''}</span>")
+        width = max(0.0, min(1.0, c.score)) * 100
+        img = (f"<img src='{_e(file_url(c.thumb))}' alt='candidate {c.rank}: {_e(c.individual_name)}' loading='lazy'>"
+               if c.thumb else "")
+        flank = f"{c.flank} flank" if c.flank != "unknown" else "flank not set"
+        sighting = f" · sighting {_e(c.sighting)}" if c.sighting else ""
+        cards.append(
+            f"<div class='rz-card{' rz-selected' if chosen and c.rank == chosen.rank else ''}' data-rank='{c.rank}' "
+            f"data-image-id='{c.image_id}' title='photo #{c.image_id} of {_e(c.individual_name)}'>"
+            f"<div class='rz-thumb'>{img}</div><div class='rz-rank'>{c.rank}</div>"
+            f"<div class='rz-name'>{_e(c.individual_name)}</div>"
+            f"<div class='rz-bar' title='{_e(score_tip)}'><span style='width:{width:.1f}%'></span></div>"
+            f"<div class='rz-meta' title='{_e(score_tip)}'>score {c.score:.3f} · {_e(flank)}{sighting}</div>"
+            f"<div class='rz-badges'>{''.join(badges)}</div></div>")
+    return f"<div class='rz-grid' id='match-grid'>{''.join(cards)}</div>"
+
+
+def facts_html(view: ms.MatchView | None) -> str:
+    if view is None:
+        return ""
+    rows = "".join(f"<tr><th style='text-align:left;padding-right:1em;font-weight:600'>{_e(k)}</th>"
+                   f"<td>{_e(v)}</td></tr>" for k, v in view.query.facts())
+    return f"<table class='rz-facts' style='font-size:var(--text-sm)'>{rows}</table>"
+
+
+def header_html(view: ms.MatchView | None, queue: list[int], pos: int) -> str:
+    where = ""
+    if view is not None and queue and 0 <= pos < len(queue) and queue[pos] == view.query.image_id:
+        where = f"Photo {pos + 1} of {len(queue)} in the review queue"
+    elif view is not None:
+        where = f"Photo #{view.query.image_id} (opened by hand; {len(queue)} in the review queue)"
+    elif queue:
+        where = f"{len(queue)} photos in the review queue"
+    if view is None:
+        return f"<div class='rz-head'>{_e(where)}</div>"
+    flt = dict((v, k) for k, v in ms.FLANK_FILTERS)[view.flank_filter]
+    prov = (f"<span id='match-provenance' title='{_e(view.model_provenance)}' "
+            f"style='text-decoration:underline dotted;cursor:help'>scored by <b>{_e(view.model_name)}</b> ⓘ</span>")
+    return (f"<div class='rz-head' style='display:flex;gap:1em;flex-wrap:wrap;align-items:baseline'>"
+            f"<b>{_e(where)}</b><span>{prov}</span><span>{_e(flt)}</span></div>")
+
+
+def build(ctx: UIContext) -> None:
+    cat = ctx.catalogue
+    tab = ctx.tab
+    view_state = gr.State(None)  # the MatchView on screen: what a decision refers to
+    queue_state = gr.State([])  # image ids of the review queue, in order
+    pos_state = gr.State(0)  # position of the shown photo in the queue
+    selected_state = gr.State(1)  # rank of the chosen candidate
+
+    with gr.Row(equal_height=True, elem_id="match-controls"):
+        flank_filter = gr.Radio(ms.FLANK_FILTERS, value="any", label="Candidates", elem_id="match-flank-filter",
+                                info="Opposite flank only: the hardest and most useful check (patterns differ left/right).",
+                                scale=3)
+        model = gr.Dropdown(ms.matcher_choices(), value=ms.DEFAULT_MODEL, label="Matching model",
+                            elem_id="match-model", scale=2, info="The model that ranks the candidates.")
+        photo_pick = gr.Dropdown([], value=None, label="Open a photo", elem_id="match-open", filterable=True, scale=3,
+                                 info="Any photo by number, name or individual.")
+        reload_button = gr.Button("Reload queue", elem_id="match-reload", scale=1, min_width=120)
+
+    with gr.Row(equal_height=False, elem_id="match-main"):
+        with gr.Column(scale=5, min_width=360):
+            query_image = gr.Image(label="Photo to identify", interactive=False, height=420, elem_id="match-query",
+                                   buttons=["fullscreen"], show_label=True)
+            outline = gr.Checkbox(label="Show mask outline", value=False, visible=False, elem_id="match-outline")
+            facts = gr.HTML("", elem_id="match-facts", js_on_load=None)
+            compare_image = gr.Image(label="Chosen candidate", interactive=False, height=340, elem_id="match-compare",
+                                     buttons=["fullscreen"])
+        with gr.Column(scale=7, min_width=420):
+            header = gr.HTML("", elem_id="match-header", js_on_load=None)
+            candidates = gr.HTML(candidates_html(None, None), elem_id="match-candidates", css_template=GRID_CSS,
+                                 js_on_load=PICK_JS, min_height=200)
+            with gr.Row(equal_height=True):
+                same_button = gr.Button("Same individual (M)", variant="primary", elem_id="match-same")
+                not_button = gr.Button("Not the same (N)", elem_id="match-not")
+                unsure_button = gr.Button("Unsure (U)", elem_id="match-unsure")
+                new_button = gr.Button("New individual (I)", elem_id="match-new")
+            with gr.Row(equal_height=True):
+                prev_button = gr.Button("← Previous", elem_id="match-prev", size="sm")
+                next_button = gr.Button("Next →", elem_id="match-next", size="sm")
+                undo_button = gr.Button("Undo my last decision (Z)", elem_id="match-undo", size="sm",
+                                        variant="stop")
+                new_name = gr.Textbox(label="Name for a new individual", placeholder="automatic if empty",
+                                      max_lines=1, elem_id="match-new-name", scale=2, container=False)
+            status = gr.Markdown(elem_id="match-status", elem_classes=["status-line"])
+            gr.HTML(KEYS_HELP, elem_id="match-keys", js_on_load=KEYS_JS)
+    with gr.Accordion("Match a new photo (upload)", open=False, elem_id="match-upload-box"):
+        upload = gr.File(label="Photo", file_count="single", file_types=["image"], elem_id="match-upload", height=110)
+
+    screen = [query_image, outline, facts, compare_image, header, candidates, view_state, selected_state]
+
+    # ------------------------------------------------------------------ rendering
+
+    def render(view, selected, show_outline, queue, pos):
+        if view is None:
+            return (None, gr.update(visible=False, value=False), "", None, header_html(None, queue, pos),
+                    candidates_html(None, None), None, 1)
+        chosen = view.candidate(selected)
+        has_mask = bool(view.query.mask_path)
+        return (ms.query_picture(view.query, outline=bool(show_outline) and has_mask),
+                gr.update(visible=has_mask, value=bool(show_outline) and has_mask), facts_html(view),
+                _full_photo(chosen), header_html(view, queue, pos),
+                candidates_html(view, chosen.rank if chosen else None), view, chosen.rank if chosen else 1)
+
+    def _full_photo(chosen):
+        if chosen is None:
+            return None
+        return ms.query_photo(cat, chosen.image_id).path or chosen.thumb
+
+    def show(image_id, model_name, flank, show_outline, queue, pos, progress=None):
+        step = None
+        if progress is not None:
+            def step(done, total):
+                progress((done, total), desc="Computing photo features", unit="photos")
+        view = ms.match_query(cat, int(image_id), model_name=model_name or ms.DEFAULT_MODEL, flank_filter=flank,
+                              progress=step) if image_id is not None else None
+        return render(view, 1, show_outline, queue, pos)
+
+    def load_queue(model_name, flank, show_outline, progress, *, keep_view=None):
+        def step(done, total):
+            progress((done, total), desc="Computing photo features for the review queue", unit="photos")
+
+        entries = ms.review_queue(cat, model_name=model_name or ms.DEFAULT_MODEL, progress=step)
+        queue = [e.image_id for e in entries]
+        if keep_view is not None:
+            pos = queue.index(keep_view.query.image_id) if keep_view.query.image_id in queue else 0
+            return (queue, pos, *render(keep_view, 1, show_outline, queue, pos))
+        first = queue[0] if queue else None
+        return (queue, 0, *show(first, model_name, flank, show_outline, queue, 0, progress))
+
+    # ------------------------------------------------------------------ handlers
+
+    @curator_action
+    def on_open_tab(view, model_name, flank, show_outline, progress=gr.Progress()):
+        if view is not None:  # keep the curator's place when coming back to the tab
+            return (gr.skip(),) * (2 + len(screen))
+        return load_queue(model_name, flank, show_outline, progress)
+
+    @curator_action
+    def on_reload(model_name, flank, show_outline, progress=gr.Progress()):
+        return (*load_queue(model_name, flank, show_outline, progress), "Review queue reloaded.")
+
+    @curator_action
+    def on_move(delta, queue, pos, model_name, flank, show_outline, progress=gr.Progress()):
+        if not queue:
+            raise gr.Error("The review queue is empty.", title="Nothing to show", print_exception=False)
+        new = max(0, min(len(queue) - 1, pos + delta))
+        if new == pos:
+            return (pos, *(gr.skip(),) * len(screen), "This is the " + ("first" if delta < 0 else "last") +
+                    " photo of the queue.")
+        return (new, *show(queue[new], model_name, flank, show_outline, queue, new, progress), "")
+
+    @curator_action
+    def on_decide(kind, view, selected, name, user, queue, pos, model_name, flank, show_outline,
+                  progress=gr.Progress()):
+        outcome = ms.decide(cat, view, kind, user=user, rank=selected, new_name=name)
+        nxt = ms.next_pending(cat, queue, pos)
+        if nxt is None:
+            return (pos, *render(None, 1, show_outline, queue, pos), "", outcome.message + " The queue is done.")
+        return (nxt, *show(queue[nxt], model_name, flank, show_outline, queue, nxt, progress), "",
+                outcome.message)
+
+    @curator_action
+    def on_undo(user, queue, model_name, flank, show_outline, progress=gr.Progress()):
+        image_id, message = ms.undo_last_decision(cat, user=user)
+        pos = queue.index(image_id) if image_id in queue else 0
+        return (pos, *show(image_id, model_name, flank, show_outline, queue, pos, progress), message)
+
+    @curator_action
+    def on_pick_candidate(view, show_outline, queue, pos, evt: gr.EventData):
+        rank = getattr(evt, "_data", {}) or {}
+        return render(view, rank.get("rank"), show_outline, queue, pos)
+
+    @curator_action
+    def on_open_photo(image_id, model_name, flank, show_outline, queue, progress=gr.Progress()):
+        if image_id is None:
+            return (gr.skip(),) * (1 + len(screen))
+        pos = queue.index(int(image_id)) if int(image_id) in queue else -1
+        return (pos if pos >= 0 else 0, *show(image_id, model_name, flank, show_outline, queue, pos, progress))
+
+    @curator_action
+    def on_rerank(view, model_name, flank, show_outline, queue, pos, progress=gr.Progress()):
+        if view is None:
+            return (gr.skip(),) * len(screen)
+        return show(view.query.image_id, model_name, flank, show_outline, queue, pos, progress)
+
+    @curator_action
+    def on_outline(view, show_outline):
+        if view is None:
+            return gr.skip()
+        return ms.query_picture(view.query, outline=bool(show_outline))
+
+    @curator_action
+    def on_upload(file, user, model_name, flank, show_outline, queue, progress=gr.Progress()):
+        if file is None:
+            return (gr.skip(),) * (len(screen) + 1)
+        image_id, message = ms.ingest_query(cat, file, user=user)
+        return (*show(image_id, model_name, flank, show_outline, queue, -1, progress), message)
+
+    def photo_list(current):
+        choices = ms.photo_choices(cat)
+        return gr.update(choices=choices, value=current if any(v == current for _, v in choices) else None)
+
+    # ------------------------------------------------------------------ wiring
+
+    hidden = dict(show_progress="hidden", api_visibility="private")
+    if tab is not None:
+        tab.select(on_open_tab, inputs=[view_state, model, flank_filter, outline],
+                   outputs=[queue_state, pos_state, *screen], show_progress="full", api_visibility="private")
+    ctx.on_refresh(photo_list, inputs=[photo_pick], outputs=[photo_pick], on_tab_select=False)
+    reload_button.click(on_reload, inputs=[model, flank_filter, outline],
+                        outputs=[queue_state, pos_state, *screen, status], api_name="reload_review_queue")
+    for button, delta in ((prev_button, -1), (next_button, 1)):
+        button.click(lambda *a, _d=delta: on_move(_d, *a),
+                     inputs=[queue_state, pos_state, model, flank_filter, outline],
+                     outputs=[pos_state, *screen, status], api_visibility="private")
+    for button, kind in ((same_button, "same"), (not_button, "not"), (unsure_button, "unsure"), (new_button, "new")):
+        ctx.changed(button.click(
+            lambda *a, _k=kind: on_decide(_k, *a),
+            inputs=[view_state, selected_state, new_name, ctx.user, queue_state, pos_state, model, flank_filter,
+                    outline],
+            outputs=[pos_state, *screen, new_name, status], api_name=f"decide_{kind}", trigger_mode="once"))
+    ctx.changed(undo_button.click(on_undo, inputs=[ctx.user, queue_state, model, flank_filter, outline],
+                                  outputs=[pos_state, *screen, status], api_name="undo_decision",
+                                  trigger_mode="once"))
+    candidates.click(on_pick_candidate, inputs=[view_state, outline, queue_state, pos_state], outputs=screen,
+                     **hidden)
+    photo_pick.input(on_open_photo, inputs=[photo_pick, model, flank_filter, outline, queue_state],
+                     outputs=[pos_state, *screen], api_visibility="private")
+    gr.on([flank_filter.input, model.input], on_rerank,
+          inputs=[view_state, model, flank_filter, outline, queue_state, pos_state], outputs=screen,
+          api_visibility="private")
+    outline.input(on_outline, inputs=[view_state, outline], outputs=[query_image], **hidden)
+    ctx.changed(upload.upload(on_upload, inputs=[upload, ctx.user, model, flank_filter, outline, queue_state],
+                              outputs=[*screen, status], api_visibility="private"))
+

