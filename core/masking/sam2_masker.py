@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import warnings
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -252,7 +253,9 @@ class Sam2Masker:
             config=config, checkpoint=checkpoint, device=device, random_init=random_init, seed=seed
         )
         self.margin = float(margin)
-        self.predictor = SAM2ImagePredictor(self.model, mask_threshold=mask_threshold)
+        with warnings.catch_warnings():  # SAM2Transforms uses torch.jit.script, deprecated in recent torch
+            warnings.simplefilter("ignore", FutureWarning)
+            self.predictor = SAM2ImagePredictor(self.model, mask_threshold=mask_threshold)
         self._image_key: tuple[tuple[int, ...], str] | None = None
         self._lock = threading.Lock()
 
@@ -272,7 +275,7 @@ class Sam2Masker:
         if key == self._image_key:
             return False
         with torch.inference_mode(), self._autocast():
-            self.predictor.set_image(img)
+            self.predictor.set_image(img.copy())  # writable: torch.from_numpy warns on read-only arrays
         self._image_key = key
         return True
 
