@@ -1,0 +1,70 @@
+"""``rosette import PATH [--format ...] [--dry-run]``: bring photos into the catalogue.
+
+PATH is a photo, a folder (flat or one sub-folder per individual), a zip, a CSV
+manifest (``filename,identity[,flank,sighting,date,lat,lon,camera,observer]``)
+or a Kaggle layout (``train.csv`` + RGBA PNGs); the format is detected unless
+``--format`` says it. The report lists every file that was not simply imported
+(errors with their reason, skipped files, updates, the same photo under
+a second name); small imports list every
+file, ``--all`` always does. Exit code: 0 when at least one file was fine or
+nothing failed, 1 when every file failed (or the import could not start).
+"""
+
+from __future__ import annotations
+
+import sys
+
+#: Imports with more files than this print counts and only the rows needing attention.
+FULL_TABLE_MAX = 40
+
+
+def register(sub) -> None:
+    from db.ingest import FORMATS
+
+    p = sub.add_parser("import", help="import photos (file, folder, zip, CSV manifest or Kaggle layout)",
+                       description=__doc__.split("\n\n", 1)[1] if __doc__ else None)
+    p.add_argument("path", metavar="PATH", help="photo, folder, .zip, manifest .csv or Kaggle folder/train.csv")
+    p.add_argument("--format", choices=FORMATS, default=None, help="how to read PATH (default: detected)")
+    p.add_argument("--dry-run", action="store_true", help="check every file and report, write nothing")
+    p.add_argument("--all", action="store_true", dest="show_all", help="list every file, also on big imports")
+    p.set_defaults(func=run)
+
+
+def _progress_printer(stream):
+    if not stream.isatty():
+        return None
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        import time
+
+        now = time.monotonic()
+        if done == total or now - last[0] > 0.2:
+            last[0] = now
+            print(f"\r  {done}/{total} files", end="" if done < total else "\n", file=stream, flush=True)
+
+    return progress
+
+
+def run(args, ctx) -> int:
+    from app.cli import print_table
+    from db.ingest import ingest_path
+
+    report = ingest_path(ctx.catalogue, args.path, format=args.format, user=ctx.user, dry_run=args.dry_run,
+                         progress=_progress_printer(sys.stderr))
+    print(f"import of {report.source} as {report.format}")
+    if args.show_all or len(report.items) <= FULL_TABLE_MAX:
+        rows = report.rows()
+    else:
+        rows = report.rows(attention_only=True)
+        counts = [(s, n) for s, n in report.counts.items() if n]
+        print_table(counts, ["status", "files"])
+        print()
+        if rows:
+            print("files needing attention:")
+    if rows:
+        print_table(rows, ["file", "status", "message"])
+    print(report.summary())
+    if not report.items:
+        print("no photos were found there")
+    return report.exit_code
