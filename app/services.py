@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
 from db.catalogue import (
@@ -166,8 +166,12 @@ def image_choices(view: IndividualView) -> list[tuple[str, int]]:
 def catalogue_summary(cat: Catalogue) -> str:
     with cat.unit_of_work() as s:
         st = catalogue_stats(s)
-    return (f"{st['individuals']} individuals · {st['images']} photos · {st['sightings']} sightings · "
+        unassigned = s.scalar(select(func.count(Image.id)).where(Image.individual_id.is_(None))) or 0
+    text = (f"{st['individuals']} individuals · {st['images']} photos · {st['sightings']} sightings · "
             f"{st['masks']} masks · {st['decisions']} match decisions")
+    if unassigned:
+        text += f" · **{unassigned} photo{'s' if unassigned != 1 else ''} not yet assigned to an individual**"
+    return text
 
 
 # --------------------------------------------------------------------------- changes

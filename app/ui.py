@@ -14,6 +14,11 @@ version changes, and when the tab is selected).
 
 Handlers are wrapped with :func:`curator_action`: a ``CatalogueError`` or
 ``ValueError`` becomes a message box with its text, never a stack trace.
+
+``launch_options(cat)`` holds what ``Blocks.launch`` needs (Gradio 6 takes theme
+and CSS there, not in ``Blocks()``): a system-font theme (no web fonts, so the
+page works offline), every ``assets/*.css``, and the data-directory folders the
+browser may load pictures from (the database files are blocked).
 """
 
 from __future__ import annotations
@@ -162,12 +167,18 @@ def served_dirs(cat: Catalogue) -> list[Path]:
     return dirs
 
 
+def stylesheets() -> list[Path]:
+    """``assets/style.css`` first, then every other ``assets/*.css`` (tabs may ship their own)."""
+    others = sorted(p for p in ASSETS_DIR.glob("*.css") if p != STYLE_CSS)
+    return ([STYLE_CSS] if STYLE_CSS.exists() else []) + others
+
+
 def launch_options(cat: Catalogue) -> dict[str, Any]:
     """Keyword arguments for ``Blocks.launch`` shared by ``rosette serve`` and tests."""
     db_files = [str(cat.data_dir / name) for name in ("catalogue.db", "catalogue.db-wal", "catalogue.db-shm")]
     return {
         "theme": theme(),
-        "css_paths": [STYLE_CSS] if STYLE_CSS.exists() else None,
+        "css_paths": stylesheets() or None,
         "allowed_paths": [str(d) for d in served_dirs(cat)],
         "blocked_paths": db_files,
         "share": False,
@@ -187,7 +198,7 @@ def build_app(cat: Catalogue, *, user: str = "curator") -> gr.Blocks:
             gr.Markdown("## Rosette\nWildlife re-identification catalogue", elem_id="rosette-title")
             user_box = gr.Textbox(value=user, label="Curator", elem_id="curator-name", scale=0, min_width=220,
                                   max_lines=1,
-                                  info="Your name is recorded with every change you make, so it can be traced and undone.")
+                                  info="Recorded with every change you make.")
         version = gr.State(0)
         ctx = UIContext(catalogue=cat, user=user_box, version=version, demo=demo, default_user=user)
         with gr.Tabs(elem_id="rosette-tabs"):

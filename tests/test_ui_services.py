@@ -177,6 +177,7 @@ def test_import_uploads_matches_manifest_by_original_name(cat, nyala_dir, nyala_
     assert {c.name: c.n_images for c in services.individual_cards(cat)} == expected
 
 
+@pytest.mark.slow  # imports every tab module, some of which load torch
 def test_build_app_constructs_with_all_tabs(cat, two_animals):
     import gradio as gr
 

@@ -26,8 +26,8 @@ def build(ctx: UIContext) -> None:
             summary = gr.Markdown(elem_id="catalogue-summary", elem_classes=["status-line"])
             search = gr.Textbox(label="Find an individual", placeholder="part of a name", max_lines=1,
                                 elem_id="catalogue-search")
-            overview = gr.Gallery(label="Individuals", columns=4, height=560, allow_preview=False,
-                                  object_fit="cover", interactive=False, elem_id="catalogue-individuals",
+            overview = gr.Gallery(label="Individuals", columns=3, height=600, allow_preview=False,
+                                  object_fit="cover", interactive=False, elem_id="catalogue-individuals", fit_columns=False,
                                   buttons=[])
         with gr.Column(scale=3, min_width=420):
             chooser = gr.Dropdown(label="Open individual", choices=[], value=None, filterable=True,
@@ -35,7 +35,7 @@ def build(ctx: UIContext) -> None:
                                   info="Pick a name here or click a picture on the left.")
             headline = gr.Markdown("Open an individual to see its photos.", elem_id="catalogue-headline",
                                    elem_classes=["headline"])
-            photos = gr.Gallery(label="Photos", columns=4, height="auto", object_fit="contain",
+            photos = gr.Gallery(label="Photos", columns=4, height=340, object_fit="contain", preview=False, fit_columns=False,
                                 interactive=False, elem_id="catalogue-photos")
             sightings = gr.Dataframe(headers=services.SIGHTING_HEADERS, value=[], interactive=False,
                                      label="Sightings (photos taken in the same encounter)",
@@ -58,8 +58,8 @@ def build(ctx: UIContext) -> None:
                                             max_lines=1, elem_id="catalogue-split-name", scale=3)
                     split_button = gr.Button("Split out", elem_id="catalogue-split", scale=1)
     with gr.Row(equal_height=True):
-        undo_button = gr.Button("Undo last change", elem_id="catalogue-undo", scale=0, min_width=180,
-                                variant="secondary")
+        undo_button = gr.Button("Undo last change", elem_id="catalogue-undo", scale=0, min_width=220,
+                                variant="secondary", size="md")
         status = gr.Markdown(elem_id="catalogue-status", elem_classes=["status-line"])
     changes = gr.Dataframe(headers=services.HISTORY_HEADERS, value=[], interactive=False, wrap=True,
                            label="Recent changes (newest first; Undo reverses the newest one not yet undone)",
@@ -121,7 +121,7 @@ def build(ctx: UIContext) -> None:
     @curator_action
     def do_split(image_ids, name, user):
         _new_id, message = services.split(cat, image_ids, new_name=name, user=user)
-        return message
+        return message, ""
 
     @curator_action
     def do_undo(user):
@@ -133,6 +133,6 @@ def build(ctx: UIContext) -> None:
                                 api_visibility="private"))
     ctx.changed(merge_button.click(do_merge, inputs=[open_id, merge_target, ctx.user], outputs=[status, open_id],
                                    api_name="merge_individuals"))
-    ctx.changed(split_button.click(do_split, inputs=[split_pick, split_name, ctx.user], outputs=[status],
+    ctx.changed(split_button.click(do_split, inputs=[split_pick, split_name, ctx.user], outputs=[status, split_name],
                                    api_name="split_images"))
     ctx.changed(undo_button.click(do_undo, inputs=[ctx.user], outputs=[status], api_name="undo_last_change"))

@@ -1,0 +1,178 @@
+"""Real-browser fixtures: a ``rosette serve`` subprocess and Debian's chromium driven by Playwright.
+
+- ``rosette_server`` (session): ``rosette --data-dir <tmp> serve --port <free> --no-demo``
+  started with this interpreter; yields a :class:`RosetteServer` (``.url``, ``.data_dir``,
+  ``.log``). ``start_rosette(...)`` starts more servers (e.g. with the demo) when a test needs one.
+- ``page`` (per test): a fresh chromium profile (new user-data-dir), headless, that
+  refuses every request leaving this machine (recorded in ``page.external_requests``,
+  so a test can assert the app works offline).
+- ``shot(name)``: saves a full-page screenshot under ``test-output/browser/``.
+
+Chromium is never downloaded: it must be ``/usr/bin/chromium``. Without it the
+tests fail with a clear message; they are skipped only when ``CI`` is unset AND
+``ROSETTE_SKIP_BROWSER=1`` (so they never skip in CI).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+OUTPUT_DIR = REPO_ROOT / "test-output" / "browser"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SERVER_START_TIMEOUT_S = 90.0
+VIEWPORT = {"width": 1400, "height": 1000}
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        if "tests/browser/" in str(item.fspath).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.browser)
+            item.add_marker(pytest.mark.slow)
+
+
+def require_chromium() -> None:
+    """Fail (or, outside CI and only when asked, skip) when Debian's chromium is missing."""
+    if Path(CHROMIUM).exists():
+        return
+    if os.environ.get("CI") is None and os.environ.get("ROSETTE_SKIP_BROWSER") == "1":
+        pytest.skip(f"{CHROMIUM} is missing and ROSETTE_SKIP_BROWSER=1 (outside CI)")
+    pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium), "
+                "or outside CI set ROSETTE_SKIP_BROWSER=1 to skip the browser tests", pytrace=False)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RosetteServer:
+    url: str
+    data_dir: Path
+    log: Path
+    process: subprocess.Popen = field(repr=False)
+
+    def log_text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-6000:]
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def start_rosette(data_dir: Path, *, demo: bool = False, extra_args: list[str] | None = None,
+                  timeout: float = SERVER_START_TIMEOUT_S, user: str = "curator") -> RosetteServer:
+    """Start ``rosette serve`` on a free port and wait (bounded) until it answers HTTP 200."""
+    port = free_port()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = data_dir.parent / f"rosette-serve-{port}.log"
+    cmd = [sys.executable, "-m", "app.cli", "--data-dir", str(data_dir), "--user", user,
+           "serve", "--host", "127.0.0.1", "--port", str(port), *([] if demo else ["--no-demo"]), *(extra_args or [])]
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    server = RosetteServer(url=f"http://127.0.0.1:{port}/", data_dir=data_dir, log=log, process=proc)
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"rosette serve exited with code {proc.returncode} before answering:\n{server.log_text()}")
+        try:
+            with urllib.request.urlopen(server.url, timeout=5) as resp:
+                if resp.status == 200:
+                    return server
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(f"rosette serve did not answer on {server.url} within {timeout:.0f} s:\n{server.log_text()}")
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="session")
+def rosette_server(tmp_path_factory) -> Iterator[RosetteServer]:
+    """One empty catalogue served for the whole session (tests use their own individual names)."""
+    require_chromium()
+    server = start_rosette(tmp_path_factory.mktemp("serve") / "rosette-data")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def playwright_driver() -> Iterator[object]:
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        yield p
+
+
+def _is_local(url: str) -> bool:
+    parsed = urlparse(url)
+    return parsed.scheme in ("data", "blob", "about") or parsed.hostname in ("127.0.0.1", "localhost", "::1")
+
+
+@pytest.fixture()
+def page(playwright_driver) -> Iterator[object]:
+    """A page in a fresh headless chromium profile; requests leaving this machine are refused and recorded."""
+    with tempfile.TemporaryDirectory(prefix="rosette-chromium-") as profile:
+        context = playwright_driver.chromium.launch_persistent_context(
+            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, viewport=VIEWPORT,
+            accept_downloads=False)
+        external: list[str] = []
+
+        def guard(route) -> None:
+            if _is_local(route.request.url):
+                route.continue_()
+            else:
+                external.append(route.request.url)
+                route.abort()
+
+        context.route("**/*", guard)
+        context.set_default_timeout(20_000)
+        pg = context.pages[0] if context.pages else context.new_page()
+        pg.external_requests = external
+        try:
+            yield pg
+        finally:
+            context.close()
+
+
+@pytest.fixture()
+def shot(page, request):
+    """``shot(name)`` saves a full-page screenshot as test-output/browser/<test>-<name>.png and returns its path."""
+    OUTPUT_DIR.mkdir(parents=True, exist_ok=True)
+
+    def take(name: str) -> Path:
+        path = OUTPUT_DIR / f"{request.node.name}-{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return take
