@@ -7,7 +7,8 @@ Formats (``detect_format`` picks one; ``--format`` overrides):
   individual named by their *first-level* sub-folder (folder-per-identity
   layout); photos at the top level stay unassigned (flat layout).
 - ``zip``: the same inside a zip archive. A single wrapper folder enclosing
-  everything is ignored. A zip holding ``train.csv`` (Kaggle) or ``manifest.csv``
+  everything is ignored (what "compress folder" makes), so a zip of *one*
+  individual's folder imports unassigned: zip several folders or add a manifest. A zip holding ``train.csv`` (Kaggle) or ``manifest.csv``
   is read as that layout.
 - ``manifest``: a CSV ``filename,identity[,flank,sighting,date,lat,lon,camera,observer]``
   (extra columns ignored; ``file``/``image`` and ``individual``/``ground_truth``
@@ -1110,9 +1111,14 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
                                                          f"line {row.line}: listed in the manifest but not among the uploaded files"))
                     continue
                 try:
-                    target.identity, target.flank, target.sighting = _row_facts(row, cols)
+                    identity, flank, sighting = _row_facts(row, cols)
                 except ValueError as exc:
                     target.error = f"line {row.line}: {exc}"
+                    continue
+                # the manifest adds what it states; blank cells keep what the zip layout said
+                target.identity = identity or target.identity
+                target.flank = flank or target.flank
+                target.sighting = sighting or target.sighting
         importer = _Importer(cat, user=user, dry_run=dry_run, origin="upload")
         report.items.extend(importer.run(entries, progress=progress))
     finally:

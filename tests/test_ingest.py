@@ -483,6 +483,32 @@ def test_ingest_uploads_with_manifest(cat, tmp_path):
     assert got == {"IMG_1.jpg": ("Luna", Flank.right), "IMG_2.jpg": (None, Flank.unknown), "IMG_3.jpg": ("Sol", Flank.left)}
 
 
+def test_upload_manifest_blank_cells_keep_zip_identity(cat, tmp_path):
+    z = tmp_path / "up" / "cats.zip"
+    z.parent.mkdir()
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("Nala/x.jpg", jpeg(1))
+        zf.writestr("Nala/y.jpg", jpeg(2))
+        zf.writestr("Kito/z.jpg", jpeg(3))
+    m = write_csv(tmp_path / "m.csv", ["filename", "identity", "flank"], [["x.jpg", "", "L"], ["y.jpg", "", "up"]])
+    report = ingest_uploads(cat, [z], manifest=m, user="web")
+    st = by_status(report)
+    assert st == {"imported": ["cats.zip/Kito/z.jpg", "cats.zip/Nala/x.jpg"], "error": ["cats.zip/Nala/y.jpg"]}
+    assert "unknown flank 'up'" in report.errors[0].message
+    imgs = {Path(i.original_name).name: i for i in images(cat)}
+    assert individual_names(cat)[imgs["x.jpg"].individual_id] == "Nala" and imgs["x.jpg"].flank == Flank.left
+
+
+def test_zip_single_wrapper_folder_is_not_an_identity(cat, tmp_path):
+    z = tmp_path / "photos.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("photos/a.jpg", jpeg(1))
+        zf.writestr("photos/b.jpg", jpeg(2))
+    report = ingest_path(cat, z, user="ana")
+    assert [it.name for it in report.items] == ["a.jpg", "b.jpg"]
+    assert individual_names(cat) == {}
+
+
 # --------------------------------------------------------------------------- CLI
 
 
