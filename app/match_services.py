@@ -541,8 +541,12 @@ def evaluation_chart(rows: Sequence[EvaluationRow]) -> Any:
                     marker_color="#78716c")
     fig.update_layout(barmode="group", height=380, margin=dict(l=40, r=10, t=40, b=80),
                       title="Match quality per evaluation (higher is better; hover a bar for its provenance)",
-                      yaxis=dict(title="mAP (identity-balanced)", rangemode="tozero"),
+                      yaxis=dict(title="mAP (identity-balanced)", range=[0, 1]),
                       legend=dict(orientation="h", y=-0.25), template="plotly_white")
+    if not shown:
+        fig.update_xaxes(visible=False)
+        fig.add_annotation(text="No evaluations yet: start one above; it appears here when its job finishes.",
+                           x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font=dict(size=14))
     return fig
 
 

@@ -364,3 +364,47 @@ def test_warm_feature_cache_queues_an_embed_job(cat):
     with cat.unit_of_work() as s:
         job = s.scalars(select(Job)).one()
     assert job.kind == "embed" and job.params == {"backbone": "efficientnet_lite0"} and f"#{job.id}" in msg
+
+
+# --------------------------------------------------------------------------- with the real default backbone
+
+
+@pytest.mark.slow
+def test_match_query_and_queue_with_the_real_backbone_then_evaluate_through_a_job(cat):
+    """efficientnet_lite0 on 12 photos: ranked candidates, review queue, and an evaluation job run by a worker."""
+    from jobs.worker import run_one
+
+    query = next(im for im in _unassigned(cat) if im.original_name.startswith("nyala_149"))
+    view = ms.match_query(cat, query.id)
+    assert view.model_name == "efficientnet_lite0" and "efficientnet_lite0" in view.model_provenance
+    assert "weights" in view.model_provenance
+    names = [c.individual_name for c in view.candidates]
+    assert sorted(names) == ["Amber", "Bruno", "Cleo"]  # one card per individual
+    assert [c.rank for c in view.candidates] == [1, 2, 3]
+    scores = [c.score for c in view.candidates]
+    assert scores == sorted(scores, reverse=True) and all(-1.0 <= s <= 1.0 for s in scores)
+    assert all(c.thumb and c.thumb.endswith((".jpg", ".webp", ".png")) for c in view.candidates)
+    assert not any(c.same_sighting for c in view.candidates)  # the query's sighting has no other photo
+
+    # same-flank filter: every candidate shows the query's flank; opposite flank: none does
+    same = ms.match_query(cat, query.id, flank_filter="same")
+    assert same.candidates and all(c.flank == query.flank.value for c in same.candidates)
+    cross = ms.match_query(cat, query.id, flank_filter="cross")
+    assert all(c.flank != query.flank.value for c in cross.candidates)
+
+    # the queue: every photo is pending, the unassigned ones first, each group by confidence
+    queue = ms.review_queue(cat)
+    assert len(queue) == 12 and [q.assigned for q in queue[:3]] == [False] * 3 and all(q.assigned for q in queue[3:])
+    assert [q.top_score for q in queue[:3]] == sorted((q.top_score for q in queue[:3]), reverse=True)
+    ms.decide(cat, view, "same", user="ana")
+    assert query.id not in [q.image_id for q in ms.review_queue(cat)]
+
+    # an evaluation launched from the Benchmarks tab runs as a job and shows up with its provenance
+    ms.create_benchmark(cat, "small", split="identity", test_fraction=0.7, seed=0, user="ana")
+    job_id, _ = ms.launch_evaluation(cat, benchmark="small", backbone="efficientnet_lite0", user="ana")
+    assert run_one(cat) == job_id
+    (job,) = [r for r in ms.job_rows(cat) if r.id == job_id]
+    assert job.status == "succeeded" and job.progress == 1.0 and "mAP macro" in job.message
+    (row,) = ms.evaluation_rows(cat, benchmark="small")
+    assert row.model == "efficientnet_lite0" and 0.0 <= row.map_macro <= 1.0
+    assert "config " in row.provenance and "config unknown" not in row.provenance

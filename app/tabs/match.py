@@ -87,12 +87,20 @@ def candidates_html(view: ms.MatchView | None, selected: int | None) -> str:
     return f"<div class='rz-grid' id='match-grid'>{''.join(cards)}</div>"
 
 
+FACTS_CSS = """
+.rz-facts { display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: var(--text-sm); padding: 2px 4px; }
+.rz-facts span b { color: var(--body-text-color-subdued); font-weight: 600; margin-right: 4px; }
+.rz-facts .rz-decided { color: #92400e; }
+"""
+
+
 def facts_html(view: ms.MatchView | None) -> str:
+    """The query's facts as one compact wrapped line under the photo."""
     if view is None:
         return ""
-    rows = "".join(f"<tr><th style='text-align:left;padding-right:1em;font-weight:600'>{_e(k)}</th>"
-                   f"<td>{_e(v)}</td></tr>" for k, v in view.query.facts())
-    return f"<table class='rz-facts' style='font-size:var(--text-sm)'>{rows}</table>"
+    items = "".join(f"<span class='{'rz-decided' if k == 'Decided' else ''}'><b>{_e(k)}</b>{_e(v)}</span>"
+                    for k, v in view.query.facts())
+    return f"<div class='rz-facts' data-image-id='{view.query.image_id}'>{items}</div>"
 
 
 def header_html(view: ms.MatchView | None, queue: list[int], pos: int) -> str:
@@ -107,7 +115,8 @@ def header_html(view: ms.MatchView | None, queue: list[int], pos: int) -> str:
         return f"<div class='rz-head'>{_e(where)}</div>"
     flt = dict((v, k) for k, v in ms.FLANK_FILTERS)[view.flank_filter]
     prov = (f"<span id='match-provenance' title='{_e(view.model_provenance)}' "
-            f"style='text-decoration:underline dotted;cursor:help'>scored by <b>{_e(view.model_name)}</b> ⓘ</span>")
+            f"style='text-decoration:underline dotted;cursor:help'>scored by <b>{_e(view.model_name)}</b> "
+            f"(hover for provenance)</span>")
     return (f"<div class='rz-head' style='display:flex;gap:1em;flex-wrap:wrap;align-items:baseline'>"
             f"<b>{_e(where)}</b><span>{prov}</span><span>{_e(flt)}</span></div>")
 
@@ -132,11 +141,11 @@ def build(ctx: UIContext) -> None:
 
     with gr.Row(equal_height=False, elem_id="match-main"):
         with gr.Column(scale=5, min_width=360):
-            query_image = gr.Image(label="Photo to identify", interactive=False, height=420, elem_id="match-query",
+            query_image = gr.Image(label="Photo to identify", interactive=False, height=400, elem_id="match-query",
                                    buttons=["fullscreen"], show_label=True)
+            facts = gr.HTML("", elem_id="match-facts", js_on_load=None, css_template=FACTS_CSS)
             outline = gr.Checkbox(label="Show mask outline", value=False, visible=False, elem_id="match-outline")
-            facts = gr.HTML("", elem_id="match-facts", js_on_load=None)
-            compare_image = gr.Image(label="Chosen candidate", interactive=False, height=340, elem_id="match-compare",
+            compare_image = gr.Image(label="Chosen candidate", interactive=False, height=400, elem_id="match-compare",
                                      buttons=["fullscreen"])
         with gr.Column(scale=7, min_width=420):
             header = gr.HTML("", elem_id="match-header", js_on_load=None)
@@ -150,9 +159,8 @@ def build(ctx: UIContext) -> None:
             with gr.Row(equal_height=True):
                 prev_button = gr.Button("← Previous", elem_id="match-prev", size="sm")
                 next_button = gr.Button("Next →", elem_id="match-next", size="sm")
-                undo_button = gr.Button("Undo my last decision (Z)", elem_id="match-undo", size="sm",
-                                        variant="stop")
-                new_name = gr.Textbox(label="Name for a new individual", placeholder="automatic if empty",
+                undo_button = gr.Button("Undo my last decision (Z)", elem_id="match-undo", size="sm")
+                new_name = gr.Textbox(label="Name for a new individual", placeholder="new individual's name (optional)",
                                       max_lines=1, elem_id="match-new-name", scale=2, container=False)
             status = gr.Markdown(elem_id="match-status", elem_classes=["status-line"])
             gr.HTML(KEYS_HELP, elem_id="match-keys", js_on_load=KEYS_JS)
@@ -171,8 +179,14 @@ def build(ctx: UIContext) -> None:
         has_mask = bool(view.query.mask_path)
         return (ms.query_picture(view.query, outline=bool(show_outline) and has_mask),
                 gr.update(visible=has_mask, value=bool(show_outline) and has_mask), facts_html(view),
-                _full_photo(chosen), header_html(view, queue, pos),
+                gr.update(value=_full_photo(chosen), label=_compare_label(chosen)), header_html(view, queue, pos),
                 candidates_html(view, chosen.rank if chosen else None), view, chosen.rank if chosen else 1)
+
+    def _compare_label(chosen):
+        if chosen is None:
+            return "Chosen candidate"
+        flank = f"{chosen.flank} flank" if chosen.flank != "unknown" else "flank not set"
+        return f"Candidate {chosen.rank}: {chosen.individual_name} · photo #{chosen.image_id} · {flank} · score {chosen.score:.3f}"
 
     def _full_photo(chosen):
         if chosen is None:

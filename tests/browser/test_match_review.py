@@ -1,0 +1,153 @@
+"""End to end in a real browser: review matches, confirm the top candidate by button and by key, undo both.
+
+The server gets a small catalogue before it starts: 12 nyala photos of three
+animals, three of them not assigned yet (they head the review queue).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from tests.browser.conftest import require_chromium, start_rosette
+
+TIMEOUT_MS = 45_000
+ANIMALS = [("nyala_149", "Amber"), ("nyala_85", "Bruno"), ("nyala_144", "Cleo")]
+
+
+def seed(data_dir: Path, nyala_dir: Path, manifest: list[dict[str, str]], work: Path) -> None:
+    """Per animal: three assigned photos (two sightings) and one unassigned photo (a third sighting)."""
+    from db.ingest import ingest_path
+    from db.session import open_catalogue
+
+    rows = []
+    for ident, name in ANIMALS:
+        mine = [r for r in manifest if r["identity"] == ident]
+        sightings = list(dict.fromkeys(r["sighting"] for r in mine))[:3]
+        rows += [(r, name) for r in [r for r in mine if r["sighting"] == sightings[0]][:2]]
+        rows += [(r, name) for r in [r for r in mine if r["sighting"] == sightings[1]][:1]]
+        rows += [(r, "") for r in [r for r in mine if r["sighting"] == sightings[2]][:1]]
+    work.mkdir(parents=True, exist_ok=True)
+    for r, _ in rows:
+        shutil.copy(nyala_dir / "images" / r["filename"], work / r["filename"])
+    (work / "manifest.csv").write_text("filename,identity,flank,sighting,date\n" + "".join(
+        f"{r['filename']},{name},{r['flank']},{r['sighting']},2024-05-0{i % 9 + 1}\n" for i, (r, name) in enumerate(rows)))
+    cat = open_catalogue(data_dir)
+    try:
+        report = ingest_path(cat, work / "manifest.csv", format="manifest", user="seed")
+        assert report.counts.get("imported") == len(rows), report.summary()
+    finally:
+        cat.close()
+
+
+@pytest.fixture(scope="module")
+def match_server(tmp_path_factory, nyala_dir, nyala_manifest):
+    require_chromium()
+    root = tmp_path_factory.mktemp("match")
+    seed(root / "rosette-data", nyala_dir, nyala_manifest, root / "seed")
+    server = start_rosette(root / "rosette-data", user="ana")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def assignment(data_dir: Path, image_id: int) -> str | None:
+    """The name of the individual a photo belongs to, read straight from the server's database."""
+    from db.models import Image, Individual
+    from db.session import open_catalogue
+
+    cat = open_catalogue(data_dir, migrate=False)
+    try:
+        with cat.unit_of_work() as s:
+            return s.scalar(select(Individual.name).join(Image, Image.individual_id == Individual.id)
+                            .where(Image.id == image_id))
+    finally:
+        cat.close()
+
+
+def wait_for(predicate, *, timeout_s: float = 15.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def shown_query(page) -> int:
+    return int(page.locator("#match-facts .rz-facts").get_attribute("data-image-id"))
+
+
+def top_candidate(page) -> tuple[int, str]:
+    card = page.locator("#match-candidates .rz-card[data-rank='1']")
+    return int(card.get_attribute("data-image-id")), card.locator(".rz-name").inner_text().strip()
+
+
+def test_confirm_top_candidate_by_button_and_key_then_undo(match_server, page, shot):
+    from playwright.sync_api import expect
+
+    data = match_server.data_dir
+    page.goto(match_server.url)
+    page.get_by_role("tab", name="Match review").click()
+    cards = page.locator("#match-candidates .rz-card")
+    expect(cards.first).to_be_visible(timeout=TIMEOUT_MS)  # first visit computes the features of 12 photos
+    expect(page.locator("#match-query img")).to_be_visible()
+    expect(page.locator("#match-header")).to_contain_text("Photo 1 of")
+    assert "efficientnet_lite0" in page.locator("#match-provenance").get_attribute("title")
+    # the top card is chosen by default, and its score bar has a width
+    expect(page.locator("#match-candidates .rz-card.rz-selected")).to_have_attribute("data-rank", "1")
+    shot("review")
+
+    # --- 1. confirm the top candidate with the button
+    first_query = shown_query(page)
+    assert assignment(data, first_query) is None  # the queue starts with photos not yet assigned
+    _, first_name = top_candidate(page)
+    page.locator("#match-same").click()
+    status = page.locator("#match-status")
+    expect(status).to_contain_text(f"photo #{first_query} is {first_name}", timeout=TIMEOUT_MS)
+    assert assignment(data, first_query) == first_name
+    # the next photo loaded at once
+    expect(page.locator("#match-facts .rz-facts")).not_to_have_attribute("data-image-id", str(first_query))
+    expect(page.locator("#match-header")).to_contain_text("Photo 2 of")
+
+    # --- 2. confirm the next one with the M key (focus on the page, not in a text box)
+    second_query = shown_query(page)
+    _, second_name = top_candidate(page)
+    assert assignment(data, second_query) is None
+    page.locator("#match-facts").click()
+    page.keyboard.press("m")
+    expect(status).to_contain_text(f"photo #{second_query} is {second_name}", timeout=TIMEOUT_MS)
+    assert assignment(data, second_query) == second_name
+    # typing an M into a text box is not a decision
+    third_query = shown_query(page)
+    page.locator("#match-new-name input, #match-new-name textarea").first.fill("m")
+    page.locator("#match-new-name input, #match-new-name textarea").first.press("m")
+    time.sleep(1.0)
+    assert assignment(data, third_query) is None and shown_query(page) == third_query
+    page.locator("#match-new-name input, #match-new-name textarea").first.fill("")
+
+    # --- 3. undo with the button: the second photo is unassigned again and shown again
+    page.locator("#match-undo").click()
+    expect(status).to_contain_text("Undone", timeout=TIMEOUT_MS)
+    expect(page.locator("#match-facts .rz-facts")).to_have_attribute("data-image-id", str(second_query))
+    assert assignment(data, second_query) is None
+    assert assignment(data, first_query) == first_name
+
+    # --- 4. undo with the Z key: the first photo is restored too
+    page.locator("#match-facts").click()
+    page.keyboard.press("z")
+    expect(page.locator("#match-facts .rz-facts")).to_have_attribute("data-image-id", str(first_query),
+                                                                  timeout=TIMEOUT_MS)
+    wait_for(lambda: assignment(data, first_query) is None, what="the first decision to be undone")
+
+    # --- 5. the Catalogue tab reflects the restored state
+    page.get_by_role("tab", name="Catalogue").click()
+    expect(page.locator("#catalogue-history")).to_contain_text("undid", timeout=TIMEOUT_MS)
+    shot("after-undo")
+    assert not page.external_requests, page.external_requests
