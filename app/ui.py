@@ -193,7 +193,8 @@ def build_app(cat: Catalogue, *, user: str = "curator") -> gr.Blocks:
     """The whole Rosette UI over an open catalogue; ``user`` is the default curator name."""
     # Catalogue files are content-addressed and never change: serve them in place instead of copying.
     gr.set_static_paths([str(d) for d in served_dirs(cat)])
-    with gr.Blocks(title="Rosette", analytics_enabled=False) as demo:
+    # delete_cache: every hour, drop uploaded temporary files older than a day (the catalogue keeps its own copy).
+    with gr.Blocks(title="Rosette", analytics_enabled=False, delete_cache=(3600, 86400)) as demo:
         with gr.Row(elem_id="rosette-header", equal_height=True):
             gr.Markdown("## Rosette\nWildlife re-identification catalogue", elem_id="rosette-title")
             user_box = gr.Textbox(value=user, label="Curator", elem_id="curator-name", scale=0, min_width=220,

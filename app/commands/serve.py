@@ -37,7 +37,10 @@ def seed_demo(cat, *, user: str = "demo") -> str | None:
         from db.demo import seed_demo_if_empty
     except ImportError as exc:  # pragma: no cover - only while the demo module is missing
         return f"demo data not available ({exc})"
-    report = seed_demo_if_empty(cat, user=user)
+    try:
+        report = seed_demo_if_empty(cat, user=user)
+    except Exception as exc:  # noqa: BLE001 - a broken demo must not stop the app from starting
+        return f"demo catalogue could not be added ({type(exc).__name__}: {exc}); starting without it"
     if report is None:
         return None
     counts = ", ".join(f"{n} {status}" for status, n in dict(report.counts).items())

@@ -176,6 +176,14 @@ def test_demo_catalogue_merge_and_split_with_undo(demo_server, page, shot):
     expect(headline).to_contain_text("nyala_61: 6 photos", timeout=TIMEOUT_MS)
     expect(page.locator("#catalogue-summary")).to_contain_text("10 individuals · 60 photos")
 
+    # --- search narrows the overview
+    _textbox(page, "catalogue-search").fill("nyala_9")
+    expect(overview.locator("img")).to_have_count(2, timeout=TIMEOUT_MS)
+    expect(overview).to_contain_text("nyala_90 (")
+    expect(overview).to_contain_text("nyala_96 (")
+    _textbox(page, "catalogue-search").fill("")
+    expect(overview.locator("img")).to_have_count(10, timeout=TIMEOUT_MS)
+
     # --- the history records who did what
     expect(page.locator("#catalogue-history")).to_contain_text("merged nyala_60 into nyala_61 (6 photos) (undone)")
     assert page.external_requests == [], f"the page tried to reach the internet: {page.external_requests}"
