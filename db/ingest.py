@@ -48,8 +48,8 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from core.images import IMAGE_EXTENSIONS, MAX_PIXELS, DecodedImage, ImageDecodeError, decode_image, extension_for, make_thumbnail
-from db.catalogue import CatalogueError, assign_image, find_individual_by_name, get_or_create_individual
-from db.models import Flank, Image, Individual, Sighting
+from db.catalogue import CatalogueError, find_individual_by_name, get_or_create_individual, get_or_create_user
+from db.models import EventKind, Flank, IdentityEvent, Image, Individual, Sighting, utcnow
 from db.storage import sha256_bytes
 
 FORMATS = ("file", "folder", "zip", "manifest", "kaggle")
@@ -689,9 +689,11 @@ class _Importer:
         self.planned_individuals: set[str] = set()
         self.known_hashes: set[str] = set()  # content hashes catalogued when the run started
         self.run_hashes: set[str] = set()  # content hashes committed by this run
-        self._ind_cache: dict[str, int] = {}  # individual name -> id, committed and active
-        self._sight_cache: dict[str, int] = {}  # sighting key -> id, committed
-        self._pending: dict[tuple[str, str], int] = {}  # cache entries waiting for this file's commit
+        # committed rows reused across files (strong references keep them in the session's identity map)
+        self._ind_cache: dict[str, Individual] = {}  # individual name -> active individual
+        self._sight_cache: dict[str, Sighting] = {}  # sighting key -> sighting
+        self._user_known = False
+        self._pending: dict[tuple[str, str], Any] = {}  # cache entries waiting for this file's commit
 
     # ---- helpers
 
@@ -718,14 +720,10 @@ class _Importer:
 
     def _individual(self, session: Session, name: str) -> tuple[Individual, str]:
         """The individual called ``name`` (created if new; a merged one leads to its target)."""
-        cached = self._ind_cache.get(name)
-        if cached is not None:
-            ind = session.get(Individual, cached)
-            if ind is not None and ind.active and ind.name == name:
-                return ind, ""
+        ind = self._ind_cache.get(name)
+        if ind is not None and ind in session and ind.active and ind.name == name:
+            return ind, ""
         ind = get_or_create_individual(session, name, user=self.user)
-        if ind.active:
-            self._pending[("ind", name)] = ind.id
         note = ""
         hops = 0
         while not ind.active and ind.merged_into_id is not None and hops < 50:
@@ -736,18 +734,42 @@ class _Importer:
             ind, hops = target, hops + 1
         if not ind.active:
             raise CatalogueError(f"the individual {name!r} was retired; reactivate or rename it first")
+        if not note:
+            self._pending[("ind", name)] = ind
         return ind, note
 
     def _assign(self, session: Session, img: Image, name: str) -> str:
+        """Put ``img`` under the individual ``name`` and record the assign event; returns a note.
+
+        The event has exactly the payload :func:`db.catalogue.assign_image` records
+        (``image_id``, ``previous``, ``new``), so history and undo treat it like any
+        assignment, plus ``via``/``source``/``name`` saying which import did it. It is
+        written here (not through assign_image) to save statements on big imports:
+        a new image gets its individual in its INSERT.
+        """
         ind, note = self._individual(session, name)
-        ev = assign_image(session, img.id, ind.id, user=self.user)
-        ev.payload = {**ev.payload, "via": "import", "source": self.origin, "name": img.original_name}
+        self._ensure_user(session)
+        previous = img.individual_id
+        img.individual_id = ind.id
+        if img.id is None:
+            session.flush()
+        session.add(IdentityEvent(
+            kind=EventKind.assign, individual_id=ind.id, other_individual_id=previous, user=self.user,
+            created_at=utcnow(),
+            payload={"image_id": img.id, "previous": previous, "new": ind.id, "via": "import",
+                     "source": self.origin, "name": img.original_name},
+        ))
         return note
 
+    def _ensure_user(self, session: Session) -> None:
+        if not self._user_known:
+            get_or_create_user(session, self.user)
+            self._pending[("user", self.user)] = 1
+
     def _sighting(self, session: Session, facts: dict[str, Any], decoded: DecodedImage | None) -> Sighting:
-        cached = self._sight_cache.get(facts["key"])
-        s = session.get(Sighting, cached) if cached is not None else None
-        if s is None or s.key != facts["key"]:
+        """The sighting keyed ``facts['key']`` (created if new); fills fields it does not have yet."""
+        s = self._sight_cache.get(facts["key"])
+        if s is None or s not in session:
             s = session.scalar(select(Sighting).where(Sighting.key == facts["key"]))
         if s is None:
             s = Sighting(key=facts["key"])
@@ -759,15 +781,19 @@ class _Importer:
             s.date = decoded.exif_time
         if decoded is not None and s.lat is None and decoded.gps_lat is not None and decoded.gps_lon is not None:
             s.lat, s.lon = decoded.gps_lat, decoded.gps_lon
-        session.flush()
-        self._pending[("sight", facts["key"])] = s.id
+        self._pending[("sight", facts["key"])] = s
         return s
 
     def _commit(self, session: Session, digest: str | None = None) -> None:
         """Commit one file's transaction and remember what is now safely in the catalogue."""
         session.commit()
         for (kind, key), value in self._pending.items():
-            (self._ind_cache if kind == "ind" else self._sight_cache)[key] = value
+            if kind == "ind":
+                self._ind_cache[key] = value
+            elif kind == "sight":
+                self._sight_cache[key] = value
+            elif kind == "user":
+                self._user_known = True
         self._pending.clear()
         if digest:
             self.run_hashes.add(digest)
@@ -869,10 +895,9 @@ class _Importer:
                 img.mask_flags = list(quality.flags)
                 img.mask_details = {"rule": "alpha > threshold", "threshold": _alpha_threshold(),
                                     "area_fraction": quality.area_fraction, "n_components": quality.n_components}
-            session.add(img)
-            session.flush()
             if e.sighting:
-                img.sighting_id = self._sighting(session, e.sighting, decoded).id
+                img.sighting = self._sighting(session, e.sighting, decoded)
+            session.add(img)
             note = self._assign(session, img, e.identity) if e.identity else ""
             session.flush()
             self._before_commit(session, img)
@@ -921,7 +946,7 @@ class _Importer:
             if e.flank and img.flank == Flank.unknown:
                 img.flank, img.flank_source = e.flank, "manifest"
             if e.sighting and img.sighting_id is None:
-                img.sighting_id = self._sighting(session, e.sighting, None).id
+                img.sighting = self._sighting(session, e.sighting, None)
             session.flush()
             self._commit(session)
         except Exception as exc:
@@ -962,8 +987,6 @@ class _Importer:
                     i += 1
                     if progress is not None:
                         progress(i, total)
-                    if i % 200 == 0:
-                        session.expunge_all()  # keep the identity map small on big imports
         return results
 
 

@@ -170,6 +170,19 @@ def test_folder_per_identity_records_history(cat, tmp_path):
     assert len(assigns) == 3 and all(e.user == "ana" and e.payload.get("via") == "import" for e in assigns)
 
 
+def test_import_assignment_can_be_undone_like_any_other(cat, tmp_path):
+    from db.catalogue import history, undo_event
+
+    write(tmp_path / "cats" / "Ayo" / "1.jpg", jpeg(1))
+    ingest_path(cat, tmp_path / "cats", user="ana")
+    with cat.unit_of_work() as s:
+        ev = next(e for e in history(s) if e.kind == EventKind.assign)
+        assert ev.payload["image_id"] == images(cat)[0].id and ev.payload["previous"] is None
+        undo_event(s, ev.id, user="bo")
+        s.commit()
+    assert images(cat)[0].individual_id is None
+
+
 def test_zip_with_wrapper_folder_and_identities(cat, tmp_path):
     z = tmp_path / "upload.zip"
     with zipfile.ZipFile(z, "w") as zf:
