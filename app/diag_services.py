@@ -357,12 +357,12 @@ def mask_report(draft: MaskDraft) -> str:
     q = mask_quality(draft.mask)
     who = describe_mask_source(draft.source, draft.details)
     status = "Stored mask" if draft.stored else "Proposed mask (not saved yet: press Accept to keep it)"
-    if q.solidity >= 0.9:
+    if q.solidity >= 0.85:
         shape_words = "compact, clean outline"
-    elif q.solidity >= 0.75:
-        shape_words = "some gaps or ragged edges"
+    elif q.solidity >= 0.6:
+        shape_words = "usual for a standing animal: legs, horns and tail make dents in the outline"
     else:
-        shape_words = "ragged or partial outline: check it"
+        shape_words = "very ragged or partial outline: check it"
     lines = [f"**{status}.** Mask made by {who}.",
              f"- {tip('Outline quality', 'solidity = mask area / convex-hull area, in (0, 1]; 1 = no dents')}: "
              f"**{q.solidity:.2f}** ({shape_words}). Low values make training trust this photo less.",
@@ -446,8 +446,8 @@ class VariantView:
 
     @property
     def caption(self) -> str:
-        score = f"{self.own_score:.3f}" if self.own_score is not None else "—"
-        return f"{VARIANT_WORDS[self.variant]} ({self.variant}) · likeness to own individual {score}"
+        """Short gallery caption: the score first, so it is never cut off."""
+        return f"{fmt(self.own_score)} · {VARIANT_WORDS[self.variant]}"
 
 
 @dataclass
@@ -624,6 +624,14 @@ def image_diagnosis_markdown(d: ImageDiagnosis) -> str:
         return f'<span class="diag-number" title="{prov}{html.escape(extra, quote=True)}">{fmt(x)}</span>'
 
     own = "the whole photos" if not d.own_same_sighting_included else "whole photos (same sighting only)"
+    own_help = ("own_score(v) = max over the other photos y of the same individual of s(variant v of this photo, "
+                "full_rgb of y); photos of the same sighting are left out when others exist")
+    table = ["| Version of the photo | " + tip("Likeness to its own individual", own_help) + " |", "|---|---:|"]
+    for view in d.variants:
+        table.append(f"| {tip(VARIANT_WORDS[view.variant], VARIANT_HELP[view.variant])} | "
+                     f"{num(view.own_score, '; variant ' + view.variant + ' vs full_rgb of the own individual')} |")
+    if d.own_gallery == 0:
+        table.append("| *(no other photo of this individual to compare with)* | |")
     lines = [
         f"### Photo #{d.image_id} · {html.escape(d.name)} · {html.escape(d.individual or 'no individual yet')}",
         f"**{html.escape(d.verdict())}**",
@@ -642,6 +650,8 @@ def image_diagnosis_markdown(d: ImageDiagnosis) -> str:
         f"- <span title=\"{prov}\">Made with {html.escape(d.provenance['model'])}; "
         f"background filled by {html.escape(d.provenance['inpainter'])}; mask by "
         f"{html.escape(d.provenance['masker'])}.</span>",
+        "",
+        *table,
     ]
     return "\n".join(lines)
 
@@ -824,7 +834,7 @@ def context_figure(v: DiagnosisView) -> Any:
 
 
 def mirror_histogram_figure(v: DiagnosisView) -> Any:
-    """Histogram of per-photo mirror similarity with the tier bands shaded."""
+    """Histogram of per-photo mirror similarity with the tier bands shaded and named above the plot."""
     import plotly.graph_objects as go
 
     per = v.metrics.get("per_image") or {}
@@ -832,12 +842,14 @@ def mirror_histogram_figure(v: DiagnosisView) -> Any:
     ids = [i for i, x in zip(per.get("image_ids", []), per.get("mirror_sim", [])) if x is not None]
     lo = min([0.7, *sims]) - 0.02 if sims else 0.7
     fig = go.Figure()
-    for name, a, b, colour in TIER_BANDS:
-        a = max(a, lo)
-        if b <= a:
+    for k, (name, a, b, colour) in enumerate(TIER_BANDS):
+        shown_a = max(a, lo)
+        if b <= shown_a:
             continue
-        fig.add_vrect(x0=a, x1=b, fillcolor=colour, line_width=0, layer="below",
-                      annotation_text=name, annotation_position="top left", annotation_font_size=11)
+        fig.add_vrect(x0=shown_a, x1=b, fillcolor=colour, line_width=0, layer="below")
+        fig.add_annotation(x=(shown_a + b) / 2, xref="x", y=1.02 + 0.07 * (k % 2), yref="paper", yanchor="bottom",
+                           text=name, showarrow=False, font=dict(size=11),
+                           hovertext=f"mirror tier '{name}': mean mirror similarity from {a:g} to {b:g}")
     fig.add_trace(go.Histogram(x=sims, nbinsx=min(40, max(10, len(sims) // 3)), marker_color="#6b4f3a",
                                customdata=ids, name="photos",
                                hovertemplate="likeness to own mirror image %{x}<br>%{y} photos<br>"
@@ -845,11 +857,11 @@ def mirror_histogram_figure(v: DiagnosisView) -> Any:
                                              + "<extra></extra>"))
     mean = v.metrics.get("mirror_sim_mean")
     if mean is not None:
-        fig.add_vline(x=mean, line_dash="dash", line_color="#222",
-                      annotation_text=f"mean {mean:.3f} ({v.metrics.get('mirror_tier')})",
-                      annotation_position="bottom right")
-    fig.update_layout(title="How alike each photo and its mirror image look to the model", height=380,
-                      margin=dict(l=50, r=20, t=60, b=40), bargap=0.05, showlegend=False,
+        fig.add_vline(x=mean, line_dash="dash", line_color="#222", annotation_text=f"mean {mean:.3f}",
+                      annotation_position="top left",
+                      annotation_hovertext=f"mean mirror similarity {mean:.3f}: tier {v.metrics.get('mirror_tier')}")
+    fig.update_layout(title="How alike each photo and its mirror image look to the model", height=400,
+                      margin=dict(l=50, r=20, t=110, b=40), bargap=0.05, showlegend=False,
                       xaxis=dict(title="likeness to own mirror image (mirror similarity)", range=[lo, 1.0]),
                       yaxis=dict(title="photos"))
     return fig

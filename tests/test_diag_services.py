@@ -300,3 +300,103 @@ def test_freeze_benchmark_and_submit_diagnose(cat):
 def test_diagnose_image_needs_a_mask(cat):
     with pytest.raises(ValueError, match="no mask yet"):
         ds.diagnose_image(cat, _ids(cat)[0], backbone=object())
+
+
+# --------------------------------------------------------------------------- diagnostics: one photo
+
+
+class HalvesBackbone:
+    """A hand-checkable backbone: mean colour of the left and of the right half (+1), L2-normalised.
+    Mirroring swaps the halves, so a photo and its mirror image differ unless they are symmetric."""
+
+    def __init__(self) -> None:
+        from core.backbones import BackboneConfig
+
+        self.config = BackboneConfig(name="test_halves", architecture="halves", input_size=(8, 8), mean=(0, 0, 0),
+                                     std=(1, 1, 1), interpolation="area", pooling="half means", embed_dim=6,
+                                     weight_source="none (test)", weights_sha256=None, supports_tokens=False)
+
+    def embed(self, images):
+        return np.stack([halves(im) for im in images])
+
+
+def halves(im: np.ndarray) -> np.ndarray:
+    w = im.shape[1] // 2
+    v = np.concatenate([im[:, :w].reshape(-1, 3).mean(0), im[:, w:].reshape(-1, 3).mean(0)]) / 255.0 + 1.0
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+def _box_mask(shape: tuple[int, int]) -> np.ndarray:
+    h, w = shape
+    m = np.zeros((h, w), bool)
+    m[h // 4: 3 * h // 4, w // 5: 4 * w // 5] = True
+    return m
+
+
+def test_diagnose_image_matches_hand_computation(cat):
+    from core.inpainting import OpenCVInpainter
+    from core.variants import VARIANTS, make_variant
+    from db.masks import store_mask
+
+    with cat.unit_of_work() as s:
+        rows = {im.original_name: im for im in s.scalars(select(Image))}
+    by_name = {n: r.id for n, r in rows.items()}
+    query = by_name["nyala_100_124_left.jpg"]
+    other_masked = by_name["nyala_101_125_left.jpg"]
+    for image_id in (query, other_masked):
+        store_mask(cat, image_id, _box_mask(ds.photo(cat, image_id).shape[:2]), source="grabcut", user="ana")
+
+    d = ds.diagnose_image(cat, query, backbone=HalvesBackbone(), inpainter="opencv")
+
+    rgb = ds.photo(cat, query)
+    mask = _box_mask(rgb.shape[:2])
+    filled = OpenCVInpainter().inpaint(rgb, mask)
+    e = {v: halves(make_variant(rgb, mask, v, inpainted=filled)) for v in VARIANTS}
+    # own individual: the same-sighting photo (124_right) is left out, 258_left stays
+    own = halves(ds.photo(cat, by_name["nyala_100_258_left.jpg"]))
+    assert d.own_gallery == 1 and not d.own_same_sighting_included
+    assert [v.variant for v in d.variants] == list(VARIANTS)
+    for view in d.variants:
+        assert view.own_score == pytest.approx(float(e[view.variant] @ own), abs=1e-5)
+        assert view.picture.shape == rgb.shape
+    assert np.array_equal(d.variants[VARIANTS.index("mirror")].picture, make_variant(rgb, mask, "mirror"))
+    assert d.mirror_sim == pytest.approx(float(e["foreground_only"] @ e["mirror"]), abs=1e-5)
+
+    # other individuals: cut-out where a mask exists, whole photo elsewhere
+    gallery = {}
+    for name, image_id in by_name.items():
+        if name.startswith("nyala_100"):
+            continue
+        pic = ds.photo(cat, image_id)
+        if image_id == other_masked:
+            pic = make_variant(pic, _box_mask(pic.shape[:2]), "foreground_only")
+        gallery[image_id] = float(e["mirror"] @ halves(pic))
+    best = max(gallery, key=gallery.get)
+    assert (d.other_gallery, d.other_cutouts) == (6, 1)
+    assert d.nn_sim == pytest.approx(gallery[best], abs=1e-5) and d.nn_image_id == best
+    assert d.danger_margin == pytest.approx(d.nn_sim - d.mirror_sim, abs=1e-6)
+    best_name = next(n for n, i in by_name.items() if i == best)
+    assert d.nn_individual == best_name.rsplit("_", 2)[0]  # nyala_<id>_<sighting>_<flank>.jpg
+    assert d.nn_thumb and Path(d.nn_thumb).exists()
+
+    text = ds.image_diagnosis_markdown(d)
+    assert f"{d.mirror_sim:.3f}" in text and f"{d.danger_margin:.3f}" in text
+    assert "test_halves" in text and "opencv" in text and "GrabCut" in text
+    assert "1 of them as cut-outs" in text and "mask them for a fair check" in text
+    if d.danger_margin > 0:
+        assert f"looks more like {d.nn_individual} than like itself" in d.verdict()
+    else:
+        assert "still looks more like itself" in d.verdict()
+
+
+def test_verdict_words_for_a_dangerous_margin():
+    d = ds.ImageDiagnosis(image_id=1, name="a.jpg", individual="Ayo", variants=[], mirror_sim=0.80, nn_sim=0.85,
+                          danger_margin=0.05, nn_image_id=7, nn_individual="Bela", nn_thumb=None, own_gallery=0,
+                          own_same_sighting_included=False, other_gallery=1, other_cutouts=1,
+                          provenance={"model": "m", "weights": "w", "metric": "cosine", "masker": "GrabCut",
+                                      "inpainter": "opencv", "seed": 0})
+    assert d.dangerous and "The mirrored photo looks more like Bela than like itself" in d.verdict()
+    d.danger_margin = -0.05
+    assert not d.dangerous and "still looks more like itself" in d.verdict()
+    d.danger_margin = None
+    assert "no other individual" in d.verdict()

@@ -20,7 +20,7 @@ see which model, weights, image variant, masker and inpainter produced it.
 
 
 def _inpainter_choices() -> list[tuple[str, str]]:
-    return [(f"{name}: {ds.describe_inpainter(name)}", name) for name in ds.inpainter_names()]
+    return [(ds.describe_inpainter(name), name) for name in ds.inpainter_names()]
 
 
 def build(ctx: UIContext) -> None:
@@ -45,9 +45,9 @@ def build(ctx: UIContext) -> None:
                                               elem_id="diag-photo-inpainter", scale=2,
                                               info="inpainter for the painted-out background")
             photo_button = gr.Button("Diagnose this photo", variant="primary", elem_id="diag-photo-run")
-            variants = gr.Gallery(label="The photo as the model sees it in six versions, each with how strongly it "
+            variants = gr.Gallery(label="The photo in six versions; the number is how strongly each version alone "
                                         "still points to this animal (likeness to its own individual)",
-                                  columns=3, height="auto", object_fit="contain", allow_preview=True,
+                                  columns=3, rows=2, height=820, object_fit="contain", allow_preview=True,
                                   interactive=False, elem_id="diag-variants", buttons=[])
             with gr.Row(equal_height=False):
                 with gr.Column(scale=3):
