@@ -378,8 +378,8 @@ def ingest_query(cat: Catalogue, upload: object, *, user: str) -> tuple[int, str
 
 BENCHMARK_HEADERS = ["Benchmark", "Split", "Photos", "Test photos", "Individuals", "Test individuals", "Seed",
                      "Test share", "Source", "Created (UTC)"]
-EVALUATION_HEADERS = ["#", "When (UTC)", "Benchmark", "Model", "Variant", "Re-ranking", "Match quality (mAP, macro)",
-                      "mAP micro", "Top-1 (CMC@1, macro)", "Top-5", "mAP incl. same sighting", "Queries",
+EVALUATION_HEADERS = ["#", "When (UTC)", "Benchmark", "Model", "Variant", "Re-ranking", "mAP per individual",
+                      "mAP per photo", "Top-1 hit", "Top-5 hit", "mAP with same sighting", "Queries",
                       "Provenance"]
 
 
@@ -539,7 +539,7 @@ def evaluation_chart(rows: Sequence[EvaluationRow]) -> Any:
         fig.add_bar(name="mAP (macro), same-sighting photos included", x=labels,
                     y=[r.map_macro_with_same_sighting for r in shown], hovertext=hover, hoverinfo="text+y",
                     marker_color="#78716c")
-    fig.update_layout(barmode="group", height=380, margin=dict(l=40, r=10, t=40, b=80),
+    fig.update_layout(barmode="group", bargap=0.5 if len(shown) < 4 else 0.25, bargroupgap=0.08, height=380, margin=dict(l=40, r=10, t=40, b=80),
                       title="Match quality per evaluation (higher is better; hover a bar for its provenance)",
                       yaxis=dict(title="mAP (identity-balanced)", range=[0, 1]),
                       legend=dict(orientation="h", y=-0.25), template="plotly_white")
@@ -566,6 +566,7 @@ class JobRow:
     can_cancel: bool
     can_retry: bool
     error: str | None
+    waited_s: float | None = None  # for a queued job: seconds since it was queued
 
 
 def _duration(job: Job) -> str:
@@ -580,6 +581,7 @@ def _duration(job: Job) -> str:
 
 def job_rows(cat: Catalogue, *, limit: int = 50) -> list[JobRow]:
     """The newest jobs with what the Jobs tab shows and which buttons apply."""
+    from db.models import utcnow
     from jobs.queue import list_jobs
 
     out = []
@@ -593,8 +595,16 @@ def job_rows(cat: Catalogue, *, limit: int = 50) -> list[JobRow]:
                           duration=_duration(job),
                           can_cancel=job.status in (JobStatus.queued, JobStatus.running) and not job.cancel_requested,
                           can_retry=job.status in (JobStatus.failed, JobStatus.cancelled),
-                          error=(job.error or "").strip().splitlines()[-1] if job.error else None))
+                          error=(job.error or "").strip().splitlines()[-1] if job.error else None,
+                          waited_s=(utcnow() - job.created_at).total_seconds()
+                          if job.status == JobStatus.queued and job.created_at else None))
     return out
+
+
+def oldest_queued_wait_s(rows: Sequence[JobRow]) -> float | None:
+    """Seconds the longest-waiting queued job has waited, or None when nothing waits."""
+    waits = [r.waited_s for r in rows if r.status == "queued" and r.waited_s is not None]
+    return max(waits) if waits else None
 
 
 def cancel_job(cat: Catalogue, job_id: int) -> str:

@@ -329,6 +329,8 @@ def test_job_rows_cancel_and_retry(cat):
     rows = {r.id: r for r in ms.job_rows(cat)}
     assert rows[first].status == "queued" and rows[first].can_cancel and not rows[first].can_retry
     assert rows[first].params == "steps=2"  # the submitter is not a parameter
+    assert rows[first].waited_s is not None and rows[first].waited_s >= 0
+    assert ms.oldest_queued_wait_s(list(rows.values())) >= rows[first].waited_s
     assert ms.cancel_job(cat, first) == f"Job #{first} cancelled."
     row = {r.id: r for r in ms.job_rows(cat)}[first]
     assert row.status == "cancelled" and row.can_retry and not row.can_cancel
@@ -357,6 +359,7 @@ def test_jobs_html_has_progress_and_the_right_buttons():
     assert "job-retry-7" not in out and "job-cancel-8" not in out
     assert "benchmark=&lt;b1&gt;" in out and "RuntimeError: boom" in out
     assert "No jobs yet" in jobs_html([])
+    assert ms.oldest_queued_wait_s(rows) is None  # nothing queued
 
 
 def test_warm_feature_cache_queues_an_embed_job(cat):

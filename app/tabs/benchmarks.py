@@ -72,7 +72,9 @@ def build(ctx: UIContext) -> None:
     evaluations = gr.Dataframe(headers=ms.EVALUATION_HEADERS, value=[], interactive=False, wrap=True,
                                label="Stored evaluations (newest first; the last column says exactly which model, "
                                      "weights, variant, masker and inpainter produced each number)",
-                               elem_id="bench-evaluations", max_height=420)
+                               elem_id="bench-evaluations", max_height=420,
+                               column_widths=["50px", "150px", "130px", "140px", "120px", "90px", "110px", "90px",
+                                              "90px", "70px", "120px", "80px", "520px"])
 
     def render(shown_bench, picked):
         names = ms.benchmark_names(cat)
@@ -100,8 +102,6 @@ def build(ctx: UIContext) -> None:
     def do_evaluate(bench_name, backbone_name, variant_name, rerank_name, user):
         _job_id, message = ms.launch_evaluation(cat, benchmark=bench_name, backbone=backbone_name,
                                                 variant=variant_name, rerank=rerank_name, user=user)
-        if not ms.worker_running():
-            message += " (No job worker runs in this server process: start one with `rosette worker`.)"
         return message
 
     created = create_button.click(do_create, inputs=[name, split, fraction, seed, ctx.user],

@@ -16,10 +16,12 @@ from app.ui import UIContext, curator_action
 TITLE = "Jobs"
 ORDER = 60
 REFRESH_EVERY_S = 2.0
+WAIT_WARNING_S = 15.0
 
 CSS = """
-table { width: 100%; border-collapse: collapse; font-size: var(--text-sm); }
-th, td { padding: 6px 8px; border-bottom: 1px solid var(--border-color-primary); text-align: left; vertical-align: top; }
+table { width: 100%; border-collapse: collapse; font-size: var(--text-sm); border: none; }
+th, td { padding: 6px 8px; border: none; border-bottom: 1px solid var(--border-color-primary); text-align: left;
+  vertical-align: top; }
 th { color: var(--body-text-color-subdued); font-weight: 600; }
 progress { width: 140px; height: 12px; vertical-align: middle; accent-color: var(--color-accent, #d97706); }
 .st { padding: 1px 8px; border-radius: 999px; font-weight: 600; white-space: nowrap; }
@@ -73,11 +75,15 @@ def jobs_html(rows: list[ms.JobRow]) -> str:
     return f"<table id='jobs-table'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def worker_line() -> str:
+def worker_line(rows: list[ms.JobRow] | None = None) -> str:
+    """Whether queued jobs will run: an in-process worker, or a warning when one has waited too long."""
     if ms.worker_running():
         return "A job worker runs inside this server: queued jobs start within a second or two."
-    return ("**No job worker runs inside this server.** Queued jobs wait until one runs: "
-            "start `rosette worker` in a terminal.")
+    waiting = ms.oldest_queued_wait_s(rows or [])
+    if waiting is not None and waiting > WAIT_WARNING_S:
+        return (f"**A job has waited {waiting:.0f} s for a worker.** Jobs run in a separate process: "
+                "is `rosette worker` running for this data directory?")
+    return "Jobs run in the background in a `rosette worker` process; this list refreshes by itself."
 
 
 def build(ctx: UIContext) -> None:
@@ -90,7 +96,8 @@ def build(ctx: UIContext) -> None:
     timer = gr.Timer(REFRESH_EVERY_S)
 
     def render():
-        return jobs_html(ms.job_rows(cat)), worker_line()
+        rows = ms.job_rows(cat)
+        return jobs_html(rows), worker_line(rows)
 
     ctx.on_refresh(render, outputs=[table, worker])
     timer.tick(curator_action(render), outputs=[table, worker], show_progress="hidden", api_visibility="private",
