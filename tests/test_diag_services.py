@@ -400,3 +400,38 @@ def test_verdict_words_for_a_dangerous_margin():
     assert not d.dangerous and "still looks more like itself" in d.verdict()
     d.danger_margin = None
     assert "no other individual" in d.verdict()
+
+
+def test_a_real_diagnose_run_renders(cat):
+    """run_diagnose (toy backbone, box masks, OpenCV) -> stored -> the tab's summary, charts and flank table."""
+    from db import embeddings
+    from db.benchmarks import create_benchmark, load_benchmark
+    from db.diagnostics import run_diagnose
+    from db.masks import store_mask
+
+    create_benchmark(cat, "tiny", split="identity", test_fraction=0.67, seed=0, user="ana")
+    test = load_benchmark(cat, "tiny", split="test")
+    assert len(set(test.labels)) >= 2
+    for image_id in test.image_ids:
+        store_mask(cat, image_id, _box_mask(ds.photo(cat, image_id).shape[:2]), source="grabcut", user="ana")
+    embeddings._BACKBONES[(str(cat.data_dir), "test_halves")] = HalvesBackbone()
+    try:
+        result = run_diagnose(cat, backbone="test_halves", benchmark="tiny", masker="grabcut", inpainter="opencv",
+                              seeds=(0,), user="ana")
+    finally:
+        embeddings._BACKBONES.pop((str(cat.data_dir), "test_halves"), None)
+
+    v = ds.load_diagnosis(cat)
+    assert v.evaluation_id == result["evaluation_id"] and v.model == "test_halves" and v.benchmark == "tiny"
+    maps = result["map_macro_by_variant"]
+    bars = ds.context_figure(v).data[0]
+    assert list(bars.y) == pytest.approx([maps[k] for k in ("full_rgb", "foreground_only", "background_only",
+                                                            "background_inpainted", "silhouette", "mirror")])
+    assert "model test_halves (none (test))" in bars.hovertext[0] and "variant full_rgb" in bars.hovertext[0]
+    hist = ds.mirror_histogram_figure(v).data[0]
+    assert list(hist.x) == pytest.approx(result["per_image"]["mirror_sim"])
+    rows = ds.flank_rows(v)
+    assert rows[0][1] == ds.fmt(result["within_flank"]["map_macro"])
+    assert rows[1][3] == ds.fmt(result["cross_flank"]["cmc_macro"]["1"])
+    text = ds.diagnosis_summary_markdown(v)
+    assert ds.fmt(result["mirror_sim_mean"]) in text and result["mirror_tier"] in text

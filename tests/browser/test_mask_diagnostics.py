@@ -115,6 +115,10 @@ def test_mask_a_photo_then_diagnose_it(nyala_server, page, shot):
 
     # --- click on the animal, then on the ground (a background click), and make the mask
     bb = picture.bounding_box()
+    picture.click(position={"x": bb["width"] * 0.9, "y": bb["height"] * 0.1})  # a slip: not on the animal
+    expect(report).to_contain_text("1 click(s) on the animal, 0 on the background", timeout=TIMEOUT_MS)
+    page.locator("#mask-redo").click()  # Redo forgets it
+    expect(report).to_contain_text("0 click(s) on the animal, 0 on the background", timeout=TIMEOUT_MS)
     picture.click(position={"x": bb["width"] * 0.5, "y": bb["height"] * 0.45})
     expect(report).to_contain_text("1 click(s) on the animal, 0 on the background", timeout=TIMEOUT_MS)
     page.locator("#mask-click-mode").get_by_text("background", exact=True).click()
