@@ -18,6 +18,7 @@ import gradio as gr
 
 from app import match_services as ms
 from app.ui import ASSETS_DIR, UIContext, curator_action
+from db.catalogue import ConflictError
 
 TITLE = "Match review"
 ORDER = 20
@@ -239,7 +240,11 @@ def build(ctx: UIContext) -> None:
     @curator_action
     def on_decide(kind, view, selected, name, user, queue, pos, model_name, flank, show_outline,
                   progress=gr.Progress()):
-        outcome = ms.decide(cat, view, kind, user=user, rank=selected, new_name=name)
+        try:
+            outcome = ms.decide(cat, view, kind, user=user, rank=selected, new_name=name)
+        except ConflictError as exc:  # another curator decided this photo meanwhile: show it as it is now
+            return (pos, *show(view.query.image_id, model_name, flank, show_outline, queue, pos, progress),
+                    gr.skip(), f"**Not recorded:** {exc}. The photo is shown again as it is now.")
         nxt = ms.next_pending(cat, queue, pos)
         if nxt is None:
             return (pos, *render(None, 1, show_outline, queue, pos), "", outcome.message + " The queue is done.")

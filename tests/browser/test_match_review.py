@@ -151,3 +151,40 @@ def test_confirm_top_candidate_by_button_and_key_then_undo(match_server, page, s
     expect(page.locator("#catalogue-history")).to_contain_text("undid", timeout=TIMEOUT_MS)
     shot("after-undo")
     assert not page.external_requests, page.external_requests
+
+
+def test_two_curators_on_one_photo_the_second_is_told_not_overwritten(match_server, page, playwright_driver, shot):
+    from playwright.sync_api import expect
+
+    from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, VIEWPORT
+
+    data = match_server.data_dir
+    other = playwright_driver.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    try:
+        ben = other.new_page(viewport=VIEWPORT)
+        ben.set_default_timeout(20_000)
+        for pg in (page, ben):
+            pg.goto(match_server.url)
+        ben_name = ben.locator("#curator-name input, #curator-name textarea").first
+        ben_name.fill("ben")
+        ben_name.press("Tab")
+        for pg in (page, ben):
+            pg.get_by_role("tab", name="Match review").click()
+            expect(pg.locator("#match-candidates .rz-card").first).to_be_visible(timeout=TIMEOUT_MS)
+        query = shown_query(page)
+        assert shown_query(ben) == query and assignment(data, query) is None
+        _, ana_choice = top_candidate(page)
+
+        page.locator("#match-same").click()  # ana decides first
+        expect(page.locator("#match-status")).to_contain_text(f"photo #{query} is {ana_choice}", timeout=TIMEOUT_MS)
+        ben.locator("#match-not").click()  # ben still sees the photo as unassigned
+        expect(ben.locator("#match-status")).to_contain_text("Not recorded", timeout=TIMEOUT_MS)
+        expect(ben.locator("#match-status")).to_contain_text("decided by ana")
+        expect(ben.locator("#match-facts")).to_contain_text(f"same individual ({ana_choice}) by ana")
+        assert assignment(data, query) == ana_choice  # ana's decision stands
+        ben.screenshot(path=str(shot("ana").parent / "test_two_curators-ben.png"), full_page=True)
+    finally:
+        other.close()
+    page.locator("#match-undo").click()  # leave the catalogue as it was
+    expect(page.locator("#match-status")).to_contain_text("Undone", timeout=TIMEOUT_MS)
+    assert assignment(data, query) is None
