@@ -114,8 +114,9 @@ def build(ctx: UIContext) -> None:
 
     shown = [draft, picture, report]
     picker.input(pick, inputs=[picker], outputs=[*shown, flank, status], api_visibility="private")
-    picture.select(click, inputs=[draft, mode], outputs=shown, api_visibility="private",
-                   trigger_mode="always_last")
+    # every click counts, in order: queued one at a time (the draft is read from the session when each runs)
+    picture.select(click, inputs=[draft, mode], outputs=shown, api_visibility="private", trigger_mode="multiple",
+                   concurrency_limit=1, concurrency_id="mask-click", show_progress="hidden")
     box_button.click(typed_box, inputs=[draft, x0, y0, x1, y1], outputs=shown, api_visibility="private")
     make_button.click(make, inputs=[draft], outputs=shown, api_name="make_mask", concurrency_limit=1)
     ctx.changed(accept_button.click(accept, inputs=[draft, ctx.user], outputs=[*shown, status],

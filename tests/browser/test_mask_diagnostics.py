@@ -8,7 +8,6 @@ import re
 import shutil
 from collections import defaultdict
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
