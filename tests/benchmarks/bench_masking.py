@@ -12,6 +12,7 @@ Run: ``.venv/bin/python tests/benchmarks/run.py masking``.
 from __future__ import annotations
 
 import csv
+import os
 import time
 from pathlib import Path
 
@@ -78,6 +79,9 @@ def run() -> list[dict]:
     rows.append({"benchmark": "all six variants (opencv inpainting)", "value": _rate(len(photos), dt),
                  "unit": "photos/s", "goal": ">= 5 photos/s", "note": f"{note_imgs}; {dt / len(photos) * 1000:.0f} ms "
                  "per photo for 6 variants"})
+    load = os.getloadavg()[0]
+    for row in rows:  # throughput on a shared machine is only meaningful next to its load
+        row["note"] += f"; load avg {load:.1f} on {os.cpu_count()} cores"
     return rows
 
 
