@@ -1,0 +1,408 @@
+"""Torch backbones: the shared inference wrapper and ``timm:<architecture>`` entries.
+
+:class:`TorchBackbone` wraps any ``nn.Module`` whose ``forward(x)`` returns
+pooled N x D features. It owns the preprocessing declared in its
+:class:`~core.backbones.BackboneConfig`:
+
+1. each HxWx3 uint8 RGB photo is resized to ``input_size`` with PIL and the
+   config's interpolation (PIL filters antialias when shrinking). ``resize``
+   ``"stretch"`` resizes the whole photo to H x W (aspect ratio not kept, nothing
+   cropped -- the animal is never cut off); ``"letterbox"`` keeps the aspect and
+   pads with the mean colour;
+2. x = (pixel / 255 - mean) / std, channel-wise, float32 NCHW;
+3. the model runs in eval mode under ``torch.inference_mode``; the output is
+   L2-normalised: e = f / max(|f|_2, 1e-12).
+
+GPU is used when ``torch.cuda.is_available()`` (unless ``device`` says otherwise).
+Convolutional nets run in channels-last memory format on CPU and, for the
+EfficientNet family, with BatchNorm folded into the preceding convolution
+(w' = w * gamma / sqrt(var + eps), b' = (b - mean) * gamma / sqrt(var + eps) + beta),
+which gives the same outputs up to float rounding and is ~1.5x faster on CPU.
+
+``timm:<architecture>`` builds any timm model with its own pretrained cfg
+(input size, mean/std, interpolation). With ``pretrained=True`` the weights must
+already be on this machine -- the Hugging Face cache (``timm/<arch>.<tag>``), the
+torch hub cache, ``ROSETTE_WEIGHTS_DIR`` or an explicit ``weights_path`` -- and
+nothing is downloaded; otherwise :class:`~core.backbones.WeightsNotFoundError`
+says how to provide them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+
+from core.backbones import BackboneConfig
+
+PIL_FILTERS = {
+    "nearest": Image.Resampling.NEAREST,
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+    "lanczos": Image.Resampling.LANCZOS,
+    "box": Image.Resampling.BOX,
+    "area": Image.Resampling.BOX,
+}
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``None`` -> CUDA when available, else CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def as_rgb_uint8(image: np.ndarray) -> np.ndarray:
+    """Check/convert one image to HxWx3 uint8 (greyscale is repeated, a 4th alpha channel dropped)."""
+    a = np.asarray(image)
+    if a.dtype != np.uint8:
+        raise TypeError(f"images must be uint8 RGB arrays, got dtype {a.dtype}")
+    if a.ndim == 2:
+        a = np.repeat(a[:, :, None], 3, axis=2)
+    elif a.ndim == 3 and a.shape[2] == 4:
+        a = a[:, :, :3]
+    elif a.ndim == 3 and a.shape[2] == 1:
+        a = np.repeat(a, 3, axis=2)
+    if a.ndim != 3 or a.shape[2] != 3 or a.shape[0] < 1 or a.shape[1] < 1:
+        raise ValueError(f"images must be HxWx3 uint8 RGB arrays, got shape {np.asarray(image).shape}")
+    return a
+
+
+def resize_for_config(image: np.ndarray, config: BackboneConfig) -> np.ndarray:
+    """One HxWx3 uint8 photo -> input_size (H, W) uint8, following ``config.resize`` / ``interpolation``."""
+    a = as_rgb_uint8(image)
+    out_h, out_w = config.input_size
+    h, w = a.shape[:2]
+    resample = PIL_FILTERS[config.interpolation]
+    if config.resize == "stretch":
+        if (h, w) == (out_h, out_w):
+            return np.ascontiguousarray(a)
+        return np.asarray(Image.fromarray(a).resize((out_w, out_h), resample))
+    scale = min(out_w / w, out_h / h)
+    new_w, new_h = max(1, round(w * scale)), max(1, round(h * scale))
+    fill = tuple(int(round(m * 255)) for m in config.mean)
+    canvas = Image.new("RGB", (out_w, out_h), fill)
+    img = Image.fromarray(a)
+    if (new_h, new_w) != (h, w):
+        img = img.resize((new_w, new_h), resample)
+    canvas.paste(img, ((out_w - new_w) // 2, (out_h - new_h) // 2))
+    return np.asarray(canvas)
+
+
+TokenFn = Callable[[nn.Module, torch.Tensor], torch.Tensor]
+
+
+class TorchBackbone:
+    """Frozen torch model + its preprocessing; see the module docstring for the exact steps."""
+
+    metric = "cosine"
+
+    def __init__(self, model: nn.Module, config: BackboneConfig, *, device: str | torch.device | None = None,
+                 batch_size: int = 32, channels_last: bool | None = None, token_fn: TokenFn | None = None) -> None:
+        self.config = config
+        self.device = resolve_device(device)
+        self.batch_size = int(batch_size)
+        is_conv = any(isinstance(m, nn.Conv2d) for m in model.modules()) and not _is_transformer(model)
+        self.channels_last = bool(is_conv if channels_last is None else channels_last)
+        model = model.eval().requires_grad_(False).to(self.device)
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        self.model = model
+        self._token_fn = token_fn
+        mean = torch.tensor(config.mean, dtype=torch.float32).view(1, 3, 1, 1)
+        std = torch.tensor(config.std, dtype=torch.float32).view(1, 3, 1, 1)
+        # x = (p / 255 - mean) / std = p * scale + shift
+        self._scale = (1.0 / (255.0 * std)).to(self.device)
+        self._shift = (-mean / std).to(self.device)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config.name!r}, device={self.device.type})"
+
+    def preprocess(self, images: Sequence[np.ndarray]) -> torch.Tensor:
+        """Photos -> N x 3 x H x W float32 tensor on the backbone's device (resized and normalised)."""
+        h, w = self.config.input_size
+        batch = np.empty((len(images), h, w, 3), dtype=np.uint8)
+        for i, img in enumerate(images):
+            batch[i] = resize_for_config(img, self.config)
+        x = torch.from_numpy(batch).to(self.device).permute(0, 3, 1, 2).float()
+        x = x * self._scale + self._shift
+        if self.channels_last:
+            return x.contiguous(memory_format=torch.channels_last)
+        return x.contiguous()
+
+    def forward_embed(self, batch: torch.Tensor, *, normalize: bool = True) -> torch.Tensor:
+        """Preprocessed batch -> N x D pooled features (L2-normalised unless ``normalize=False``)."""
+        feats = self.model(batch)
+        if feats.ndim != 2:
+            feats = feats.flatten(1)
+        feats = feats.float()
+        return torch.nn.functional.normalize(feats, dim=1, eps=1e-12) if normalize else feats
+
+    def forward_tokens(self, batch: torch.Tensor) -> torch.Tensor:
+        """Preprocessed batch -> N x T x C patch tokens / feature-map cells (no pooling, no CLS token)."""
+        if not self.config.supports_tokens:
+            raise NotImplementedError(f"backbone {self.config.name!r} does not expose tokens")
+        fn = self._token_fn or default_tokens
+        return fn(self.model, batch)
+
+    def embed(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        """HxWx3 uint8 RGB photos of any size -> N x D float32, rows L2-normalised, deterministic."""
+        images = list(images)
+        out = np.empty((len(images), self.config.embed_dim), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(images), self.batch_size):
+                chunk = images[start:start + self.batch_size]
+                feats = self.forward_embed(self.preprocess(chunk))
+                if feats.shape[1] != self.config.embed_dim:
+                    raise RuntimeError(f"{self.config.name}: model gave {feats.shape[1]}-d features, "
+                                       f"config says {self.config.embed_dim}")
+                out[start:start + len(chunk)] = feats.cpu().numpy()
+        return out
+
+
+def _is_transformer(model: nn.Module) -> bool:
+    return hasattr(model, "cls_token") or hasattr(model, "pos_embed") or getattr(model, "output_fmt", "") == "NHWC"
+
+
+def default_tokens(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """timm ``forward_features`` -> N x T x C: NCHW maps and NHWC maps are flattened over H*W;
+    ViT sequences drop their prefix (CLS / register) tokens."""
+    feats = model.forward_features(batch)
+    if feats.ndim == 4:
+        if getattr(model, "output_fmt", "NCHW") == "NHWC":
+            return feats.flatten(1, 2)
+        return feats.flatten(2).transpose(1, 2)
+    if feats.ndim == 3:
+        n_prefix = int(getattr(model, "num_prefix_tokens", 0))
+        return feats[:, n_prefix:, :]
+    raise RuntimeError(f"unexpected forward_features shape {tuple(feats.shape)}")
+
+
+# --------------------------------------------------------------------------- BatchNorm folding
+
+#: module class name -> (conv attribute, following BatchNorm attribute) pairs, in forward order
+_FOLD_PAIRS = {
+    "EfficientNet": (("conv_stem", "bn1"), ("conv_head", "bn2")),
+    "EfficientNetFeatures": (("conv_stem", "bn1"),),
+    "DepthwiseSeparableConv": (("conv_dw", "bn1"), ("conv_pw", "bn2")),
+    "InvertedResidual": (("conv_pw", "bn1"), ("conv_dw", "bn2"), ("conv_pwl", "bn3")),
+    "EdgeResidual": (("conv_exp", "bn1"), ("conv_pwl", "bn2")),
+    "ConvBnAct": (("conv", "bn1"),),
+}
+
+
+class _DropAct(nn.Module):
+    """What is left of a timm ``BatchNormAct2d`` once its affine part moved into the conv."""
+
+    def __init__(self, drop: nn.Module, act: nn.Module) -> None:
+        super().__init__()
+        self.drop = drop
+        self.act = act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.drop(x))
+
+
+@torch.no_grad()
+def fold_batchnorm_(model: nn.Module) -> int:
+    """Fold eval-mode BatchNorm into the preceding conv for timm EfficientNet-family blocks, in place.
+
+    w' = w * g, b' = (b - running_mean) * g + beta with g = gamma / sqrt(running_var + eps).
+    Returns the number of folded pairs. Only for inference (the model must not be trained afterwards).
+    """
+    folded = 0
+    for module in list(model.modules()):
+        for conv_name, bn_name in _FOLD_PAIRS.get(type(module).__name__, ()):
+            conv = getattr(module, conv_name, None)
+            bn = getattr(module, bn_name, None)
+            if not isinstance(conv, nn.Conv2d) or not isinstance(bn, nn.BatchNorm2d):
+                continue
+            if bn.running_mean is None or bn.running_var is None or conv.out_channels != bn.num_features:
+                continue
+            gamma = bn.weight if bn.weight is not None else torch.ones_like(bn.running_var)
+            beta = bn.bias if bn.bias is not None else torch.zeros_like(bn.running_mean)
+            g = gamma / torch.sqrt(bn.running_var + bn.eps)
+            conv.weight.copy_(conv.weight * g.view(-1, 1, 1, 1))
+            bias = conv.bias if conv.bias is not None else torch.zeros_like(bn.running_mean)
+            conv.bias = nn.Parameter((bias - bn.running_mean) * g + beta, requires_grad=False)
+            if hasattr(bn, "act") and hasattr(bn, "drop"):
+                setattr(module, bn_name, _DropAct(bn.drop, bn.act))
+            else:
+                setattr(module, bn_name, nn.Identity())
+            folded += 1
+    return folded
+
+
+# --------------------------------------------------------------------------- weights on disk
+
+def sha256_file(path: str | os.PathLike[str], *, chunk: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file, streamed."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _timm_pretrained_cfg(architecture: str) -> dict[str, Any]:
+    import timm
+
+    model_name, tag = (architecture.split(".", 1) + [""])[:2]
+    if not timm.is_model(model_name):
+        from core.backbones import UnknownComponentError
+
+        close = timm.list_models(f"*{model_name[:6]}*")[:8]
+        hint = f" (similar: {', '.join(close)})" if close else ""
+        raise UnknownComponentError(f"unknown timm architecture {model_name!r}{hint}")
+    cfg = timm.models.get_pretrained_cfg(architecture) or timm.models.get_pretrained_cfg(model_name)
+    if cfg is None:
+        return {"architecture": model_name}
+    return cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+
+
+def find_timm_weights(architecture: str, pretrained_cfg: dict[str, Any], *,
+                      weights_path: str | os.PathLike[str] | None = None) -> Path | None:
+    """Where the pretrained weights of a timm architecture already are on this machine, or None.
+
+    Looks at ``weights_path``, then ``$ROSETTE_WEIGHTS_DIR/<hf repo>/`` and
+    ``$ROSETTE_WEIGHTS_DIR/<architecture>/``, the Hugging Face cache of the cfg's
+    ``hf_hub_id`` and the torch hub checkpoint cache of its ``url``. Never downloads.
+    """
+    from core.backbones.hub import find_local_file
+
+    hub_id = pretrained_cfg.get("hf_hub_id")
+    names = ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin")
+    if pretrained_cfg.get("hf_hub_filename"):
+        names = (pretrained_cfg["hf_hub_filename"], *names)
+    candidates = [architecture, architecture.split(".")[0]]
+    found = find_local_file(hub_id, names, weights_path=weights_path, extra_dirs=candidates)
+    if found is not None:
+        return found
+    url = pretrained_cfg.get("url")
+    if url:
+        hub_dir = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(url.split("?")[0])
+        if hub_dir.is_file():
+            return hub_dir
+    return None
+
+
+def weights_help(what: str, *, repo_id: str | None, files: Sequence[str], env_dirs: Sequence[str]) -> str:
+    """The message shown when weights are missing: which repo, where to put files, offline flags."""
+    root = os.environ.get("ROSETTE_WEIGHTS_DIR") or "<ROSETTE_WEIGHTS_DIR>"
+    lines = [f"no pretrained weights for {what} on this machine (Rosette never downloads weights by itself)."]
+    lines.append("Provide them in one of these ways:")
+    if repo_id:
+        lines.append(f"  - with internet: `huggingface-cli download {repo_id}` (fills the Hugging Face cache, "
+                     f"~/.cache/huggingface/hub or $HF_HOME/hub), then run with HF_HUB_OFFLINE=1;")
+        lines.append(f"  - or copy the repo files ({', '.join(files)}) to {root}/{repo_id}/ "
+                     f"(`huggingface-cli download {repo_id} --local-dir {root}/{repo_id}`) and set ROSETTE_WEIGHTS_DIR;")
+    for d in env_dirs:
+        lines.append(f"  - or put the weight file in {root}/{d}/;")
+    lines.append("  - or pass weights_path=<file or folder> when creating the backbone;")
+    lines.append("  - or use pretrained=False for random weights (tests only: the scores are meaningless).")
+    return "\n".join(lines)
+
+
+def create_timm_backbone(architecture: str, *, pretrained: bool = True, device: str | None = None,
+                         weights_path: str | None = None, image_size: int | tuple[int, int] | None = None,
+                         resize: str = "stretch", batch_size: int = 32, fuse_bn: bool = True,
+                         registry_name: str | None = None, **model_kwargs: Any) -> TorchBackbone:
+    """``timm:<architecture>`` (optionally ``<architecture>.<pretrained tag>``) as a frozen, pooled backbone.
+
+    ``image_size`` overrides the cfg input size (models that accept it get
+    ``img_size`` at creation). Extra keyword arguments go to ``timm.create_model``.
+    """
+    import timm
+
+    cfg = _timm_pretrained_cfg(architecture)
+    model_name = architecture.split(".", 1)[0]
+    num_classes = int(cfg.get("num_classes") or 0)
+    kwargs = dict(model_kwargs)
+    if image_size is not None:
+        size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+        if _accepts_img_size(model_name):
+            kwargs.setdefault("img_size", size if size[0] != size[1] else size[0])
+    else:
+        size = tuple(cfg.get("input_size", (3, 224, 224))[-2:])
+    if pretrained:
+        path = find_timm_weights(architecture, cfg, weights_path=weights_path)
+        if path is None:
+            raise _missing(architecture, cfg)
+        model = timm.create_model(architecture, pretrained=True, num_classes=num_classes,
+                                  pretrained_cfg_overlay={"file": str(path), "hf_hub_id": None, "url": None,
+                                                          "source": ""}, **kwargs)
+        weight_source = f"file:{path}" if weights_path else f"local-cache:{cfg.get('hf_hub_id') or cfg.get('url')}"
+        sha = sha256_file(path)
+    else:
+        model = timm.create_model(architecture, pretrained=False, num_classes=num_classes or 0, **kwargs)
+        weight_source, sha = "random-init", None
+    if hasattr(model, "reset_classifier"):
+        model.reset_classifier(0)
+    if fuse_bn:
+        fold_batchnorm_(model.eval())
+    pooling = _pooling_name(model)
+    config = BackboneConfig(
+        name=registry_name or f"timm:{architecture}",
+        architecture=architecture,
+        input_size=size,
+        mean=tuple(cfg.get("mean", (0.485, 0.456, 0.406))),
+        std=tuple(cfg.get("std", (0.229, 0.224, 0.225))),
+        interpolation=_interp(cfg.get("interpolation", "bicubic")),
+        pooling=pooling,
+        embed_dim=int(model.num_features),
+        weight_source=weight_source,
+        weights_sha256=sha,
+        supports_tokens=hasattr(model, "forward_features"),
+        resize=resize,
+        extra={"timm_version": timm.__version__, **{k: v for k, v in kwargs.items() if _jsonable(v)}},
+    )
+    return TorchBackbone(model, config, device=device, batch_size=batch_size)
+
+
+def _missing(architecture: str, cfg: dict[str, Any]) -> Exception:
+    from core.backbones import WeightsNotFoundError
+
+    hub_id = cfg.get("hf_hub_id")
+    msg = weights_help(f"timm:{architecture}", repo_id=hub_id, files=["model.safetensors"],
+                       env_dirs=[architecture.split(".")[0]])
+    if cfg.get("url"):
+        msg += f"\n  - or place {os.path.basename(cfg['url'])} in {Path(torch.hub.get_dir()) / 'checkpoints'}/"
+    if not hub_id and not cfg.get("url"):
+        msg = f"timm has no pretrained weights for {architecture!r}; use pretrained=False or weights_path=..."
+    return WeightsNotFoundError(msg)
+
+
+def _accepts_img_size(model_name: str) -> bool:
+    return any(k in model_name for k in ("vit", "swin", "deit", "beit", "eva", "dino", "pit", "cait", "xcit"))
+
+
+def _pooling_name(model: nn.Module) -> str:
+    gp = getattr(model, "global_pool", None)
+    if isinstance(gp, str):
+        return gp or "none"
+    pool_type = getattr(gp, "pool_type", None)
+    if pool_type is not None:
+        return str(pool_type) or "none"
+    head = getattr(model, "head", None)
+    gp = getattr(head, "global_pool", None)
+    pool_type = getattr(gp, "pool_type", None)
+    if pool_type is not None:
+        return str(pool_type) or "none"
+    return "avg"
+
+
+def _interp(name: str) -> str:
+    return name if name in PIL_FILTERS else "bicubic"
+
+
+def _jsonable(v: Any) -> bool:
+    return v is None or isinstance(v, (str, int, float, bool)) or (
+        isinstance(v, (list, tuple)) and all(isinstance(x, (str, int, float, bool)) for x in v))

@@ -1,0 +1,210 @@
+"""Batched feature extraction with progress, cancellation and a content-addressed disk cache.
+
+:func:`extract_features` embeds a list of ``(content_key, loader)`` items with a
+backbone. ``content_key`` identifies the pixels (the image content hash; callers
+append a mask hash for mask-dependent variants); ``loader()`` returns the
+prepared HxWx3 uint8 RGB array and is only called on a cache miss.
+
+Cache layout (one small ``.npy`` per embedding)::
+
+    <cache_dir>/<config fingerprint>/<variant>/<key[:2]>/<key>.npy
+    <cache_dir>/<config fingerprint>/config.json      # the backbone config, for provenance
+
+so an entry is keyed by (content_key, backbone.config.fingerprint(), variant):
+a different model, weights, preprocessing or codebook never reads another's
+features. Writes go to a temporary file in the same folder followed by
+``os.replace`` (atomic on POSIX and Windows), so a killed process or two workers
+writing the same entry never leave a half-written file under the final name;
+an entry that still fails to load, has the wrong shape or non-finite values is
+treated as a miss and recomputed.
+
+:func:`load_rgb` (from :mod:`core.images`) decodes photos fast: JPEG draft mode
+when ``max_side`` is given, EXIF orientation applied, 8-bit RGB out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.images import load_rgb
+
+__all__ = ["ExtractionCancelled", "extract_features", "feature_cache_path", "load_rgb", "read_cached", "write_cached"]
+
+Loader = Callable[[], np.ndarray]
+_SAFE = re.compile(r"^[A-Za-z0-9._+=-]{1,120}$")
+
+
+class ExtractionCancelled(Exception):
+    """``should_cancel()`` returned True; raised between batches. ``done`` of ``total`` items were finished
+    (and are cached, so a rerun continues where this one stopped)."""
+
+    def __init__(self, done: int, total: int) -> None:
+        super().__init__(f"feature extraction cancelled after {done} of {total} images")
+        self.done = done
+        self.total = total
+
+
+def _safe_name(text: str) -> str:
+    """A file-system-safe name: kept as-is when simple, else its SHA-256 (stable across runs)."""
+    if _SAFE.match(text) and text not in (".", ".."):
+        return text
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def feature_cache_path(cache_dir: str | os.PathLike[str], fingerprint: str, variant: str, content_key: str) -> Path:
+    """Where the embedding of (content_key, fingerprint, variant) lives under ``cache_dir``."""
+    key = _safe_name(content_key)
+    return Path(cache_dir) / _safe_name(fingerprint) / _safe_name(variant) / key[:2] / f"{key}.npy"
+
+
+def read_cached(path: Path, dim: int) -> np.ndarray | None:
+    """The cached D-vector at ``path``, or None when missing or corrupt (wrong shape/dtype, non-finite)."""
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, EOFError):
+        return None
+    if arr.dtype != np.float32 or arr.shape != (dim,) or not np.all(np.isfinite(arr)):
+        return None
+    return arr
+
+
+def _atomic_write_bytes(path: Path, writer: Callable[[Any], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            writer(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_cached(path: Path, vector: np.ndarray) -> None:
+    """Write one float32 vector atomically (temporary file in the same folder + ``os.replace``)."""
+    vec = np.ascontiguousarray(vector, dtype=np.float32)
+    _atomic_write_bytes(path, lambda fh: np.save(fh, vec, allow_pickle=False))
+
+
+def _write_config(cache_root: Path, backbone: Any) -> None:
+    path = cache_root / "config.json"
+    if path.exists():
+        return
+    config = backbone.config.to_dict()
+    data = json.dumps(config, indent=2, sort_keys=True).encode("utf-8")
+    try:
+        _atomic_write_bytes(path, lambda fh: fh.write(data))
+    except OSError:  # provenance file only; never fail an extraction for it
+        pass
+
+
+def extract_features(
+    backbone: Any,
+    items: Sequence[tuple[str, Loader]],
+    *,
+    variant: str,
+    cache_dir: Path | str | None,
+    batch_size: int = 32,
+    progress: Callable[[int, int], None] | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+    prefetch: bool = True,
+    stats: dict[str, int] | None = None,
+) -> np.ndarray:
+    """Embed ``items`` -> N x D float32 (rows in item order, L2-normalised by the backbone).
+
+    Cached entries are read, the rest are loaded and embedded ``batch_size`` at a
+    time (items with the same key are computed once) and written to the cache.
+    ``progress(done, total)`` is called once after the cache scan and after every
+    batch; ``should_cancel()`` is checked before every batch and raises
+    :class:`ExtractionCancelled` when it returns True (finished batches stay
+    cached). With ``prefetch`` the next batch is loaded in one background thread
+    while the current one is embedded (loaders run one at a time, in order).
+    ``stats``, when given, receives ``{"cached": .., "computed": ..}``.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be >= 1")
+    config = backbone.config
+    dim = int(config.embed_dim)
+    total = len(items)
+    out = np.empty((total, dim), dtype=np.float32)
+    fp = config.fingerprint()
+    cache_root = Path(cache_dir) / _safe_name(fp) if cache_dir is not None else None
+
+    # cache scan; group positions by key so duplicates are computed once
+    pending: dict[str, list[int]] = {}
+    loaders: dict[str, Loader] = {}
+    done = 0
+    for i, (key, loader) in enumerate(items):
+        if key in pending:
+            pending[key].append(i)
+            continue
+        if cache_root is not None:
+            vec = read_cached(feature_cache_path(cache_dir, fp, variant, key), dim)
+            if vec is not None:
+                out[i] = vec
+                done += 1
+                continue
+        pending[key] = [i]
+        loaders[key] = loader
+    n_cached = done
+    if progress is not None:
+        progress(done, total)
+
+    keys = list(pending)
+    batches = [keys[s:s + batch_size] for s in range(0, len(keys), batch_size)]
+    if cache_root is not None and batches:
+        _write_config(cache_root, backbone)
+
+    def load_batch(batch_keys: list[str]) -> list[np.ndarray]:
+        return [loaders[k]() for k in batch_keys]
+
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rosette-prefetch") if prefetch else None
+    computed = 0
+    try:
+        next_images: Future[list[np.ndarray]] | None = None
+        for b, batch_keys in enumerate(batches):
+            if should_cancel is not None and should_cancel():
+                raise ExtractionCancelled(done, total)
+            if next_images is not None:
+                images = next_images.result()
+            else:
+                images = load_batch(batch_keys)
+            next_images = None
+            if executor is not None and b + 1 < len(batches):
+                next_images = executor.submit(load_batch, batches[b + 1])
+            feats = np.asarray(backbone.embed(images), dtype=np.float32)
+            if feats.shape != (len(batch_keys), dim):
+                raise RuntimeError(f"{config.name} returned {feats.shape}, expected {(len(batch_keys), dim)}")
+            for key, vec in zip(batch_keys, feats):
+                positions = pending[key]
+                out[positions] = vec
+                if cache_root is not None:
+                    write_cached(feature_cache_path(cache_dir, fp, variant, key), vec)
+                done += len(positions)
+                computed += 1
+            if progress is not None:
+                progress(done, total)
+    finally:
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+    if stats is not None:
+        stats["cached"] = n_cached
+        stats["computed"] = computed
+    return out
+
