@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
+from app.services import curator_name
 from db.catalogue import CatalogueError
 from db.models import Image, Individual
 from db.session import Catalogue
@@ -90,13 +91,6 @@ def fmt(x: float | None, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
     return f"{x:.{digits}f}"
-
-
-def curator_name(user: str | None) -> str:
-    name = (user or "").strip()
-    if not name:
-        raise ValueError("Type your name in the Curator box first, so the change is recorded under your name.")
-    return name[:120]
 
 
 # =========================================================================== components
