@@ -22,6 +22,8 @@ def register(sub) -> None:
     p.add_argument("--no-demo", action="store_true", help="do not add the demo animals to an empty catalogue")
     p.add_argument("--preload", action="store_true",
                    help=f"load the default backbone ({DEFAULT_BACKBONE}) at startup so the first match is fast")
+    p.add_argument("--no-worker", action="store_true",
+                   help="do not run background jobs in this process (run `rosette worker` separately)")
     p.set_defaults(func=run)
 
 
@@ -47,21 +49,16 @@ def seed_demo(cat, *, user: str = "demo") -> str | None:
     return f"demo catalogue added: {counts or 'nothing to add'}"
 
 
-PRELOADED: dict[str, object] = {}
-
-
-def preload_backbone(name: str = DEFAULT_BACKBONE) -> str:
-    """Build the default backbone and embed one blank picture, so weights and kernels are warm."""
-    try:
-        from core.backbones import create_backbone
-    except ImportError as exc:
-        return f"backbone not preloaded: core.backbones is not available ({exc})"
+def preload_backbone(cat, name: str = DEFAULT_BACKBONE) -> str:
+    """Build the default backbone (the same per-process instance the matcher uses) and embed one
+    blank picture, so weights and kernels are warm."""
     import numpy as np
 
+    from db.embeddings import get_backbone
+
     t0 = time.perf_counter()
-    backbone = create_backbone(name)
+    backbone = get_backbone(cat, name)
     backbone.embed([np.zeros((224, 224, 3), dtype=np.uint8)])
-    PRELOADED[name] = backbone
     return f"backbone {name} loaded and warmed up in {time.perf_counter() - t0:.1f} s"
 
 
@@ -74,7 +71,13 @@ def run(args, ctx) -> int:
         if message:
             print(message, flush=True)
     if args.preload:
-        print(preload_backbone(), flush=True)
+        print(preload_backbone(cat), flush=True)
+
+    if not args.no_worker:
+        from jobs.worker import start_worker_thread
+
+        start_worker_thread(cat)
+        print("background job worker started", flush=True)
 
     from app.ui import build_app, launch_options
 
