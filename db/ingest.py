@@ -13,7 +13,8 @@ Formats (``detect_format`` picks one; ``--format`` overrides):
 - ``manifest``: a CSV ``filename,identity[,flank,sighting,date,lat,lon,camera,observer]``
   (extra columns ignored; ``file``/``image`` and ``individual``/``ground_truth``
   accepted as column aliases). Files are looked up next to the CSV, then in its
-  ``images/`` folder, then by unique file name anywhere below it.
+  ``images/`` folder, then by unique file name anywhere below it. Photos the
+  manifest does not list are not imported.
 - ``kaggle``: ``train.csv`` (``filename,ground_truth``) and optional ``test.csv``
   (``row_id,query_image,gallery_image`` or ``filename``); images next to the CSVs or in
   ``train/``, ``test/`` or ``images/``. RGBA PNGs keep their alpha as the mask.
