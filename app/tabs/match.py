@@ -115,6 +115,8 @@ def header_html(view: ms.MatchView | None, queue: list[int], pos: int) -> str:
     if view is None:
         return f"<div class='rz-head'>{_e(where)}</div>"
     flt = dict((v, k) for k, v in ms.FLANK_FILTERS)[view.flank_filter]
+    if view.flank_filter != "any" and view.query.flank not in ("left", "right"):
+        flt = f"{flt}: not applied, this photo's flank is not set"
     prov = (f"<span id='match-provenance' title='{_e(view.model_provenance)}' "
             f"style='text-decoration:underline dotted;cursor:help'>scored by <b>{_e(view.model_name)}</b> "
             f"(hover for provenance)</span>")
