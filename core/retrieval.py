@@ -54,6 +54,12 @@ APPROXIMATE_THRESHOLD: int = 50_000
 DEFAULT_EF_SEARCH: int = 128
 #: Default HNSW efConstruction (candidate list size while building).
 DEFAULT_EF_CONSTRUCTION: int = 40
+#: Gallery size above which ``approximate_kind="auto"`` builds IVF instead of HNSW.
+IVF_THRESHOLD: int = 200_000
+#: Default number of IVF lists visited per query.
+DEFAULT_NPROBE: int = 16
+#: IVF k-means trains on at most this many points per list (sampled with the seed).
+IVF_TRAIN_PER_LIST: int = 40
 
 
 class EmptyGalleryError(ValueError):
@@ -127,7 +133,8 @@ class SearchIndex:
     """A FAISS index over a gallery plus what is needed to score queries against it.
 
     ``metric`` is ``"cosine"`` or ``"lorentz"``; ``kind`` is what was actually
-    built: ``"flat"`` (exact) or ``"hnsw"`` (approximate).
+    built: ``"flat"`` (exact), ``"hnsw"`` or ``"ivf"`` (approximate).
+    ``ef_search`` (HNSW) and ``nprobe`` (IVF) may be changed between searches.
     """
 
     index: faiss.Index
@@ -135,19 +142,25 @@ class SearchIndex:
     kind: str
     dim: int
     ef_search: int = DEFAULT_EF_SEARCH
+    nprobe: int = DEFAULT_NPROBE
     #: float64 gallery kept for the exact Lorentz re-sort (None for cosine).
     gallery64: np.ndarray | None = field(default=None, repr=False)
-    #: R^2 of the Lorentz MIPS-to-L2 reduction (HNSW Lorentz only).
-    lorentz_sq_radius: float = 0.0
 
     def __len__(self) -> int:
         return int(self.index.ntotal)
+
+    @property
+    def uses_l2_reduction(self) -> bool:
+        """True for approximate Lorentz indexes (MIPS-to-L2 reduction, one extra coordinate)."""
+        return self.metric == "lorentz" and self.kind != "flat"
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-k gallery rows per query: (scores Q x k' float32, indices Q x k' int64), k' = min(k, len).
 
         Scores are cosine or exp(-d) (higher = better), sorted decreasing,
-        ties by gallery index. A 1-D query is treated as one row.
+        ties by gallery index. A 1-D query is treated as one row. An
+        approximate index may find fewer than k' rows for a query (IVF with a
+        small ``nprobe``): those slots hold index -1 and score -inf.
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
@@ -161,22 +174,27 @@ class SearchIndex:
             q64 = prepare_lorentz(queries, what="queries")
             q = q64.copy()
             q[:, 0] = -q[:, 0]
-            if self.kind == "hnsw":  # reduction query a = (-q0, q1..qn, 0)
+            if self.uses_l2_reduction:  # reduction query a = (-q0, q1..qn, 0)
                 q = np.concatenate([q, np.zeros((q.shape[0], 1))], axis=1)
             q = np.ascontiguousarray(q.astype(np.float32))
+        extra_dims = self.index.d - self.dim
         if q.shape[1] != self.index.d:
-            raise ValueError(f"queries have dimension {q.shape[1] - (self.index.d - self.dim)}, the index holds dimension {self.dim}")
+            raise ValueError(
+                f"queries have dimension {q.shape[1] - extra_dims}, the index holds dimension {self.dim}"
+            )
         if q.shape[0] == 0:
             return np.zeros((0, k_out), np.float32), np.zeros((0, k_out), np.int64)
         # Lorentz: fetch a margin of extra candidates, then re-sort them exactly in float64.
         k_fetch = k_out if self.metric == "cosine" else min(n, max(2 * k_out, k_out + 16))
         params = None
         if self.kind == "hnsw":
-            params = faiss.SearchParametersHNSW(efSearch=max(self.ef_search, k_fetch))
+            params = faiss.SearchParametersHNSW(efSearch=max(int(self.ef_search), k_fetch))
+        elif self.kind == "ivf":
+            params = faiss.SearchParametersIVF(nprobe=int(self.nprobe))
         raw_scores, idx = self.index.search(q, k_fetch, params=params)
         idx = idx.astype(np.int64)
         if self.metric == "cosine":
-            scores = raw_scores.astype(np.float32)
+            scores = raw_scores.astype(np.float64)
         else:
             assert self.gallery64 is not None
             safe = np.where(idx < 0, 0, idx)
@@ -188,26 +206,40 @@ class SearchIndex:
         return scores, idx
 
 
+def default_nlist(n: int) -> int:
+    """IVF list count: about 1 list per 1,000 vectors as a power of two in [16, 4096]."""
+    target = max(16, min(4096, n // 1000))
+    return 1 << int(round(np.log2(target)))
+
+
 def build_index(
     embeddings: np.ndarray,
     *,
     metric: str = "cosine",
     approximate: bool | None = None,
+    approximate_kind: str = "auto",
     hnsw_m: int = 32,
     ef_search: int = DEFAULT_EF_SEARCH,
     ef_construction: int = DEFAULT_EF_CONSTRUCTION,
+    nlist: int | None = None,
+    nprobe: int = DEFAULT_NPROBE,
     seed: int = 0,
 ) -> SearchIndex:
     """Index the gallery rows of ``embeddings`` (N x D) for ``metric`` search.
 
     ``approximate=None`` builds an exact flat index up to
-    :data:`APPROXIMATE_THRESHOLD` rows and an HNSW graph (``hnsw_m`` links per
-    node, ``ef_construction`` / ``ef_search`` candidate lists) above it;
-    ``True`` / ``False`` force one. ``seed`` fixes HNSW level assignment so a
-    rebuild gives the same graph. An empty gallery raises
-    :class:`EmptyGalleryError`.
+    :data:`APPROXIMATE_THRESHOLD` rows and an approximate one above it;
+    ``True`` / ``False`` force one. ``approximate_kind`` picks the approximate
+    index: ``"hnsw"`` (graph: ``hnsw_m`` links per node, ``ef_construction`` /
+    ``ef_search`` candidate lists), ``"ivf"`` (k-means into ``nlist`` lists,
+    default :func:`default_nlist`, ``nprobe`` lists visited per query), or
+    ``"auto"``: HNSW up to :data:`IVF_THRESHOLD` rows, IVF above (HNSW build
+    time grows too fast on 2 cores). ``seed`` fixes HNSW levels and the IVF
+    k-means training sample. An empty gallery raises :class:`EmptyGalleryError`.
     """
     _check_metric(metric)
+    if approximate_kind not in ("auto", "hnsw", "ivf"):
+        raise ValueError(f"unknown approximate_kind {approximate_kind!r}; expected 'auto', 'hnsw' or 'ivf'")
     a = _as_matrix(embeddings, what="embeddings")
     if a.shape[0] == 0:
         raise EmptyGalleryError("cannot build a search index from an empty gallery (0 rows)")
@@ -220,31 +252,40 @@ def build_index(
     n, dim = g.shape
     if approximate is None:
         approximate = n > APPROXIMATE_THRESHOLD
-    sq_radius = 0.0
-    if approximate:
-        if metric == "cosine":
-            index = faiss.IndexHNSWFlat(dim, int(hnsw_m), faiss.METRIC_INNER_PRODUCT)
-            stored = g
-        else:  # MIPS -> L2 reduction, see the module docstring
-            assert g64 is not None
-            sq_norms = np.sum(g64 * g64, axis=1)
-            sq_radius = float(sq_norms.max())
-            extra = np.sqrt(np.maximum(sq_radius - sq_norms, 0.0))[:, None]
-            stored = np.ascontiguousarray(np.concatenate([g64, extra], axis=1).astype(np.float32))
-            index = faiss.IndexHNSWFlat(dim + 1, int(hnsw_m), faiss.METRIC_L2)
+    if not approximate:
+        index = faiss.IndexFlatIP(dim)
+        index.add(g)
+        return SearchIndex(index=index, metric=metric, kind="flat", dim=dim, ef_search=int(ef_search),
+                           nprobe=int(nprobe), gallery64=g64)
+    kind = approximate_kind if approximate_kind != "auto" else ("hnsw" if n <= IVF_THRESHOLD else "ivf")
+    if metric == "cosine":
+        stored, faiss_metric = g, faiss.METRIC_INNER_PRODUCT
+    else:  # MIPS -> L2 reduction, see the module docstring
+        assert g64 is not None
+        sq_norms = np.sum(g64 * g64, axis=1)
+        extra = np.sqrt(np.maximum(sq_norms.max() - sq_norms, 0.0))[:, None]
+        stored = np.ascontiguousarray(np.concatenate([g64, extra], axis=1).astype(np.float32))
+        faiss_metric = faiss.METRIC_L2
+    d = stored.shape[1]
+    if kind == "hnsw":
+        index = faiss.IndexHNSWFlat(d, int(hnsw_m), faiss_metric)
         index.hnsw.efConstruction = int(ef_construction)
         index.hnsw.efSearch = int(ef_search)
         _seed_hnsw_levels(index, seed)
         index.add(stored)
-        kind = "hnsw"
     else:
-        index = faiss.IndexFlatIP(dim)
-        index.add(g)
-        kind = "flat"
-    return SearchIndex(
-        index=index, metric=metric, kind=kind, dim=dim, ef_search=int(ef_search), gallery64=g64,
-        lorentz_sq_radius=sq_radius,
-    )
+        lists = int(nlist) if nlist is not None else default_nlist(n)
+        lists = max(1, min(lists, n // 39 or 1))  # FAISS wants >= 39 training points per list
+        quantizer = faiss.IndexFlatIP(d) if faiss_metric == faiss.METRIC_INNER_PRODUCT else faiss.IndexFlatL2(d)
+        index = faiss.IndexIVFFlat(quantizer, d, lists, faiss_metric)
+        index.cp.seed = int(seed)
+        n_train = min(n, IVF_TRAIN_PER_LIST * lists)
+        sample = np.random.default_rng(seed).choice(n, size=n_train, replace=False) if n_train < n else slice(None)
+        index.train(np.ascontiguousarray(stored[sample]))
+        index.add(stored)
+        index.nprobe = int(nprobe)  # the FAISS wrapper keeps ``quantizer`` alive with ``index``
+    return SearchIndex(index=index, metric=metric, kind=kind, dim=dim, ef_search=int(ef_search),
+                       nprobe=int(nprobe), gallery64=g64)
 
 
 def _seed_hnsw_levels(index: faiss.IndexHNSWFlat, seed: int) -> None:

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import faiss
 import numpy as np
 import pytest
 
 import core.retrieval as retrieval
 from core.retrieval import EmptyGalleryError, build_index, rank_gallery
 from core.similarity import l2_normalize, lift_to_hyperboloid, lorentz_distance, pairwise_scores
+
+
+@pytest.fixture()
+def one_thread():
+    """FAISS on one thread: OpenMP spin-waits make 2-thread builds slower when the machine is busy."""
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    yield
+    faiss.omp_set_num_threads(before)
 
 
 def clustered(n: int, dim: int, *, n_clusters: int, spread: float = 1.0, seed: int = 0) -> np.ndarray:
@@ -81,10 +91,9 @@ def test_lorentz_close_points_far_from_origin_are_ordered_exactly() -> None:
     np.testing.assert_array_equal(idx, ref_idx)
 
 
-def test_hnsw_recall_at_10_on_20k() -> None:
-    g = clustered(20_000, 48, n_clusters=200, seed=11)
-    q = clustered(200, 48, n_clusters=200, seed=11)  # same centres, fresh noise draws differ by seed of noise
-    q = l2_normalize(q + 0.05 * np.random.default_rng(12).standard_normal(q.shape))
+def test_hnsw_recall_at_10_on_20k(one_thread: None) -> None:
+    data = clustered(20_200, 32, n_clusters=200, seed=11)
+    g, q = data[:20_000], data[20_000:]  # queries: fresh draws around the same centres
     approx = build_index(g, metric="cosine", approximate=True, hnsw_m=16, ef_search=64)
     assert approx.kind == "hnsw"
     _, got = approx.search(q, 10)
@@ -93,7 +102,7 @@ def test_hnsw_recall_at_10_on_20k() -> None:
     assert recall >= 0.95, recall
 
 
-def test_hnsw_lorentz_recall_small() -> None:
+def test_hnsw_lorentz_recall_small(one_thread: None) -> None:
     rng = np.random.default_rng(4)
     g = lift_to_hyperboloid(0.5 * rng.standard_normal((3000, 16)))
     q = lift_to_hyperboloid(0.5 * rng.standard_normal((100, 16)))
@@ -103,12 +112,46 @@ def test_hnsw_lorentz_recall_small() -> None:
     assert recall >= 0.95, recall
 
 
-def test_auto_choice_follows_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ivf_recall_cosine_and_lorentz(one_thread: None) -> None:
+    data = clustered(8_100, 32, n_clusters=80, seed=13)
+    g, q = data[:8_000], data[8_000:]
+    index = build_index(g, approximate=True, approximate_kind="ivf", nlist=64, nprobe=16)
+    assert index.kind == "ivf" and len(index) == 8_000
+    _, got = index.search(q, 10)
+    _, exact = brute_force(q, g, 10, "cosine")
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, exact)]) >= 0.95
+    rng = np.random.default_rng(14)
+    lg = lift_to_hyperboloid(0.5 * rng.standard_normal((4000, 16)))
+    lq = lift_to_hyperboloid(0.5 * rng.standard_normal((50, 16)))
+    lindex = build_index(lg, metric="lorentz", approximate=True, approximate_kind="ivf", nlist=32, nprobe=16)
+    scores, got = lindex.search(lq, 10)
+    ref_scores, exact = brute_force(lq, lg, 10, "lorentz")
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, exact)]) >= 0.95
+    hit = got == exact
+    np.testing.assert_allclose(scores[hit], ref_scores[hit], rtol=1e-6)  # exact float64 scores
+
+
+def test_ivf_with_too_few_hits_marks_missing_slots(one_thread: None) -> None:
+    data = clustered(2_000, 8, n_clusters=40, seed=15)
+    index = build_index(data, approximate=True, approximate_kind="ivf", nlist=50, nprobe=1)
+    scores, idx = index.search(data[:5], 1_500)  # one list holds far fewer than 1,500 rows
+    assert idx.shape == (5, 1_500)
+    missing = idx < 0
+    assert missing.any() and np.all(np.isneginf(scores[missing]))
+    assert np.all(missing[:, 1:] >= missing[:, :-1])  # missing slots come last
+
+
+def test_auto_choice_follows_thresholds(monkeypatch: pytest.MonkeyPatch, one_thread: None) -> None:
     g = clustered(300, 8, n_clusters=5)
     assert build_index(g).kind == "flat"
     monkeypatch.setattr(retrieval, "APPROXIMATE_THRESHOLD", 100)
     assert build_index(g).kind == "hnsw"
     assert build_index(g, approximate=False).kind == "flat"
+    monkeypatch.setattr(retrieval, "IVF_THRESHOLD", 200)
+    assert build_index(g).kind == "ivf"
+    assert build_index(g, approximate_kind="hnsw").kind == "hnsw"
+    with pytest.raises(ValueError, match="approximate_kind"):
+        build_index(g, approximate_kind="lsh")
 
 
 @pytest.mark.parametrize("approximate", [False, True])
