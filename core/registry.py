@@ -13,8 +13,9 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 
-class UnknownComponentError(KeyError):
-    """Raised when a registry is asked for a name it does not hold."""
+class UnknownComponentError(KeyError, ValueError):
+    """Raised when a registry is asked for a name it does not hold (a KeyError and a ValueError, so
+    callers that show ValueError messages to curators show this one too)."""
 
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
         return str(self.args[0]) if self.args else ""

