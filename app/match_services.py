@@ -107,6 +107,7 @@ class QueryPhoto:
     mask_path: str | None  # absolute path of the mask PNG, or None
     mask_source: str | None
     decided: str | None = None  # the standing decision on this photo, in words, if any
+    decided_id: int | None = None  # its id: a decision records it, so a later one by someone else is noticed
 
     def facts(self) -> list[tuple[str, str]]:
         """(label, value) lines shown next to the photo."""
@@ -139,12 +140,13 @@ def query_photo(cat: Catalogue, image_id: int) -> QueryPhoto:
             .outerjoin(Individual, MatchDecision.candidate_individual_id == Individual.id)
             .where(MatchDecision.query_image_id == im.id, MatchDecision.undone_at.is_(None))
             .order_by(MatchDecision.id.desc()).limit(1)).first()
-        decided = None
+        decided, decided_id = None, None
         if dec is not None:
             d, other = dec
             what = DECISION_WORDS.get(_enum_value(d.decision), _enum_value(d.decision))
             decided = f"{what}{f' ({other})' if other else ''} by {d.user}, {_utc(d.created_at)} UTC"
-        return QueryPhoto(image_id=im.id, decided=decided, path=_abs(cat, im.blob_path) or "", original_name=im.original_name,
+            decided_id = d.id
+        return QueryPhoto(image_id=im.id, decided=decided, decided_id=decided_id, path=_abs(cat, im.blob_path) or "", original_name=im.original_name,
                           flank=_enum_value(im.flank), sighting=sg.key if sg else None,
                           date=(sg.date if sg and sg.date else None) or im.exif_time, place=place,
                           individual_id=im.individual_id, individual_name=name,
@@ -320,6 +322,7 @@ def decide(cat: Catalogue, view: MatchView | None, decision: str, *, user: str, 
                           candidate_image_id=cand.image_id if cand else None,
                           score=cand.score if cand else None, rank=cand.rank if cand else None,
                           model_name=view.model_name, seen_individual_id=view.seen_individual_id,
+                          seen_decision_id=view.query.decided_id,
                           new_name=(new_name or "").strip() or None)
     photo = f"photo #{view.query.image_id}"
     if decision == "same":

@@ -122,18 +122,24 @@ def provenance(config: Any) -> str:
 def record_decision(cat: Catalogue, *, query_image_id: int, decision: str, user: str,
                     candidate_image_id: int | None = None, score: float | None = None, rank: int | None = None,
                     model_name: str | None = None, seen_individual_id: Any = _UNSET,
-                    new_name: str | None = None) -> MatchDecision:
+                    seen_decision_id: Any = _UNSET, new_name: str | None = None) -> MatchDecision:
     """Store a decision and apply it: ``same`` assigns the query to the candidate's individual,
-    ``new`` creates an individual for the query, ``not`` / ``unsure`` only record."""
+    ``new`` creates an individual for the query, ``not`` / ``unsure`` only record.
+
+    ``seen_individual_id`` / ``seen_decision_id``: the query's individual and its latest standing
+    decision (None if none) as the curator saw them; if either changed since, another curator
+    decided this photo meanwhile and the decision is refused with a ``ConflictError``."""
     if decision not in DECISIONS:
         raise CatalogueError(f"unknown decision {decision!r}; expected one of {', '.join(DECISIONS)}")
     kind = DECISIONS[decision]
     with cat.unit_of_work() as s:
         query = ops.get_image(s, query_image_id)
-        if seen_individual_id is not _UNSET and query.individual_id != seen_individual_id:
-            last = s.scalar(select(MatchDecision).where(MatchDecision.query_image_id == query_image_id,
-                                                        MatchDecision.undone_at.is_(None))
-                            .order_by(MatchDecision.id.desc()).limit(1))
+        last = s.scalar(select(MatchDecision).where(MatchDecision.query_image_id == query_image_id,
+                                                    MatchDecision.undone_at.is_(None))
+                        .order_by(MatchDecision.id.desc()).limit(1))
+        moved = seen_individual_id is not _UNSET and query.individual_id != seen_individual_id
+        redecided = seen_decision_id is not _UNSET and (last.id if last else None) != seen_decision_id
+        if moved or redecided:
             who = f" by {last.user} at {last.created_at:%H:%M:%S}" if last else ""
             raise ConflictError(f"this photo was decided{who} after you opened it; reload to see the current state")
         candidate_individual = None

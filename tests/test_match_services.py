@@ -195,6 +195,17 @@ def test_two_curators_on_one_photo_the_second_is_refused_not_overwritten(cat):
     assert ms.decision_count(cat) == 2
 
 
+def test_a_not_decision_by_another_curator_is_noticed_too(cat):
+    """'not' leaves the photo's individual unchanged; the standing-decision id still reveals it."""
+    query = _unassigned(cat)[0]
+    ana_view = hand_view(cat, query.id, ["Amber"])
+    ben_view = hand_view(cat, query.id, ["Amber"])
+    ms.decide(cat, ana_view, "not", user="ana")
+    with pytest.raises(ConflictError, match="decided by ana"):
+        ms.decide(cat, ben_view, "unsure", user="ben")
+    assert ms.decision_count(cat, user="ben") == 0
+
+
 def test_decisions_need_a_curator_name_a_view_and_a_candidate(cat):
     query = _unassigned(cat)[0]
     view = hand_view(cat, query.id, ["Amber"])
