@@ -495,13 +495,6 @@ def _photo_facts(cat: Catalogue, image_id: int) -> dict[str, Any]:
                 "mask_details": dict(img.mask_details or {})}
 
 
-def _abs(cat: Catalogue, rel: str | None) -> str | None:
-    if not rel:
-        return None
-    path = cat.blobs.path(rel)
-    return str(path) if path.exists() else None
-
-
 def diagnose_image(cat: Catalogue, image_id: int, *, backbone: str | Any = DEFAULT_BACKBONE,
                    inpainter: str | None = None, seed: int = 0,
                    progress: Callable[[float, str], None] | None = None) -> ImageDiagnosis:
@@ -591,7 +584,7 @@ def diagnose_image(cat: Catalogue, image_id: int, *, backbone: str | Any = DEFAU
         variants=[VariantView(v, pictures[v], own_scores[v]) for v in VARIANTS],
         mirror_sim=mirror_sim, nn_sim=nn_sim, danger_margin=margin,
         nn_image_id=nn_row.id if nn_row else None, nn_individual=nn_row.name if nn_row else None,
-        nn_thumb=(_abs(cat, nn_row.thumb_path) or _abs(cat, nn_row.blob_path)) if nn_row else None,
+        nn_thumb=(cat.blobs.existing(nn_row.thumb_path) or cat.blobs.existing(nn_row.blob_path)) if nn_row else None,
         own_gallery=len(own), own_same_sighting_included=same_included, other_gallery=len(others),
         other_cutouts=len(cut),
         provenance={"model": cfg.get("name", str(backbone)), "weights": weights_label(cfg), "metric": metric,

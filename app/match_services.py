@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from app.services import curator_name
+from app.services import curator_name, upload_path
 from db.catalogue import CatalogueError
 from db.models import Evaluation, Image, Individual, Job, JobStatus, MatchDecision, Sighting
 from db.session import Catalogue
@@ -46,28 +46,6 @@ SPLIT_CHOICES: list[tuple[str, str]] = [
     ("New individuals (identity-disjoint: test animals are unseen)", "identity"),
     ("Known individuals, new sightings (sighting-disjoint)", "sighting"),
 ]
-
-
-def _abs(cat: Catalogue, rel: str | None) -> str | None:
-    """Absolute path of a stored blob, or None when it is missing (never a client-given path)."""
-    if not rel:
-        return None
-    try:
-        path = cat.blobs.path(rel)
-    except ValueError:
-        return None
-    return str(path) if path.exists() else None
-
-
-def _upload_path(f: object) -> str:
-    """A Gradio upload (path string, ``NamedString`` or object with ``.path``/``.name``) as a path."""
-    if isinstance(f, str):
-        return f
-    for attr in ("path", "name"):
-        value = getattr(f, attr, None)
-        if isinstance(value, str):
-            return value
-    raise ValueError(f"cannot read the upload {f!r}")
 
 
 def _utc(t: datetime | None) -> str:
@@ -146,11 +124,11 @@ def query_photo(cat: Catalogue, image_id: int) -> QueryPhoto:
             what = DECISION_WORDS.get(_enum_value(d.decision), _enum_value(d.decision))
             decided = f"{what}{f' ({other})' if other else ''} by {d.user}, {_utc(d.created_at)} UTC"
             decided_id = d.id
-        return QueryPhoto(image_id=im.id, decided=decided, decided_id=decided_id, path=_abs(cat, im.blob_path) or "", original_name=im.original_name,
+        return QueryPhoto(image_id=im.id, decided=decided, decided_id=decided_id, path=cat.blobs.existing(im.blob_path) or "", original_name=im.original_name,
                           flank=_enum_value(im.flank), sighting=sg.key if sg else None,
                           date=(sg.date if sg and sg.date else None) or im.exif_time, place=place,
                           individual_id=im.individual_id, individual_name=name,
-                          mask_path=_abs(cat, im.mask_path), mask_source=im.mask_source)
+                          mask_path=cat.blobs.existing(im.mask_path), mask_source=im.mask_source)
 
 
 def query_picture(photo: QueryPhoto, *, outline: bool) -> str | np.ndarray:
@@ -242,7 +220,7 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
     badges, source = laterality_badges(cat, model_name)
     cards = [CandidateCard(rank=c.rank, image_id=c.image_id, individual_id=c.individual_id,
                            individual_name=c.individual_name, score=c.score, flank=c.flank, sighting=c.sighting,
-                           same_sighting=c.same_sighting, thumb=_abs(cat, c.thumb_path) or _abs(cat, c.blob_path),
+                           same_sighting=c.same_sighting, thumb=cat.blobs.existing(c.thumb_path) or cat.blobs.existing(c.blob_path),
                            mirror_sim=badges.get(c.image_id, (None, None))[0],
                            danger_margin=badges.get(c.image_id, (None, None))[1])
              for c in result.candidates]
@@ -368,7 +346,7 @@ def ingest_query(cat: Catalogue, upload: object, *, user: str) -> tuple[int, str
     user = curator_name(user)
     if upload is None:
         raise ValueError("Choose a photo to upload first.")
-    report = ingest_uploads(cat, [_upload_path(upload)], user=user)
+    report = ingest_uploads(cat, [upload_path(upload)], user=user)
     ids = report.image_ids
     if not ids:
         problems = "; ".join(f"{it.name}: {it.message}" for it in report.items if it.message) or "unknown reason"

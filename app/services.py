@@ -113,16 +113,6 @@ class IndividualView:
         return text
 
 
-def _abs(cat: Catalogue, rel: str | None) -> str | None:
-    if not rel:
-        return None
-    try:
-        path = cat.blobs.path(rel)
-    except ValueError:
-        return None
-    return str(path) if path.exists() else None
-
-
 def individual_cards(cat: Catalogue, *, search: str | None = None) -> list[IndividualCard]:
     """Active individuals (name contains ``search``) with counts and a cover picture, by name."""
     search = (search or "").strip() or None
@@ -131,7 +121,7 @@ def individual_cards(cat: Catalogue, *, search: str | None = None) -> list[Indiv
         blobs = dict(s.execute(select(Image.id, Image.blob_path).where(
             Image.id.in_([x.cover_image_id for x in summaries if x.cover_image_id]))).all())
     return [IndividualCard(id=x.id, name=x.name, n_images=x.n_images, n_sightings=x.n_sightings,
-                           thumb=_abs(cat, x.cover_thumb) or _abs(cat, blobs.get(x.cover_image_id)))
+                           thumb=cat.blobs.existing(x.cover_thumb) or cat.blobs.existing(blobs.get(x.cover_image_id)))
             for x in summaries]
 
 
@@ -147,7 +137,7 @@ def open_individual(cat: Catalogue, individual_id: int) -> IndividualView:
         for im in images:
             sg = sightings.get(im.sighting_id)
             date = (sg.date if sg and sg.date else None) or im.exif_time
-            cards.append(ImageCard(id=im.id, path=_abs(cat, im.blob_path) or _abs(cat, im.thumb_path) or "",
+            cards.append(ImageCard(id=im.id, path=cat.blobs.existing(im.blob_path) or cat.blobs.existing(im.thumb_path) or "",
                                    original_name=im.original_name, flank=im.flank.value,
                                    sighting=sg.key if sg else None, date=date, mask_source=im.mask_source))
             if sg is not None:
@@ -300,7 +290,7 @@ class ImportOutcome:
         return " · ".join(shown) if shown else "nothing to import"
 
 
-def _upload_path(f: object) -> str:
+def upload_path(f: object) -> str:
     """A Gradio upload as a path (strings, ``NamedString`` or objects with ``.name``/``.path``)."""
     if isinstance(f, (str, Path)):
         return str(f)
@@ -320,12 +310,12 @@ def import_uploads(cat: Catalogue, files: Sequence[object] | None, *, manifest: 
     is called after each file.
     """
     user = curator_name(user)
-    paths = [_upload_path(f) for f in (files or [])]
+    paths = [upload_path(f) for f in (files or [])]
     if not paths:
         raise ValueError("Choose some photos or a zip archive to import first.")
     from db.ingest import ingest_uploads
 
-    report = ingest_uploads(cat, paths, manifest=_upload_path(manifest) if manifest else None, user=user,
+    report = ingest_uploads(cat, paths, manifest=upload_path(manifest) if manifest else None, user=user,
                             progress=progress)
     return ImportOutcome(rows=[[str(c) for c in row] for row in report.rows()], counts=dict(report.counts))
 

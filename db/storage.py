@@ -52,6 +52,17 @@ class BlobStore:
             raise ValueError(f"path {rel!r} escapes the data directory")
         return p
 
+    def existing(self, rel: str | None) -> str | None:
+        """Absolute path (as text) of a stored file, or None when ``rel`` is empty, escapes the root
+        or the file is gone. Only stored relative paths are accepted, never client-given ones."""
+        if not rel:
+            return None
+        try:
+            path = self.path(rel)
+        except ValueError:
+            return None
+        return str(path) if path.exists() else None
+
     def read(self, rel: str) -> bytes:
         return self.path(rel).read_bytes()
 
