@@ -134,7 +134,9 @@ def extract_features(
     batch; ``should_cancel()`` is checked before every batch and raises
     :class:`ExtractionCancelled` when it returns True (finished batches stay
     cached). With ``prefetch`` the next batch is loaded in one background thread
-    while the current one is embedded (loaders run one at a time, in order).
+    while the current one is embedded (loaders run one at a time, in order); for
+    backbones with ``prepare``/``embed_prepared`` (torch backbones) that thread also
+    resizes and normalises, so only the forward pass stays on the calling thread.
     ``stats``, when given, receives ``{"cached": .., "computed": ..}``.
     """
     if batch_size < 1:
@@ -171,24 +173,27 @@ def extract_features(
     if cache_root is not None and batches:
         _write_config(cache_root, backbone)
 
-    def load_batch(batch_keys: list[str]) -> list[np.ndarray]:
-        return [loaders[k]() for k in batch_keys]
+    # backbones that split embedding into a CPU "prepare" step and a model step (torch backbones) get
+    # the prepare step done in the loader thread too, overlapping resize/normalise with the forward pass
+    split = callable(getattr(backbone, "prepare", None)) and callable(getattr(backbone, "embed_prepared", None))
+
+    def load_batch(batch_keys: list[str]) -> Any:
+        images = [loaders[k]() for k in batch_keys]
+        return backbone.prepare(images) if split else images
 
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rosette-prefetch") if prefetch else None
     computed = 0
     try:
-        next_images: Future[list[np.ndarray]] | None = None
+        next_batch: Future[Any] | None = None
         for b, batch_keys in enumerate(batches):
             if should_cancel is not None and should_cancel():
                 raise ExtractionCancelled(done, total)
-            if next_images is not None:
-                images = next_images.result()
-            else:
-                images = load_batch(batch_keys)
-            next_images = None
+            loaded = next_batch.result() if next_batch is not None else load_batch(batch_keys)
+            next_batch = None
             if executor is not None and b + 1 < len(batches):
-                next_images = executor.submit(load_batch, batches[b + 1])
-            feats = np.asarray(backbone.embed(images), dtype=np.float32)
+                next_batch = executor.submit(load_batch, batches[b + 1])
+            embedded = backbone.embed_prepared(loaded) if split else backbone.embed(loaded)
+            feats = np.asarray(embedded, dtype=np.float32)
             if feats.shape != (len(batch_keys), dim):
                 raise RuntimeError(f"{config.name} returned {feats.shape}, expected {(len(batch_keys), dim)}")
             for key, vec in zip(batch_keys, feats):

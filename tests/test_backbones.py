@@ -251,7 +251,7 @@ def test_sift_vlad_contract_and_codebook_in_fingerprint(fitted_sift):
     unfitted = create_backbone("sift_vlad", max_side=256, max_keypoints=400)
     assert b.config.fingerprint() != unfitted.config.fingerprint()
     assert b.config.extra_dict()["codebook_sha256"] == b.config.weights_sha256
-    other = create_backbone("sift_vlad", max_side=256, max_keypoints=400).fit(photos, seed=1)
+    other = create_backbone("sift_vlad", max_side=256, max_keypoints=400).fit(photos[:5], seed=1)
     assert other.config.weights_sha256 != b.config.weights_sha256
     assert other.config.fingerprint() != b.config.fingerprint()
     blank = b.embed([np.zeros((100, 100, 3), np.uint8)])
@@ -313,7 +313,7 @@ def test_timm_backbone_loads_a_local_checkpoint_strictly(tmp_path, no_local_weig
 @pytest.mark.parametrize("name,size,dim", [
     ("dinov2-vits14", 112, 384),
     ("megadescriptor-t-224", None, 768),
-    pytest.param("miewid-msv3", 128, 2152, marks=pytest.mark.slow),
+    pytest.param("miewid-msv3", 64, 2152, marks=pytest.mark.slow),
     pytest.param("megadescriptor-l-384", 96, 1536, marks=pytest.mark.slow),
 ])
 def test_hub_entry_builds_with_random_weights(name, size, dim, no_local_weights):
@@ -350,6 +350,7 @@ def test_dinov2_loads_a_native_size_checkpoint_at_another_size(no_local_weights)
     _check_contract(b, _random_images(2))
 
 
+@pytest.mark.slow
 def test_megadescriptor_found_in_the_hugging_face_cache(tmp_path, no_local_weights):
     """A checkpoint in the standard HF cache layout (models--owner--repo/snapshots/<rev>/) is found offline."""
     import huggingface_hub.constants as hf_constants
@@ -382,10 +383,13 @@ def test_miewid_checkpoint_with_arcface_head_loads_and_wrong_one_fails(no_local_
     torch.save(state, folder / "pytorch_model.bin")
     b = create_backbone("miewid-msv3", image_size=96)
     assert b.config.extra_dict()["dropped_head_tensors"] == ["final.kernel"]
-    x = b.preprocess(_random_images(2))
-    with torch.inference_mode():
-        expected = torch.nn.functional.normalize(model(x.contiguous()), dim=1)
-    torch.testing.assert_close(b.forward_embed(x), expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(b.model.pooling.p, model.pooling.p)
+    torch.testing.assert_close(b.model.bn.running_var, model.bn.running_var)
+    # same random weights, same folding -> same numbers (random EfficientNetV2 activations reach ~1e6,
+    # so folded vs unfolded comparisons are not meaningful without trained BatchNorm statistics)
+    ref = create_backbone("miewid-msv3", pretrained=False, seed=1, image_size=96)
+    images = _random_images(2)
+    np.testing.assert_allclose(b.embed(images), ref.embed(images), atol=1e-5)
     del state["model.bn.weight"]
     torch.save(state, folder / "pytorch_model.bin")
     with pytest.raises(RuntimeError, match="do not fit"):

@@ -151,18 +151,31 @@ class TorchBackbone:
         fn = self._token_fn or default_tokens
         return fn(self.model, batch)
 
+    def prepare(self, images: Sequence[np.ndarray]) -> torch.Tensor:
+        """CPU half of :meth:`embed` (resize + normalise), safe to run in a loader thread while the
+        previous batch is in :meth:`embed_prepared`."""
+        with torch.inference_mode():
+            return self.preprocess(list(images))
+
+    def embed_prepared(self, batch: torch.Tensor) -> np.ndarray:
+        """Model half of :meth:`embed`: a :meth:`prepare` d batch -> N x D float32, rows L2-normalised."""
+        out = np.empty((batch.shape[0], self.config.embed_dim), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, batch.shape[0], self.batch_size):
+                feats = self.forward_embed(batch[start:start + self.batch_size])
+                if feats.shape[1] != self.config.embed_dim:
+                    raise RuntimeError(f"{self.config.name}: model gave {feats.shape[1]}-d features, "
+                                       f"config says {self.config.embed_dim}")
+                out[start:start + feats.shape[0]] = feats.cpu().numpy()
+        return out
+
     def embed(self, images: Sequence[np.ndarray]) -> np.ndarray:
         """HxWx3 uint8 RGB photos of any size -> N x D float32, rows L2-normalised, deterministic."""
         images = list(images)
         out = np.empty((len(images), self.config.embed_dim), dtype=np.float32)
-        with torch.inference_mode():
-            for start in range(0, len(images), self.batch_size):
-                chunk = images[start:start + self.batch_size]
-                feats = self.forward_embed(self.preprocess(chunk))
-                if feats.shape[1] != self.config.embed_dim:
-                    raise RuntimeError(f"{self.config.name}: model gave {feats.shape[1]}-d features, "
-                                       f"config says {self.config.embed_dim}")
-                out[start:start + len(chunk)] = feats.cpu().numpy()
+        for start in range(0, len(images), self.batch_size):
+            chunk = images[start:start + self.batch_size]
+            out[start:start + len(chunk)] = self.embed_prepared(self.prepare(chunk))
         return out
 
 
