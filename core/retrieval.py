@@ -8,7 +8,8 @@ How each metric becomes an inner-product search:
 
 - ``cosine``: rows are L2-normalised (non-normalised input is normalised, a
   zero or non-finite row is an error), then max <q, g> by ``IndexFlatIP``
-  (exact) or ``IndexHNSWFlat(METRIC_INNER_PRODUCT)`` (approximate).
+  (exact) or ``IndexHNSWFlat`` / ``IndexIVFFlat`` with ``METRIC_INNER_PRODUCT``
+  (approximate).
 - ``lorentz``: rows are (x0, x1..xn) on the hyperboloid. The gallery is stored
   as is and the query as (-x0, x1..xn), so the plain inner product equals the
   Minkowski product <q, g>_L = -q0 g0 + sum qi gi. Since arccosh is increasing,
@@ -16,14 +17,21 @@ How each metric becomes an inner-product search:
   points far from the origin loses digits, so a few more candidates than asked
   are fetched and their distances recomputed in float64 (exact re-sort), and
   score = exp(-arccosh(max(-<q, g>_L, 1))).
-  The approximate (HNSW) Lorentz index cannot use that trick, because HNSW
+  The approximate (HNSW, IVF) Lorentz indexes cannot use that trick, because HNSW
   links gallery points by the index metric *between stored vectors* (plain
-  inner product there, not Minkowski; measured recall@10 fell to 0.2-0.8).
+  inner product there, not Minkowski; measured HNSW recall@10 0.18-0.91).
   It uses the MIPS-to-nearest-neighbour reduction instead (Bachrach et al.
   2014): gallery b = (g0, g1..gn, sqrt(R^2 - |g|^2)) with R = max |g|, query
   a = (-q0, q1..qn, 0), so ||a - b||^2 = |q|^2 + R^2 - 2 <q, g>_L is smallest
   for the geodesically nearest g, and the graph links points that are close in
   the ambient space (hence on the hyperboloid). Candidates are re-sorted exactly.
+
+Index kinds: ``flat`` (exact) up to :data:`APPROXIMATE_THRESHOLD`; ``hnsw``
+up to :data:`IVF_THRESHOLD`; ``ivf`` (k-means lists, ``nprobe`` visited) above,
+because an HNSW build of 1M x 256-d took ~15 min on the shared 2 cores
+(M=32, efConstruction=40) while IVF2048 builds in ~2.5 min. Measured at 1M
+(clustered synthetic data, see the benchmark): IVF nlist 2048, nprobe 48:
+p50 2.9 ms, p95 7.0 ms, recall@10 0.965 (flat: 312 ms).
 
 Results are sorted by decreasing score, ties by increasing gallery index; when
 k exceeds the gallery size, k is clamped to the gallery size (the result has
@@ -32,6 +40,9 @@ k exceeds the gallery size, k is clamped to the gallery size (the result has
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import faiss
@@ -39,14 +50,14 @@ import numpy as np
 
 from core.similarity import METRICS
 
-#: Gallery size above which ``build_index(approximate=None)`` builds an HNSW
-#: index instead of an exact flat one. Measured with
-#: ``tests/benchmarks/bench_retrieval.py`` on this 2-core machine, 256-d float32,
-#: one query per call: flat p50 is ~0.6 ms at 10k, ~4 ms at 50k and ~28 ms at
-#: 100k vectors (memory-bound, ~0.1 us per stored vector), while HNSW (M=32,
-#: efSearch=128) answers in ~0.3 ms with recall@10 >= 0.99. 50k is where exact
-#: search passes "a few ms". Flat cost grows with n * dim, so a 1280-d gallery
-#: reaches the same latency at ~10k images: pass ``approximate=True`` there.
+#: Gallery size (at 256-d) above which ``build_index(approximate=None)``
+#: builds an approximate index instead of an exact flat one; the rule is
+#: ``n * dim > APPROXIMATE_THRESHOLD * 256``, so a 1280-d gallery switches at 10k.
+#: Measured with ``tests/benchmarks/bench_retrieval.py`` on this shared 2-core
+#: machine (256-d float32, one query per call, load average ~5): flat p50 is
+#: 0.5 ms at 10k, 1.1 ms at 20k, 4.3 ms at 50k and 13.8 ms at 100k (~0.1 us per
+#: stored 256-d vector, memory-bound), while HNSW (M=32, efSearch=128) answers in
+#: 0.45 ms with recall@10 0.991 at 100k. 50k is where exact search passes "a few ms".
 APPROXIMATE_THRESHOLD: int = 50_000
 
 #: Default HNSW efSearch (candidate list size while searching); raised to k if
@@ -56,10 +67,38 @@ DEFAULT_EF_SEARCH: int = 128
 DEFAULT_EF_CONSTRUCTION: int = 40
 #: Gallery size above which ``approximate_kind="auto"`` builds IVF instead of HNSW.
 IVF_THRESHOLD: int = 200_000
-#: Default number of IVF lists visited per query.
-DEFAULT_NPROBE: int = 16
+#: Default number of IVF lists visited per query. With ~500 vectors per list
+#: (:func:`default_nlist`) a query scans ~24k vectors whatever the gallery size.
+#: Measured at 1M (256-d, nlist 2048): nprobe 32 -> p50 1.4 ms, recall@10 0.961;
+#: nprobe 64 -> 3.1 ms, 0.978; 48 sits between.
+DEFAULT_NPROBE: int = 48
 #: IVF k-means trains on at most this many points per list (sampled with the seed).
 IVF_TRAIN_PER_LIST: int = 40
+
+
+#: Flat searches with fewer queries than this run FAISS on one OpenMP thread.
+#: FAISS splits even a single query's scan over threads; on a busy 2-core
+#: machine the second thread waits for a CPU and one query took ~24 ms instead
+#: of ~0.4 ms (10k x 256-d, measured); one thread is also no slower when idle.
+SINGLE_THREAD_BELOW: int = 16
+
+_omp_lock = threading.Lock()
+
+
+@contextmanager
+def _single_omp_thread() -> Iterator[None]:
+    """Run FAISS on one OpenMP thread inside the block (process-wide setting, restored after).
+
+    Concurrent searches from other Python threads may briefly run on one
+    thread too; that only affects their speed, never their results.
+    """
+    with _omp_lock:
+        before = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)
+        try:
+            yield
+        finally:
+            faiss.omp_set_num_threads(before)
 
 
 class EmptyGalleryError(ValueError):
@@ -191,7 +230,11 @@ class SearchIndex:
             params = faiss.SearchParametersHNSW(efSearch=max(int(self.ef_search), k_fetch))
         elif self.kind == "ivf":
             params = faiss.SearchParametersIVF(nprobe=int(self.nprobe))
-        raw_scores, idx = self.index.search(q, k_fetch, params=params)
+        if self.kind == "flat" and q.shape[0] < SINGLE_THREAD_BELOW:
+            with _single_omp_thread():
+                raw_scores, idx = self.index.search(q, k_fetch, params=params)
+        else:
+            raw_scores, idx = self.index.search(q, k_fetch, params=params)
         idx = idx.astype(np.int64)
         if self.metric == "cosine":
             scores = raw_scores.astype(np.float64)
@@ -207,8 +250,8 @@ class SearchIndex:
 
 
 def default_nlist(n: int) -> int:
-    """IVF list count: about 1 list per 1,000 vectors as a power of two in [16, 4096]."""
-    target = max(16, min(4096, n // 1000))
+    """IVF list count: about one list per 500 vectors, as a power of two in [16, 4096] (1M -> 2048)."""
+    target = max(16, min(4096, n // 500))
     return 1 << int(round(np.log2(target)))
 
 
@@ -251,7 +294,7 @@ def build_index(
         g = np.ascontiguousarray(g64.astype(np.float32))
     n, dim = g.shape
     if approximate is None:
-        approximate = n > APPROXIMATE_THRESHOLD
+        approximate = n * dim > APPROXIMATE_THRESHOLD * 256
     if not approximate:
         index = faiss.IndexFlatIP(dim)
         index.add(g)

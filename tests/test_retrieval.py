@@ -143,15 +143,27 @@ def test_ivf_with_too_few_hits_marks_missing_slots(one_thread: None) -> None:
 
 def test_auto_choice_follows_thresholds(monkeypatch: pytest.MonkeyPatch, one_thread: None) -> None:
     g = clustered(300, 8, n_clusters=5)
+    wide = clustered(300, 128, n_clusters=5)
     assert build_index(g).kind == "flat"
+    # the threshold is a gallery size at 256-d; wider embeddings switch proportionally earlier
+    monkeypatch.setattr(retrieval, "APPROXIMATE_THRESHOLD", 200)  # 200 x 256 = 51,200 cells
+    assert build_index(g).kind == "flat"  # 300 x 8 = 2,400
+    assert build_index(clustered(300, 256, n_clusters=5)).kind == "hnsw"  # 76,800
+    assert build_index(wide).kind == "flat"  # 38,400
     monkeypatch.setattr(retrieval, "APPROXIMATE_THRESHOLD", 100)
-    assert build_index(g).kind == "hnsw"
-    assert build_index(g, approximate=False).kind == "flat"
+    assert build_index(wide).kind == "hnsw"
+    assert build_index(wide, approximate=False).kind == "flat"
     monkeypatch.setattr(retrieval, "IVF_THRESHOLD", 200)
-    assert build_index(g).kind == "ivf"
-    assert build_index(g, approximate_kind="hnsw").kind == "hnsw"
+    assert build_index(wide).kind == "ivf"
+    assert build_index(wide, approximate_kind="hnsw").kind == "hnsw"
     with pytest.raises(ValueError, match="approximate_kind"):
         build_index(g, approximate_kind="lsh")
+
+
+def test_single_query_flat_search_restores_thread_count() -> None:
+    before = faiss.omp_get_max_threads()
+    build_index(clustered(50, 8, n_clusters=3)).search(np.ones(8), 3)
+    assert faiss.omp_get_max_threads() == before
 
 
 @pytest.mark.parametrize("approximate", [False, True])

@@ -46,7 +46,7 @@ N_QUERIES = 200
 SIZES = (10_000, 100_000, 1_000_000)
 HNSW_M = 32
 EF_SWEEP = (32, 64, 128, 256)
-NPROBE_SWEEP = (4, 8, 16, 32, 64)
+NPROBE_SWEEP = (16, 32, 48, 64, 128)
 
 
 def clustered_unit_vectors(
