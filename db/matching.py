@@ -76,8 +76,6 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = "e
     ``flank_filter``: ``any``, ``same`` (same flank as the query) or ``cross``.
     With ``per_individual`` only each individual's best-scoring photo is listed.
     """
-    from core.similarity import pairwise_scores
-
     gallery = [i for i in gallery_for(cat) if i != query_image_id]
     rows = _image_rows(cat, gallery + [query_image_id])
     if query_image_id not in rows:
@@ -92,6 +90,27 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = "e
                          model_provenance=provenance(backbone.config))
     if not gallery:
         return result
+    emb = embed_images(cat, [query_image_id] + gallery, backbone=backbone, progress=progress)
+    index = _gallery_index(model_name, tuple(gallery), emb[1:], metric=getattr(backbone, "metric", "cosine"))
+    # per individual, the best photo counts: fetch enough hits to fill k individuals in most cases
+    depth = len(gallery) if not per_individual else min(len(gallery), max(k * 20, 200))
+    scores, hits = index.search(emb[:1], depth)
+    seen: set[int] = set()
+    for score, j in zip(scores[0], hits[0]):
+        if j < 0:
+            continue
+        r = rows[gallery[j]]
+        if per_individual and r[1] in seen:
+            continue
+        seen.add(r[1])
+        flank = r[3].value if hasattr(r[3], "value") else str(r[3])
+        result.candidates.append(Candidate(
+            rank=len(result.candidates) + 1, image_id=r[0], individual_id=r[1], individual_name=r[2],
+            score=float(score), flank=flank, sighting=r[4],
+            same_sighting=bool(q[7] is not None and r[7] == q[7]), thumb_path=r[5], blob_path=r[6]))
+        if len(result.candidates) >= k:
+            break
+    return result
     emb = embed_images(cat, [query_image_id] + gallery, backbone=backbone, progress=progress)
     scores = pairwise_scores(emb[:1], emb[1:])[0]
     order = np.argsort(-scores, kind="stable")
@@ -109,6 +128,24 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = "e
         if len(result.candidates) >= k:
             break
     return result
+
+
+_INDEX_CACHE: dict[tuple[str, str], Any] = {}
+
+
+def _gallery_index(model_name: str, gallery: tuple[int, ...], emb: np.ndarray, *, metric: str) -> Any:
+    """FAISS index over the gallery embeddings (exact for small galleries, approximate above
+    ``core.retrieval``'s measured threshold), reused while the gallery and model are unchanged."""
+    from core.retrieval import build_index
+
+    import hashlib
+
+    key = (model_name, hashlib.sha1(np.ascontiguousarray(emb).tobytes() + repr(gallery).encode()).hexdigest())
+    index = _INDEX_CACHE.get(key)
+    if index is None:
+        _INDEX_CACHE.clear()  # one gallery at a time: galleries change with every decision
+        index = _INDEX_CACHE[key] = build_index(emb, metric=metric)
+    return index
 
 
 def provenance(config: Any) -> str:

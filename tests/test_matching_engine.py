@@ -162,3 +162,25 @@ def test_export_kaggle_refuses_bad_input(kaggle_dir, tmp_path, capsys):
     assert cli(base + ["--test-csv", str(missing)]) == 1
     assert "nothere.png" in capsys.readouterr().err
     assert not (tmp_path / "s.csv").exists()
+
+
+def test_rank_candidates_through_faiss_agrees_with_dense_scores(bench_dir):
+    """The matcher's FAISS ranking equals a brute-force ranking of the same embeddings."""
+    from core.similarity import pairwise_scores
+    from db.embeddings import embed_images, gallery_image_ids, get_backbone
+    from db.matching import rank_candidates
+    from db.session import open_catalogue
+
+    cat = open_catalogue(bench_dir)
+    gallery = gallery_image_ids(cat)
+    query = gallery[0]
+    res = rank_candidates(cat, query, k=50, per_individual=False)
+    others = [g for g in gallery if g != query]
+    emb = embed_images(cat, [query] + others, backbone=get_backbone(cat, "efficientnet_lite0"))
+    dense = pairwise_scores(emb[:1], emb[1:])[0]
+    expected = [others[j] for j in np.argsort(-dense, kind="stable")]
+    assert [c.image_id for c in res.candidates] == expected[:len(res.candidates)]
+    assert len(res.candidates) == len(others)
+    np.testing.assert_allclose([c.score for c in res.candidates], np.sort(dense)[::-1], atol=1e-5)
+    per_ind = rank_candidates(cat, query, k=3)
+    assert len({c.individual_id for c in per_ind.candidates}) == len(per_ind.candidates) == 3
