@@ -184,3 +184,41 @@ def test_rank_candidates_through_faiss_agrees_with_dense_scores(bench_dir):
     np.testing.assert_allclose([c.score for c in res.candidates], np.sort(dense)[::-1], atol=1e-5)
     per_ind = rank_candidates(cat, query, k=3)
     assert len({c.individual_id for c in per_ind.candidates}) == len(per_ind.candidates) == 3
+
+
+def test_mask_cli_is_resumable_and_diagnose_cli_reports_every_axis(bench_dir, capsys):
+    """`rosette mask` masks only what is missing; `rosette diagnose --json` has every documented key."""
+    from db.benchmarks import load_benchmark
+    from db.session import open_catalogue
+
+    cat = open_catalogue(bench_dir)
+    test_ids = load_benchmark(cat, "small", split="test").image_ids
+    from db.masks import mask_images
+
+    first = mask_images(cat, masker="grabcut", image_ids=test_ids[:4])
+    assert first["masked"] == 4
+    assert cli(["--data-dir", str(bench_dir), "mask", "--masker", "grabcut", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["masker"] == "grabcut" and res["todo"] == 24 - 4 and res["masked"] == 20
+    assert cli(["--data-dir", str(bench_dir), "mask", "--masker", "grabcut", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["todo"] == 0  # resumable: nothing left
+
+    assert cli(["--data-dir", str(bench_dir), "diagnose", "--backbone", "efficientnet_lite0", "--benchmark", "small",
+                "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    for key in ("bg_fg", "bg_sil_fg", "map_macro_by_variant", "mirror_sim_mean", "mirror_sim_std", "mirror_tier",
+                "danger_margin_positive", "mirrored_query_ratio", "within_flank", "cross_flank", "masker", "inpainter"):
+        assert key in d, key
+    assert set(d["map_macro_by_variant"]) == {"full_rgb", "foreground_only", "background_only",
+                                              "background_inpainted", "silhouette", "mirror"}
+    for proto in ("within_flank", "cross_flank"):
+        assert {"map_macro", "map_micro", "cmc_macro"} <= set(d[proto])
+    assert d["masker"] == "grabcut" and d["inpainter"] == "opencv"
+    assert d["bg_fg"] == pytest.approx(d["map_macro_by_variant"]["background_inpainted"]
+                                       / d["map_macro_by_variant"]["foreground_only"])
+    assert d["mirror_tier"] in {"aware", "moderate", "strong shortcut", "symmetric"}
+    assert 0.0 < d["mirror_sim_mean"] <= 1.0
+    # the table form names the masker and inpainter that produced the numbers
+    assert cli(["--data-dir", str(bench_dir), "diagnose", "--benchmark", "small"]) == 0
+    out = capsys.readouterr().out
+    assert "masks: grabcut" in out and "backgrounds: opencv" in out and "BG/FG" in out
