@@ -47,7 +47,7 @@ log = logging.getLogger("rosette.ui")
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 STYLE_CSS = ASSETS_DIR / "style.css"
 # Blob kinds under the data directory that the browser may load (content-addressed, never modified).
-SERVED_KINDS = ("images", "thumbs", "masks", "inpainted", "variants")
+SERVED_KINDS = ("images", "thumbs", "masks", "inpainted", "variants", "exports")
 
 
 # --------------------------------------------------------------------------- errors shown to curators

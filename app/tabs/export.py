@@ -1,0 +1,55 @@
+"""Export tab: a Kaggle-format submission (row_id,similarity) for a competition's test.csv."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from app import export_services as es
+from app.ui import UIContext, curator_action
+
+TITLE = "Export"
+ORDER = 50
+
+HELP = """\
+**Kaggle submission.** Upload the competition's `test.csv` (`row_id,query_image,gallery_image`) and its images
+(a zip, or a folder on this machine). Each image is embedded once by the chosen model and every row gets a
+similarity, higher = more alike (Lorentz models: exp(-distance)). Rows are written in the order of `test.csv`.
+"""
+
+
+def _models() -> list[str]:
+    from core.backbones import DEFAULT_BACKBONE, list_backbones
+
+    names = [n for n in list_backbones() if not n.endswith(":")]
+    return [DEFAULT_BACKBONE] + [n for n in names if n != DEFAULT_BACKBONE]
+
+
+def build(ctx: UIContext) -> None:
+    cat = ctx.catalogue
+    gr.Markdown(HELP, elem_classes=["help-text"])
+    with gr.Row():
+        test_csv = gr.File(label="test.csv", file_types=[".csv"], elem_id="export-test-csv")
+        images_zip = gr.File(label="Images (zip)", file_types=[".zip"], elem_id="export-images-zip")
+    with gr.Row():
+        images_dir = gr.Textbox(label="…or images folder on this machine", elem_id="export-images-dir")
+        model = gr.Dropdown(_models(), value=_models()[0], label="Model", allow_custom_value=True,
+                            info="registry name of the backbone that scores the pairs")
+        variant = gr.Radio([("Whole photo", "full_rgb"), ("Animal only (PNG alpha as mask)", "foreground_only")],
+                           value="full_rgb", label="What the model sees")
+    run = gr.Button("Write submission", variant="primary", elem_id="export-run")
+    job_id = gr.State(None)
+    status = gr.Markdown(elem_id="export-status")
+    result = gr.File(label="submission.csv", interactive=False, elem_id="export-result")
+    timer = gr.Timer(2.0)
+
+    @curator_action
+    def start(csv_file, zip_file, folder, model_name, var, user):
+        jid, msg = es.submit_kaggle_export(cat, test_csv=csv_file, images_zip=zip_file, images_dir=folder,
+                                           model=model_name, variant=var, user=user)
+        return jid, msg, None
+
+    run.click(start, [test_csv, images_zip, images_dir, model, variant, ctx.user], [job_id, status, result])
+    def poll(jid):
+        return es.export_status(cat, jid) if jid else (gr.skip(), gr.skip())
+
+    timer.tick(poll, [job_id], [status, result], show_progress="hidden")

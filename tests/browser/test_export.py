@@ -1,0 +1,44 @@
+"""End to end in a real browser: a Kaggle submission written by a background job and offered for download."""
+
+from __future__ import annotations
+
+import csv
+import zipfile
+
+import numpy as np
+from PIL import Image
+
+from tests.browser.test_ingest_catalogue import TIMEOUT_MS, upload
+
+
+def test_kaggle_export_from_the_export_tab(rosette_server, page, shot, tmp_path):
+    from playwright.sync_api import expect
+
+    rng = np.random.default_rng(1)
+    names = [f"jaguar_{i}.png" for i in range(3)]
+    with zipfile.ZipFile(tmp_path / "images.zip", "w") as zf:
+        for n in names:
+            arr = rng.integers(0, 255, size=(48, 64, 4), dtype=np.uint8)
+            arr[..., 3] = 255
+            Image.fromarray(arr).save(tmp_path / n)
+            zf.write(tmp_path / n, arcname=n)
+    with open(tmp_path / "test.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["row_id", "query_image", "gallery_image"])
+        w.writerows([[f"q{i}", a, b] for i, (a, b) in enumerate((a, b) for a in names for b in names)])
+
+    page.goto(rosette_server.url)
+    page.get_by_role("tab", name="Export").click()
+    upload(page, "export-test-csv", [str(tmp_path / "test.csv")])
+    upload(page, "export-images-zip", [str(tmp_path / "images.zip")])
+    page.locator("#export-run").click()
+    expect(page.locator("#export-status")).to_contain_text("Done: 9 rows", timeout=120_000)
+    link = page.locator('#export-result a[href$="submission.csv"]')
+    expect(link).to_have_count(1, timeout=TIMEOUT_MS)
+    shot("export-done")
+    body = page.request.get(link.get_attribute("href") if link.get_attribute("href").startswith("http")
+                            else rosette_server.url.rstrip("/") + link.get_attribute("href")).text()
+    rows = list(csv.DictReader(body.splitlines()))
+    assert [r["row_id"] for r in rows] == [f"q{i}" for i in range(9)]
+    same = [float(r["similarity"]) for r, (a, b) in zip(rows, ((a, b) for a in names for b in names)) if a == b]
+    assert all(abs(s - 1.0) < 1e-4 for s in same)

@@ -1,0 +1,81 @@
+"""Kaggle export from the UI: staging, validation, background job, download."""
+
+from __future__ import annotations
+
+import csv
+import zipfile
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app import export_services as es
+from db.catalogue import CatalogueError
+from db.session import open_catalogue
+from jobs.worker import run_one
+
+
+@pytest.fixture()
+def cat(data_dir):
+    c = open_catalogue(data_dir)
+    yield c
+    c.close()
+
+
+@pytest.fixture()
+def kaggle(tmp_path):
+    d = tmp_path / "k"
+    (d / "images").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    names = []
+    for i in range(3):
+        arr = rng.integers(0, 255, size=(40, 50, 4), dtype=np.uint8)
+        arr[..., 3] = 255
+        Image.fromarray(arr).save(d / "images" / f"j{i}.png")
+        names.append(f"j{i}.png")
+    with open(d / "test.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["row_id", "query_image", "gallery_image"])
+        for n, (q, g) in enumerate([(a, b) for a in names for b in names if a != b]):
+            w.writerow([n, q, g])
+    with zipfile.ZipFile(d / "images.zip", "w") as zf:
+        for n in names:
+            zf.write(d / "images" / n, arcname=f"train/{n}")
+    return d
+
+
+def test_export_from_a_zip_runs_as_a_job_and_returns_the_file(cat, kaggle):
+    job_id, msg = es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(kaggle / "images.zip"),
+                                          images_dir=None, model="efficientnet_lite0")
+    assert "6 pairs over 3 images" in msg
+    text, path = es.export_status(cat, job_id)
+    assert "queued" in text and path is None
+    assert run_one(cat) == job_id
+    text, path = es.export_status(cat, job_id)
+    assert text.startswith("Done: 6 rows") and path and path.endswith("submission.csv")
+    with open(path) as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["row_id"] for r in rows] == [str(i) for i in range(6)]
+    assert all(-1.0 <= float(r["similarity"]) <= 1.0 for r in rows)
+
+
+def test_export_refuses_bad_inputs_before_queueing(cat, kaggle, tmp_path):
+    with pytest.raises(CatalogueError, match="test.csv"):
+        es.submit_kaggle_export(cat, test_csv=None, images_zip=None, images_dir=str(kaggle / "images"), model="x")
+    with pytest.raises(CatalogueError, match="no folder"):
+        es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=None,
+                                images_dir=str(tmp_path / "nowhere"), model="efficientnet_lite0")
+    evil = tmp_path / "evil.zip"
+    with zipfile.ZipFile(evil, "w") as zf:
+        zf.writestr("../../escape.png", b"x")
+    with pytest.raises(CatalogueError, match="outside the archive"):
+        es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(evil), images_dir=None,
+                                model="efficientnet_lite0")
+    assert not (tmp_path / "escape.png").exists()
+    (kaggle / "images" / "j2.png").unlink()
+    with pytest.raises(ValueError, match="j2.png"):
+        es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=None,
+                                images_dir=str(kaggle / "images"), model="efficientnet_lite0")
+    from jobs.queue import list_jobs
+
+    assert list_jobs(cat) == []  # nothing was queued for bad input
