@@ -45,7 +45,7 @@ def seed_demo(cat, *, user: str = "demo") -> str | None:
         return f"demo catalogue could not be added ({type(exc).__name__}: {exc}); starting without it"
     if report is None:
         return None
-    counts = ", ".join(f"{n} {status}" for status, n in dict(report.counts).items())
+    counts = ", ".join(f"{n} {status}" for status, n in dict(report.counts).items() if n)
     return f"demo catalogue added: {counts or 'nothing to add'}"
 
 
