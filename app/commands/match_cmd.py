@@ -1,0 +1,62 @@
+"""Match review from the command line: ``match`` ranks candidates for a photo, ``decide``
+records a decision (applied to the catalogue), ``undo-decision`` reverses the latest one."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("match", help="rank gallery candidates for a photo")
+    p.add_argument("image_id", type=int)
+    p.add_argument("--model", default="efficientnet_lite0")
+    p.add_argument("-k", type=int, default=10)
+    p.add_argument("--flank", choices=["any", "same", "cross"], default="any")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run_match)
+    p = sub.add_parser("decide", help="record a match decision: same | not | unsure | new")
+    p.add_argument("image_id", type=int)
+    p.add_argument("decision", choices=["same", "not", "unsure", "new"])
+    p.add_argument("--candidate", type=int, default=None, help="candidate photo id (needed for same/not/unsure)")
+    p.add_argument("--model", default=None, help="model whose ranking was reviewed")
+    p.add_argument("--name", default=None, help="name for a new individual")
+    p.set_defaults(func=run_decide)
+    p = sub.add_parser("undo-decision", help="undo your latest match decision")
+    p.set_defaults(func=run_undo)
+
+
+def run_match(args, ctx) -> int:
+    from app.cli import print_table
+    from db.matching import rank_candidates
+
+    res = rank_candidates(ctx.catalogue, args.image_id, model_name=args.model, k=args.k, flank_filter=args.flank)
+    if args.json:
+        print(json.dumps({"query_image_id": res.query_image_id, "model": res.model_name,
+                          "provenance": res.model_provenance,
+                          "candidates": [{"rank": c.rank, "image_id": c.image_id, "individual": c.individual_name,
+                                          "score": c.score, "flank": c.flank, "same_sighting": c.same_sighting}
+                                         for c in res.candidates]}))
+        return 0
+    print_table([(c.rank, c.individual_name, c.image_id, f"{c.score:.4f}", c.flank,
+                  "same sighting" if c.same_sighting else "") for c in res.candidates],
+                ["rank", "individual", "photo", "score", "flank", ""])
+    print(f"scored by {res.model_provenance}")
+    return 0
+
+
+def run_decide(args, ctx) -> int:
+    from db.matching import record_decision
+
+    dec = record_decision(ctx.catalogue, query_image_id=args.image_id, decision=args.decision, user=ctx.user,
+                          candidate_image_id=args.candidate, model_name=args.model, new_name=args.name)
+    print(f"decision {dec.id}: photo {args.image_id} {args.decision}"
+          + (f" (individual {dec.candidate_individual_id})" if dec.candidate_individual_id else ""))
+    return 0
+
+
+def run_undo(args, ctx) -> int:
+    from db.matching import undo_decision
+
+    dec = undo_decision(ctx.catalogue, user=ctx.user)
+    print(f"undid decision {dec.id} on photo {dec.query_image_id}")
+    return 0
