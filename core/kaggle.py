@@ -82,11 +82,11 @@ def _read_table(source: CsvSource, required: Sequence[str]) -> tuple[str, list[t
     header: list[str] | None = None
     rows: list[tuple[int, dict[str, str]]] = []
     try:
-        for cells in reader:
-            line = reader.line_num
-            if not cells or all(not c.strip() for c in cells):
+        for raw in reader:
+            cells = [c.strip() for c in raw]
+            if not any(cells):
                 continue  # blank line
-            cells = [c.strip() for c in cells]
+            line = reader.line_num
             if header is None:
                 header = cells
                 dupes = sorted({c for c in header if header.count(c) > 1})
@@ -98,16 +98,17 @@ def _read_table(source: CsvSource, required: Sequence[str]) -> tuple[str, list[t
                         f"{name}, line {line}: missing column(s) {', '.join(missing)}; "
                         f"expected {','.join(required)}, found {','.join(header) or '(nothing)'}"
                     )
+                positions = [(c, header.index(c)) for c in required]
                 continue
             if len(cells) != len(header):
                 raise KaggleFormatError(
                     f"{name}, line {line}: {len(cells)} field(s), the header has {len(header)}"
                 )
-            row = dict(zip(header, cells))
-            blank = [c for c in required if not row[c]]
-            if blank:
+            row = {c: cells[i] for c, i in positions}
+            if not all(row.values()):
+                blank = [c for c in required if not row[c]]
                 raise KaggleFormatError(f"{name}, line {line}: blank {', '.join(blank)}")
-            rows.append((line, {c: row[c] for c in required}))
+            rows.append((line, row))
     except csv.Error as exc:
         raise KaggleFormatError(f"{name}, line {reader.line_num}: malformed CSV ({exc})") from None
     if header is None:
