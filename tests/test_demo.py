@@ -27,8 +27,11 @@ def test_demo_assets_are_complete_and_attributed():
         assert (DEMO_DIR / "images" / r["filename"]).is_file()
     per_ind = collections.defaultdict(set)
     for r in rows:
-        per_ind[r["identity"]].add(r["flank"])
+        if r["identity"]:
+            per_ind[r["identity"]].add(r["flank"])
     assert 8 <= len(per_ind) <= 12
+    # a few photos come without an identity: the match-review queue has new photos to decide
+    assert 3 <= sum(not r["identity"] for r in rows) <= 10
     assert all(flanks == {"left", "right"} for flanks in per_ind.values())
     attribution = (DEMO_DIR / "ATTRIBUTION.md").read_text()
     assert "tvanzyl/wildlife_reidentification" in attribution and "Dlamini" in attribution
@@ -40,7 +43,9 @@ def test_demo_assets_are_complete_and_attributed():
 def test_demo_files_match_the_shared_set(nyala_dir, nyala_manifest):
     shared = {r["filename"]: r for r in nyala_manifest}
     for r in _manifest():
-        assert shared[r["filename"]] == r
+        truth = shared[r["filename"]]
+        assert r["identity"] in ("", truth["identity"])  # blank = left for the curator to identify
+        assert {k: v for k, v in r.items() if k != "identity"} == {k: v for k, v in truth.items() if k != "identity"}
         assert (DEMO_DIR / "images" / r["filename"]).read_bytes() == (nyala_dir / "images" / r["filename"]).read_bytes()
 
 
@@ -53,8 +58,8 @@ def test_seed_demo_into_empty_catalogue_once(data_dir):
         imgs = list(s.scalars(select(Image)))
         names = dict(s.execute(select(Individual.id, Individual.name)).all())
     assert len(imgs) == len(rows)
-    truth = {r["filename"]: (r["identity"], r["flank"]) for r in rows}
-    assert {i.original_name: (names[i.individual_id], i.flank.value) for i in imgs} == truth
+    truth = {r["filename"]: (r["identity"] or None, r["flank"]) for r in rows}
+    assert {i.original_name: (names.get(i.individual_id), i.flank.value) for i in imgs} == truth
     assert all(i.flank in (Flank.left, Flank.right) for i in imgs)
     assert seed_demo_if_empty(cat) is None  # not empty any more: nothing happens
     cat.close()
