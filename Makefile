@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.rosette-installed
 HOST   ?= 127.0.0.1
 PORT   ?= 7860
 
-.PHONY: run test bench venv clean-venv
+.PHONY: run test bench venv clean-venv browser
 
 venv: $(STAMP)
 
@@ -24,7 +24,14 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(VENV)/bin/rosette serve --host $(HOST) --port $(PORT)
 
-test: $(STAMP)
+# The browser tests drive Debian's chromium; install it when missing and we may (root with apt-get).
+browser:
+	@test -x /usr/bin/chromium || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core; } || \
+	  echo "warning: /usr/bin/chromium is missing; the browser tests will fail (apt-get install chromium)"
+
+test: $(STAMP) browser
 	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(PY) -m pytest -q tests
 
 bench: $(STAMP)
