@@ -151,10 +151,14 @@ def test_lite0_imagenet_classifier_sees_antelopes_in_nyala_photos(nyala_dir, nya
         logits = model(lite0.preprocess(photos).contiguous())
     top1 = logits.argmax(1).tolist()
     assert sum(t in HOOFED for t in top1) >= 6, top1
+    # Random weights carry no such knowledge. An untrained net tends to put every photo in one arbitrary
+    # class, which may by chance be a hoofed one, so compare its labels with the trained ones instead
+    # (seeded, so the check is deterministic).
+    torch.manual_seed(0)
     random_model = build_lite0_model(pretrained=False, num_classes=1000)
     with torch.inference_mode():
         random_top1 = random_model(lite0.preprocess(photos).contiguous()).argmax(1).tolist()
-    assert sum(t in HOOFED for t in random_top1) <= 2
+    assert sum(a == b for a, b in zip(random_top1, top1)) <= 2, (random_top1, top1)
 
 
 def test_lite0_embedding_contract(lite0, nyala_dir, nyala_manifest):
