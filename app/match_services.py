@@ -178,6 +178,7 @@ class MatchView:
     flank_filter: str
     candidates: list[CandidateCard] = field(default_factory=list)
     diagnostics_source: str | None = None  # which diagnostics run the mirror badges come from
+    place_date_note: str | None = None  # e.g. "place contains 'Porto Jofre', from 2024-05-01", when filtered
 
     @property
     def seen_individual_id(self) -> int | None:
@@ -208,15 +209,17 @@ def laterality_badges(cat: Catalogue, model_name: str) -> tuple[dict[int, tuple[
 
 
 def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODEL, flank_filter: str = "any",
+                place: str | None = None, date_from: str | None = None, date_to: str | None = None,
                 k: int = CANDIDATES_SHOWN, progress: Callable[[int, int], None] | None = None) -> MatchView:
-    """Rank the gallery for one photo and gather what the review screen shows."""
+    """Rank the gallery for one photo (optionally only photos from a place / date range) and
+    gather what the review screen shows."""
     from db.matching import rank_candidates
 
     if flank_filter not in {v for _, v in FLANK_FILTERS}:
         raise ValueError(f"unknown flank filter {flank_filter!r}")
     photo = query_photo(cat, image_id)
     result = rank_candidates(cat, photo.image_id, model_name=model_name, k=k, flank_filter=flank_filter,
-                             progress=progress)
+                             place=place, date_from=date_from, date_to=date_to, progress=progress)
     badges, source = laterality_badges(cat, model_name)
     cards = [CandidateCard(rank=c.rank, image_id=c.image_id, individual_id=c.individual_id,
                            individual_name=c.individual_name, score=c.score, flank=c.flank, sighting=c.sighting,
@@ -224,8 +227,13 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
                            mirror_sim=badges.get(c.image_id, (None, None))[0],
                            danger_margin=badges.get(c.image_id, (None, None))[1])
              for c in result.candidates]
+    note = ", ".join(part for part in (
+        f"place contains {place.strip()!r}" if (place or "").strip() else "",
+        f"from {date_from.strip()}" if (date_from or "").strip() else "",
+        f"to {date_to.strip()}" if (date_to or "").strip() else "") if part) or None
     return MatchView(query=photo, model_name=result.model_name, model_provenance=result.model_provenance,
-                     flank_filter=flank_filter, candidates=cards, diagnostics_source=source if badges else None)
+                     flank_filter=flank_filter, candidates=cards, diagnostics_source=source if badges else None,
+                     place_date_note=note)
 
 
 @dataclass

@@ -53,7 +53,7 @@ def _image_rows(cat: Catalogue, ids: list[int]) -> dict[int, tuple]:
     with cat.unit_of_work() as s:
         rows = s.execute(
             select(Image.id, Image.individual_id, Individual.name, Image.flank, Sighting.key, Image.thumb_path,
-                   Image.blob_path, Image.sighting_id)
+                   Image.blob_path, Image.sighting_id, Sighting.place, Sighting.date, Image.exif_time)
             .outerjoin(Individual, Image.individual_id == Individual.id)
             .outerjoin(Sighting, Image.sighting_id == Sighting.id)
             .where(Image.id.in_(ids))
@@ -67,15 +67,47 @@ def gallery_for(cat: Catalogue) -> list[int]:
     return gallery_image_ids(cat)
 
 
+def check_date(value: str | None, *, what: str) -> str | None:
+    """A ``YYYY-MM-DD`` filter bound, or None when blank; anything else is refused clearly."""
+    from datetime import date
+
+    value = (value or "").strip()
+    if not value:
+        return None
+    try:
+        return date.fromisoformat(value).isoformat()
+    except ValueError:
+        raise CatalogueError(f"{what} must be a date like 2024-05-31, not {value!r}") from None
+
+
+def passes_place_and_date(place: str | None, day: str | None, *, place_filter: str | None = None,
+                          date_from: str | None = None, date_to: str | None = None) -> bool:
+    """True when a photo's sighting place contains ``place_filter`` (case-insensitive) and its date
+    (``YYYY-MM-DD...``) lies in [date_from, date_to]; a photo missing a filtered field does not pass."""
+    if place_filter and (not place or place_filter.strip().lower() not in place.lower()):
+        return False
+    if date_from or date_to:
+        if not day:
+            return False
+        d = day[:10]
+        if (date_from and d < date_from) or (date_to and d > date_to):
+            return False
+    return True
+
+
 def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = "efficientnet_lite0", k: int = 12,
-                    flank_filter: str = "any", per_individual: bool = True,
-                    progress=None) -> MatchResult:
+                    flank_filter: str = "any", place: str | None = None, date_from: str | None = None,
+                    date_to: str | None = None, per_individual: bool = True, progress=None) -> MatchResult:
     """Top-``k`` gallery candidates for a query photo, scored by ``model_name``.
 
     The gallery is every photo assigned to an active individual except the query.
     ``flank_filter``: ``any``, ``same`` (same flank as the query) or ``cross``.
+    ``place`` / ``date_from`` / ``date_to`` keep gallery photos whose sighting place contains
+    the text and whose date (sighting date, else EXIF time) lies in the range.
     With ``per_individual`` only each individual's best-scoring photo is listed.
     """
+    date_from = check_date(date_from, what="the 'from' date")
+    date_to = check_date(date_to, what="the 'to' date")
     gallery = [i for i in gallery_for(cat) if i != query_image_id]
     rows = _image_rows(cat, gallery + [query_image_id])
     if query_image_id not in rows:
@@ -85,6 +117,9 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = "e
     if flank_filter in ("same", "cross") and q_flank in ("left", "right"):
         want = q_flank if flank_filter == "same" else ("right" if q_flank == "left" else "left")
         gallery = [i for i in gallery if (rows[i][3].value if hasattr(rows[i][3], "value") else rows[i][3]) == want]
+    if place or date_from or date_to:
+        gallery = [i for i in gallery if passes_place_and_date(rows[i][8], rows[i][9] or rows[i][10], place_filter=place,
+                                                               date_from=date_from, date_to=date_to)]
     backbone = get_backbone(cat, model_name)
     result = MatchResult(query_image_id=query_image_id, query_individual_id=q[1], model_name=model_name,
                          model_provenance=provenance(backbone.config))

@@ -222,3 +222,51 @@ def test_mask_cli_is_resumable_and_diagnose_cli_reports_every_axis(bench_dir, ca
     assert cli(["--data-dir", str(bench_dir), "diagnose", "--benchmark", "small"]) == 0
     out = capsys.readouterr().out
     assert "masks: grabcut" in out and "backgrounds: opencv" in out and "BG/FG" in out
+
+
+def test_place_and_date_filters_hand_cases():
+    from db.catalogue import CatalogueError
+    from db.matching import check_date, passes_place_and_date
+
+    assert passes_place_and_date("Porto Jofre, MT", "2024-05-03", place_filter="jofre")
+    assert not passes_place_and_date("Porto Jofre", "2024-05-03", place_filter="Cuiabá")
+    assert not passes_place_and_date(None, "2024-05-03", place_filter="jofre")  # unknown place: left out
+    assert passes_place_and_date(None, "2024-05-03T10:00:00", date_from="2024-05-03", date_to="2024-05-03")
+    assert not passes_place_and_date(None, "2024-05-04", date_to="2024-05-03")
+    assert not passes_place_and_date(None, None, date_from="2024-01-01")  # undated: left out
+    assert passes_place_and_date(None, None)  # no filter: everything passes
+    assert check_date(" 2024-05-03 ", what="x") == "2024-05-03" and check_date("", what="x") is None
+    with pytest.raises(CatalogueError, match="date like"):
+        check_date("03/05/2024", what="the 'from' date")
+
+
+def test_rank_candidates_keeps_only_the_chosen_place_and_dates(bench_dir, capsys):
+    from sqlalchemy import select
+
+    from db.embeddings import gallery_image_ids
+    from db.matching import rank_candidates
+    from db.models import Image, Sighting
+    from db.session import open_catalogue
+
+    cat = open_catalogue(bench_dir)
+    with cat.unit_of_work() as s:
+        sightings = list(s.scalars(select(Sighting).order_by(Sighting.id)))
+        for n, sg in enumerate(sightings):
+            sg.place = "Porto Jofre" if n % 2 == 0 else "Pixaim"
+            sg.date = f"2024-05-{1 + n % 28:02d}"
+        s.commit()
+        place_of = {i.id: i.sighting.place for i in s.scalars(select(Image))}
+        date_of = {i.id: i.sighting.date for i in s.scalars(select(Image))}
+    query = gallery_image_ids(cat)[0]
+    res = rank_candidates(cat, query, k=50, per_individual=False, place="jofre")
+    assert res.candidates and all(place_of[c.image_id] == "Porto Jofre" for c in res.candidates)
+    expected = sum(1 for i, p in place_of.items() if p == "Porto Jofre" and i != query)
+    assert len(res.candidates) == expected
+    res = rank_candidates(cat, query, k=50, per_individual=False, date_from="2024-05-02", date_to="2024-05-03")
+    assert res.candidates and all("2024-05-02" <= date_of[c.image_id] <= "2024-05-03" for c in res.candidates)
+    assert rank_candidates(cat, query, place="nowhere").candidates == []
+    assert cli(["--data-dir", str(bench_dir), "match", str(query), "--place", "Pixaim", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["candidates"] and all(place_of[c["image_id"]] == "Pixaim" for c in out["candidates"])
+    assert cli(["--data-dir", str(bench_dir), "match", str(query), "--date-from", "May 2"]) == 1
+    assert "date like" in capsys.readouterr().err

@@ -12,6 +12,9 @@ def register(sub) -> None:
     p.add_argument("--model", default="efficientnet_lite0")
     p.add_argument("-k", type=int, default=10)
     p.add_argument("--flank", choices=["any", "same", "cross"], default="any")
+    p.add_argument("--place", default=None, help="only gallery photos whose sighting place contains this text")
+    p.add_argument("--date-from", default=None, help="only gallery photos dated on or after YYYY-MM-DD")
+    p.add_argument("--date-to", default=None, help="only gallery photos dated on or before YYYY-MM-DD")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_match)
     p = sub.add_parser("decide", help="record a match decision: same | not | unsure | new")
@@ -29,7 +32,8 @@ def run_match(args, ctx) -> int:
     from app.cli import print_table
     from db.matching import rank_candidates
 
-    res = rank_candidates(ctx.catalogue, args.image_id, model_name=args.model, k=args.k, flank_filter=args.flank)
+    res = rank_candidates(ctx.catalogue, args.image_id, model_name=args.model, k=args.k, flank_filter=args.flank,
+                          place=args.place, date_from=args.date_from, date_to=args.date_to)
     if args.json:
         print(json.dumps({"query_image_id": res.query_image_id, "model": res.model_name,
                           "provenance": res.model_provenance,

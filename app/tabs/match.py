@@ -55,7 +55,7 @@ def candidates_html(view: ms.MatchView | None, selected: int | None) -> str:
         return f"<div class='rz-empty'>{EMPTY_QUEUE}</div>"
     if not view.candidates:
         return ("<div class='rz-empty'>No candidates: the gallery has no other photo of a known individual"
-                + (" with this flank filter" if view.flank_filter != "any" else "") + ".</div>")
+                + (" with these filters" if view.flank_filter != "any" or view.place_date_note else "") + ".</div>")
     chosen = view.candidate(selected)
     cards = []
     for c in view.candidates:
@@ -117,6 +117,8 @@ def header_html(view: ms.MatchView | None, queue: list[int], pos: int) -> str:
     flt = dict((v, k) for k, v in ms.FLANK_FILTERS)[view.flank_filter]
     if view.flank_filter != "any" and view.query.flank not in ("left", "right"):
         flt = f"{flt}: not applied, this photo's flank is not set"
+    if view.place_date_note:
+        flt = f"{flt}; {view.place_date_note}"
     prov = (f"<span id='match-provenance' title='{_e(view.model_provenance)}' "
             f"style='text-decoration:underline dotted;cursor:help'>scored by <b>{_e(view.model_name)}</b> "
             f"(hover for provenance)</span>")
@@ -141,6 +143,15 @@ def build(ctx: UIContext) -> None:
         photo_pick = gr.Dropdown([], value=None, label="Open a photo", elem_id="match-open", filterable=True, scale=3,
                                  info="Any photo by number, name or individual.")
         reload_button = gr.Button("Reload queue", elem_id="match-reload", scale=1, min_width=120)
+    with gr.Accordion("Only candidates from a place or date range", open=False, elem_id="match-more-filters"):
+        with gr.Row():
+            place_filter = gr.Textbox(label="Place contains", max_lines=1, elem_id="match-place",
+                                      info="Keeps gallery photos whose sighting place contains this text.")
+            date_from = gr.Textbox(label="From date", placeholder="YYYY-MM-DD", max_lines=1, elem_id="match-date-from")
+            date_to = gr.Textbox(label="To date", placeholder="YYYY-MM-DD", max_lines=1, elem_id="match-date-to",
+                                 info="Sighting date, else the photo's EXIF time; photos without one are left out.")
+    # what the candidates are restricted to: flank, place and dates, as one value every handler reads
+    filters_state = gr.State({"flank": "any", "place": None, "date_from": None, "date_to": None})
 
     with gr.Row(equal_height=False, elem_id="match-main"):
         with gr.Column(scale=5, min_width=360):
@@ -201,7 +212,10 @@ def build(ctx: UIContext) -> None:
         if progress is not None:
             def step(done, total):
                 progress((done, total), desc="Computing photo features", unit="photos")
-        view = ms.match_query(cat, int(image_id), model_name=model_name or ms.DEFAULT_MODEL, flank_filter=flank,
+        filters = flank if isinstance(flank, dict) else {"flank": flank}
+        view = ms.match_query(cat, int(image_id), model_name=model_name or ms.DEFAULT_MODEL,
+                              flank_filter=filters.get("flank") or "any", place=filters.get("place"),
+                              date_from=filters.get("date_from"), date_to=filters.get("date_to"),
                               progress=step) if image_id is not None else None
         return render(view, 1, show_outline, queue, pos)
 
@@ -298,32 +312,40 @@ def build(ctx: UIContext) -> None:
 
     hidden = dict(show_progress="hidden", api_visibility="private")
     if tab is not None:
-        tab.select(on_open_tab, inputs=[view_state, model, flank_filter, outline],
+        tab.select(on_open_tab, inputs=[view_state, model, filters_state, outline],
                    outputs=[queue_state, pos_state, *screen], show_progress="full", api_visibility="private")
     ctx.on_refresh(photo_list, inputs=[photo_pick], outputs=[photo_pick], on_tab_select=False)
-    reload_button.click(on_reload, inputs=[model, flank_filter, outline],
+    reload_button.click(on_reload, inputs=[model, filters_state, outline],
                         outputs=[queue_state, pos_state, *screen, status], api_name="reload_review_queue")
     for button, delta in ((prev_button, -1), (next_button, 1)):
         button.click(lambda *a, _d=delta: on_move(_d, *a),
-                     inputs=[queue_state, pos_state, model, flank_filter, outline],
+                     inputs=[queue_state, pos_state, model, filters_state, outline],
                      outputs=[pos_state, *screen, status], api_visibility="private")
     for button, kind in ((same_button, "same"), (not_button, "not"), (unsure_button, "unsure"), (new_button, "new")):
         ctx.changed(button.click(
             lambda *a, _k=kind: on_decide(_k, *a),
-            inputs=[view_state, selected_state, new_name, ctx.user, queue_state, pos_state, model, flank_filter,
+            inputs=[view_state, selected_state, new_name, ctx.user, queue_state, pos_state, model, filters_state,
                     outline],
             outputs=[pos_state, *screen, new_name, status], api_name=f"decide_{kind}", trigger_mode="once"))
-    ctx.changed(undo_button.click(on_undo, inputs=[ctx.user, queue_state, model, flank_filter, outline],
+    ctx.changed(undo_button.click(on_undo, inputs=[ctx.user, queue_state, model, filters_state, outline],
                                   outputs=[pos_state, *screen, status], api_name="undo_decision",
                                   trigger_mode="once"))
     candidates.click(on_pick_candidate, inputs=[view_state, outline, queue_state, pos_state], outputs=screen,
                      **hidden)
-    photo_pick.input(on_open_photo, inputs=[photo_pick, model, flank_filter, outline, queue_state],
+    photo_pick.input(on_open_photo, inputs=[photo_pick, model, filters_state, outline, queue_state],
                      outputs=[pos_state, *screen], api_visibility="private")
-    gr.on([flank_filter.input, model.input], on_rerank,
-          inputs=[view_state, model, flank_filter, outline, queue_state, pos_state], outputs=screen,
-          api_visibility="private")
+    def set_filters(flank, place, start, end):
+        return {"flank": flank or "any", "place": (place or "").strip() or None,
+                "date_from": (start or "").strip() or None, "date_to": (end or "").strip() or None}
+
+    gr.on([flank_filter.input, place_filter.submit, date_from.submit, date_to.submit, place_filter.blur,
+           date_from.blur, date_to.blur], set_filters, inputs=[flank_filter, place_filter, date_from, date_to],
+          outputs=[filters_state], **hidden).then(
+        on_rerank, inputs=[view_state, model, filters_state, outline, queue_state, pos_state], outputs=screen,
+        api_visibility="private")
+    model.input(on_rerank, inputs=[view_state, model, filters_state, outline, queue_state, pos_state],
+                outputs=screen, api_visibility="private")
     outline.input(on_outline, inputs=[view_state, outline], outputs=[query_image], **hidden)
-    ctx.changed(upload.upload(on_upload, inputs=[upload, ctx.user, model, flank_filter, outline, queue_state],
+    ctx.changed(upload.upload(on_upload, inputs=[upload, ctx.user, model, filters_state, outline, queue_state],
                               outputs=[*screen, status], api_visibility="private"))
 

@@ -188,3 +188,23 @@ def test_two_curators_on_one_photo_the_second_is_told_not_overwritten(match_serv
     page.locator("#match-undo").click()  # leave the catalogue as it was
     expect(page.locator("#match-status")).to_contain_text("Undone", timeout=TIMEOUT_MS)
     assert assignment(data, query) is None
+
+
+def test_date_filter_narrows_the_candidates_and_clearing_it_restores_them(match_server, page, shot):
+    from playwright.sync_api import expect
+
+    page.goto(match_server.url)
+    page.get_by_role("tab", name="Match review").click()
+    cards = page.locator("#match-candidates .rz-card")
+    expect(cards.first).to_be_visible(timeout=TIMEOUT_MS)
+    n_before = cards.count()
+    page.locator("#match-more-filters").get_by_text("Only candidates from a place or date range").click()
+    box = page.locator("#match-date-from input, #match-date-from textarea").first
+    box.fill("2030-01-01")
+    box.press("Enter")
+    expect(page.locator("#match-candidates")).to_contain_text("with these filters", timeout=TIMEOUT_MS)
+    expect(page.locator("#match-header")).to_contain_text("from 2030-01-01")
+    shot("date-filtered")
+    box.fill("")
+    box.press("Enter")
+    expect(cards).to_have_count(n_before, timeout=TIMEOUT_MS)
