@@ -301,8 +301,36 @@ def upload_path(f: object) -> str:
     raise ValueError(f"cannot read the upload {f!r}")
 
 
+class StopRequests:
+    """Stop buttons for long handlers: keyed by browser session, thread-safe.
+
+    A running handler cannot see a later change to a ``gr.State``, so the Stop button
+    records its session here and the running handler's ``should_cancel`` reads it."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._keys: set[str] = set()
+        self._lock = threading.Lock()
+
+    def request(self, key: str | None) -> None:
+        with self._lock:
+            self._keys.add(key or "")
+
+    def clear(self, key: str | None) -> None:
+        with self._lock:
+            self._keys.discard(key or "")
+
+    def checker(self, key: str | None) -> Callable[[], bool]:
+        return lambda: (key or "") in self._keys
+
+
+IMPORT_STOPS = StopRequests()
+
+
 def import_uploads(cat: Catalogue, files: Sequence[object] | None, *, manifest: object | None = None,
-                   user: str, progress: Callable[[int, int], None] | None = None) -> ImportOutcome:
+                   user: str, progress: Callable[[int, int], None] | None = None,
+                   should_cancel: Callable[[], bool] | None = None) -> ImportOutcome:
     """Import uploaded photos / zips (and an optional manifest CSV) and report per file.
 
     Gradio stores each upload as ``<upload dir>/<hash>/<original file name>``, so
@@ -316,7 +344,7 @@ def import_uploads(cat: Catalogue, files: Sequence[object] | None, *, manifest: 
     from db.ingest import ingest_uploads
 
     report = ingest_uploads(cat, paths, manifest=upload_path(manifest) if manifest else None, user=user,
-                            progress=progress)
+                            progress=progress, should_cancel=should_cancel)
     return ImportOutcome(rows=[[str(c) for c in row] for row in report.rows()], counts=dict(report.counts))
 
 

@@ -958,8 +958,13 @@ class _Importer:
     # ---- many files
 
     def run(self, entries: Sequence[_Entry], *, progress: Progress | None = None,
-            lookahead: int = PREFETCH) -> list[IngestItemResult]:
-        """Every entry, in order; files are prepared ``lookahead`` ahead in one helper thread."""
+            should_cancel: Callable[[], bool] | None = None, lookahead: int = PREFETCH) -> list[IngestItemResult]:
+        """Every entry, in order; files are prepared ``lookahead`` ahead in one helper thread.
+
+        When ``should_cancel()`` turns true the import stops between two files: what was
+        imported stays (each file is its own transaction) and the rest is reported as skipped,
+        so running the same import again picks up where it stopped.
+        """
         results: list[IngestItemResult] = []
         total = len(entries)
         with self.cat.unit_of_work() as session:
@@ -988,6 +993,12 @@ class _Importer:
                     i += 1
                     if progress is not None:
                         progress(i, total)
+                    if should_cancel is not None and i < total and should_cancel():
+                        for fut in queue:
+                            fut.cancel()
+                        results.extend(IngestItemResult(e.name, "skipped", "import stopped by the curator before "
+                                                        "this file; import again to continue") for e in entries[i:])
+                        break
         return results
 
 
@@ -1047,7 +1058,8 @@ def _finish(report: IngestReport, t0: float) -> IngestReport:
 
 
 def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, dry_run: bool = False,
-                progress: Progress | None = None, max_pixels: int = MAX_PIXELS) -> IngestReport:
+                progress: Progress | None = None, should_cancel: Callable[[], bool] | None = None,
+                max_pixels: int = MAX_PIXELS) -> IngestReport:
     """Import a file, folder, zip, manifest CSV or Kaggle layout; one report line per file.
 
     ``format`` is one of FORMATS (auto-detected when None). With ``dry_run``
@@ -1075,7 +1087,7 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
         problems = [pr for t in trees for pr in t.problems]
         importer = _Importer(cat, user=user, dry_run=dry_run, origin=f"{layout}:{p.name}", max_pixels=max_pixels)
         report.items.extend(problems)
-        report.items.extend(importer.run(entries, progress=progress))
+        report.items.extend(importer.run(entries, progress=progress, should_cancel=should_cancel))
     finally:
         for t in trees:
             t.close()
@@ -1083,7 +1095,8 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
 
 
 def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | None = None, user: str,
-                   dry_run: bool = False, progress: Progress | None = None) -> IngestReport:
+                   dry_run: bool = False, progress: Progress | None = None,
+                   should_cancel: Callable[[], bool] | None = None) -> IngestReport:
     """Import files uploaded through the UI: photos and/or zips, with an optional manifest CSV.
 
     The manifest gives identity / flank / sighting by *original file name*
@@ -1144,7 +1157,7 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
                 target.flank = flank or target.flank
                 target.sighting = sighting or target.sighting
         importer = _Importer(cat, user=user, dry_run=dry_run, origin="upload")
-        report.items.extend(importer.run(entries, progress=progress))
+        report.items.extend(importer.run(entries, progress=progress, should_cancel=should_cancel))
     finally:
         for t in trees:
             t.close()

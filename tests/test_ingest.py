@@ -596,3 +596,32 @@ def test_nyala_second_run_imports_nothing_and_stats_cli(nyala_imported, capsys):
     assert cli_main(["--data-dir", str(d), "stats", "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["images"] == 1205 and stats["individuals"] == 179 and stats["sightings"] == 617
+
+
+def test_stopped_import_keeps_what_it_did_and_resumes(cat, tmp_path):
+    for i in range(6):
+        write(tmp_path / "photos" / f"p{i}.jpg", jpeg(30 + i))
+    done: list[int] = []
+    report = ingest_path(cat, tmp_path / "photos", user="ana", progress=lambda d, t: done.append(d),
+                         should_cancel=lambda: len(done) >= 2)
+    st = by_status(report)
+    assert len(st["imported"]) == 2 and len(st["skipped"]) == 4
+    assert all("stopped by the curator" in it.message for it in report.items if it.status == "skipped")
+    assert len(images(cat)) == 2  # the two finished files are committed, nothing half-written
+    again = ingest_path(cat, tmp_path / "photos", user="ana")
+    assert again.counts["imported"] == 4 and again.counts["duplicate"] == 2
+    assert len(images(cat)) == 6
+
+
+def test_stop_button_flags_are_per_session(cat, tmp_path):
+    from app import services
+
+    stops = services.StopRequests()
+    mine, theirs = stops.checker("s1"), stops.checker("s2")
+    stops.request("s1")
+    assert mine() and not theirs()
+    stops.clear("s1")
+    assert not mine()
+    paths = [str(write(tmp_path / "up" / f"u{i}.jpg", jpeg(60 + i))) for i in range(3)]
+    outcome = services.import_uploads(cat, paths, user="ana", should_cancel=lambda: True)
+    assert outcome.counts["imported"] == 1 and outcome.counts["skipped"] == 2

@@ -31,19 +31,33 @@ def build(ctx: UIContext) -> None:
             manifest = gr.File(label="Manifest CSV (optional)", file_count="single", file_types=[".csv"],
                                elem_id="ingest-manifest", height=120)
             gr.Markdown(MANIFEST_HELP, elem_classes=["help-text"])
-    import_button = gr.Button("Import", variant="primary", elem_id="ingest-import")
+    with gr.Row():
+        import_button = gr.Button("Import", variant="primary", elem_id="ingest-import", scale=4)
+        stop_button = gr.Button("Stop import", elem_id="ingest-stop", scale=1, min_width=120)
     summary = gr.Markdown(elem_id="ingest-summary", elem_classes=["status-line"])
     report = gr.Dataframe(headers=services.REPORT_HEADERS, value=[], interactive=False, wrap=True,
                           label="Import report", elem_id="ingest-report", max_height=420)
 
     @curator_action
-    def run_import(uploaded, manifest_file, user, progress=gr.Progress()):
+    def run_import(uploaded, manifest_file, user, request: gr.Request, progress=gr.Progress()):
         def step(done: int, total: int) -> None:
             progress((done, total), desc="Importing photos", unit="photos")
 
-        outcome = services.import_uploads(cat, uploaded, manifest=manifest_file, user=user, progress=step)
-        return f"**Import finished:** {outcome.summary}", outcome.rows
+        key = getattr(request, "session_hash", None)
+        services.IMPORT_STOPS.clear(key)
+        outcome = services.import_uploads(cat, uploaded, manifest=manifest_file, user=user, progress=step,
+                                          should_cancel=services.IMPORT_STOPS.checker(key))
+        stopped = outcome.counts.get("skipped", 0) and services.IMPORT_STOPS.checker(key)()
+        services.IMPORT_STOPS.clear(key)
+        head = "**Import stopped:**" if stopped else "**Import finished:**"
+        return f"{head} {outcome.summary}", outcome.rows
 
     event = import_button.click(run_import, inputs=[files, manifest, ctx.user], outputs=[summary, report],
                                 api_name="import_photos", concurrency_limit=1)
     ctx.changed(event)
+
+    def stop_import(request: gr.Request):
+        services.IMPORT_STOPS.request(getattr(request, "session_hash", None))
+        return "Stopping after the current photo…"
+
+    stop_button.click(stop_import, outputs=[summary], api_visibility="private", concurrency_limit=None)
