@@ -15,7 +15,6 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 
 import app.commands
 

@@ -146,23 +146,6 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = "e
         if len(result.candidates) >= k:
             break
     return result
-    emb = embed_images(cat, [query_image_id] + gallery, backbone=backbone, progress=progress)
-    scores = pairwise_scores(emb[:1], emb[1:])[0]
-    order = np.argsort(-scores, kind="stable")
-    seen: set[int] = set()
-    for j in order:
-        r = rows[gallery[j]]
-        if per_individual and r[1] in seen:
-            continue
-        seen.add(r[1])
-        flank = r[3].value if hasattr(r[3], "value") else str(r[3])
-        result.candidates.append(Candidate(
-            rank=len(result.candidates) + 1, image_id=r[0], individual_id=r[1], individual_name=r[2],
-            score=float(scores[j]), flank=flank, sighting=r[4],
-            same_sighting=bool(q[7] is not None and r[7] == q[7]), thumb_path=r[5], blob_path=r[6]))
-        if len(result.candidates) >= k:
-            break
-    return result
 
 
 _INDEX_CACHE: dict[tuple[str, str], Any] = {}

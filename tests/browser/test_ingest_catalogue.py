@@ -102,7 +102,7 @@ def test_upload_with_manifest_then_browse_rename_and_undo(rosette_server, page, 
     # --- a curator mistake shows a message, not a stack trace
     _textbox(page, "catalogue-new-name").fill(bela)
     page.locator("#catalogue-rename").click()
-    expect(page.get_by_text(re.compile(f"already exists"))).to_be_visible(timeout=TIMEOUT_MS)
+    expect(page.get_by_text(re.compile("already exists"))).to_be_visible(timeout=TIMEOUT_MS)
     expect(page.get_by_text("Traceback")).to_have_count(0)
     shot("undone")
 
