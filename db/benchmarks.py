@@ -103,8 +103,7 @@ def create_benchmark(cat: Catalogue, name: str, *, manifest: str | Path | None =
                 raise CatalogueError(f"a benchmark named {name!r} exists; pass replace to rebuild it")
             s.delete(existing)
             s.flush()
-        members = list(dict.fromkeys(members))  # one row per image, first label wins
-        seen: set[int] = set()
+        seen: set[int] = set()  # one row per image, first label wins
         members = [m for m in members if not (m[0] in seen or seen.add(m[0]))]
         is_test = make_split(split, [m[1] for m in members], [m[3] for m in members],
                              test_fraction=test_fraction, seed=seed)

@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from db.benchmarks import load_benchmark
 from db.embeddings import embed_images, get_backbone, load_benchmark_fit_ids
-from db.models import Evaluation, Model
+from db.models import Benchmark, Evaluation, Model
 from db.session import Catalogue
 
 RERANK_METHODS = ("none", "k_reciprocal", "aqe")
@@ -64,12 +64,12 @@ def run_evaluation(cat: Catalogue, *, backbone: str, benchmark: str, variant: st
 
 def evaluate_embeddings(emb: np.ndarray, labels: list[str], sightings: list[str | None], *,
                         metric: str = "cosine", rerank: str = "none") -> dict[str, Any]:
-    from core.metrics import all_vs_all_metrics, all_vs_all_valid
+    from core.metrics import all_vs_all_metrics, all_vs_all_valid, retrieval_metrics
 
     has_sightings = any(s for s in sightings)
     valid = all_vs_all_valid(len(labels), sightings=sightings if has_sightings else None, exclude_same_sighting=True)
     sim = similarity_for(emb, metric=metric, rerank=rerank, valid=valid)
-    main = all_vs_all_metrics(sim, labels, sightings=sightings if has_sightings else None, exclude_same_sighting=True)
+    main = retrieval_metrics(sim, labels, labels, valid=valid)  # the same mask re-ranking used
     out = main.to_dict()
     out["same_sighting_excluded"] = has_sightings
     if has_sightings:
@@ -80,14 +80,10 @@ def evaluate_embeddings(emb: np.ndarray, labels: list[str], sightings: list[str 
 def store_evaluation(cat: Catalogue, result: dict[str, Any], *, kind: str, masker: str | None = None,
                      inpainter: str | None = None) -> int:
     with cat.unit_of_work() as s:
-        model = s.scalar(select(Model).where(Model.name == result["model"]))
-        bench_id = None
-        from db.models import Benchmark
-
-        bench = s.scalar(select(Benchmark).where(Benchmark.name == result["benchmark"]))
-        bench_id = bench.id if bench else None
-        metrics = {k: v for k, v in result.items() if k not in ("model_config",)}
-        ev = Evaluation(model_id=model.id if model else None, model_name=result["model"],
+        model_id = s.scalar(select(Model.id).where(Model.name == result["model"]))
+        bench_id = s.scalar(select(Benchmark.id).where(Benchmark.name == result["benchmark"]))
+        metrics = {k: v for k, v in result.items() if k != "model_config"}
+        ev = Evaluation(model_id=model_id, model_name=result["model"],
                         model_config=result.get("model_config", {}), benchmark_id=bench_id,
                         benchmark_name=result["benchmark"], kind=kind, variant=result.get("variant", "full_rgb"),
                         masker=masker, inpainter=inpainter, metrics=metrics)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import csv
 import shutil
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -14,26 +12,11 @@ from sqlalchemy import select
 from app import diag_services as ds
 from db.models import Flank, Image, Job
 from db.session import open_catalogue
+from tests.nyala_subset import nyala_subset, write_subset
 
 N_ANIMALS = 3
 PHOTOS_EACH = 3
 
-
-def _subset(manifest: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The first N_ANIMALS identities with photos of both flanks from >= 2 sightings; PHOTOS_EACH photos each."""
-    by_id: dict[str, list[dict[str, str]]] = defaultdict(list)
-    for row in manifest:
-        by_id[row["identity"]].append(row)
-    chosen = []
-    for identity in sorted(by_id):
-        rows = by_id[identity]
-        if {r["flank"] for r in rows} >= {"left", "right"} and len({r["sighting"] for r in rows}) >= 2:
-            left = [r for r in rows if r["flank"] == "left"]
-            right = [r for r in rows if r["flank"] == "right"]
-            chosen.extend((left[:2] + right[:1])[:PHOTOS_EACH])
-        if len(chosen) >= N_ANIMALS * PHOTOS_EACH:
-            break
-    return chosen
 
 
 @pytest.fixture(scope="module")
@@ -41,18 +24,11 @@ def tiny_catalogue(tmp_path_factory, nyala_dir, nyala_manifest):
     """A catalogue of 9 nyala photos (3 animals x 3 photos) imported through db.ingest; built once, copied per test."""
     from db.ingest import ingest_path
 
-    src = tmp_path_factory.mktemp("nyala-subset")
-    (src / "images").mkdir()
-    rows = _subset(nyala_manifest)
-    for r in rows:
-        shutil.copy(nyala_dir / "images" / r["filename"], src / "images" / r["filename"])
-    with open(src / "manifest.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=["filename", "identity", "flank", "sighting"])
-        w.writeheader()
-        w.writerows({k: r[k] for k in ("filename", "identity", "flank", "sighting")} for r in rows)
+    rows = nyala_subset(nyala_manifest, n_animals=N_ANIMALS, photos_each=PHOTOS_EACH)
+    manifest = write_subset(rows, nyala_dir, tmp_path_factory.mktemp("nyala-subset"))
     data = tmp_path_factory.mktemp("tiny-cat") / "rosette-data"
     cat = open_catalogue(data)
-    report = ingest_path(cat, src / "manifest.csv", user="tester")
+    report = ingest_path(cat, manifest, user="tester")
     assert report.counts.get("imported") == len(rows), report.summary()
     cat.close()
     return data

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 from PIL import Image
 
 from app.cli import main as cli
+from tests.nyala_subset import write_subset
 
 pytestmark = pytest.mark.slow
 
@@ -24,15 +24,7 @@ def small_manifest(nyala_dir, nyala_manifest, tmp_path_factory) -> Path:
     for row in nyala_manifest:
         by_id.setdefault(row["identity"], []).append(row)
     chosen = [rows[:4] for rows in by_id.values() if len(rows) >= 4 and {r["flank"] for r in rows[:4]} == {"left", "right"}][:6]
-    out = tmp_path_factory.mktemp("small")
-    with open(out / "manifest.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=["filename", "identity", "flank", "sighting"])
-        w.writeheader()
-        for rows in chosen:
-            for r in rows:
-                shutil.copy(nyala_dir / "images" / r["filename"], out / r["filename"])
-                w.writerow({k: r[k] for k in ("filename", "identity", "flank", "sighting")})
-    return out / "manifest.csv"
+    return write_subset([r for rows in chosen for r in rows], nyala_dir, tmp_path_factory.mktemp("small"))
 
 
 @pytest.fixture(scope="module")

@@ -3,37 +3,19 @@ then diagnose it (six variants, mirror similarity, danger margin) and read a sto
 
 from __future__ import annotations
 
-import csv
 import re
-import shutil
-from collections import defaultdict
 from collections.abc import Iterator
 
 import pytest
 
 from tests.browser.conftest import RosetteServer, require_chromium, start_rosette
+from tests.nyala_subset import nyala_subset, write_subset
 
 TIMEOUT_MS = 30_000
 DIAGNOSE_TIMEOUT_MS = 90_000  # first use loads the backbone and embeds the small gallery
 TARGET = "nyala_101_248_left.jpg"  # the animal stands in the middle of the frame
 NUMBER = re.compile(r"-?\d\.\d{3}")
 
-
-def _subset(manifest: list[dict[str, str]]) -> list[dict[str, str]]:
-    """Three nyala with both flanks and two sightings, three photos each (includes TARGET)."""
-    by_id: dict[str, list[dict[str, str]]] = defaultdict(list)
-    for row in manifest:
-        by_id[row["identity"]].append(row)
-    chosen: list[dict[str, str]] = []
-    for identity in sorted(by_id):
-        rows = by_id[identity]
-        if {r["flank"] for r in rows} >= {"left", "right"} and len({r["sighting"] for r in rows}) >= 2:
-            left = [r for r in rows if r["flank"] == "left"]
-            right = [r for r in rows if r["flank"] == "right"]
-            chosen.extend((left[:2] + right[:1])[:3])
-        if len(chosen) >= 9:
-            break
-    return chosen
 
 
 @pytest.fixture(scope="module")
@@ -45,20 +27,13 @@ def nyala_server(tmp_path_factory, nyala_dir, nyala_manifest) -> Iterator[Rosett
     from db.ingest import ingest_path
     from db.session import open_catalogue
 
-    rows = _subset(nyala_manifest)
+    rows = nyala_subset(nyala_manifest)
     assert TARGET in {r["filename"] for r in rows}
-    src = tmp_path_factory.mktemp("nyala-src")
-    (src / "images").mkdir()
-    for r in rows:
-        shutil.copy(nyala_dir / "images" / r["filename"], src / "images" / r["filename"])
-    with open(src / "manifest.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=["filename", "identity", "flank", "sighting"])
-        w.writeheader()
-        w.writerows({k: r[k] for k in ("filename", "identity", "flank", "sighting")} for r in rows)
+    manifest = write_subset(rows, nyala_dir, tmp_path_factory.mktemp("nyala-src"))
     data = tmp_path_factory.mktemp("mask-diag") / "rosette-data"
     cat = open_catalogue(data)
     try:
-        assert ingest_path(cat, src / "manifest.csv", user="tester").counts.get("imported") == len(rows)
+        assert ingest_path(cat, manifest, user="tester").counts.get("imported") == len(rows)
         store_evaluation(cat, {
             "model": "efficientnet_lite0", "benchmark": "browser-check", "variant": "all", "n_images": 4,
             "metric": "cosine", "bg_fg": 0.62, "bg_fg_band": "LOW", "bg_sil_fg": 1.04, "bg_sil_fg_band": "MEDIUM",
