@@ -174,6 +174,10 @@ class Model(Base):
     checkpoint_path: Mapped[str | None] = mapped_column(String(300), default=None)
     checkpoint_hash: Mapped[str | None] = mapped_column(String(64), default=None)
     training_config: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    loss: Mapped[str | None] = mapped_column(String(100), default=None)  # loss registry name (trained models)
+    # the exact training data: image ids, identities and their hash (trained models)
+    data_snapshot: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), default=None)  # the job that trained it
     status: Mapped[ModelStatus] = mapped_column(_enum(ModelStatus, "model_status"), default=ModelStatus.candidate)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
@@ -242,6 +246,7 @@ class Job(Base):
     __tablename__ = "jobs"
     id: Mapped[int] = mapped_column(primary_key=True)
     kind: Mapped[str] = mapped_column(String(40))
+    queue: Mapped[str] = mapped_column(String(16), default="light", index=True)  # light | heavy
     params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     status: Mapped[JobStatus] = mapped_column(_enum(JobStatus, "job_status"), default=JobStatus.queued, index=True)
     progress: Mapped[float] = mapped_column(Float, default=0.0)
@@ -251,6 +256,9 @@ class Job(Base):
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     worker: Mapped[str | None] = mapped_column(String(120), default=None)
+    pid: Mapped[int | None] = mapped_column(Integer, default=None)  # the child process running it
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # how many times a worker started it
+    max_attempts: Mapped[int] = mapped_column(Integer, default=2)  # crashes are retried until this many
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)

@@ -7,27 +7,107 @@ import time
 from typing import Any
 
 from db.session import Catalogue
-from jobs.queue import JobContext, register_job_kind
+from jobs.queue import HEAVY, JobContext, register_job_kind
+
+
+def _sleep(params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Sleeps ``steps`` x ``seconds`` with progress; ``fail`` raises, ``crash`` kills the process at step
+    ``crash`` (as out-of-memory would), ``ignore_cancel`` keeps going after a cancel (a stuck job),
+    ``hang`` stops reporting progress; ``resume`` counts steps in a file of the job folder across attempts."""
+    import os
+    import signal
+
+    steps = int(params.get("steps", 5))
+    marker = ctx.dir / "steps-done.txt"
+    first = int(marker.read_text()) if params.get("resume") and marker.exists() else 0
+    for i in range(first, steps):
+        if not params.get("ignore_cancel"):
+            ctx.check_cancelled()
+        if params.get("crash") is not None and i == int(params["crash"]) and not (ctx.dir / "crashed").exists():
+            (ctx.dir / "crashed").write_text("1")
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(float(params.get("seconds", 0.1)))
+        if params.get("hang") is not None and i >= int(params["hang"]):
+            continue
+        if params.get("resume"):
+            marker.write_text(str(i + 1))
+        ctx.progress((i + 1) / steps, f"step {i + 1}/{steps}")
+    if params.get("fail"):
+        raise RuntimeError(str(params["fail"]))
+    return {"summary": f"slept {steps} steps", "steps": steps, "started_at_step": first}
 
 
 @register_job_kind("sleep")
 def sleep_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    """A diagnostic job: sleeps ``steps`` x ``seconds``, reporting progress; fails on request."""
-    steps = int(params.get("steps", 5))
-    for i in range(steps):
-        ctx.check_cancelled()
-        time.sleep(float(params.get("seconds", 0.1)))
-        ctx.progress((i + 1) / steps, f"step {i + 1}/{steps}")
-    if params.get("fail"):
-        raise RuntimeError(str(params["fail"]))
-    return {"summary": f"slept {steps} steps", "steps": steps}
+    """A diagnostic job on the light queue (see :func:`_sleep`)."""
+    return _sleep(params, ctx)
+
+
+@register_job_kind("sleep_heavy", queue=HEAVY)
+def sleep_heavy_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """The same diagnostic job on the heavy queue (tests of the two queues)."""
+    return _sleep(params, ctx)
+
+
+TRAIN_CONFIG_KEYS = ("head", "loss", "blocks", "epochs", "identities_per_batch", "per_identity", "lr", "backbone_lr",
+                     "weight_decay", "views", "patience", "seed", "anti_symmetry", "anti_symmetry_tau", "out_dim",
+                     "val_per_identity", "val_min_photos", "steps_per_epoch")
+
+
+@register_job_kind("train", queue=HEAVY)
+def train_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Train a model, then evaluate it on the benchmark and (unless ``diagnose`` is false) run the diagnostics.
+
+    params: backbone, source (benchmark | catalogue), benchmark, name, device, diagnose, masker, inpainter,
+    and the :class:`core.training.TrainConfig` fields. A retried job resumes from its last checkpoint.
+    """
+    from core.training import TrainConfig
+    from db.training import TrainingHooks, train_model
+
+    config = TrainConfig(**{k: params[k] for k in TRAIN_CONFIG_KEYS if params.get(k) is not None})
+    hooks = TrainingHooks(folder=ctx.dir, progress=lambda f, m: (ctx.progress(0.9 * f, m), ctx.check_cancelled()),
+                          log=ctx.log, metric=ctx.metric, should_stop=ctx.cancelled, job_id=ctx.job_id,
+                          extra={"name": params.get("name")})
+    trained = train_model(cat, backbone=params.get("backbone", "efficientnet_lite0"), config=config,
+                          source=params.get("source", "benchmark"), benchmark=params.get("benchmark"),
+                          name=params.get("name"), device=params.get("device", "auto"), hooks=hooks)
+    result: dict[str, Any] = {**trained}
+    if params.get("benchmark"):
+        from db.evaluation import run_evaluation
+
+        ctx.progress(0.9, f"evaluating {trained['model']} on {params['benchmark']}")
+        ev = run_evaluation(cat, backbone=trained["model"], benchmark=params["benchmark"],
+                            progress=ctx.callback(start=0.9, end=0.95, label="embedding test photos"),
+                            should_cancel=ctx.cancelled)
+        result["evaluation"] = {k: ev[k] for k in ("map_macro", "map_micro", "cmc_macro", "cmc_micro", "n_queries",
+                                                   "evaluation_id", "metric") if k in ev}
+        if "with_same_sighting" in ev:
+            result["evaluation"]["map_macro_with_same_sighting"] = ev["with_same_sighting"]["map_macro"]
+        ctx.log(f"evaluation on {params['benchmark']}: mAP macro {ev['map_macro']:.4f}")
+        if params.get("diagnose", True):
+            from db.diagnostics import run_diagnose
+
+            dg = run_diagnose(cat, backbone=trained["model"], benchmark=params["benchmark"],
+                              masker=params.get("masker"), inpainter=params.get("inpainter"),
+                              user=params.get("user", "curator"), should_cancel=ctx.cancelled,
+                              progress=lambda f, m: ctx.progress(0.95 + 0.05 * f, f"diagnostics: {m}"))
+            result["diagnostics"] = {k: dg.get(k) for k in ("evaluation_id", "bg_fg", "bg_fg_band", "mirror_tier",
+                                                             "mirror_sim_mean", "cross_within_ratio") if k in dg}
+            ctx.log(f"diagnostics: BG/FG {dg.get('bg_fg')}, mirror tier {dg.get('mirror_tier')}")
+    ev = result.get("evaluation", {})
+    result["summary"] = (f"trained {trained['model']} in {trained['wall_seconds']:.0f} s"
+                         + (f"; validation mAP {trained['best_val_map_macro']:.3f} (frozen "
+                            f"{trained['frozen_val_map_macro']:.3f})" if trained.get("best_val_map_macro") is not None
+                            and trained.get("frozen_val_map_macro") is not None else "")
+                         + (f"; test mAP macro {ev['map_macro']:.3f}" if ev else ""))
+    return result
 
 
 def _cancel_check(ctx: JobContext):
     return ctx.cancelled
 
 
-@register_job_kind("evaluate")
+@register_job_kind("evaluate", queue=HEAVY)
 def evaluate_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     """Benchmark evaluation: params backbone, benchmark, variant, rerank."""
     from db.evaluation import run_evaluation
@@ -42,7 +122,7 @@ def evaluate_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dic
             "summary": f"{res['model']} on {res['benchmark']}: mAP macro {res['map_macro']:.3f}"}
 
 
-@register_job_kind("diagnose")
+@register_job_kind("diagnose", queue=HEAVY)
 def diagnose_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     """Diagnostics: params backbone, benchmark, masker, inpainter, seeds."""
     from db.diagnostics import run_diagnose

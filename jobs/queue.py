@@ -1,22 +1,36 @@
 """Persisted job queue: submit, claim, progress, heartbeat, cancel, finish.
 
-Status lives in the ``jobs`` table; the allowed transitions are in one place
-(:data:`TRANSITIONS`). A job handler receives a :class:`JobContext` to report
-progress (which also beats the heartbeat) and to ask whether the curator
-cancelled it. ``run_job`` runs one job synchronously (tests, CLI); the worker
-(``jobs.worker``) claims queued jobs one at a time. A running job whose
-heartbeat is older than :data:`STALE_AFTER_S` belongs to a worker that died;
-``recover_stale_jobs`` fails it with a clear message (or requeues it once).
+Status lives in the ``jobs`` table. Every status change goes through one
+checked compare-and-set, :func:`transition`, which refuses a move that
+:data:`TRANSITIONS` does not allow and loses cleanly (returns False) when
+another actor changed the row first. Nothing else writes ``status``.
+
+Jobs belong to a queue: ``light`` (mask, embed, export, ...) or ``heavy``
+(train, evaluate, diagnose); the worker runs one job per queue at a time, so a
+one-hour training run never holds up a mask job. A job handler receives a
+:class:`JobContext` to report progress (which beats the heartbeat: a heartbeat
+proves progress, not merely a live process), write its log and ``metrics.jsonl``
+and keep checkpoints in its own folder ``<data_dir>/jobs/<id>/``, and to ask
+whether the curator cancelled it.
+
+``run_job`` runs one job synchronously in this process (tests, CLI);
+``jobs.worker`` runs each job in a supervised child process. A running job
+whose heartbeat is older than its hang limit is stopped by its supervisor; one
+whose worker died is found by :func:`recover_stale_jobs` and queued again while
+it has attempts left (``attempts`` < ``max_attempts``), else failed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import time
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select, update
@@ -26,14 +40,18 @@ from db.session import Catalogue
 
 TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.queued: frozenset({JobStatus.running, JobStatus.cancelled}),
+    # running -> queued: its worker died and it has attempts left
     JobStatus.running: frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.queued}),
     JobStatus.succeeded: frozenset(),
     JobStatus.failed: frozenset({JobStatus.queued}),  # retry
     JobStatus.cancelled: frozenset({JobStatus.queued}),  # retry
 }
 TERMINAL = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled})
-STALE_AFTER_S = 120.0
+LIGHT, HEAVY = "light", "heavy"
+QUEUES = (LIGHT, HEAVY)
+STALE_AFTER_S = 600.0  # no progress for this long: the job is hung or its worker is gone
 HEARTBEAT_EVERY_S = 5.0
+DEFAULT_MAX_ATTEMPTS = 2
 
 
 class JobError(RuntimeError):
@@ -50,13 +68,19 @@ class JobCancelled(Exception):
 
 JobHandler = Callable[[Catalogue, dict[str, Any], "JobContext"], dict[str, Any] | None]
 _HANDLERS: dict[str, JobHandler] = {}
+_KIND_QUEUE: dict[str, str] = {}
 
 
-def register_job_kind(kind: str) -> Callable[[JobHandler], JobHandler]:
+def register_job_kind(kind: str, *, queue: str = LIGHT) -> Callable[[JobHandler], JobHandler]:
+    """Decorator: register a handler for ``kind`` on the ``light`` or ``heavy`` queue."""
+    if queue not in QUEUES:
+        raise ValueError(f"queue must be one of {QUEUES}, got {queue!r}")
+
     def decorator(fn: JobHandler) -> JobHandler:
         if kind in _HANDLERS:
             raise ValueError(f"job kind {kind!r} is already registered")
         _HANDLERS[kind] = fn
+        _KIND_QUEUE[kind] = queue
         return fn
 
     return decorator
@@ -79,20 +103,58 @@ def get_handler(kind: str) -> JobHandler:
         raise JobError(f"unknown job kind {kind!r}; available: {', '.join(sorted(_HANDLERS))}") from None
 
 
+def queue_of(kind: str) -> str:
+    get_handler(kind)
+    return _KIND_QUEUE[kind]
+
+
 def check_transition(old: JobStatus, new: JobStatus) -> None:
     if new not in TRANSITIONS[old]:
         raise InvalidTransition(f"a {old.value} job cannot become {new.value}")
+
+
+def transition(cat: Catalogue, job_id: int, new: JobStatus, *, expect: Iterable[JobStatus] | None = None,
+               **fields: Any) -> bool:
+    """The one compare-and-set of a job's status.
+
+    Reads the current status ``old``; raises :class:`InvalidTransition` when
+    ``old -> new`` is not in :data:`TRANSITIONS` or ``old`` is not in ``expect``;
+    otherwise ``UPDATE ... WHERE id = :id AND status = :old`` and returns whether
+    this call won (False: another actor changed the row in between).
+    """
+    with cat.unit_of_work() as s:
+        old = s.scalar(select(Job.status).where(Job.id == job_id))
+        if old is None:
+            raise JobError(f"no job {job_id}")
+        if expect is not None and old not in set(expect):
+            raise InvalidTransition(f"job {job_id} is {old.value}; expected "
+                                    f"{' or '.join(sorted(e.value for e in expect))}")
+        check_transition(old, new)
+        res = s.execute(update(Job).where(Job.id == job_id, Job.status == old).values(status=new, **fields))
+        s.commit()
+        return res.rowcount == 1
+
+
+def job_dir(cat: Catalogue, job_id: int) -> Path:
+    """``<data_dir>/jobs/<id>/``: log.txt, metrics.jsonl, checkpoints/ (created on demand)."""
+    d = cat.data_dir / "jobs" / str(int(job_id))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
 
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def submit(cat: Catalogue, kind: str, params: dict[str, Any] | None = None) -> int:
-    """Queue a job; returns its id."""
-    get_handler(kind)
+def submit(cat: Catalogue, kind: str, params: dict[str, Any] | None = None, *,
+           max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> int:
+    """Queue a job on its kind's queue; returns its id."""
+    q = queue_of(kind)
+    if max_attempts < 1:
+        raise ValueError("max_attempts must be at least 1")
     with cat.unit_of_work() as s:
-        job = Job(kind=kind, params=dict(params or {}), status=JobStatus.queued, message="waiting for a worker")
+        job = Job(kind=kind, queue=q, params=dict(params or {}), status=JobStatus.queued,
+                  message="waiting for a worker", max_attempts=int(max_attempts), attempts=0)
         s.add(job)
         s.commit()
         return job.id
@@ -106,68 +168,86 @@ def get_job(cat: Catalogue, job_id: int) -> Job:
         return job
 
 
-def list_jobs(cat: Catalogue, *, limit: int = 50) -> list[Job]:
+def list_jobs(cat: Catalogue, *, limit: int = 50, kind: str | None = None) -> list[Job]:
     with cat.unit_of_work() as s:
-        return list(s.scalars(select(Job).order_by(Job.id.desc()).limit(limit)))
-
-
-def _set_status(cat: Catalogue, job_id: int, new: JobStatus, **fields: Any) -> bool:
-    """Compare-and-set the status; returns False if another actor changed it first."""
-    with cat.unit_of_work() as s:
-        job = s.get(Job, job_id)
-        if job is None:
-            raise JobError(f"no job {job_id}")
-        old = job.status
-        check_transition(old, new)
-        res = s.execute(update(Job).where(Job.id == job_id, Job.status == old).values(status=new, **fields))
-        s.commit()
-        return res.rowcount == 1
+        q = select(Job).order_by(Job.id.desc()).limit(limit)
+        if kind:
+            q = q.where(Job.kind == kind)
+        return list(s.scalars(q))
 
 
 def request_cancel(cat: Catalogue, job_id: int) -> JobStatus:
-    """Cancel a queued job at once; ask a running one to stop at its next check."""
-    with cat.unit_of_work() as s:
-        job = s.get(Job, job_id)
-        if job is None:
-            raise JobError(f"no job {job_id}")
+    """Cancel a queued job at once; ask a running one to stop (its supervisor terminates it after a grace
+    period if it does not stop by itself). Returns the status after the call."""
+    for _ in range(5):
+        job = get_job(cat, job_id)
         if job.status == JobStatus.queued:
-            res = s.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.queued).values(
-                status=JobStatus.cancelled, cancel_requested=True, finished_at=utcnow(), message="cancelled before it started"))
-            s.commit()
-            if res.rowcount == 1:
+            if transition(cat, job_id, JobStatus.cancelled, expect={JobStatus.queued}, cancel_requested=True,
+                          finished_at=utcnow(), message="cancelled before it started"):
                 return JobStatus.cancelled
-            return request_cancel(cat, job_id)
+            continue  # a worker claimed it meanwhile: ask the running job instead
         if job.status == JobStatus.running:
-            job.cancel_requested = True
-            job.message = "cancelling..."
-            s.commit()
-        return job.status
+            with cat.unit_of_work() as s:
+                s.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.running)
+                          .values(cancel_requested=True, message="cancelling..."))
+                s.commit()
+        return get_job(cat, job_id).status
+    return get_job(cat, job_id).status
 
 
 def retry(cat: Catalogue, job_id: int) -> None:
-    _set_status(cat, job_id, JobStatus.queued, cancel_requested=False, error=None, progress=0.0,
-                message="queued again", started_at=None, finished_at=None, worker=None)
+    """Queue a failed or cancelled job again (a training job resumes from its last checkpoint).
+
+    A running, queued or succeeded job is refused: two workers must never run one job.
+    """
+    job = get_job(cat, job_id)
+    if job.status not in (JobStatus.failed, JobStatus.cancelled):
+        raise InvalidTransition(f"job {job_id} is {job.status.value}; only a failed or cancelled job can be retried"
+                                + (" (cancel it first)" if job.status == JobStatus.running else ""))
+    if not transition(cat, job_id, JobStatus.queued, expect={JobStatus.failed, JobStatus.cancelled},
+                      cancel_requested=False, error=None, progress=0.0, message="queued again", started_at=None,
+                      finished_at=None, worker=None, pid=None, max_attempts=max(job.max_attempts, job.attempts + 1)):
+        raise JobError(f"job {job_id} changed while it was being retried; look again")
 
 
 @dataclass
 class JobContext:
-    """Handed to a running handler: progress reporting and cancellation."""
+    """Handed to a running handler: progress, log, metrics, checkpoints and cancellation."""
 
     cat: Catalogue
     job_id: int
-    _last_beat: float = 0.0
+    _dir: Path | None = field(default=None, repr=False)
+
+    @property
+    def dir(self) -> Path:
+        if self._dir is None:
+            self._dir = job_dir(self.cat, self.job_id)
+        return self._dir
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        d = self.dir / "checkpoints"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
 
     def progress(self, fraction: float, message: str | None = None) -> None:
-        import time
-
-        now = time.monotonic()
+        """Report progress (0..1); this is what beats the heartbeat."""
         fields: dict[str, Any] = {"progress": max(0.0, min(1.0, float(fraction))), "heartbeat_at": utcnow()}
         if message is not None:
             fields["message"] = message
         with self.cat.unit_of_work() as s:
-            s.execute(update(Job).where(Job.id == self.job_id).values(**fields))
+            s.execute(update(Job).where(Job.id == self.job_id, Job.status == JobStatus.running).values(**fields))
             s.commit()
-        self._last_beat = now
+
+    def log(self, text: str) -> None:
+        """Append a time-stamped line to the job's ``log.txt``."""
+        with open(self.dir / "log.txt", "a", encoding="utf-8") as fh:
+            fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
+
+    def metric(self, row: dict[str, Any]) -> None:
+        """Append one JSON row (step, epoch, losses, validation metrics) to ``metrics.jsonl``."""
+        with open(self.dir / "metrics.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row, default=float) + "\n")
 
     def cancelled(self) -> bool:
         with self.cat.unit_of_work() as s:
@@ -187,48 +267,96 @@ class JobContext:
         return report
 
 
-def claim_next(cat: Catalogue, *, worker: str | None = None) -> int | None:
-    """Atomically move the oldest queued job to running; returns its id or None."""
+def read_metrics(cat: Catalogue, job_id: int) -> list[dict[str, Any]]:
+    """The rows of a job's ``metrics.jsonl`` (a half-written last line is skipped)."""
+    path = cat.data_dir / "jobs" / str(int(job_id)) / "metrics.jsonl"
+    rows: list[dict[str, Any]] = []
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def read_log_tail(cat: Catalogue, job_id: int, *, max_chars: int = 4000) -> str:
+    path = cat.data_dir / "jobs" / str(int(job_id)) / "log.txt"
+    if not path.exists():
+        return ""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - max_chars))
+        return fh.read().decode("utf-8", errors="replace")
+
+
+def claim_next(cat: Catalogue, *, worker: str | None = None, queue: str | None = None) -> int | None:
+    """Atomically move the oldest queued job (of ``queue``, or any) to running; returns its id or None."""
     worker = worker or worker_name()
     while True:
         with cat.unit_of_work() as s:
-            job_id = s.scalar(select(Job.id).where(Job.status == JobStatus.queued).order_by(Job.id).limit(1))
-            if job_id is None:
-                return None
-            now = utcnow()
-            res = s.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.queued).values(
-                status=JobStatus.running, started_at=now, heartbeat_at=now, worker=worker, message="started"))
-            s.commit()
-            if res.rowcount == 1:
-                return job_id
+            q = select(Job.id).where(Job.status == JobStatus.queued).order_by(Job.id).limit(1)
+            if queue is not None:
+                q = q.where(Job.queue == queue)
+            job_id = s.scalar(q)
+        if job_id is None:
+            return None
+        now = utcnow()
+        try:
+            won = transition(cat, job_id, JobStatus.running, expect={JobStatus.queued}, started_at=now,
+                             heartbeat_at=now, worker=worker, message="started", attempts=Job.attempts + 1,
+                             finished_at=None)
+        except InvalidTransition:
+            won = False  # cancelled or claimed between the select and the update
+        if won:
+            return job_id
+
+
+def _finish(cat: Catalogue, job_id: int, new: JobStatus, **fields: Any) -> bool:
+    """running -> new; False when the job is no longer running (its supervisor or a recovery got there first)."""
+    try:
+        return transition(cat, job_id, new, expect={JobStatus.running}, finished_at=utcnow(), **fields)
+    except InvalidTransition:
+        return False
 
 
 def execute(cat: Catalogue, job_id: int) -> JobStatus:
-    """Run a job already in ``running`` and record its outcome."""
+    """Run a job already in ``running`` (in this process) and record its outcome."""
     job = get_job(cat, job_id)
     ctx = JobContext(cat, job_id)
+    ctx.log(f"job {job_id} ({job.kind}) attempt {job.attempts} started in process {os.getpid()}")
     try:
         handler = get_handler(job.kind)
         result = handler(cat, dict(job.params), ctx) or {}
     except JobCancelled:
-        _set_status(cat, job_id, JobStatus.cancelled, finished_at=utcnow(), message="cancelled by the curator")
-        return JobStatus.cancelled
+        ctx.log("cancelled by the curator")
+        _finish(cat, job_id, JobStatus.cancelled, message="cancelled by the curator")
+        return get_job(cat, job_id).status
     except Exception as exc:  # the job failed; the worker lives on
         if ctx.cancelled():  # a pipeline stopped on the cancel request with its own exception
-            _set_status(cat, job_id, JobStatus.cancelled, finished_at=utcnow(), message="cancelled by the curator")
-            return JobStatus.cancelled
-        _set_status(cat, job_id, JobStatus.failed, finished_at=utcnow(),
-                    message=f"failed: {exc}", error="".join(traceback.format_exception(exc))[-20000:])
-        return JobStatus.failed
-    _set_status(cat, job_id, JobStatus.succeeded, finished_at=utcnow(), progress=1.0, result=result,
-                message=str(result.get("summary", "done")) if isinstance(result, dict) else "done")
-    return JobStatus.succeeded
+            ctx.log("cancelled by the curator")
+            _finish(cat, job_id, JobStatus.cancelled, message="cancelled by the curator")
+            return get_job(cat, job_id).status
+        tb = "".join(traceback.format_exception(exc))
+        ctx.log(f"failed: {exc}\n{tb}")
+        _finish(cat, job_id, JobStatus.failed, message=f"failed: {exc}", error=tb[-20000:])
+        return get_job(cat, job_id).status
+    summary = str(result.get("summary", "done")) if isinstance(result, dict) else "done"
+    ctx.log(f"succeeded: {summary}")
+    _finish(cat, job_id, JobStatus.succeeded, progress=1.0, result=result, message=summary)
+    return get_job(cat, job_id).status
 
 
 def run_job(cat: Catalogue, job_id: int) -> JobStatus:
     """Synchronous mode: claim this specific queued job and run it in this process."""
-    if not _set_status(cat, job_id, JobStatus.running, started_at=utcnow(), heartbeat_at=utcnow(),
-                       worker=worker_name(), message="started"):
+    now = utcnow()
+    try:
+        won = transition(cat, job_id, JobStatus.running, expect={JobStatus.queued}, started_at=now,
+                         heartbeat_at=now, worker=worker_name(), message="started", attempts=Job.attempts + 1)
+    except InvalidTransition as exc:
+        raise JobError(f"job {job_id} cannot be run: {exc}") from None
+    if not won:
         raise JobError(f"job {job_id} was taken by another worker")
     return execute(cat, job_id)
 
@@ -240,21 +368,63 @@ def submit_and_run(cat: Catalogue, kind: str, params: dict[str, Any] | None = No
     return get_job(cat, job_id)
 
 
-def recover_stale_jobs(cat: Catalogue, *, stale_after_s: float = STALE_AFTER_S, requeue: bool = False,
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def worker_alive(worker: str | None) -> bool | None:
+    """True/False when ``worker`` ("host:pid") runs on this host and its process is / is not alive;
+    None when it runs elsewhere (only its heartbeat can tell)."""
+    if not worker or ":" not in worker:
+        return None
+    host, _, pid = worker.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return None
+    return _pid_alive(int(pid))
+
+
+def recover_stale_jobs(cat: Catalogue, *, stale_after_s: float = STALE_AFTER_S, requeue: bool | None = None,
                        now: datetime | None = None) -> list[int]:
-    """Running jobs with no heartbeat for ``stale_after_s``: their worker died. Fail (or requeue) them."""
+    """Running jobs whose worker died: on this host, a dead worker process; elsewhere, no heartbeat
+    for ``stale_after_s``. Each is queued again while it has attempts left (``requeue=None``), else failed;
+    ``requeue`` True/False forces one or the other. Jobs of a live worker on this host are left to it
+    (its supervisor stops them when they hang)."""
     cutoff = (now or utcnow()) - timedelta(seconds=stale_after_s)
     recovered = []
     with cat.unit_of_work() as s:
-        stale = list(s.scalars(select(Job).where(Job.status == JobStatus.running, Job.heartbeat_at < cutoff)))
-        for job in stale:
-            new = JobStatus.queued if requeue else JobStatus.failed
-            msg = (f"the worker {job.worker} stopped (no heartbeat since {job.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC)"
-                   + ("; queued again" if requeue else "; press retry to run it again"))
-            res = s.execute(update(Job).where(Job.id == job.id, Job.status == JobStatus.running).values(
-                status=new, message=msg, error=msg if not requeue else None,
-                finished_at=None if requeue else utcnow(), worker=None))
-            if res.rowcount == 1:
-                recovered.append(job.id)
-        s.commit()
+        running = list(s.scalars(select(Job).where(Job.status == JobStatus.running)))
+    for job in running:
+        alive = worker_alive(job.worker)
+        stale = job.heartbeat_at is None or job.heartbeat_at < cutoff
+        if alive is True or (alive is None and not stale):
+            continue
+        if job.pid and alive is False and _pid_alive(job.pid):
+            _kill_tree(job.pid)  # an orphaned child of a dead worker
+        again = (job.attempts < job.max_attempts) if requeue is None else requeue
+        beat = f"{job.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC" if job.heartbeat_at else "never"
+        msg = (f"the worker {job.worker} stopped (last progress {beat}, attempt {job.attempts} of {job.max_attempts})"
+               + ("; queued again" if again else "; press retry to run it again"))
+        won = transition(cat, job.id, JobStatus.queued if again else JobStatus.failed, expect={JobStatus.running},
+                         message=msg, error=None if again else msg, finished_at=None if again else utcnow(),
+                         worker=None, pid=None)
+        if won:
+            recovered.append(job.id)
     return recovered
+
+
+def _kill_tree(pid: int) -> None:
+    import signal
+
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -1,71 +1,183 @@
-"""The job worker: claims queued jobs one at a time and runs them.
+"""The job worker: one supervised child process per job, one job per queue at a time.
 
-Runs as its own process (``rosette worker``) or as a daemon thread inside
-``rosette serve``. A background thread beats each running job's heartbeat so a
-long step without progress calls is not mistaken for a dead worker; a worker
-killed mid-job stops beating, and ``recover_stale_jobs`` fails that job.
+Runs as its own process (``rosette worker``) or as daemon threads inside
+``rosette serve`` (one per queue, so the light queue -- mask, embed, export --
+never waits behind a heavy training run). For each claimed job the supervisor
+starts ``python -m jobs.runner`` in a new process group with its output in the
+job's ``log.txt`` and watches it:
+
+- the child records its own outcome; a child that dies without one (a crash,
+  out-of-memory, SIGKILL) is queued again while attempts remain, else failed,
+  with the exit code or signal in the message;
+- cancel = ask (the child stops at its next check), then terminate the process
+  group after ``cancel_grace_s``;
+- a heartbeat proves progress: with no ``ctx.progress`` for ``hang_after_s``
+  (job param, default :data:`~jobs.queue.STALE_AFTER_S`) the child is killed as hung.
+
+The loop survives any exception. ``isolate=False`` runs jobs in this process
+(synchronous tests); the default is a child process.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 from sqlalchemy import update
 
 from db.models import Job, JobStatus, utcnow
 from db.session import Catalogue
-from jobs.queue import HEARTBEAT_EVERY_S, claim_next, execute, recover_stale_jobs, worker_name
+from jobs.queue import (QUEUES, STALE_AFTER_S, JobError, _finish, _kill_tree, claim_next, execute, get_job,
+                        job_dir, read_log_tail, recover_stale_jobs, transition, worker_name)
+
+log = logging.getLogger("rosette.worker")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CANCEL_GRACE_S = 10.0
 
 
-def _beat(cat: Catalogue, job_id: int, stop: threading.Event, every_s: float) -> None:
-    while not stop.wait(every_s):
-        with cat.unit_of_work() as s:
-            s.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.running).values(heartbeat_at=utcnow()))
-            s.commit()
+def _signal_name(rc: int) -> str:
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        why = " (out of memory, or killed from outside)" if -rc == signal.SIGKILL else ""
+        return f"was killed by {name}{why}"
+    return f"exited with code {rc} without recording an outcome"
 
 
-def run_one(cat: Catalogue, *, worker: str | None = None, heartbeat_s: float = HEARTBEAT_EVERY_S) -> int | None:
-    """Claim and run one queued job; returns its id, or None if the queue was empty."""
-    job_id = claim_next(cat, worker=worker or worker_name())
+def _terminate(proc: subprocess.Popen, *, grace_s: float = 3.0) -> None:
+    """SIGTERM the child's process group, then SIGKILL it if it is still there after ``grace_s``."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc.pid)
+        proc.wait(timeout=30)
+
+
+def supervise(cat: Catalogue, job_id: int, *, poll_s: float = 0.25, cancel_grace_s: float = CANCEL_GRACE_S,
+              hang_after_s: float | None = None) -> JobStatus:
+    """Run a job already in ``running`` in a child process and watch it until it ends."""
+    job = get_job(cat, job_id)
+    hang_after_s = float(job.params.get("hang_after_s", hang_after_s or STALE_AFTER_S))
+    folder = job_dir(cat, job_id)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    with open(folder / "log.txt", "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "jobs.runner", "--data-dir", str(cat.data_dir),
+                                 "--database-url", cat.url, str(job_id)],
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=str(REPO_ROOT), env=env)
+    with cat.unit_of_work() as s:
+        s.execute(update(Job).where(Job.id == job_id).values(pid=proc.pid))
+        s.commit()
+    cancel_seen: float | None = None
+    outcome: tuple[JobStatus, str] | None = None
+    while proc.poll() is None:
+        time.sleep(poll_s)
+        try:
+            job = get_job(cat, job_id)
+        except Exception:  # the database is busy for a moment: look again next time
+            continue
+        if job.status != JobStatus.running:  # recorded meanwhile (by the child, or a recovery)
+            try:
+                proc.wait(timeout=max(5.0, cancel_grace_s))
+            except subprocess.TimeoutExpired:
+                _terminate(proc)
+            break
+        if job.cancel_requested:
+            cancel_seen = cancel_seen or time.monotonic()
+            if time.monotonic() - cancel_seen > cancel_grace_s:
+                _terminate(proc)
+                outcome = (JobStatus.cancelled, f"cancelled by the curator (stopped after a {cancel_grace_s:.0f} s grace)")
+                break
+        beat = job.heartbeat_at or job.started_at
+        if beat is not None and (utcnow() - beat).total_seconds() > hang_after_s:
+            _terminate(proc)
+            outcome = (JobStatus.failed, f"no progress for {hang_after_s:.0f} s: the job was hung and was stopped")
+            break
+    rc = proc.wait()
+    job = get_job(cat, job_id)
+    if job.status == JobStatus.running:
+        if outcome is None:
+            again = job.attempts < job.max_attempts
+            msg = (f"the job's process {_signal_name(rc)} (attempt {job.attempts} of {job.max_attempts})"
+                   + ("; queued again" if again else ""))
+            tail = read_log_tail(cat, job_id, max_chars=6000)
+            if again:
+                transition(cat, job_id, JobStatus.queued, expect={JobStatus.running}, message=msg, worker=None,
+                           pid=None)
+            else:
+                _finish(cat, job_id, JobStatus.failed, message=f"failed: {msg}", error=f"{msg}\n\nlog tail:\n{tail}")
+        else:
+            status, msg = outcome
+            _finish(cat, job_id, status, message=msg, error=msg if status == JobStatus.failed else None)
+        with open(folder / "log.txt", "a", encoding="utf-8") as fh:
+            fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} supervisor: {get_job(cat, job_id).message}\n")
+    return get_job(cat, job_id).status
+
+
+def run_one(cat: Catalogue, *, worker: str | None = None, queue: str | None = None, isolate: bool = True,
+            cancel_grace_s: float = CANCEL_GRACE_S, poll_s: float = 0.25) -> int | None:
+    """Claim and run one queued job (of ``queue``, or any); returns its id, or None if none was queued."""
+    job_id = claim_next(cat, worker=worker or worker_name(), queue=queue)
     if job_id is None:
         return None
-    stop = threading.Event()
-    beater = threading.Thread(target=_beat, args=(cat, job_id, stop, heartbeat_s), daemon=True)
-    beater.start()
-    try:
+    if isolate:
+        supervise(cat, job_id, cancel_grace_s=cancel_grace_s, poll_s=poll_s)
+    else:
         execute(cat, job_id)
-    finally:
-        stop.set()
-        beater.join(timeout=5)
     return job_id
 
 
 def work_loop(cat: Catalogue, *, stop: threading.Event | None = None, poll_s: float = 1.0,
-              max_jobs: int | None = None, heartbeat_s: float = HEARTBEAT_EVERY_S) -> int:
-    """Run jobs until ``stop`` is set (or ``max_jobs`` ran); returns how many ran."""
+              max_jobs: int | None = None, queue: str | None = None, isolate: bool = True) -> int:
+    """Run jobs of ``queue`` (or any) until ``stop`` is set (or ``max_jobs`` ran); returns how many ran.
+    Any exception is logged and the loop goes on."""
     stop = stop or threading.Event()
     done = 0
-    recover_stale_jobs(cat)
     while not stop.is_set() and (max_jobs is None or done < max_jobs):
-        if run_one(cat, heartbeat_s=heartbeat_s) is None:
-            stop.wait(poll_s)
+        try:
             recover_stale_jobs(cat)
-        else:
-            done += 1
+            if run_one(cat, queue=queue, isolate=isolate) is None:
+                stop.wait(poll_s)
+            else:
+                done += 1
+        except Exception:  # the worker outlives any job or database hiccup
+            log.exception("worker loop error (continuing)")
+            stop.wait(poll_s)
     return done
 
 
-def start_worker_thread(cat: Catalogue, *, poll_s: float = 1.0) -> tuple[threading.Thread, threading.Event]:
+def start_worker_thread(cat: Catalogue, *, poll_s: float = 1.0, queues: tuple[str, ...] = QUEUES,
+                        isolate: bool = True) -> tuple[list[threading.Thread], threading.Event]:
+    """One daemon thread per queue; set the returned event to stop them."""
     stop = threading.Event()
-    t = threading.Thread(target=work_loop, args=(cat,), kwargs={"stop": stop, "poll_s": poll_s},
-                         name="rosette-worker", daemon=True)
-    t.start()
-    return t, stop
+    threads = []
+    for q in queues:
+        t = threading.Thread(target=work_loop, args=(cat,), name=f"rosette-worker-{q}", daemon=True,
+                             kwargs={"stop": stop, "poll_s": poll_s, "queue": q, "isolate": isolate})
+        t.start()
+        threads.append(t)
+    return threads, stop
 
 
-def main_loop(cat: Catalogue) -> None:  # pragma: no cover - CLI entry
+def main_loop(cat: Catalogue, *, queues: tuple[str, ...] = QUEUES) -> None:  # pragma: no cover - CLI entry
+    threads, stop = start_worker_thread(cat, queues=queues)
     try:
-        work_loop(cat)
+        while any(t.is_alive() for t in threads):
+            time.sleep(1.0)
     except KeyboardInterrupt:
-        time.sleep(0)
+        stop.set()
+
+
+__all__ = ["run_one", "work_loop", "start_worker_thread", "supervise", "main_loop", "JobError"]

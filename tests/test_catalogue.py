@@ -33,7 +33,7 @@ def test_open_catalogue_sets_wal_foreign_keys_and_migrates(cat):
     with cat.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
-        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() == "0001"
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() == "0002"
     tables = set(inspect(cat.engine).get_table_names())
     assert {"individuals", "sightings", "images", "identity_events", "match_decisions", "models",
             "evaluations", "jobs", "users", "benchmarks"} <= tables
@@ -49,6 +49,38 @@ def test_migrations_match_models(cat):
     with cat.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     assert diff == []
+
+
+def test_upgrade_from_the_first_schema_keeps_jobs_and_models(data_dir):
+    """A catalogue made by revision 0001 (jobs and models rows in it) upgrades to head: old jobs get a
+    queue (training-like kinds heavy) and zero attempts, models keep their rows with no snapshot."""
+    from alembic import command
+    from alembic.config import Config
+
+    from db.session import MIGRATIONS_DIR, make_engine
+
+    engine = make_engine(f"sqlite:///{data_dir / 'catalogue.db'}")
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+        conn.exec_driver_sql("INSERT INTO jobs (kind, params, status, progress, cancel_requested, created_at) "
+                             "VALUES ('evaluate', '{}', 'failed', 0, 0, '2026-01-01'), "
+                             "('mask', '{}', 'queued', 0, 0, '2026-01-01')")
+        conn.exec_driver_sql("INSERT INTO models (name, backbone, config, status, created_at) "
+                             "VALUES ('efficientnet_lite0', 'efficientnet_lite0', '{}', 'active', '2026-01-01')")
+    engine.dispose()
+    cat = open_catalogue(data_dir)  # migrates to head
+    with cat.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT kind, queue, attempts, max_attempts FROM jobs ORDER BY id").all()
+        assert [tuple(r) for r in rows] == [("evaluate", "heavy", 0, 2), ("mask", "light", 0, 2)]
+        model = conn.exec_driver_sql("SELECT name, loss, data_snapshot, job_id FROM models").one()
+        assert tuple(model) == ("efficientnet_lite0", None, None, None)
+    from jobs import queue
+
+    assert queue.claim_next(cat, queue="light") == 2
+    cat.close()
 
 
 def test_reopen_is_idempotent(data_dir):

@@ -1,20 +1,23 @@
-"""Job queue: transitions, sync mode, progress, cancel, failures, a worker killed mid-job."""
+"""Job engine: one checked compare-and-set, queues, supervised child processes, crashes, cancel with a grace
+period, hangs, retry rules, attempts, a worker killed mid-job."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 
 import pytest
 
-from db.models import JobStatus, utcnow
+from db.models import Job, JobStatus, utcnow
 from db.session import open_catalogue
 from jobs import queue
-from jobs.worker import run_one
+from jobs.worker import run_one, start_worker_thread, work_loop
 
 
 @pytest.fixture()
@@ -22,6 +25,13 @@ def cat(data_dir):
     c = open_catalogue(data_dir)
     yield c
     c.close()
+
+
+def wait_for(predicate, *, timeout=60.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 def test_transitions_are_enforced():
@@ -34,11 +44,37 @@ def test_transitions_are_enforced():
         assert JobStatus.running not in queue.TRANSITIONS[terminal]
 
 
-def test_sync_run_succeeds_with_progress_and_result(cat):
+def test_transition_is_a_checked_compare_and_set(cat):
+    jid = queue.submit(cat, "sleep", {"steps": 1})
+    with pytest.raises(queue.InvalidTransition, match="cannot become succeeded"):
+        queue.transition(cat, jid, JobStatus.succeeded)
+    with pytest.raises(queue.InvalidTransition, match="expected running"):
+        queue.transition(cat, jid, JobStatus.cancelled, expect={JobStatus.running})
+    assert queue.transition(cat, jid, JobStatus.running, expect={JobStatus.queued})
+    assert queue.get_job(cat, jid).status == JobStatus.running
+
+
+def test_nothing_but_transition_writes_status():
+    """Every status write in the engine goes through ``transition`` (grep the sources)."""
+    import inspect
+
+    import jobs.queue as q
+    import jobs.worker as w
+
+    import re
+
+    writes = [line.strip() for module in (q, w) for line in inspect.getsource(module).splitlines()
+              if re.search(r"\.values\([^)]*\bstatus\s*=[^=]", line)]
+    assert writes == ["res = s.execute(update(Job).where(Job.id == job_id, Job.status == old).values(status=new, **fields))"]
+
+
+def test_sync_run_succeeds_with_progress_result_and_job_folder(cat):
     job = queue.submit_and_run(cat, "sleep", {"steps": 3, "seconds": 0})
-    assert job.status == JobStatus.succeeded
-    assert job.progress == 1.0 and job.result == {"summary": "slept 3 steps", "steps": 3}
+    assert job.status == JobStatus.succeeded and job.attempts == 1
+    assert job.progress == 1.0 and job.result["summary"] == "slept 3 steps"
     assert job.started_at is not None and job.finished_at >= job.started_at
+    log = (cat.data_dir / "jobs" / str(job.id) / "log.txt").read_text()
+    assert "attempt 1 started" in log and "succeeded: slept 3 steps" in log
 
 
 def test_failure_is_recorded_and_retry_requeues(cat):
@@ -46,7 +82,20 @@ def test_failure_is_recorded_and_retry_requeues(cat):
     assert job.status == JobStatus.failed
     assert "disk full" in job.message and "RuntimeError" in job.error
     queue.retry(cat, job.id)
-    assert queue.get_job(cat, job.id).status == JobStatus.queued
+    job = queue.get_job(cat, job.id)
+    assert job.status == JobStatus.queued and job.error is None and job.max_attempts >= 2
+
+
+def test_retry_of_a_running_or_finished_job_is_refused(cat):
+    jid = queue.submit(cat, "sleep", {"steps": 1})
+    assert queue.claim_next(cat, worker="a") == jid
+    with pytest.raises(queue.InvalidTransition, match="cancel it first"):
+        queue.retry(cat, jid)
+    assert queue.get_job(cat, jid).status == JobStatus.running
+    assert queue.claim_next(cat, worker="b") is None  # no second worker gets it
+    done = queue.submit_and_run(cat, "sleep", {"steps": 1, "seconds": 0})
+    with pytest.raises(queue.InvalidTransition, match="succeeded"):
+        queue.retry(cat, done.id)
 
 
 def test_unknown_kind_is_refused(cat):
@@ -54,10 +103,10 @@ def test_unknown_kind_is_refused(cat):
         queue.submit(cat, "no-such-kind")
 
 
-def test_cancel_queued_and_running(cat):
+def test_cancel_queued_and_running_in_process(cat):
     jid = queue.submit(cat, "sleep", {"steps": 2})
     assert queue.request_cancel(cat, jid) == JobStatus.cancelled
-    assert run_one(cat) is None  # nothing left to run
+    assert run_one(cat, isolate=False) is None  # nothing left to run
 
     jid = queue.submit(cat, "sleep", {"steps": 50, "seconds": 0})
     assert queue.claim_next(cat) == jid
@@ -70,26 +119,137 @@ def test_claim_is_exclusive(cat):
     jid = queue.submit(cat, "sleep", {"steps": 1})
     assert queue.claim_next(cat, worker="a") == jid
     assert queue.claim_next(cat, worker="b") is None
-    with pytest.raises(queue.InvalidTransition):
+    with pytest.raises(queue.JobError):
         queue.run_job(cat, jid)
 
 
-def test_stale_running_job_is_failed_not_lost(cat):
-    jid = queue.submit(cat, "sleep", {"steps": 1})
-    queue.claim_next(cat, worker="ghost")
+def test_kinds_go_to_their_queue_and_claims_respect_it(cat):
+    assert queue.queue_of("train") == queue.HEAVY and queue.queue_of("evaluate") == queue.HEAVY
+    assert queue.queue_of("mask") == queue.LIGHT and queue.queue_of("export") == queue.LIGHT
+    heavy = queue.submit(cat, "sleep_heavy", {"steps": 1})
+    light = queue.submit(cat, "sleep", {"steps": 1})
+    assert queue.claim_next(cat, queue=queue.LIGHT) == light  # the older heavy job does not block it
+    assert queue.claim_next(cat, queue=queue.LIGHT) is None
+    assert queue.claim_next(cat, queue=queue.HEAVY) == heavy
+
+
+def test_job_runs_in_a_supervised_child_process(cat):
+    jid = queue.submit(cat, "sleep", {"steps": 2, "seconds": 0})
+    assert run_one(cat) == jid
+    job = queue.get_job(cat, jid)
+    assert job.status == JobStatus.succeeded, job.message
+    assert job.pid is not None and job.pid != os.getpid()
+    assert f"job {jid} succeeded" in (cat.data_dir / "jobs" / str(jid) / "log.txt").read_text()
+
+
+def test_crashing_child_is_requeued_then_resumes_and_worker_survives(cat):
+    """A child killed mid-job (as out-of-memory would) leaves the worker alive; with attempts left the job is
+    queued again and the next attempt continues from what the first one saved."""
+    jid = queue.submit(cat, "sleep", {"steps": 4, "seconds": 0, "crash": 2, "resume": True}, max_attempts=2)
+    assert run_one(cat) == jid
+    job = queue.get_job(cat, jid)
+    assert job.status == JobStatus.queued and "SIGKILL" in job.message and "attempt 1 of 2" in job.message
+    assert run_one(cat) == jid
+    job = queue.get_job(cat, jid)
+    assert job.status == JobStatus.succeeded and job.attempts == 2
+    assert job.result["started_at_step"] == 2  # resumed, not restarted
+
+
+def test_crash_on_the_last_attempt_fails_with_the_log_tail(cat):
+    jid = queue.submit(cat, "sleep", {"steps": 3, "seconds": 0, "crash": 1}, max_attempts=1)
+    run_one(cat)
+    job = queue.get_job(cat, jid)
+    assert job.status == JobStatus.failed
+    assert "killed by SIGKILL" in job.message and "out of memory" in job.message
+    assert "log tail" in job.error
+
+
+def test_cancel_terminates_a_job_that_does_not_stop_after_the_grace_period(cat):
+    jid = queue.submit(cat, "sleep", {"steps": 600, "seconds": 0.1, "ignore_cancel": True})
+    t = threading.Thread(target=run_one, args=(cat,), kwargs={"cancel_grace_s": 0.5})
+    t.start()
+    wait_for(lambda: queue.get_job(cat, jid).progress > 0, what="progress")
+    pid = queue.get_job(cat, jid).pid
+    t0 = time.monotonic()
+    assert queue.request_cancel(cat, jid) == JobStatus.running  # asked, not yet stopped
+    t.join(30)
+    assert not t.is_alive()
+    job = queue.get_job(cat, jid)
+    assert job.status == JobStatus.cancelled and "grace" in job.message
+    assert time.monotonic() - t0 < 15
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_a_job_without_progress_is_stopped_as_hung(cat):
+    jid = queue.submit(cat, "sleep", {"steps": 600, "seconds": 0.05, "hang": 1, "hang_after_s": 1.0},
+                       max_attempts=1)
+    run_one(cat)
+    job = queue.get_job(cat, jid)
+    assert job.status == JobStatus.failed and "no progress for 1 s" in job.message
+
+
+def test_light_queue_runs_while_a_heavy_job_is_busy(cat):
+    heavy = queue.submit(cat, "sleep_heavy", {"steps": 100, "seconds": 0.1})
+    light = queue.submit(cat, "sleep", {"steps": 1, "seconds": 0})
+    threads, stop = start_worker_thread(cat, poll_s=0.1)
+    try:
+        wait_for(lambda: queue.get_job(cat, light).status == JobStatus.succeeded, what="light job")
+        assert queue.get_job(cat, heavy).status == JobStatus.running
+        queue.request_cancel(cat, heavy)
+        wait_for(lambda: queue.get_job(cat, heavy).status == JobStatus.cancelled, what="heavy cancel")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+
+
+def test_worker_loop_survives_exceptions(cat, monkeypatch):
+    import jobs.worker as w
+
+    calls = {"n": 0}
+    real = w.run_one
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("database hiccup")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(w, "run_one", flaky)
+    jid = queue.submit(cat, "sleep", {"steps": 1, "seconds": 0})
+    assert work_loop(cat, max_jobs=1, poll_s=0.01, isolate=False) == 1
+    assert queue.get_job(cat, jid).status == JobStatus.succeeded and calls["n"] >= 2
+
+
+def test_stale_job_of_a_remote_worker_is_requeued_then_failed(cat):
+    jid = queue.submit(cat, "sleep", {"steps": 1}, max_attempts=2)
+    queue.claim_next(cat, worker="elsewhere:1")
     assert queue.recover_stale_jobs(cat) == []  # fresh heartbeat: not stale
     later = utcnow() + timedelta(seconds=queue.STALE_AFTER_S + 1)
     assert queue.recover_stale_jobs(cat, now=later) == [jid]
     job = queue.get_job(cat, jid)
-    assert job.status == JobStatus.failed and "ghost stopped" in job.message
+    assert job.status == JobStatus.queued and "elsewhere:1 stopped" in job.message
+    queue.claim_next(cat, worker="elsewhere:1")  # attempt 2 of 2
+    assert queue.recover_stale_jobs(cat, now=later + timedelta(seconds=queue.STALE_AFTER_S + 1)) == [jid]
+    assert queue.get_job(cat, jid).status == JobStatus.failed
+
+
+def test_job_of_a_dead_local_worker_is_recovered_at_once(cat):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    jid = queue.submit(cat, "sleep", {"steps": 1})
+    queue.claim_next(cat, worker=f"{socket.gethostname()}:{dead.pid}")
+    assert queue.recover_stale_jobs(cat) == [jid]  # no need to wait for the heartbeat to age
+    assert queue.get_job(cat, jid).status == JobStatus.queued
 
 
 @pytest.mark.slow
 def test_worker_process_killed_mid_job_then_recovered(cat, data_dir):
     jid = queue.submit(cat, "sleep", {"steps": 200, "seconds": 0.1})
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "--data-dir", str(data_dir), "worker", "--once",
-                             "--heartbeat", "0.2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "--data-dir", str(data_dir), "worker", "--once"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
         while queue.get_job(cat, jid).progress < 0.02:
@@ -101,13 +261,13 @@ def test_worker_process_killed_mid_job_then_recovered(cat, data_dir):
         proc.wait(10)
     job = queue.get_job(cat, jid)
     assert job.status == JobStatus.running and 0 < job.progress < 1
-    assert queue.recover_stale_jobs(cat, stale_after_s=0.0, requeue=True) == [jid]
+    child = job.pid
+    wait_for(lambda: subprocess.run(["kill", "-0", str(child)], capture_output=True).returncode != 0,
+             timeout=15, what="the orphaned child to exit")
+    assert queue.recover_stale_jobs(cat) == [jid]
     job = queue.get_job(cat, jid)
     assert job.status == JobStatus.queued and "stopped" in job.message
-    # a fresh worker finishes it
-    queue.get_job(cat, jid)
     with cat.unit_of_work() as s:
-        from db.models import Job
         s.get(Job, jid).params = {"steps": 2, "seconds": 0}
         s.commit()
     assert run_one(cat) == jid

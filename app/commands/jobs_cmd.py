@@ -8,7 +8,10 @@ import json
 def register(sub) -> None:
     w = sub.add_parser("worker", help="run queued background jobs until interrupted")
     w.add_argument("--once", action="store_true", help="run at most one job and exit")
-    w.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats")
+    w.add_argument("--queue", choices=["light", "heavy", "all"], default="all",
+                   help="which queue to serve (default both, one job of each at a time)")
+    w.add_argument("--in-process", action="store_true",
+                   help="run jobs in this process instead of a supervised child process (debugging)")
     w.set_defaults(func=run_worker)
     j = sub.add_parser("jobs", help="list, cancel or retry background jobs")
     j.add_argument("action", choices=["list", "cancel", "retry", "recover"])
@@ -18,14 +21,17 @@ def register(sub) -> None:
 
 
 def run_worker(args, ctx) -> int:
-    from jobs.worker import run_one, work_loop
+    from jobs.queue import QUEUES, recover_stale_jobs
+    from jobs.worker import main_loop, run_one
 
+    queue = None if args.queue == "all" else args.queue
     if args.once:
-        job_id = run_one(ctx.catalogue, heartbeat_s=args.heartbeat)
+        recover_stale_jobs(ctx.catalogue)
+        job_id = run_one(ctx.catalogue, queue=queue, isolate=not args.in_process)
         print(f"ran job {job_id}" if job_id else "no queued job")
         return 0
     print("worker running; Ctrl-C to stop")
-    work_loop(ctx.catalogue, heartbeat_s=args.heartbeat)
+    main_loop(ctx.catalogue, queues=QUEUES if queue is None else (queue,))
     return 0
 
 
@@ -37,11 +43,13 @@ def run_jobs(args, ctx) -> int:
     if args.action == "list":
         jobs = queue.list_jobs(cat)
         if args.json:
-            print(json.dumps([{"id": j.id, "kind": j.kind, "status": j.status.value, "progress": j.progress,
+            print(json.dumps([{"id": j.id, "kind": j.kind, "queue": j.queue, "status": j.status.value,
+                               "progress": j.progress, "attempts": j.attempts, "max_attempts": j.max_attempts,
                                "message": j.message} for j in jobs]))
         else:
-            print_table([(j.id, j.kind, j.status.value, f"{j.progress:.0%}", j.message or "") for j in jobs],
-                        ["id", "kind", "status", "progress", "message"])
+            print_table([(j.id, j.kind, j.queue, j.status.value, f"{j.progress:.0%}", f"{j.attempts}/{j.max_attempts}",
+                          j.message or "") for j in jobs],
+                        ["id", "kind", "queue", "status", "progress", "attempts", "message"])
         return 0
     if args.action == "recover":
         print(f"recovered jobs: {queue.recover_stale_jobs(cat)}")
