@@ -123,37 +123,110 @@ def variant_loader(cat: Catalogue, src: ImageSource, variant: str, *, inpainter:
     return key, load
 
 
-def codebook_path(cat: Catalogue, backbone_name: str) -> Path:
-    return cat.data_dir / "models" / f"{backbone_name.replace(':', '_').replace('/', '_')}-codebook.npz"
+MIN_CODEBOOK_PHOTOS = 50
 
 
-def get_backbone(cat: Catalogue, name: str, *, fit_image_ids: Sequence[int] | None = None, **opts: Any) -> Any:
-    """A backbone by registry name, built once per process and data directory.
+def fit_set_hash(cat: Catalogue, image_ids: Sequence[int]) -> str:
+    """16 hex chars of SHA-256 over the sorted content hashes of the photos a codebook is fitted on."""
+    import hashlib
 
-    Backbones that need fitting (``sift_vlad``'s codebook) are fitted on
-    ``fit_image_ids`` (default: a seeded sample of up to 200 catalogue photos)
-    the first time and the fit is saved under ``<data_dir>/models``.
+    with cat.unit_of_work() as s:
+        hashes = sorted(s.scalars(select(Image.content_hash).where(Image.id.in_(list(image_ids)))))
+    return hashlib.sha256("\n".join(hashes).encode()).hexdigest()[:16]
+
+
+def codebook_path(cat: Catalogue, backbone_name: str, fit_hash: str) -> Path:
+    """Where the codebook fitted on exactly one photo set lives (keyed by that set's hash)."""
+    safe = backbone_name.replace(':', '_').replace('/', '_')
+    return cat.data_dir / "models" / f"{safe}-codebook-{fit_hash}.npz"
+
+
+def _catalogue_codebook_pointer(cat: Catalogue, backbone_name: str) -> Path:
+    return cat.data_dir / "models" / f"{backbone_name.replace(':', '_').replace('/', '_')}-catalogue-codebook.txt"
+
+
+def _fitted_backbone(cat: Catalogue, name: str, fit_image_ids: Sequence[int] | None, **opts: Any) -> tuple[str, Any]:
+    """(fit hash, backbone) for a backbone that learns from photos (sift_vlad's VLAD codebook).
+
+    The codebook is saved per exact fit set, so a codebook fitted on one benchmark's train split is never
+    reused for another; without ``fit_image_ids`` (match review) the catalogue's codebook is fitted once on
+    a seeded sample and kept. Fewer than :data:`MIN_CODEBOOK_PHOTOS` photos are refused.
     """
     from core.backbones import create_backbone
 
-    key = (str(cat.data_dir), name)
+    pointer = _catalogue_codebook_pointer(cat, name)
+    if fit_image_ids is None and pointer.exists():
+        fit_hash = pointer.read_text().strip()
+        path = codebook_path(cat, name, fit_hash)
+        if path.exists():
+            return fit_hash, create_backbone(name, codebook_path=str(path), **opts)
+    ids = list(fit_image_ids) if fit_image_ids is not None else _sample_image_ids(cat, 200)
+    if len(ids) < MIN_CODEBOOK_PHOTOS:
+        raise CatalogueError(f"{name} fits its codebook on at least {MIN_CODEBOOK_PHOTOS} photos that are not test "
+                             f"photos; only {len(ids)} are available (import more photos, or use a benchmark with a "
+                             "train split)")
+    fit_hash = fit_set_hash(cat, ids)
+    path = codebook_path(cat, name, fit_hash)
+    if path.exists():
+        backbone = create_backbone(name, codebook_path=str(path), **opts)
+    else:
+        backbone = create_backbone(name, **opts)
+        backbone.fit([load_photo(cat, src) for src in sources_for(cat, ids)], seed=0)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        backbone.save(path)
+    if fit_image_ids is None:
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        pointer.write_text(fit_hash)
+    return fit_hash, backbone
+
+
+def _trained_backbone(cat: Catalogue, name: str, **opts: Any) -> Any | None:
+    """A trained model registered under ``name`` (checkpoint verified against its recorded hash), or None."""
+    from core.backbones.trained import load_trained_backbone
+
+    with cat.unit_of_work() as s:
+        row = s.scalar(select(Model).where(Model.name == name, Model.head.is_not(None)))
+    if row is None or not row.checkpoint_path:
+        return None
+    path = cat.data_dir / row.checkpoint_path
+    import hashlib
+
+    if path.exists():
+        h = hashlib.sha256(path.read_bytes()).hexdigest()
+        if h != row.checkpoint_hash:
+            raise CatalogueError(f"the checkpoint of model {name!r} ({path}) does not match the hash recorded when it "
+                                 f"was trained ({row.checkpoint_hash[:12]}... vs {h[:12]}...); it was changed or damaged")
+    return load_trained_backbone(path, name=name, checkpoint_sha256=row.checkpoint_hash, device=opts.get("device"))
+
+
+def get_backbone(cat: Catalogue, name: str, *, fit_image_ids: Sequence[int] | None = None, **opts: Any) -> Any:
+    """A backbone -- or a trained model -- by name, built once per process and data directory.
+
+    Registry names build the registered backbone; a trained model's name (``rosette train``) loads its
+    checkpoint. Backbones that need fitting (``sift_vlad``'s codebook) are fitted on ``fit_image_ids``
+    (default: a seeded sample of up to 200 catalogue photos, fitted once) and the fit is saved under
+    ``<data_dir>/models`` keyed by the exact photo set.
+    """
+    from core.backbones import BACKBONES, create_backbone
+
+    fit_key = None
+    if name == "sift_vlad" and fit_image_ids is not None:
+        fit_key = fit_set_hash(cat, fit_image_ids)
+    key = (str(cat.data_dir), name, fit_key)
     with _LOCK:
         if key in _BACKBONES:
             return _BACKBONES[key]
         if name == "sift_vlad":
-            path = codebook_path(cat, name)
-            if path.exists():
-                backbone = create_backbone(name, codebook_path=str(path), **opts)
-            else:
-                backbone = create_backbone(name, **opts)
-                ids = list(fit_image_ids) if fit_image_ids is not None else _sample_image_ids(cat, 200)
-                if not ids:
-                    raise CatalogueError("sift_vlad needs photos to fit its codebook; import some first")
-                backbone.fit([load_photo(cat, src) for src in sources_for(cat, ids)], seed=0)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                backbone.save(path)
-        else:
+            _, backbone = _fitted_backbone(cat, name, fit_image_ids, **opts)
+        elif name in BACKBONES:
             backbone = create_backbone(name, **opts)
+        else:
+            backbone = _trained_backbone(cat, name, **opts)
+            if backbone is None:
+                with cat.unit_of_work() as s:
+                    trained = sorted(s.scalars(select(Model.name).where(Model.head.is_not(None))))
+                raise CatalogueError(f"unknown backbone or trained model {name!r}; backbones: {', '.join(BACKBONES.names())}"
+                                     + (f"; trained models: {', '.join(trained)}" if trained else ""))
         _BACKBONES[key] = backbone
     ensure_model_row(cat, backbone)
     return backbone
@@ -208,9 +281,13 @@ def all_image_ids(cat: Catalogue) -> list[int]:
 
 
 def load_benchmark_fit_ids(cat: Catalogue, benchmark: str) -> list[int]:
-    """Photos a fitted backbone (sift_vlad) may learn from: the benchmark's train split, never its test split."""
+    """Photos a fitted backbone (sift_vlad) may learn from: a seeded sample (up to 200) of the benchmark's train
+    split; for a test-only benchmark, catalogue photos outside its test split. Never its test photos."""
     from db.benchmarks import load_benchmark
 
     ids = load_benchmark(cat, benchmark, split="train").image_ids
+    if not ids:
+        test = set(load_benchmark(cat, benchmark, split="test").image_ids)
+        ids = [i for i in all_image_ids(cat) if i not in test]
     rng = np.random.default_rng(0)
     return sorted(rng.choice(ids, size=min(200, len(ids)), replace=False).tolist()) if ids else []

@@ -47,9 +47,11 @@ def run_evaluation(cat: Catalogue, *, backbone: str, benchmark: str, variant: st
     model = get_backbone(cat, backbone, fit_image_ids=load_benchmark_fit_ids(cat, benchmark))
     emb = embed_images(cat, data.image_ids, backbone=model, variant=variant, inpainter=inpainter,
                        progress=progress, should_cancel=should_cancel)
-    metrics = evaluate_embeddings(emb, data.labels, data.sightings, rerank=rerank)
+    metric = model.config.metric  # cosine, or exp(-d) for hyperbolic (Lorentz) models
+    metrics = evaluate_embeddings(emb, data.labels, data.sightings, metric=metric, rerank=rerank)
     result = {
         **metrics,
+        "metric": metric,
         "model": model.config.name,
         "variant": variant,
         "benchmark": data.name,
@@ -70,6 +72,8 @@ def evaluate_embeddings(emb: np.ndarray, labels: list[str], sightings: list[str 
     valid = all_vs_all_valid(len(labels), sightings=sightings if has_sightings else None, exclude_same_sighting=True)
     sim = similarity_for(emb, metric=metric, rerank=rerank, valid=valid)
     main = retrieval_metrics(sim, labels, labels, valid=valid)  # the same mask re-ranking used
+    if not labels:
+        raise ValueError("the benchmark's test split is empty")
     out = main.to_dict()
     out["same_sighting_excluded"] = has_sightings
     if has_sightings:
