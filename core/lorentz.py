@@ -37,7 +37,7 @@ def pairwise_dist(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     from geoopt.manifolds.lorentz import math as lmath
 
     inner = -minkowski_inner_pairwise(x, y)
-    return lmath.arcosh(inner.clamp_min(1.0 + 1e-7))
+    return lmath.arcosh(inner.clamp_min(1.0))
 
 
 def lift(v: torch.Tensor) -> torch.Tensor:
@@ -55,6 +55,13 @@ def expmap0(v: torch.Tensor, *, max_norm: float = 8.0) -> torch.Tensor:
     v = v * (norm.clamp(max=max_norm) / norm)
     u = torch.cat([torch.zeros_like(v[..., :1]), v], dim=-1)
     return manifold().expmap0(u)
+
+
+def minkowski_norm_sq(s: torch.Tensor) -> torch.Tensor:
+    """-<s, s>_L = s0^2 - |s_1..n|^2 (geoopt's Lorentz ``inner``), positive for time-like vectors."""
+    from geoopt.manifolds.lorentz import math as lmath
+
+    return -lmath.inner(s, s)
 
 
 def radius(x: torch.Tensor) -> torch.Tensor:

@@ -60,9 +60,12 @@ def _top_neighbours(similarity: np.ndarray, k: int) -> np.ndarray:
 
 def lorentz_centroid(points: np.ndarray, *, axis: int = 0) -> np.ndarray:
     """Lorentzian centroid c = s / sqrt(-<s, s>_L), s = sum of the points along ``axis`` (on the hyperboloid)."""
-    s = np.sum(np.asarray(points, dtype=np.float64), axis=axis)
-    norm2 = s[..., 0] ** 2 - np.sum(s[..., 1:] ** 2, axis=-1)
-    return s / np.sqrt(np.maximum(norm2, 1e-12))[..., None]
+    import torch
+
+    from core.lorentz import minkowski_norm_sq
+
+    s = torch.as_tensor(np.sum(np.asarray(points, dtype=np.float64), axis=axis))
+    return (s / minkowski_norm_sq(s).clamp_min(1e-12).sqrt()[..., None]).numpy()
 
 
 def average_query_expansion(

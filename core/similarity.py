@@ -23,23 +23,31 @@ def l2_normalize(x: np.ndarray, *, eps: float = 1e-12) -> np.ndarray:
     return x / np.maximum(norms, eps)
 
 
+def _t64(x: np.ndarray):
+    import torch
+
+    return torch.as_tensor(np.asarray(x, dtype=np.float64))
+
+
 def minkowski_inner(queries: np.ndarray, gallery: np.ndarray) -> np.ndarray:
     """<q, g>_L = -q0 g0 + sum_{i>=1} qi gi for every pair (Q x G)."""
-    q = np.asarray(queries, dtype=np.float64)
-    g = np.asarray(gallery, dtype=np.float64)
-    return q[:, 1:] @ g[:, 1:].T - np.outer(q[:, 0], g[:, 0])
+    from core.lorentz import minkowski_inner_pairwise
+
+    return minkowski_inner_pairwise(_t64(queries), _t64(gallery)).numpy()
 
 
 def lorentz_distance(queries: np.ndarray, gallery: np.ndarray) -> np.ndarray:
-    """d(q, g) = arccosh(max(-<q, g>_L, 1)) for every pair (Q x G), curvature -1."""
-    return np.arccosh(np.maximum(-minkowski_inner(queries, gallery), 1.0))
+    """d(q, g) = arccosh(max(-<q, g>_L, 1)) for every pair (Q x G), curvature -1 (geoopt's arcosh)."""
+    from core.lorentz import pairwise_dist
+
+    return pairwise_dist(_t64(queries), _t64(gallery)).numpy()
 
 
 def lift_to_hyperboloid(spatial: np.ndarray) -> np.ndarray:
-    """Point with spatial part v -> (sqrt(1 + |v|^2), v) on the unit hyperboloid."""
-    v = np.asarray(spatial, dtype=np.float64)
-    x0 = np.sqrt(1.0 + np.sum(v * v, axis=-1, keepdims=True))
-    return np.concatenate([x0, v], axis=-1)
+    """Point with spatial part v -> (sqrt(1 + |v|^2), v) on the unit hyperboloid (geoopt ``projx``)."""
+    from core.lorentz import lift
+
+    return lift(_t64(spatial)).numpy()
 
 
 def pairwise_scores(queries: np.ndarray, gallery: np.ndarray, *, metric: str = "cosine") -> np.ndarray:
@@ -58,6 +66,8 @@ def paired_scores(a: np.ndarray, b: np.ndarray, *, metric: str = "cosine") -> np
     if metric == "cosine":
         return np.sum(a64 * b64, axis=-1).astype(np.float32)
     if metric == "lorentz":
-        inner = np.sum(a64[:, 1:] * b64[:, 1:], axis=-1) - a64[:, 0] * b64[:, 0]
-        return np.exp(-np.arccosh(np.maximum(-inner, 1.0))).astype(np.float32)
+        from geoopt.manifolds.lorentz import math as lmath
+
+        inner = -lmath.inner(_t64(a64), _t64(b64))
+        return np.exp(-lmath.arcosh(inner.clamp_min(1.0)).numpy()).astype(np.float32)
     raise ValueError(f"unknown metric {metric!r}; expected one of {METRICS}")

@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 ALL_BLOCKS = -1
