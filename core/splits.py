@@ -16,7 +16,52 @@ from collections.abc import Sequence
 
 import numpy as np
 
-SPLIT_KINDS = ("identity", "sighting")
+SPLIT_KINDS = ("identity", "sighting", "test-only")  # plus "column:<name>" (an official split from a manifest)
+TRAIN_VALUES = ("train", "training")
+TEST_VALUES = ("test", "query", "gallery", "testing", "eval")
+
+
+def is_column_split(kind: str) -> bool:
+    return kind.startswith("column:") and len(kind) > len("column:")
+
+
+def check_split_kind(kind: str) -> None:
+    if kind not in SPLIT_KINDS and not is_column_split(kind):
+        raise ValueError(f"unknown split kind {kind!r}; expected identity, sighting, test-only or column:<name> "
+                         "(the split given in a manifest column, e.g. column:source_split)")
+
+
+def split_from_column(values: Sequence[str | None]) -> np.ndarray:
+    """Boolean ``is_test`` from an official split column: train/training -> train; test/query/gallery/
+    testing/eval -> test (case-insensitive). Any other value (or an empty cell) is refused, naming it."""
+    out = np.zeros(len(values), dtype=bool)
+    bad: dict[str, int] = {}
+    for i, v in enumerate(values):
+        key = (v or "").strip().lower()
+        if key in TEST_VALUES:
+            out[i] = True
+        elif key not in TRAIN_VALUES:
+            bad[key or "(empty)"] = bad.get(key or "(empty)", 0) + 1
+    if bad:
+        listed = ", ".join(f"{k!r} x{n}" for k, n in sorted(bad.items()))
+        raise ValueError(f"the split column has values that are neither train nor test: {listed} "
+                         f"(train: {', '.join(TRAIN_VALUES)}; test: {', '.join(TEST_VALUES)})")
+    return out
+
+
+def make_split_any(kind: str, labels: Sequence[str], sightings: Sequence[str | None], *,
+                   column_values: Sequence[str | None] | None = None, test_fraction: float = 0.3,
+                   seed: int = 0) -> np.ndarray:
+    """``is_test`` for any split kind: the random ones, ``test-only`` (everything is test: a published test
+    set evaluated whole) and ``column:<name>`` (``column_values`` decide)."""
+    check_split_kind(kind)
+    if kind == "test-only":
+        return np.ones(len(labels), dtype=bool)
+    if is_column_split(kind):
+        if column_values is None:
+            raise ValueError(f"split {kind!r} needs a manifest with that column")
+        return split_from_column(column_values)
+    return make_split(kind, labels, sightings, test_fraction=test_fraction, seed=seed)
 
 
 def identity_disjoint_split(labels: Sequence[str], *, test_fraction: float, seed: int) -> np.ndarray:

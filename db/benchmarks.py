@@ -12,7 +12,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from core.splits import SPLIT_KINDS, make_split
+from core.splits import check_split_kind, is_column_split, make_split_any
 from db.catalogue import CatalogueError
 from db.models import Benchmark, BenchmarkImage, Image, Individual, Sighting
 from db.session import Catalogue
@@ -42,12 +42,14 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _manifest_members(cat: Catalogue, manifest: Path, *, user: str) -> list[tuple[int, str, str, str | None]]:
-    """(image id, identity, flank, sighting) for every manifest row, importing missing photos first."""
+def _manifest_members(cat: Catalogue, manifest: Path, *, user: str,
+                      split_column: str | None = None) -> list[tuple[int, str, str, str | None, str | None]]:
+    """(image id, identity, flank, sighting, split column value) for every manifest row, importing missing
+    photos first."""
     manifest = Path(manifest)
     with open(manifest, newline="", encoding="utf-8-sig") as fh:
         reader = csv.DictReader(fh)
-        missing = {"filename", "identity"} - set(reader.fieldnames or [])
+        missing = {"filename", "identity", *([split_column] if split_column else [])} - set(reader.fieldnames or [])
         if missing:
             raise CatalogueError(f"{manifest.name}: missing column(s) {', '.join(sorted(missing))}")
         rows = list(reader)
@@ -72,7 +74,10 @@ def _manifest_members(cat: Catalogue, manifest: Path, *, user: str) -> list[tupl
     for h, row in resolved:
         if h not in known:
             raise CatalogueError(f"{row['filename']}: could not be imported (see `rosette import` for why)")
-        out.append((known[h], row["identity"], (row.get("flank") or "unknown").lower(), row.get("sighting") or None))
+        if not (row.get("identity") or "").strip():
+            continue  # an unlabelled photo cannot be scored in a benchmark
+        out.append((known[h], row["identity"], (row.get("flank") or "unknown").lower(), row.get("sighting") or None,
+                    row.get(split_column) if split_column else None))
     return out
 
 
@@ -83,15 +88,25 @@ def _catalogue_members(session: Session) -> list[tuple[int, str, str, str | None
         .outerjoin(Sighting, Image.sighting_id == Sighting.id)
         .order_by(Image.id)
     ).all()
-    return [(r[0], r[1], r[2].value if hasattr(r[2], "value") else str(r[2]), r[3]) for r in rows]
+    return [(r[0], r[1], r[2].value if hasattr(r[2], "value") else str(r[2]), r[3], None) for r in rows]
 
 
 def create_benchmark(cat: Catalogue, name: str, *, manifest: str | Path | None = None, split: str = "identity",
                      test_fraction: float = 0.3, seed: int = 0, user: str = "curator", replace: bool = False) -> Benchmark:
-    """Freeze an image set (from a manifest, or every assigned catalogue image) and its split."""
-    if split not in SPLIT_KINDS:
-        raise CatalogueError(f"unknown split kind {split!r}; expected one of {', '.join(SPLIT_KINDS)}")
-    members = _manifest_members(cat, Path(manifest), user=user) if manifest else None
+    """Freeze an image set (from a manifest, or every assigned catalogue image) and its split.
+
+    ``split``: ``identity`` / ``sighting`` (seeded random, ``test_fraction``), ``test-only`` (every photo is a
+    test photo: a published test set evaluated whole) or ``column:<name>`` (the manifest's column decides:
+    train / test per photo, e.g. ``column:source_split``).
+    """
+    try:
+        check_split_kind(split)
+    except ValueError as exc:
+        raise CatalogueError(str(exc)) from None
+    column = split.split(":", 1)[1] if is_column_split(split) else None
+    if column and not manifest:
+        raise CatalogueError(f"split {split!r} reads a manifest column; give --from-manifest")
+    members = _manifest_members(cat, Path(manifest), user=user, split_column=column) if manifest else None
     with cat.unit_of_work() as s:
         if members is None:
             members = _catalogue_members(s)
@@ -105,17 +120,24 @@ def create_benchmark(cat: Catalogue, name: str, *, manifest: str | Path | None =
             s.flush()
         seen: set[int] = set()  # one row per image, first label wins
         members = [m for m in members if not (m[0] in seen or seen.add(m[0]))]
-        is_test = make_split(split, [m[1] for m in members], [m[3] for m in members],
-                             test_fraction=test_fraction, seed=seed)
+        try:
+            is_test = make_split_any(split, [m[1] for m in members], [m[3] for m in members],
+                                     column_values=[m[4] for m in members], test_fraction=test_fraction, seed=seed)
+        except ValueError as exc:
+            raise CatalogueError(f"{Path(manifest).name if manifest else 'catalogue'}: {exc}") from None
+        if not is_test.any():
+            raise CatalogueError("this split leaves no test photos")
+        random_split = split in ("identity", "sighting")
         bench = Benchmark(name=name, split_kind=split, config={
-            "test_fraction": test_fraction, "seed": seed, "source": str(manifest) if manifest else "catalogue",
+            "test_fraction": test_fraction if random_split else None, "seed": seed if random_split else None,
+            "source": str(manifest) if manifest else "catalogue",
             "n_images": len(members), "n_test": int(is_test.sum()),
             "n_identities": len({m[1] for m in members}),
             "n_test_identities": len({m[1] for m, t in zip(members, is_test) if t}),
         })
         s.add(bench)
         s.flush()
-        for pos, ((image_id, identity, flank, sighting), t) in enumerate(zip(members, is_test)):
+        for pos, ((image_id, identity, flank, sighting, _), t) in enumerate(zip(members, is_test)):
             s.add(BenchmarkImage(benchmark_id=bench.id, image_id=image_id, position=pos, identity=identity,
                                  flank=flank, sighting=sighting, split="test" if t else "train"))
         s.commit()

@@ -12,8 +12,10 @@ def register(sub) -> None:
     c.add_argument("name")
     c.add_argument("--from-manifest", dest="manifest", default=None,
                    help="CSV manifest (filename,identity[,flank,sighting]); photos not yet in the catalogue are imported")
-    c.add_argument("--split", choices=["identity", "sighting"], default="identity",
-                   help="identity-disjoint (new animals in test) or sighting-disjoint (closed set)")
+    c.add_argument("--split", default="identity",
+                   help="identity (new animals in test, default), sighting (closed set), test-only (every photo is "
+                        "a test photo: a published test set evaluated whole) or column:NAME (the manifest column "
+                        "NAME says train or test per photo, e.g. column:source_split)")
     c.add_argument("--test-fraction", type=float, default=0.3)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--replace", action="store_true", help="rebuild a benchmark of the same name")
@@ -29,9 +31,10 @@ def run_create(args, ctx) -> int:
     bench = create_benchmark(ctx.catalogue, args.name, manifest=args.manifest, split=args.split,
                              test_fraction=args.test_fraction, seed=args.seed, user=ctx.user, replace=args.replace)
     c = bench.config
+    how = (f"{bench.split_kind}-disjoint, fraction {c['test_fraction']}, seed {c['seed']}"
+           if bench.split_kind in ("identity", "sighting") else bench.split_kind)
     print(f"benchmark {bench.name!r}: {c['n_images']} images of {c['n_identities']} identities; "
-          f"test split: {c['n_test']} images of {c['n_test_identities']} identities "
-          f"({bench.split_kind}-disjoint, fraction {c['test_fraction']}, seed {c['seed']})")
+          f"test split: {c['n_test']} images of {c['n_test_identities']} identities ({how})")
     return 0
 
 

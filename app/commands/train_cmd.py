@@ -1,0 +1,207 @@
+"""``rosette train`` (a background training job, optionally waited for) and ``rosette models list``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="train a head (and optionally the last backbone blocks) from identities")
+    p.add_argument("--head", default="supcon", help="supcon (default), triplet, arcface, lorentz or nearid")
+    p.add_argument("--loss", default=None, help="loss registry name (default: the head's own)")
+    p.add_argument("--backbone", default="efficientnet_lite0")
+    p.add_argument("--benchmark", default=None,
+                   help="train on this benchmark's train split and evaluate on its test split")
+    p.add_argument("--source", choices=["benchmark", "catalogue"], default=None,
+                   help="training photos: the benchmark's train split (default with --benchmark) or every photo of "
+                        "a confirmed individual (the benchmark's test photos are always left out)")
+    p.add_argument("--blocks", default="0",
+                   help="backbone blocks to fine-tune: 0 = head only on cached features (default), N = last N, all")
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--views", type=int, default=8, help="cached augmented views per photo (head-only training)")
+    p.add_argument("--lr", type=float, default=None, help="head learning rate (default 1e-3)")
+    p.add_argument("--backbone-lr", type=float, default=None, help="learning rate of fine-tuned blocks (default 1e-4)")
+    p.add_argument("--anti-symmetry", type=float, default=0.0, help="lambda of the anti-symmetry term (tau 0.3)")
+    p.add_argument("--patience", type=int, default=None, help="early stopping patience in epochs (default 10)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--name", default=None, help="name of the new model (default: made from the settings)")
+    p.add_argument("--no-diagnose", action="store_true", help="skip the BG/FG, mirror and flank diagnostics")
+    p.add_argument("--wait", action="store_true", help="run the job now and wait for it (else it is queued)")
+    p.add_argument("--json", action="store_true", help="with --wait: print one JSON object")
+    p.set_defaults(func=run_train)
+    m = sub.add_parser("models", help="list models (backbones and trained models)")
+    msub = m.add_subparsers(dest="models_action", metavar="ACTION", required=True)
+    ls = msub.add_parser("list", help="list models with their training and latest evaluation")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=run_models_list)
+
+
+def parse_blocks(text: str) -> int:
+    if str(text).lower() == "all":
+        return -1
+    try:
+        n = int(text)
+    except ValueError:
+        raise ValueError(f"--blocks must be a number or 'all', got {text!r}") from None
+    if n < 0:
+        raise ValueError("--blocks must be 0 (head only), a positive number, or 'all'")
+    return n
+
+
+def train_params(args, user: str) -> dict:
+    from core.heads import head_spec
+
+    head_spec(args.head)  # unknown heads fail before anything is queued
+    params = {"head": args.head, "loss": args.loss, "backbone": args.backbone, "benchmark": args.benchmark,
+              "source": args.source or ("benchmark" if args.benchmark else "catalogue"),
+              "blocks": parse_blocks(args.blocks), "epochs": args.epochs, "views": args.views, "lr": args.lr,
+              "backbone_lr": args.backbone_lr, "anti_symmetry": args.anti_symmetry, "patience": args.patience,
+              "device": args.device, "seed": args.seed, "name": args.name, "diagnose": not args.no_diagnose,
+              "user": user}
+    if params["source"] == "benchmark" and not args.benchmark:
+        raise ValueError("--source benchmark needs --benchmark NAME")
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def wait_for_job(cat, job_id: int, *, quiet: bool) -> None:
+    """Run the queued job here in a supervised child (or, if a worker took it first, follow it)."""
+    import threading
+
+    from db.models import Job, JobStatus, utcnow
+    from jobs import queue
+    from jobs.worker import supervise
+
+    try:
+        won = queue.transition(cat, job_id, JobStatus.running, expect={JobStatus.queued}, started_at=utcnow(),
+                               heartbeat_at=utcnow(), worker=queue.worker_name(), message="started",
+                               attempts=Job.attempts + 1)
+    except queue.InvalidTransition:
+        won = False
+    runner = threading.Thread(target=supervise, args=(cat, job_id), daemon=True) if won else None
+    if runner:
+        runner.start()
+    last = ""
+    while True:
+        job = queue.get_job(cat, job_id)
+        if job.status in queue.TERMINAL and (runner is None or not runner.is_alive()):
+            break
+        line = f"[{job.progress:4.0%}] {job.message or ''}"
+        if line != last and not quiet:
+            print(line, file=sys.stderr, flush=True)
+            last = line
+        time.sleep(0.5)
+
+
+def run_train(args, ctx) -> int:
+    from jobs import queue
+
+    cat = ctx.catalogue
+    params = train_params(args, ctx.user)
+    job_id = queue.submit(cat, "train", params)
+    if not args.wait:
+        print(f"queued training job {job_id} (heavy queue); the app's worker or `rosette worker` runs it; "
+              f"follow it with `rosette jobs list` or the Jobs tab")
+        return 0
+    try:
+        wait_for_job(cat, job_id, quiet=args.json)
+    except KeyboardInterrupt:
+        queue.request_cancel(cat, job_id)
+        print(f"\ncancelling job {job_id}...", file=sys.stderr)
+        raise
+    job = queue.get_job(cat, job_id)
+    if job.status.value != "succeeded":
+        print(f"error: training job {job_id} {job.status.value}: {job.message}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"job_id": job_id, "status": job.status.value, "message": job.message}))
+        return 1
+    res = dict(job.result or {})
+    if args.json:
+        out = {"job_id": job_id, "model": res.get("model"), **{k: res.get(k) for k in (
+            "best_val_map_macro", "frozen_val_map_macro", "epochs_run", "best_epoch", "wall_seconds",
+            "seconds_per_epoch", "runtime", "snapshot_hash", "nearid", "diagnostics")}}
+        ev = res.get("evaluation") or {}
+        out["evaluation"] = ev
+        out["map_macro"] = ev.get("map_macro")
+        print(json.dumps(out, default=float))
+        return 0
+    print_training_table(res)
+    return 0
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def print_training_table(res: dict) -> None:
+    from app.cli import print_table
+
+    ev = res.get("evaluation") or {}
+    rt = res.get("runtime") or {}
+    rows = [("model", res.get("model")),
+            ("validation mAP macro: frozen -> trained", f"{_fmt(res.get('frozen_val_map_macro'))} -> "
+                                                         f"{_fmt(res.get('best_val_map_macro'))}"),
+            ("epochs run (best)", f"{res.get('epochs_run')} ({res.get('best_epoch')})"),
+            ("seconds per epoch", _fmt(res.get("seconds_per_epoch"))),
+            ("wall time (s)", _fmt(res.get("wall_seconds"))),
+            ("device", f"{rt.get('device')} (torch {rt.get('torch')}, CUDA {rt.get('cuda')})")]
+    if ev:
+        rows += [("test mAP macro / micro", f"{_fmt(ev.get('map_macro'))} / {_fmt(ev.get('map_micro'))}"),
+                 ("test CMC@1 / @5 macro", f"{_fmt((ev.get('cmc_macro') or {}).get('1'))} / "
+                                           f"{_fmt((ev.get('cmc_macro') or {}).get('5'))}"),
+                 ("test mAP macro with same-sighting photos", _fmt(ev.get("map_macro_with_same_sighting")))]
+    if res.get("diagnostics"):
+        d = res["diagnostics"]
+        rows += [("BG/FG", f"{_fmt(d.get('bg_fg'))} {d.get('bg_fg_band') or ''}"),
+                 ("mirror similarity (tier)", f"{_fmt(d.get('mirror_sim_mean'))} ({d.get('mirror_tier')})")]
+    if res.get("nearid"):
+        rows.append(("NearID SSR / PA", f"{_fmt(res['nearid'].get('ssr'))} / {_fmt(res['nearid'].get('pa'))}"))
+    print_table(rows, ["", "value"])
+
+
+def models_overview(cat) -> list[dict]:
+    """Every model with its training summary and latest retrieval evaluation (what ``models list`` shows)."""
+    from sqlalchemy import select
+
+    from db.models import Evaluation
+    from db.training import list_models
+
+    out = []
+    with cat.unit_of_work() as s:
+        evals = list(s.scalars(select(Evaluation).where(Evaluation.kind == "retrieval").order_by(Evaluation.id)))
+    latest = {e.model_name: e for e in evals if e.variant == "full_rgb"}
+    for m in list_models(cat):
+        tc = m.training_config or {}
+        ev = latest.get(m.name)
+        out.append({"name": m.name, "backbone": m.backbone, "head": m.head, "loss": m.loss, "status": m.status.value,
+                    "blocks": (tc.get("train_config") or {}).get("blocks"), "epochs_run": tc.get("epochs_run"),
+                    "best_val_map_macro": tc.get("best_val_map_macro"), "wall_seconds": tc.get("wall_seconds"),
+                    "device": (tc.get("runtime") or {}).get("device"),
+                    "n_train_images": (m.data_snapshot or {}).get("n_images"),
+                    "snapshot_hash": (m.data_snapshot or {}).get("hash"), "checkpoint_sha256": m.checkpoint_hash,
+                    "latest_evaluation": None if ev is None else {
+                        "benchmark": ev.benchmark_name, "map_macro": ev.metrics.get("map_macro"),
+                        "map_micro": ev.metrics.get("map_micro"), "evaluation_id": ev.id}})
+    return out
+
+
+def run_models_list(args, ctx) -> int:
+    from app.cli import print_table
+
+    rows = models_overview(ctx.catalogue)
+    if args.json:
+        print(json.dumps(rows, default=float))
+        return 0
+    print_table([(r["name"], r["head"] or "(frozen)", r["loss"] or "", r["status"],
+                  "" if r["blocks"] is None else ("all" if r["blocks"] == -1 else r["blocks"]),
+                  _fmt(r["best_val_map_macro"]),
+                  "" if not r["latest_evaluation"] else f"{_fmt(r['latest_evaluation']['map_macro'])} "
+                                                        f"({r['latest_evaluation']['benchmark']})",
+                  r["device"] or "", "" if r["wall_seconds"] is None else f"{r['wall_seconds']:.0f}")
+                 for r in rows],
+                ["name", "head", "loss", "status", "blocks", "val mAP", "test mAP macro", "device", "train s"])
+    return 0
