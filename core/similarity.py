@@ -4,7 +4,8 @@ A similarity returns a query x gallery matrix where higher means more alike;
 ranking and metrics read only that matrix.
 
 - ``cosine``: rows are L2-normalised, score = <q, g> in [-1, 1].
-- ``lorentz``: rows are points on the hyperboloid of curvature -1,
+- ``lorentz``: rows are points on the hyperboloid of curvature -1 (x0 is
+  recomputed from the spatial part in float64 before scoring),
   x0 = sqrt(1 + |x_1..n|^2); Minkowski product <x, y>_L = -x0 y0 + sum_i xi yi;
   geodesic distance d(x, y) = arccosh(-<x, y>_L); score = exp(-d) in (0, 1].
 """
@@ -50,12 +51,21 @@ def lift_to_hyperboloid(spatial: np.ndarray) -> np.ndarray:
     return lift(_t64(spatial)).numpy()
 
 
+def _relift(x: np.ndarray) -> np.ndarray:
+    """Hyperboloid rows with x0 recomputed from the spatial part in float64.
+
+    Points stored in float32 far from the origin (x0 = cosh r) drift off the hyperboloid by
+    ~1e-7 x0^2, enough to make d(x, x) = 0.02 instead of 0; re-lifting removes that drift."""
+    x = np.asarray(x, dtype=np.float64)
+    return lift_to_hyperboloid(x[..., 1:])
+
+
 def pairwise_scores(queries: np.ndarray, gallery: np.ndarray, *, metric: str = "cosine") -> np.ndarray:
     """Query x gallery score matrix, higher = more similar (cosine, or exp(-d) for Lorentz)."""
     if metric == "cosine":
         return np.asarray(queries, dtype=np.float32) @ np.asarray(gallery, dtype=np.float32).T
     if metric == "lorentz":
-        return np.exp(-lorentz_distance(queries, gallery)).astype(np.float32)
+        return np.exp(-lorentz_distance(_relift(queries), _relift(gallery))).astype(np.float32)
     raise ValueError(f"unknown metric {metric!r}; expected one of {METRICS}")
 
 
@@ -68,6 +78,6 @@ def paired_scores(a: np.ndarray, b: np.ndarray, *, metric: str = "cosine") -> np
     if metric == "lorentz":
         from geoopt.manifolds.lorentz import math as lmath
 
-        inner = -lmath.inner(_t64(a64), _t64(b64))
+        inner = -lmath.inner(_t64(_relift(a64)), _t64(_relift(b64)))
         return np.exp(-lmath.arcosh(inner.clamp_min(1.0)).numpy()).astype(np.float32)
     raise ValueError(f"unknown metric {metric!r}; expected one of {METRICS}")

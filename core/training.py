@@ -181,7 +181,7 @@ def augment(image: np.ndarray, *, size: tuple[int, int], generator: torch.Genera
     """One HxWx3 uint8 photo -> an augmented ``size`` (H, W) uint8 photo. Never flipped."""
     from torchvision.transforms.v2 import functional as TF
 
-    img = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)
+    img = torch.from_numpy(np.array(image, dtype=np.uint8, copy=True)).permute(2, 0, 1)
     h, w = img.shape[1:]
 
     def uniform(lo: float, hi: float) -> float:
