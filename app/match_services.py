@@ -629,4 +629,4 @@ def worker_running() -> bool:
     """Whether a job worker thread runs in this process (jobs only progress when one runs somewhere)."""
     import threading
 
-    return any(t.name == "rosette-worker" and t.is_alive() for t in threading.enumerate())
+    return any(t.name.startswith("rosette-worker") and t.is_alive() for t in threading.enumerate())

@@ -9,14 +9,13 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from app.cli import main as cli
-from core.training import (TrainConfig, augment, identity_batches, resolve_device, set_trainable_blocks,
+from core.training import (augment, identity_batches, resolve_device, set_trainable_blocks,
                            validation_split)
 from db.benchmarks import create_benchmark, load_benchmark
 from db.catalogue import CatalogueError

@@ -1,7 +1,12 @@
-"""Jobs tab: every background job with its status, progress and message; cancel and retry.
+"""Jobs tab: train a model, watch a training run, and every background job with its status; cancel and retry.
 
-The list refreshes itself every two seconds while the page is open (a gr.Timer),
-so a curator can watch an evaluation or an embedding run without reloading.
+"Train a model" queues a training job (heavy queue) from a form whose defaults
+follow the measured recipes. The run panel shows the chosen (by default the
+newest) training run: live curves of training loss and validation mAP against
+the frozen features, the log tail, cancel and retry (a retried run resumes from
+its last checkpoint). Everything is read back from the database and the job's
+folder, so a page reload shows the same state. The list and the run panel
+refresh themselves every two seconds while the page is open (a gr.Timer).
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import html
 import gradio as gr
 
 from app import match_services as ms
+from app import training_services as ts
+from app.services import curator_name
 from app.ui import UIContext, curator_action
 
 TITLE = "Jobs"
@@ -86,14 +93,86 @@ def worker_line(rows: list[ms.JobRow] | None = None) -> str:
     return "Jobs run in the background in a `rosette worker` process; this list refreshes by itself."
 
 
+def _run_outputs(view: ts.RunView, runs: list[tuple[str, int]]):
+    return (gr.update(choices=runs, value=view.job_id), view.summary, view.figure, view.log_tail,
+            gr.update(interactive=view.can_cancel), gr.update(interactive=view.can_retry))
+
+
+def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
+    """The "Train a model" form and the live view of one training run."""
+    cat = ctx.catalogue
+    d = ts.train_defaults(cat)
+    with gr.Accordion("Train a model", open=True, elem_id="train-panel"):
+        gr.Markdown("Trains on photos whose individual is known, never on a benchmark's test photos; the new "
+                    "model is evaluated on the benchmark and appears as a candidate. SupCon is the loss that "
+                    "improved nyala retrieval; the others are there to compare.", elem_classes=["status-line"])
+        with gr.Row():
+            backbone = gr.Dropdown(d.backbones, value=d.backbone, label="Backbone", elem_id="train-backbone")
+            head = gr.Dropdown(d.heads, value=d.head, label="Head and loss", elem_id="train-head")
+            blocks = gr.Dropdown(d.blocks, value=d.block, label="What to train", elem_id="train-blocks",
+                                 info="fine-tuning backbone blocks is slower but learns more")
+        with gr.Row():
+            training_set = gr.Dropdown(d.training_sets, value=d.training_set, label="Training photos",
+                                       elem_id="train-set")
+            epochs = gr.Number(d.epochs, label="Epochs", precision=0, minimum=1, maximum=1000, elem_id="train-epochs")
+            device = gr.Dropdown(d.devices, value=d.device, label="Device", elem_id="train-device",
+                                 info="auto uses a GPU when there is one")
+            train_button = gr.Button("Train", variant="primary", elem_id="train-start", scale=0, min_width=120)
+        train_status = gr.Markdown(elem_id="train-status", elem_classes=["status-line"])
+    with gr.Group(elem_id="train-run-panel"):
+        with gr.Row(equal_height=True):
+            run = gr.Dropdown(ts.training_runs(cat), label="Training run", elem_id="train-run", scale=3)
+            cancel_run = gr.Button("Cancel run", elem_id="train-cancel", scale=0, min_width=130, interactive=False)
+            retry_run = gr.Button("Retry (resume)", elem_id="train-retry", scale=0, min_width=150, interactive=False)
+        summary = gr.Markdown(elem_id="train-summary")
+        plot = gr.Plot(label="Loss and validation mAP", elem_id="train-plot")
+        log_tail = gr.Textbox(label="Log (last lines)", lines=8, max_lines=8, interactive=False,
+                              elem_id="train-log", autoscroll=True)
+    outputs = [run, summary, plot, log_tail, cancel_run, retry_run]
+
+    def show(job_id=None):
+        return _run_outputs(ts.run_view(cat, job_id), ts.training_runs(cat))
+
+    def refresh_form():
+        fresh = ts.train_defaults(cat)
+        return gr.update(choices=fresh.training_sets, value=fresh.training_set)
+
+    @curator_action
+    def start(user, backbone_v, head_v, blocks_v, set_v, epochs_v, device_v):
+        job_id, message = ts.launch_training(cat, backbone=backbone_v, head=head_v, blocks=blocks_v,
+                                             epochs=epochs_v, training_set=set_v, device=device_v,
+                                             user=curator_name(user))
+        return message, *show(job_id)
+
+    @curator_action
+    def act(action, job_id):
+        if job_id is None:
+            raise ValueError("Choose a training run first.")
+        message = ms.cancel_job(cat, int(job_id)) if action == "cancel" else ms.retry_job(cat, int(job_id))
+        return message, *show(job_id)
+
+    ctx.on_refresh(refresh_form, outputs=[training_set])
+    ctx.on_refresh(show, outputs=outputs)
+    train_button.click(start, inputs=[ctx.user, backbone, head, blocks, training_set, epochs, device],
+                       outputs=[train_status, *outputs], api_name="train_model")
+    run.input(curator_action(show), inputs=[run], outputs=outputs, api_visibility="private")
+    cancel_run.click(lambda j: act("cancel", j), inputs=[run], outputs=[train_status, *outputs],
+                     api_visibility="private")
+    retry_run.click(lambda j: act("retry", j), inputs=[run], outputs=[train_status, *outputs],
+                    api_visibility="private")
+    timer.tick(curator_action(show), inputs=[run], outputs=outputs, show_progress="hidden",
+               api_visibility="private", queue=False)
+
+
 def build(ctx: UIContext) -> None:
     cat = ctx.catalogue
+    timer = gr.Timer(REFRESH_EVERY_S)
+    build_training(ctx, timer=timer)
     with gr.Row(equal_height=True):
         worker = gr.Markdown(worker_line(), elem_id="jobs-worker", elem_classes=["status-line"])
         warm_button = gr.Button("Compute features for every photo", elem_id="jobs-embed", scale=0, min_width=260)
     status = gr.Markdown(elem_id="jobs-status", elem_classes=["status-line"])
     table = gr.HTML(jobs_html([]), elem_id="jobs-list", css_template=CSS, js_on_load=ACTIONS_JS)
-    timer = gr.Timer(REFRESH_EVERY_S)
 
     def render():
         rows = ms.job_rows(cat)

@@ -176,3 +176,13 @@ def shot(page, request):
         return path
 
     return take
+
+
+def choose(page, elem_id: str, text: str) -> None:
+    """Pick the option containing ``text`` in the gr.Dropdown with ``elem_id``."""
+    import re
+
+    box = page.locator(f"#{elem_id} input").first
+    box.click()
+    box.fill(text)
+    page.get_by_role("option", name=re.compile(re.escape(text))).first.click()

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser.conftest import choose
+
 TIMEOUT_MS = 30_000
 
 
@@ -122,14 +124,6 @@ def demo_server(tmp_path_factory):
         server.stop()
 
 
-def _pick(page, elem_id: str, text: str) -> None:
-    """Choose the option containing ``text`` in a gr.Dropdown."""
-    box = page.locator(f"#{elem_id} input").first
-    box.click()
-    box.fill(text)
-    page.get_by_role("option", name=re.compile(re.escape(text))).first.click()
-
-
 def test_demo_catalogue_merge_and_split_with_undo(demo_server, page, shot):
     from playwright.sync_api import expect
 
@@ -145,7 +139,7 @@ def test_demo_catalogue_merge_and_split_with_undo(demo_server, page, shot):
     # --- merge nyala_60 into nyala_61, then undo
     overview.get_by_text("nyala_60 (6 photos").click()
     expect(headline).to_contain_text("nyala_60: 6 photos", timeout=TIMEOUT_MS)
-    _pick(page, "catalogue-merge-target", "nyala_61 (")
+    choose(page, "catalogue-merge-target", "nyala_61 (")
     page.locator("#catalogue-merge").click()
     expect(status).to_contain_text("Merged nyala_60 into nyala_61 (6 photos moved).", timeout=TIMEOUT_MS)
     expect(headline).to_contain_text("nyala_61: 12 photos", timeout=TIMEOUT_MS)

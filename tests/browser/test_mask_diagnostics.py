@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser.conftest import RosetteServer, require_chromium, start_rosette
+from tests.browser.conftest import RosetteServer, choose, require_chromium, start_rosette
 from tests.nyala_subset import nyala_subset, write_subset
 
 TIMEOUT_MS = 30_000
@@ -58,14 +58,6 @@ def nyala_server(tmp_path_factory, nyala_dir, nyala_manifest) -> Iterator[Rosett
         yield server
     finally:
         server.stop()
-
-
-def choose(page, elem_id: str, text: str) -> None:
-    """Pick the option containing ``text`` in a gr.Dropdown."""
-    box = page.locator(f"#{elem_id} input").first
-    box.click()
-    box.fill(text)
-    page.get_by_role("option", name=re.compile(re.escape(text))).first.click()
 
 
 def test_mask_a_photo_then_diagnose_it(nyala_server, page, shot):
