@@ -127,14 +127,18 @@ def describe_mask_source(source: str | None, details: dict[str, Any] | None = No
     return source
 
 
-def backbone_names() -> list[str]:
-    """Backbone registry names offered in the UI (the offline default first)."""
+def backbone_names(cat: Catalogue | None = None) -> list[str]:
+    """Models offered in the UI: the offline default first, then trained models of ``cat``, then the rest."""
     try:
         from core.backbones import list_backbones
     except ImportError:
         return [DEFAULT_BACKBONE, "sift_vlad"]
-    names = [n for n in list_backbones() if not n.endswith(":")]
-    return sorted(names, key=lambda n: (n != DEFAULT_BACKBONE, n))
+    names = sorted((n for n in list_backbones() if not n.endswith(":")), key=lambda n: (n != DEFAULT_BACKBONE, n))
+    if cat is None:
+        return names
+    from db.training import trained_model_names
+
+    return names[:1] + trained_model_names(cat) + names[1:]
 
 
 def masker_names() -> list[str]:

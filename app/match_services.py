@@ -59,14 +59,21 @@ def _enum_value(v: Any) -> str:
 # =========================================================================== match review
 
 
-def matcher_choices() -> list[str]:
-    """Backbone names a curator can match with (the offline default first; hub prefixes left out)."""
+def matcher_choices(cat: Catalogue | None = None) -> list[str]:
+    """Models a curator can match with: the offline default first, then the trained models of ``cat`` (newest
+    first), then the other backbones (hub prefixes left out)."""
     try:
         from core.backbones import list_backbones
     except ImportError:
         return [DEFAULT_MODEL]
     names = [n for n in list_backbones() if not n.endswith(":")]
-    return [DEFAULT_MODEL] + [n for n in names if n != DEFAULT_MODEL] if DEFAULT_MODEL in names else names
+    trained = []
+    if cat is not None:
+        from db.training import trained_model_names
+
+        trained = trained_model_names(cat)
+    rest = [n for n in names if n != DEFAULT_MODEL]
+    return ([DEFAULT_MODEL] if DEFAULT_MODEL in names else []) + trained + rest
 
 
 @dataclass

@@ -492,6 +492,14 @@ def list_models(cat: Catalogue) -> list[Model]:
         return list(s.scalars(select(Model).order_by(Model.id)))
 
 
+def trained_model_names(cat: Catalogue) -> list[str]:
+    """Names of trained models that are not archived and whose checkpoint is on disk, newest first."""
+    with cat.unit_of_work() as s:
+        rows = s.execute(select(Model.name, Model.checkpoint_path).where(
+            Model.head.is_not(None), Model.status != ModelStatus.archived).order_by(Model.id.desc())).all()
+    return [name for name, path in rows if path and (cat.data_dir / path).exists()]
+
+
 def trained_model_row(cat: Catalogue, name: str) -> Model | None:
     with cat.unit_of_work() as s:
         return s.scalar(select(Model).where(Model.name == name, Model.head.is_not(None)))

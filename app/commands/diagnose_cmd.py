@@ -8,7 +8,8 @@ import sys
 
 def register(sub) -> None:
     p = sub.add_parser("diagnose", help="what evidence a model uses: background vs coat, mirror, flanks")
-    p.add_argument("--backbone", default="efficientnet_lite0")
+    p.add_argument("--backbone", "--model", dest="backbone", default="efficientnet_lite0",
+                   help="a backbone registry name or a trained model (rosette models list)")
     p.add_argument("--benchmark", required=True)
     p.add_argument("--masker", default=None, help="for test photos without a mask (default: sam2 if configured, else grabcut)")
     p.add_argument("--inpainter", default=None, help="opencv | diffusers (default: diffusers if configured, else opencv)")

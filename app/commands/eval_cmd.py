@@ -8,7 +8,8 @@ import sys
 
 def register(sub) -> None:
     p = sub.add_parser("eval", help="all-vs-all retrieval evaluation of a backbone on a benchmark's test split")
-    p.add_argument("--backbone", default="efficientnet_lite0")
+    p.add_argument("--backbone", "--model", dest="backbone", default="efficientnet_lite0",
+                   help="a backbone registry name or a trained model (rosette models list)")
     p.add_argument("--benchmark", required=True)
     p.add_argument("--variant", default="full_rgb")
     p.add_argument("--rerank", default="none", choices=["none", "k_reciprocal", "aqe"])

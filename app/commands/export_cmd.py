@@ -9,7 +9,7 @@ def register(sub) -> None:
     p = sub.add_parser("export-kaggle", help="write a Kaggle submission (row_id,similarity) for a test.csv")
     p.add_argument("--test-csv", required=True, help="CSV with row_id,query_image,gallery_image")
     p.add_argument("--images", required=True, help="folder holding the images test.csv names")
-    p.add_argument("--model", default="efficientnet_lite0", help="backbone registry name")
+    p.add_argument("--model", default="efficientnet_lite0", help="a backbone registry name or a trained model")
     p.add_argument("--variant", default="full_rgb", choices=["full_rgb", "foreground_only"],
                    help="foreground_only uses each PNG's alpha channel as the mask")
     p.add_argument("--out", required=True)

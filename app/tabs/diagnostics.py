@@ -25,7 +25,7 @@ def _inpainter_choices() -> list[tuple[str, str]]:
 
 def build(ctx: UIContext) -> None:
     cat = ctx.catalogue
-    backbones = ds.backbone_names()
+    backbones = ds.backbone_names(cat)
     inpainters = _inpainter_choices()
     from core.inpainting import default_inpainter_name
 
@@ -109,6 +109,8 @@ def build(ctx: UIContext) -> None:
 
     refresh_outputs = [photo_pick, run_benchmark, stored]
     ctx.on_refresh(refresh, inputs=refresh_outputs, outputs=refresh_outputs)
+    # trained models appear in both model pickers once their training job registered them
+    ctx.on_refresh(lambda: (gr.update(choices=ds.backbone_names(cat)),) * 2, outputs=[photo_backbone, run_backbone])
     reload_button.click(curator_action(refresh), inputs=refresh_outputs, outputs=refresh_outputs,
                         api_visibility="private")
 

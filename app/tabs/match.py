@@ -138,7 +138,7 @@ def build(ctx: UIContext) -> None:
         flank_filter = gr.Radio(ms.FLANK_FILTERS, value="any", label="Candidates", elem_id="match-flank-filter",
                                 info="Opposite flank only: the hardest and most useful check (patterns differ left/right).",
                                 scale=3)
-        model = gr.Dropdown(ms.matcher_choices(), value=ms.DEFAULT_MODEL, label="Matching model",
+        model = gr.Dropdown(ms.matcher_choices(cat), value=ms.DEFAULT_MODEL, label="Matching model",
                             elem_id="match-model", scale=2, info="The model that ranks the candidates.")
         photo_pick = gr.Dropdown([], value=None, label="Open a photo", elem_id="match-open", filterable=True, scale=3,
                                  info="Any photo by number, name or individual.")
@@ -315,6 +315,8 @@ def build(ctx: UIContext) -> None:
         tab.select(on_open_tab, inputs=[view_state, model, filters_state, outline],
                    outputs=[queue_state, pos_state, *screen], show_progress="full", api_visibility="private")
     ctx.on_refresh(photo_list, inputs=[photo_pick], outputs=[photo_pick], on_tab_select=False)
+    # trained models appear in the picker once their training job registered them
+    ctx.on_refresh(lambda: gr.update(choices=ms.matcher_choices(cat)), outputs=[model])
     reload_button.click(on_reload, inputs=[model, filters_state, outline],
                         outputs=[queue_state, pos_state, *screen, status], api_name="reload_review_queue")
     for button, delta in ((prev_button, -1), (next_button, 1)):
