@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-NYALA = ROOT.parent / "shared" / "data" / "nyala"
+NYALA = Path(os.environ.get("ROSETTE_BENCH_NYALA", ROOT.parent / "shared" / "data" / "nyala"))
 ANIMALS = int(os.environ.get("ROSETTE_BENCH_TRAIN_ANIMALS", "40"))
 EPOCHS = 3
 CONFIGS = [("supcon", 0), ("triplet", 0), ("arcface", 0), ("lorentz", 0), ("nearid", 0), ("supcon", 2), ("supcon", 4)]
