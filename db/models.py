@@ -67,6 +67,23 @@ def _enum(cls: type[enum.Enum], name: str) -> Enum:
     return Enum(cls, name=name, native_enum=False, values_callable=lambda e: [m.value for m in e], length=16)
 
 
+DEFAULT_SPECIES_ID = 1  # the species every catalogue starts with (and older catalogues migrate to)
+
+
+class Species(Base):
+    """A species: its individuals, photos, benchmarks, training sets and its own active model."""
+
+    __tablename__ = "species"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(120), unique=True)
+    # the model match review, diagnostics and export use for this species (None: the offline default)
+    active_model_id: Mapped[int | None] = mapped_column(ForeignKey("models.id", use_alter=True,
+                                                                   name="fk_species_active_model"), default=None)
+    # calibrated probability under which match review suggests "new individual" (None: the default)
+    new_individual_threshold: Mapped[float | None] = mapped_column(Float, default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
 class User(Base):
     __tablename__ = "users"
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -82,6 +99,8 @@ class Individual(Base):
     # An individual merged into another stays as a row (for history and undo) but is inactive.
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     merged_into_id: Mapped[int | None] = mapped_column(ForeignKey("individuals.id"), default=None)
+    species_id: Mapped[int] = mapped_column(ForeignKey("species.id"), default=DEFAULT_SPECIES_ID,
+                                            server_default=str(DEFAULT_SPECIES_ID), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
     images: Mapped[list[Image]] = relationship(back_populates="individual", foreign_keys="Image.individual_id")
@@ -121,6 +140,8 @@ class Image(Base):
     flank_source: Mapped[str | None] = mapped_column(String(40), default=None)  # manifest | curator | suggested
     sighting_id: Mapped[int | None] = mapped_column(ForeignKey("sightings.id"), default=None, index=True)
     individual_id: Mapped[int | None] = mapped_column(ForeignKey("individuals.id"), default=None, index=True)
+    species_id: Mapped[int] = mapped_column(ForeignKey("species.id"), default=DEFAULT_SPECIES_ID,
+                                            server_default=str(DEFAULT_SPECIES_ID), index=True)
     mask_path: Mapped[str | None] = mapped_column(String(300), default=None)
     mask_source: Mapped[str | None] = mapped_column(String(40), default=None)  # alpha | sam2 | grabcut
     mask_details: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
@@ -178,6 +199,7 @@ class Model(Base):
     # the exact training data: image ids, identities and their hash (trained models)
     data_snapshot: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), default=None)  # the job that trained it
+    species_id: Mapped[int | None] = mapped_column(ForeignKey("species.id"), default=None)  # trained for
     status: Mapped[ModelStatus] = mapped_column(_enum(ModelStatus, "model_status"), default=ModelStatus.candidate)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
@@ -188,7 +210,8 @@ class Benchmark(Base):
     __tablename__ = "benchmarks"
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
-    split_kind: Mapped[str] = mapped_column(String(40))  # identity | sighting
+    split_kind: Mapped[str] = mapped_column(String(40))  # identity | sighting | test-only | column:<name>
+    species_id: Mapped[int | None] = mapped_column(ForeignKey("species.id"), default=None)
     config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # test_fraction, seed, source
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 

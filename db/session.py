@@ -51,15 +51,35 @@ def make_engine(url: str) -> Engine:
 
 
 def upgrade_to_head(engine: Engine) -> None:
-    """Run Alembic migrations up to head on ``engine``."""
+    """Run Alembic migrations up to head on ``engine``.
+
+    On SQLite, batch migrations rebuild tables (copy, drop, rename); with foreign keys enforced, dropping a
+    table that other rows reference fails. As Alembic's batch-mode documentation advises, foreign keys are
+    switched off for the migration and ``PRAGMA foreign_key_check`` must come back empty before they are
+    switched on again (a violation aborts with the offending rows named).
+    """
     from alembic import command
     from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.begin() as connection:
-        cfg.attributes["connection"] = connection
-        command.upgrade(cfg, "head")
+    sqlite = engine.dialect.name == "sqlite"
+    with engine.connect() as connection:
+        if sqlite:
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            connection.commit()
+        try:
+            with connection.begin():
+                cfg.attributes["connection"] = connection
+                command.upgrade(cfg, "head")
+                if sqlite:
+                    bad = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+                    if bad:
+                        raise RuntimeError(f"the catalogue migration left rows pointing nowhere: {bad[:5]}")
+        finally:
+            if sqlite:
+                connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+                connection.commit()
 
 
 @dataclass

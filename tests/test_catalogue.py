@@ -29,11 +29,26 @@ def _assignment(session) -> dict[int, int | None]:
     return {i.id: i.individual_id for i in session.scalars(select(Image).order_by(Image.id))}
 
 
+def _head_revision() -> str:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from db.session import MIGRATIONS_DIR
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return ScriptDirectory.from_config(cfg).get_current_head()
+
+
+def test_head_revision_is_the_newest_migration():
+    assert _head_revision() == "0003"
+
+
 def test_open_catalogue_sets_wal_foreign_keys_and_migrates(cat):
     with cat.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
-        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() == "0002"
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() == _head_revision()
     tables = set(inspect(cat.engine).get_table_names())
     assert {"individuals", "sightings", "images", "identity_events", "match_decisions", "models",
             "evaluations", "jobs", "users", "benchmarks"} <= tables
@@ -70,6 +85,10 @@ def test_upgrade_from_the_first_schema_keeps_jobs_and_models(data_dir):
                              "('mask', '{}', 'queued', 0, 0, '2026-01-01')")
         conn.exec_driver_sql("INSERT INTO models (name, backbone, config, status, created_at) "
                              "VALUES ('efficientnet_lite0', 'efficientnet_lite0', '{}', 'active', '2026-01-01')")
+        # an evaluation referencing the model: rebuilding the models table must not trip its foreign key
+        conn.exec_driver_sql("INSERT INTO evaluations (model_id, model_name, model_config, benchmark_name, kind, "
+                             "variant, metrics, created_at) VALUES (1, 'efficientnet_lite0', '{}', 'b', 'retrieval', "
+                             "'full_rgb', '{}', '2026-01-01')")
     engine.dispose()
     cat = open_catalogue(data_dir)  # migrates to head
     with cat.engine.connect() as conn:
@@ -77,9 +96,48 @@ def test_upgrade_from_the_first_schema_keeps_jobs_and_models(data_dir):
         assert [tuple(r) for r in rows] == [("evaluate", "heavy", 0, 2), ("mask", "light", 0, 2)]
         model = conn.exec_driver_sql("SELECT name, loss, data_snapshot, job_id FROM models").one()
         assert tuple(model) == ("efficientnet_lite0", None, None, None)
+        assert conn.exec_driver_sql("SELECT model_id FROM evaluations").scalar() == 1
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
     from jobs import queue
 
     assert queue.claim_next(cat, queue="light") == 2
+    cat.close()
+
+
+def test_upgrade_from_0002_puts_everything_in_one_default_species(data_dir):
+    """A catalogue made by revision 0002 (individuals, photos, a benchmark, an active model) upgrades to head:
+    one species 'default' holds every individual and photo, the benchmark, and the active model."""
+    from alembic import command
+    from alembic.config import Config
+
+    from db.session import MIGRATIONS_DIR, make_engine
+
+    engine = make_engine(f"sqlite:///{data_dir / 'catalogue.db'}")
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0002")
+        conn.exec_driver_sql("INSERT INTO individuals (id, name, active, created_at) VALUES (1, 'Ximena', 1, '2026-01-01')")
+        conn.exec_driver_sql(
+            "INSERT INTO images (id, content_hash, original_name, blob_path, format, mode, width, height, size_bytes, "
+            "flank, individual_id, imported_at) VALUES (1, 'h1', 'a.jpg', 'images/h1.jpg', 'JPEG', 'RGB', 4, 4, 10, "
+            "'left', 1, '2026-01-01')")
+        conn.exec_driver_sql("INSERT INTO models (id, name, backbone, config, status, created_at) "
+                             "VALUES (7, 'efficientnet_lite0', 'efficientnet_lite0', '{}', 'active', '2026-01-01')")
+        conn.exec_driver_sql("INSERT INTO benchmarks (name, split_kind, config, created_at) "
+                             "VALUES ('b', 'identity', '{}', '2026-01-01')")
+    engine.dispose()
+    cat = open_catalogue(data_dir)
+    with cat.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT id, name, active_model_id FROM species").all() == [(1, "default", 7)]
+        assert conn.exec_driver_sql("SELECT species_id FROM individuals").scalar() == 1
+        assert conn.exec_driver_sql("SELECT species_id FROM images").scalar() == 1
+        assert conn.exec_driver_sql("SELECT species_id FROM benchmarks").scalar() == 1
+    with cat.unit_of_work() as s:  # new rows get the default species too
+        ind = cat_ops.create_individual(s, "Yara", user="ana")
+        s.commit()
+        assert ind.species_id == 1
     cat.close()
 
 
