@@ -136,9 +136,12 @@ def backbone_names(cat: Catalogue | None = None) -> list[str]:
     names = sorted((n for n in list_backbones() if not n.endswith(":")), key=lambda n: (n != DEFAULT_BACKBONE, n))
     if cat is None:
         return names
+    from db.species import active_model_name
     from db.training import trained_model_names
 
-    return names[:1] + trained_model_names(cat) + names[1:]
+    ordered = names[:1] + trained_model_names(cat) + names[1:]
+    active = active_model_name(cat)  # the active model first: the default pick
+    return [active] + [n for n in ordered if n != active]
 
 
 def masker_names() -> list[str]:

@@ -59,6 +59,23 @@ def _enum_value(v: Any) -> str:
 # =========================================================================== match review
 
 
+def active_model(cat: Catalogue, species: int | str | None = None) -> str:
+    """The active model of a species (the default species when None)."""
+    from db.species import active_model_name
+
+    return active_model_name(cat, species)
+
+
+def active_model_state(cat: Catalogue, species: int | str | None = None) -> tuple[str, bool]:
+    """(active model, ready): ready once no queued or running embedding job is computing its features."""
+    from jobs.queue import list_jobs
+
+    name = active_model(cat, species)
+    busy = any(j.status in (JobStatus.queued, JobStatus.running) and (j.params or {}).get("backbone") == name
+               for j in list_jobs(cat, limit=50, kind="embed"))
+    return name, not busy
+
+
 def matcher_choices(cat: Catalogue | None = None) -> list[str]:
     """Models a curator can match with: the offline default first, then the trained models of ``cat`` (newest
     first), then the other backbones (hub prefixes left out)."""

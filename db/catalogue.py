@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from db.models import (
+    DEFAULT_SPECIES_ID,
     EventKind,
     IdentityEvent,
     Image,
@@ -96,20 +97,22 @@ def next_individual_name(session: Session, *, prefix: str = "individual") -> str
     return f"{prefix}-{n:04d}"
 
 
-def create_individual(session: Session, name: str | None = None, *, user: str, notes: str | None = None) -> Individual:
+def create_individual(session: Session, name: str | None = None, *, user: str, notes: str | None = None,
+                      species_id: int = DEFAULT_SPECIES_ID) -> Individual:
     name = _check_name_free(session, name) if name else next_individual_name(session)
-    ind = Individual(name=name, notes=notes)
+    ind = Individual(name=name, notes=notes, species_id=species_id)
     session.add(ind)
     session.flush()
     _record(session, EventKind.create, user=user, individual_id=ind.id, payload={"name": name})
     return ind
 
 
-def get_or_create_individual(session: Session, name: str, *, user: str) -> Individual:
+def get_or_create_individual(session: Session, name: str, *, user: str,
+                             species_id: int = DEFAULT_SPECIES_ID) -> Individual:
     ind = find_individual_by_name(session, name)
     if ind is not None:
         return ind
-    return create_individual(session, name, user=user)
+    return create_individual(session, name, user=user, species_id=species_id)
 
 
 def rename_individual(session: Session, individual_id: int, new_name: str, *, user: str) -> IdentityEvent:
@@ -128,6 +131,9 @@ def assign_image(session: Session, image_id: int, individual_id: int | None, *, 
         target = get_individual(session, individual_id)
         if not target.active:
             raise CatalogueError(f"{target.name!r} was merged into another individual; assign to that one")
+        if target.species_id != img.species_id:
+            raise CatalogueError(f"{target.name!r} is of another species than image {image_id}; "
+                                 "set the photo's species first")
     previous = img.individual_id
     if previous == individual_id:
         raise CatalogueError("the image is already assigned there")
@@ -145,6 +151,8 @@ def merge_individuals(session: Session, source_id: int, target_id: int, *, user:
     target = get_individual(session, target_id)
     if not source.active or not target.active:
         raise CatalogueError("both individuals must be active (not already merged)")
+    if source.species_id != target.species_id:
+        raise CatalogueError(f"{source.name!r} and {target.name!r} are of different species and cannot be merged")
     moved = sorted(session.scalars(select(Image.id).where(Image.individual_id == source_id)))
     for img in session.scalars(select(Image).where(Image.id.in_(moved))):
         img.individual_id = target_id
@@ -161,8 +169,10 @@ def split_images(session: Session, image_ids: Sequence[int], *, user: str, new_n
     if not ids:
         raise CatalogueError("choose at least one image to split out")
     images = [get_image(session, i) for i in ids]
+    if len({img.species_id for img in images}) > 1:
+        raise CatalogueError("these photos are of different species; split them separately")
     previous = {str(img.id): img.individual_id for img in images}
-    new = create_individual(session, new_name, user=user)
+    new = create_individual(session, new_name, user=user, species_id=images[0].species_id)
     for img in images:
         img.individual_id = new.id
     ev = _record(session, EventKind.split, user=user, individual_id=new.id,

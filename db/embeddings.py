@@ -268,16 +268,22 @@ def embed_images(cat: Catalogue, image_ids: Sequence[int], *, backbone: Any, var
                             batch_size=batch_size, progress=progress, should_cancel=should_cancel)
 
 
-def gallery_image_ids(cat: Catalogue) -> list[int]:
-    """Images assigned to an active individual (the matching gallery), by id."""
+def gallery_image_ids(cat: Catalogue, *, species_id: int | None = None) -> list[int]:
+    """Images assigned to an active individual (the matching gallery), by id; of one species when given."""
     with cat.unit_of_work() as s:
-        return list(s.scalars(select(Image.id).join(Individual, Image.individual_id == Individual.id)
-                              .where(Individual.active.is_(True)).order_by(Image.id)))
+        q = (select(Image.id).join(Individual, Image.individual_id == Individual.id)
+             .where(Individual.active.is_(True)).order_by(Image.id))
+        if species_id is not None:
+            q = q.where(Image.species_id == species_id)
+        return list(s.scalars(q))
 
 
-def all_image_ids(cat: Catalogue) -> list[int]:
+def all_image_ids(cat: Catalogue, *, species_id: int | None = None) -> list[int]:
     with cat.unit_of_work() as s:
-        return list(s.scalars(select(Image.id).order_by(Image.id)))
+        q = select(Image.id).order_by(Image.id)
+        if species_id is not None:
+            q = q.where(Image.species_id == species_id)
+        return list(s.scalars(q))
 
 
 def load_benchmark_fit_ids(cat: Catalogue, benchmark: str) -> list[int]:

@@ -50,7 +50,7 @@ from sqlalchemy.orm import Session
 
 from core.images import IMAGE_EXTENSIONS, MAX_PIXELS, DecodedImage, ImageDecodeError, decode_image, extension_for, make_thumbnail
 from db.catalogue import CatalogueError, find_individual_by_name, get_or_create_individual, get_or_create_user
-from db.models import EventKind, Flank, IdentityEvent, Image, Individual, Sighting, utcnow
+from db.models import DEFAULT_SPECIES_ID, EventKind, Flank, IdentityEvent, Image, Individual, Sighting, utcnow
 from db.storage import sha256_bytes
 
 FORMATS = ("file", "folder", "zip", "manifest", "kaggle")
@@ -69,6 +69,8 @@ MANIFEST_COLUMNS = {
     "lon": ("lon", "lng", "long", "longitude"),
     "camera": ("camera", "camera_id", "station"),
     "observer": ("observer", "photographer"),
+    "place": ("place", "location", "site", "locality"),
+    "species": ("species", "taxon", "species_name"),
 }
 MANIFEST_REQUIRED = ("filename", "identity")
 FLANK_WORDS = {
@@ -175,7 +177,8 @@ class _Entry:
     read: Callable[[], bytes] | None = None
     identity: str | None = None
     flank: Flank | None = None
-    sighting: dict[str, Any] | None = None  # key, date, lat, lon, camera, observer
+    sighting: dict[str, Any] | None = None  # key, date, place, lat, lon, camera, observer
+    species: str | None = None
     error: str | None = None
     error_status: str = "error"
 
@@ -470,8 +473,9 @@ def _parse_coord(value: str, *, what: str, limit: float) -> float | None:
     return x
 
 
-def _row_facts(row: _ManifestRow, cols: dict[str, str]) -> tuple[str | None, Flank | None, dict[str, Any] | None]:
-    """Identity, flank and sighting facts of one manifest row (ValueError with a curator message)."""
+def _row_facts(row: _ManifestRow, cols: dict[str, str]
+               ) -> tuple[str | None, Flank | None, dict[str, Any] | None, str | None]:
+    """Identity, flank, sighting facts and species of one manifest row (ValueError with a curator message)."""
     get = lambda c: row.values.get(cols[c], "").strip() if c in cols else ""  # noqa: E731
     identity = get("identity") or None
     if identity and len(identity) > 200:
@@ -479,14 +483,20 @@ def _row_facts(row: _ManifestRow, cols: dict[str, str]) -> tuple[str | None, Fla
     flank = parse_flank(get("flank"))
     lat = _parse_coord(get("lat"), what="latitude", limit=90.0)
     lon = _parse_coord(get("lon"), what="longitude", limit=180.0)
-    facts = {"date": get("date") or None, "lat": lat, "lon": lon, "camera": get("camera") or None,
+    place = get("place") or None
+    if place and len(place) > 200:
+        raise ValueError("the place is longer than 200 characters")
+    species = get("species") or None
+    if species and (len(species) > 120 or any(ord(c) < 32 for c in species)):
+        raise ValueError("the species is longer than 120 characters or holds control characters")
+    facts = {"date": get("date") or None, "place": place, "lat": lat, "lon": lon, "camera": get("camera") or None,
              "observer": get("observer") or None}
     key = get("sighting")
     if not key and any(v is not None for v in facts.values()):
         # no sighting label: photos sharing date, place, camera and observer are one sighting
         key = " / ".join(str(v) for v in facts.values() if v is not None)
     sighting = {"key": key[:200], **facts} if key else None
-    return identity, flank, sighting
+    return identity, flank, sighting, species
 
 
 def _manifest_entries(tree: _Tree, csv_rel: str, *, prefixes: Sequence[str] = ("", "images/"),
@@ -512,7 +522,7 @@ def _manifest_entries(tree: _Tree, csv_rel: str, *, prefixes: Sequence[str] = ("
             entries.append(_Entry(name, error=f"line {row.line}: refused: {reason} of the manifest's folder"))
             continue
         try:
-            identity, flank, sighting = _row_facts(row, cols)
+            identity, flank, sighting, species = _row_facts(row, cols)
         except ValueError as exc:
             entries.append(_Entry(name, error=f"line {row.line}: {exc}"))
             continue
@@ -521,7 +531,8 @@ def _manifest_entries(tree: _Tree, csv_rel: str, *, prefixes: Sequence[str] = ("
             where = " or ".join(f"'{base + p}'" if base + p else "the manifest's folder" for p in prefixes)
             entries.append(_Entry(name, error=f"line {row.line}: listed in the manifest but not found (looked in {where})"))
             continue
-        entries.append(_Entry(name, read=_reader(tree, rel), identity=identity, flank=flank, sighting=sighting))
+        entries.append(_Entry(name, read=_reader(tree, rel), identity=identity, flank=flank, sighting=sighting,
+                              species=species))
     return entries
 
 
@@ -719,12 +730,12 @@ class _Importer:
                 except (OSError, ValueError):  # pragma: no cover - best effort
                     pass
 
-    def _individual(self, session: Session, name: str) -> tuple[Individual, str]:
-        """The individual called ``name`` (created if new; a merged one leads to its target)."""
+    def _individual(self, session: Session, name: str, *, species_id: int = 1) -> tuple[Individual, str]:
+        """The individual called ``name`` (created in ``species_id`` if new; a merged one leads to its target)."""
         ind = self._ind_cache.get(name)
         if ind is not None and ind in session and ind.active and ind.name == name:
             return ind, ""
-        ind = get_or_create_individual(session, name, user=self.user)
+        ind = get_or_create_individual(session, name, user=self.user, species_id=species_id)
         note = ""
         hops = 0
         while not ind.active and ind.merged_into_id is not None and hops < 50:
@@ -739,6 +750,14 @@ class _Importer:
             self._pending[("ind", name)] = ind
         return ind, note
 
+    def _species_id(self, session: Session, name: str | None) -> int:
+        """The id of the species named in the manifest (created if new), else the default species."""
+        if not name:
+            return DEFAULT_SPECIES_ID
+        from db.species import get_or_create_species
+
+        return get_or_create_species(session, name).id
+
     def _assign(self, session: Session, img: Image, name: str) -> str:
         """Put ``img`` under the individual ``name`` and record the assign event; returns a note.
 
@@ -748,7 +767,10 @@ class _Importer:
         written here (not through assign_image) to save statements on big imports:
         a new image gets its individual in its INSERT.
         """
-        ind, note = self._individual(session, name)
+        ind, note = self._individual(session, name, species_id=img.species_id)
+        if ind.species_id != img.species_id:
+            raise CatalogueError(f"the individual {ind.name!r} belongs to another species than this photo; "
+                                 "check the manifest's species column")
         self._ensure_user(session)
         previous = img.individual_id
         img.individual_id = ind.id
@@ -775,7 +797,7 @@ class _Importer:
         if s is None:
             s = Sighting(key=facts["key"])
             session.add(s)
-        for attr in ("date", "lat", "lon", "camera", "observer"):
+        for attr in ("date", "place", "lat", "lon", "camera", "observer"):
             if getattr(s, attr) is None and facts.get(attr) is not None:
                 setattr(s, attr, facts[attr])
         if s.date is None and decoded is not None and decoded.exif_time:
@@ -888,6 +910,7 @@ class _Importer:
                 format=decoded.format[:16], mode=decoded.mode[:16], width=decoded.width, height=decoded.height,
                 size_bytes=len(data), exif_time=decoded.exif_time, gps_lat=decoded.gps_lat, gps_lon=decoded.gps_lon,
                 flank=e.flank or Flank.unknown, flank_source="manifest" if e.flank else None,
+                species_id=self._species_id(session, e.species),
             )
             if mask_png is not None:
                 img.mask_path = self._put(written, mask_png, kind="masks", ext=".png")
@@ -1148,10 +1171,11 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
                                                          f"line {row.line}: listed in the manifest but not among the uploaded files"))
                     continue
                 try:
-                    identity, flank, sighting = _row_facts(row, cols)
+                    identity, flank, sighting, species = _row_facts(row, cols)
                 except ValueError as exc:
                     target.error = f"line {row.line}: {exc}"
                     continue
+                target.species = species or target.species
                 # the manifest adds what it states; blank cells keep what the zip layout said
                 target.identity = identity or target.identity
                 target.flank = flank or target.flank

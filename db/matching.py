@@ -61,10 +61,10 @@ def _image_rows(cat: Catalogue, ids: list[int]) -> dict[int, tuple]:
     return {r[0]: r for r in rows}
 
 
-def gallery_for(cat: Catalogue) -> list[int]:
+def gallery_for(cat: Catalogue, *, species_id: int | None = None) -> list[int]:
     from db.embeddings import gallery_image_ids
 
-    return gallery_image_ids(cat)
+    return gallery_image_ids(cat, species_id=species_id)
 
 
 def check_date(value: str | None, *, what: str) -> str | None:
@@ -100,7 +100,7 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = "e
                     date_to: str | None = None, per_individual: bool = True, progress=None) -> MatchResult:
     """Top-``k`` gallery candidates for a query photo, scored by ``model_name``.
 
-    The gallery is every photo assigned to an active individual except the query.
+    The gallery is every photo of the query's species assigned to an active individual, except the query.
     ``flank_filter``: ``any``, ``same`` (same flank as the query) or ``cross``.
     ``place`` / ``date_from`` / ``date_to`` keep gallery photos whose sighting place contains
     the text and whose date (sighting date, else EXIF time) lies in the range.
@@ -108,7 +108,9 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = "e
     """
     date_from = check_date(date_from, what="the 'from' date")
     date_to = check_date(date_to, what="the 'to' date")
-    gallery = [i for i in gallery_for(cat) if i != query_image_id]
+    from db.species import species_of_image
+
+    gallery = [i for i in gallery_for(cat, species_id=species_of_image(cat, query_image_id)) if i != query_image_id]
     rows = _image_rows(cat, gallery + [query_image_id])
     if query_image_id not in rows:
         raise CatalogueError(f"no image with id {query_image_id}")
@@ -207,7 +209,8 @@ def record_decision(cat: Catalogue, *, query_image_id: int, decision: str, user:
             if query.individual_id != candidate_individual:
                 event = ops.assign_image(s, query_image_id, candidate_individual, user=user)
         elif kind == DecisionKind.new_individual:
-            new = ops.create_individual(s, new_name or None, user=user)
+            new = ops.create_individual(s, new_name or None, user=user,
+                                        species_id=ops.get_image(s, query_image_id).species_id)
             event = ops.assign_image(s, query_image_id, new.id, user=user)
             candidate_individual = new.id
         model_id = s.scalar(select(Model.id).where(Model.name == model_name)) if model_name else None
@@ -272,7 +275,7 @@ def review_queue(cat: Catalogue, *, model_name: str = "efficientnet_lite0", limi
 
     with cat.unit_of_work() as s:
         decided = set(s.scalars(select(MatchDecision.query_image_id).where(MatchDecision.undone_at.is_(None))))
-        all_rows = s.execute(select(Image.id, Image.individual_id).order_by(Image.id)).all()
+        all_rows = s.execute(select(Image.id, Image.individual_id, Image.species_id).order_by(Image.id)).all()
     pending = [r[0] for r in all_rows if r[0] not in decided]
     if not pending:
         return []
@@ -283,13 +286,19 @@ def review_queue(cat: Catalogue, *, model_name: str = "efficientnet_lite0", limi
     ids = sorted(set(pending) | set(gallery))
     emb = embed_images(cat, ids, backbone=backbone, progress=progress)
     pos = {i: n for n, i in enumerate(ids)}
-    sim = pairwise_scores(emb[[pos[i] for i in pending]], emb[[pos[i] for i in gallery]])
+    sim = pairwise_scores(emb[[pos[i] for i in pending]], emb[[pos[i] for i in gallery]],
+                          metric=backbone.config.metric)
     gallery_arr = np.array(gallery)
     sim[np.array(pending)[:, None] == gallery_arr[None, :]] = -np.inf  # never match a photo to itself
+    species = {r[0]: r[2] for r in all_rows}
+    sp_pending = np.array([species[i] for i in pending])
+    sp_gallery = np.array([species[i] for i in gallery])
+    sim[sp_pending[:, None] != sp_gallery[None, :]] = -np.inf  # candidates come from the photo's own species
     best = sim.argmax(axis=1)
     rows = _image_rows(cat, gallery)
     owner = dict((r[0], r[1]) for r in all_rows)
-    items = [QueueItem(i, float(sim[n, best[n]]), rows[gallery[best[n]]][2], owner.get(i) is not None)
+    items = [QueueItem(i, float(sim[n, best[n]]) if np.isfinite(sim[n, best[n]]) else 0.0,
+                       rows[gallery[best[n]]][2] if np.isfinite(sim[n, best[n]]) else None, owner.get(i) is not None)
              for n, i in enumerate(pending)]
     items.sort(key=lambda it: (it.assigned, -it.top_score))
     return items[:limit]

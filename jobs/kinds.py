@@ -150,10 +150,11 @@ def mask_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[st
 
 @register_job_kind("embed")
 def embed_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    """Warm the feature cache for every catalogue photo: params backbone, variant."""
+    """Warm the feature cache for every catalogue photo (of one species when ``species`` is given): params
+    backbone, variant, species. Queued by a promotion so match review never embeds while a curator waits."""
     from db.embeddings import all_image_ids, embed_images, get_backbone
 
-    ids = all_image_ids(cat)
+    ids = all_image_ids(cat, species_id=params.get("species"))
     backbone = get_backbone(cat, params.get("backbone", "efficientnet_lite0"))
     emb = embed_images(cat, ids, backbone=backbone, variant=params.get("variant", "full_rgb"),
                        progress=ctx.callback(label="embedding"), should_cancel=ctx.cancelled)

@@ -390,12 +390,12 @@ def test_a_real_diagnose_run_renders(cat):
     assert len(set(test.labels)) >= 2
     for image_id in test.image_ids:
         store_mask(cat, image_id, _box_mask(ds.photo(cat, image_id).shape[:2]), source="grabcut", user="ana")
-    embeddings._BACKBONES[(str(cat.data_dir), "test_halves")] = HalvesBackbone()
+    embeddings._BACKBONES[(str(cat.data_dir), "test_halves", None)] = HalvesBackbone()
     try:
         result = run_diagnose(cat, backbone="test_halves", benchmark="tiny", masker="grabcut", inpainter="opencv",
                               seeds=(0,), user="ana")
     finally:
-        embeddings._BACKBONES.pop((str(cat.data_dir), "test_halves"), None)
+        embeddings._BACKBONES.pop((str(cat.data_dir), "test_halves", None), None)
 
     v = ds.load_diagnosis(cat)
     assert v.evaluation_id == result["evaluation_id"] and v.model == "test_halves" and v.benchmark == "tiny"

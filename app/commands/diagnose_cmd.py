@@ -8,7 +8,7 @@ import sys
 
 def register(sub) -> None:
     p = sub.add_parser("diagnose", help="what evidence a model uses: background vs coat, mirror, flanks")
-    p.add_argument("--backbone", "--model", dest="backbone", default="efficientnet_lite0",
+    p.add_argument("--backbone", "--model", dest="backbone", default=None,
                    help="a backbone registry name or a trained model (rosette models list)")
     p.add_argument("--benchmark", required=True)
     p.add_argument("--masker", default=None, help="for test photos without a mask (default: sam2 if configured, else grabcut)")
@@ -31,7 +31,10 @@ def run(args, ctx) -> int:
             print(f"\r[{frac:4.0%}] {msg:<60}", end="", file=sys.stderr, flush=True)
 
     seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
-    res = run_diagnose(ctx.catalogue, backbone=args.backbone, benchmark=args.benchmark, masker=args.masker,
+    from db.species import active_model_name
+
+    res = run_diagnose(ctx.catalogue, backbone=args.backbone or active_model_name(ctx.catalogue),
+                       benchmark=args.benchmark, masker=args.masker,
                        inpainter=args.inpainter, seeds=seeds, user=ctx.user, progress=progress)
     if sys.stderr.isatty():
         print(file=sys.stderr)

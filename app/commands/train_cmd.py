@@ -37,6 +37,13 @@ def register(sub) -> None:
     ls = msub.add_parser("list", help="list models with their training and latest evaluation")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=run_models_list)
+    pr = msub.add_parser("promote", help="make a model the active matcher of a species (queues a re-embedding)")
+    pr.add_argument("name")
+    pr.add_argument("--species", default=None, help="species name or id (default: the model's own, else 'default')")
+    pr.set_defaults(func=run_models_promote)
+    ar = msub.add_parser("archive", help="archive a candidate model (hidden from pickers, kept for history)")
+    ar.add_argument("name")
+    ar.set_defaults(func=run_models_archive)
 
 
 def parse_blocks(text: str) -> int:
@@ -170,6 +177,9 @@ def models_overview(cat) -> list[dict]:
     from db.models import Evaluation
     from db.training import list_models
 
+    from db.species import model_status
+
+    status = model_status(cat)
     out = []
     with cat.unit_of_work() as s:
         evals = list(s.scalars(select(Evaluation).where(Evaluation.kind == "retrieval").order_by(Evaluation.id)))
@@ -178,6 +188,7 @@ def models_overview(cat) -> list[dict]:
         tc = m.training_config or {}
         ev = latest.get(m.name)
         out.append({"name": m.name, "backbone": m.backbone, "head": m.head, "loss": m.loss, "status": m.status.value,
+                    "active_for": status.get(m.name, {}).get("active_for", []),
                     "blocks": (tc.get("train_config") or {}).get("blocks"), "epochs_run": tc.get("epochs_run"),
                     "best_val_map_macro": tc.get("best_val_map_macro"), "wall_seconds": tc.get("wall_seconds"),
                     "device": (tc.get("runtime") or {}).get("device"),
@@ -187,6 +198,23 @@ def models_overview(cat) -> list[dict]:
                         "benchmark": ev.benchmark_name, "map_macro": ev.metrics.get("map_macro"),
                         "map_micro": ev.metrics.get("map_micro"), "evaluation_id": ev.id}})
     return out
+
+
+def run_models_promote(args, ctx) -> int:
+    from db.species import promote_model
+
+    res = promote_model(ctx.catalogue, args.name, species=args.species, user=ctx.user)
+    print(f"{res['model']} is now the active model for {res['species']} (was {res['previous']}); "
+          f"re-embedding the species' photos as job {res['job_id']}")
+    return 0
+
+
+def run_models_archive(args, ctx) -> int:
+    from db.species import archive_model
+
+    archive_model(ctx.catalogue, args.name)
+    print(f"{args.name} archived")
+    return 0
 
 
 def run_models_list(args, ctx) -> int:

@@ -17,11 +17,12 @@ similarity, higher = more alike (Lorentz models: exp(-distance)). Rows are writt
 """
 
 
-def _models() -> list[str]:
-    from core.backbones import DEFAULT_BACKBONE, list_backbones
+def _models(cat) -> list[str]:
+    """The active model first, then trained models and backbones (what match review offers)."""
+    from app import match_services as ms
 
-    names = [n for n in list_backbones() if not n.endswith(":")]
-    return [DEFAULT_BACKBONE] + [n for n in names if n != DEFAULT_BACKBONE]
+    active = ms.active_model(cat)
+    return [active] + [n for n in ms.matcher_choices(cat) if n != active]
 
 
 def build(ctx: UIContext) -> None:
@@ -32,8 +33,8 @@ def build(ctx: UIContext) -> None:
         images_zip = gr.File(label="Images (zip)", file_types=[".zip"], elem_id="export-images-zip")
     with gr.Row():
         images_dir = gr.Textbox(label="…or images folder on this machine", elem_id="export-images-dir")
-        model = gr.Dropdown(_models(), value=_models()[0], label="Model", allow_custom_value=True,
-                            info="registry name of the backbone that scores the pairs")
+        model = gr.Dropdown(_models(cat), value=_models(cat)[0], label="Model", allow_custom_value=True,
+                            info="the active model by default; any backbone or trained model")
         variant = gr.Radio([("Whole photo", "full_rgb"), ("Animal only (PNG alpha as mask)", "foreground_only")],
                            value="full_rgb", label="What the model sees")
     run = gr.Button("Write submission", variant="primary", elem_id="export-run")

@@ -138,7 +138,7 @@ def build(ctx: UIContext) -> None:
         flank_filter = gr.Radio(ms.FLANK_FILTERS, value="any", label="Candidates", elem_id="match-flank-filter",
                                 info="Opposite flank only: the hardest and most useful check (patterns differ left/right).",
                                 scale=3)
-        model = gr.Dropdown(ms.matcher_choices(cat), value=ms.DEFAULT_MODEL, label="Matching model",
+        model = gr.Dropdown(ms.matcher_choices(cat), value=ms.active_model(cat), label="Matching model",
                             elem_id="match-model", scale=2, info="The model that ranks the candidates.")
         photo_pick = gr.Dropdown([], value=None, label="Open a photo", elem_id="match-open", filterable=True, scale=3,
                                  info="Any photo by number, name or individual.")
@@ -315,8 +315,26 @@ def build(ctx: UIContext) -> None:
         tab.select(on_open_tab, inputs=[view_state, model, filters_state, outline],
                    outputs=[queue_state, pos_state, *screen], show_progress="full", api_visibility="private")
     ctx.on_refresh(photo_list, inputs=[photo_pick], outputs=[photo_pick], on_tab_select=False)
-    # trained models appear in the picker once their training job registered them
-    ctx.on_refresh(lambda: gr.update(choices=ms.matcher_choices(cat)), outputs=[model])
+    # trained models appear in the picker once their training job registered them; after a promotion, once its
+    # re-embedding job has finished, the picker switches to the new active model and the queue re-ranks
+    last_active = gr.State(ms.active_model(cat))
+    switched = gr.State(False)
+
+    def follow_active(current, last):
+        active, ready = ms.active_model_state(cat)
+        if ready and active != last and current in (last, None):
+            return gr.update(choices=ms.matcher_choices(cat), value=active), active, True
+        return gr.update(choices=ms.matcher_choices(cat)), last, False
+
+    def reload_if_switched(flag, model_name, flank, show_outline, progress=gr.Progress()):
+        if not flag:
+            return (gr.skip(),) * (3 + len(screen))
+        out = on_reload(model_name, flank, show_outline, progress)
+        return (*out[:-1], f"The active model is now {model_name}: the review queue was re-ranked with it.")
+
+    ctx.on_refresh(follow_active, inputs=[model, last_active], outputs=[model, last_active, switched]).then(
+        reload_if_switched, inputs=[switched, model, filters_state, outline],
+        outputs=[queue_state, pos_state, *screen, status], api_visibility="private")
     reload_button.click(on_reload, inputs=[model, filters_state, outline],
                         outputs=[queue_state, pos_state, *screen, status], api_name="reload_review_queue")
     for button, delta in ((prev_button, -1), (next_button, 1)):

@@ -1,0 +1,57 @@
+"""``rosette species list|rename|set``: the catalogue's species."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("species", help="list species, rename one, or set an individual's or photos' species")
+    ssub = p.add_subparsers(dest="species_action", metavar="ACTION", required=True)
+    ls = ssub.add_parser("list", help="species with their counts and active model")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=run_list)
+    rn = ssub.add_parser("rename", help="rename a species")
+    rn.add_argument("species")
+    rn.add_argument("new_name")
+    rn.set_defaults(func=run_rename)
+    st = ssub.add_parser("set", help="set the species of an individual (and its photos) or of unassigned photos")
+    st.add_argument("species", help="species name (created if new) or id")
+    st.add_argument("--individual", type=int, default=None)
+    st.add_argument("--images", type=int, nargs="*", default=None)
+    st.set_defaults(func=run_set)
+
+
+def run_list(args, ctx) -> int:
+    from app.cli import print_table
+    from db.species import list_species
+
+    rows = list_species(ctx.catalogue)
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        print_table([(r["id"], r["name"], r["individuals"], r["images"], r["active_model"]) for r in rows],
+                    ["id", "species", "individuals", "photos", "active model"])
+    return 0
+
+
+def run_rename(args, ctx) -> int:
+    from db.species import rename_species
+
+    sp = rename_species(ctx.catalogue, args.species, args.new_name)
+    print(f"species {sp.id} is now {sp.name!r}")
+    return 0
+
+
+def run_set(args, ctx) -> int:
+    from db.species import set_image_species, set_individual_species
+
+    if (args.individual is None) == (not args.images):
+        raise ValueError("give either --individual ID or --images ID ...")
+    if args.individual is not None:
+        sid = set_individual_species(ctx.catalogue, args.individual, args.species, user=ctx.user)
+        print(f"individual {args.individual} and its photos are now species {sid}")
+    else:
+        sid = set_image_species(ctx.catalogue, args.images, args.species)
+        print(f"{len(args.images)} photo(s) are now species {sid}")
+    return 0
