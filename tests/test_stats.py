@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from core.stats import _kendall_rows, compare_models, fisher_combine, holm, paired_wilcoxon, rank_correlation
+from core.stats import bootstrap_ci, compare_models, fisher_combine, holm, paired_wilcoxon, rank_correlation, verdict
 
 
 def _seeds(n_seeds: int = 3, n_queries: int = 40, seed: int = 0) -> list[np.ndarray]:
@@ -106,9 +106,20 @@ def test_rank_correlation_perfect_and_reversed():
         rank_correlation(x, x, method="pearson")
 
 
-def test_vectorised_kendall_matches_scipy_with_ties():
-    rng = np.random.default_rng(5)
-    xs = np.round(rng.random((40, 12)), 1)
-    ys = np.round(rng.random((40, 12)), 1)
-    ref = [sps.kendalltau(a, b).statistic for a, b in zip(xs, ys)]
-    np.testing.assert_allclose(_kendall_rows(xs, ys), ref, atol=1e-12)
+def test_bootstrap_ci_of_the_mean():
+    rng = np.random.default_rng(3)
+    v = rng.normal(0.05, 0.1, 400)
+    lo, hi = bootstrap_ci(v, n_boot=1000)
+    se = v.std(ddof=1) / np.sqrt(v.size)
+    assert lo < v.mean() < hi
+    assert hi - lo == pytest.approx(2 * 1.96 * se, rel=0.15)  # normal theory for a mean of 400 values
+    assert bootstrap_ci(v, n_boot=1000) == (lo, hi)  # seeded
+    assert bootstrap_ci([0.2, 0.2, 0.2]) == pytest.approx((0.2, 0.2))  # no spread, no interval
+
+
+def test_verdict_words():
+    text = verdict("cmc1", name_a="A", name_b="B", mean_diff=-0.041, p_holm=0.003)
+    assert text == "B finds the right animal first more often: +4.1 points CMC@1, p = 0.003 after correction."
+    weak = verdict("map", name_a="A", name_b="B", mean_diff=0.012, p_holm=0.4)
+    assert weak.startswith("No reliable difference in mAP: A is ahead by 1.2 points")
+    assert "not enough queries" in verdict("map", name_a="A", name_b="B", mean_diff=float("nan"), p_holm=None)

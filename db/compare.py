@@ -1,0 +1,99 @@
+"""Compare two models on one benchmark with paired statistics (DESIGN section 4, "Comparing two models").
+
+Both models embed the benchmark's test split; every query's AP, hit@1 and hit@5 are computed under the
+benchmark protocol (all-vs-all, same-sighting photos excluded). Per endpoint: a paired Wilcoxon signed-rank
+test per seed (A and B may each be several models, one per training seed, paired in order), Fisher's
+combination across seeds, Holm's correction across the endpoints, and a bootstrap CI of the mean
+difference (A - B). The verdict is one sentence per endpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from db.session import Catalogue
+
+ENDPOINTS = ("map", "cmc1", "cmc5")
+PRIMARY = "cmc1"
+
+
+def per_query_values(cat: Catalogue, model: str, benchmark: str) -> dict[str, Any]:
+    """Per-query AP, hit@1, hit@5 of ``model`` on the test split (NaN for queries without a positive)."""
+    from core.metrics import all_vs_all_valid, average_precision, first_hit_rank, relevance
+    from core.similarity import pairwise_scores
+    from db.benchmarks import load_benchmark
+    from db.embeddings import embed_images, get_backbone, load_benchmark_fit_ids
+
+    data = load_benchmark(cat, benchmark, split="test")
+    backbone = get_backbone(cat, model, fit_image_ids=load_benchmark_fit_ids(cat, benchmark))
+    emb = embed_images(cat, data.image_ids, backbone=backbone)
+    sim = pairwise_scores(emb, emb, metric=backbone.config.metric)
+    has = any(s for s in data.sightings)
+    valid = all_vs_all_valid(len(data.labels), sightings=data.sightings if has else None)
+    rel = relevance(data.labels, data.labels)
+    ap = average_precision(sim, rel, valid=valid)
+    rank = first_hit_rank(sim, rel, valid=valid)
+    hit = lambda k: np.where(np.isnan(rank), np.nan, (rank <= k).astype(float))  # noqa: E731
+    return {"map": ap, "cmc1": hit(1), "cmc5": hit(5), "image_ids": data.image_ids, "labels": data.labels,
+            "model": backbone.config.name}
+
+
+def compare(cat: Catalogue, a: str | Sequence[str], b: str | Sequence[str], *, benchmark: str,
+            alpha: float = 0.05, seed: int = 0) -> dict[str, Any]:
+    """Compare A and B (a model name each, or one model per seed) on ``benchmark``'s test split."""
+    from core.stats import bootstrap_ci, compare_models, holm, verdict
+
+    names_a = [a] if isinstance(a, str) else list(a)
+    names_b = [b] if isinstance(b, str) else list(b)
+    if len(names_a) != len(names_b) or not names_a:
+        raise ValueError(f"give as many B models as A models (one per seed): {len(names_a)} vs {len(names_b)}")
+    if names_a == names_b:
+        raise ValueError("choose two different models to compare")
+    va = [per_query_values(cat, m, benchmark) for m in names_a]
+    vb = [per_query_values(cat, m, benchmark) for m in names_b]
+    label_a, label_b = "+".join(names_a), "+".join(names_b)
+    out: dict[str, Any] = {"a": label_a, "b": label_b, "benchmark": benchmark, "n_seeds": len(names_a),
+                           "endpoints": {}}
+    pvals = {}
+    for ep in ENDPOINTS:
+        res = compare_models([x[ep] for x in va], [y[ep] for y in vb])
+        diffs = np.concatenate([x[ep] - y[ep] for x, y in zip(va, vb)])
+        lo, hi = bootstrap_ci(diffs, seed=seed)
+        out["endpoints"][ep] = {
+            "mean_a": float(np.nanmean(np.concatenate([x[ep] for x in va]))),
+            "mean_b": float(np.nanmean(np.concatenate([y[ep] for y in vb]))),
+            "mean_diff": res["mean_diff"], "ci_low": lo, "ci_high": hi, "p_combined": res["p_combined"],
+            "consistent_direction": res["consistent_direction"],
+            "n_queries": int(np.sum(~np.isnan(diffs))),
+            "n_a_better": int(sum(s["n_a_better"] for s in res["per_seed"])),
+            "n_b_better": int(sum(s["n_b_better"] for s in res["per_seed"])),
+            "per_seed_p": [s["p"] for s in res["per_seed"]],
+        }
+        pvals[ep] = res["p_combined"]
+    for ep, h in holm(pvals, alpha=alpha).items():
+        e = out["endpoints"][ep]
+        e["p_holm"], e["significant"] = h["p_holm"], h["reject"]
+        e["verdict"] = verdict(ep, name_a=label_a, name_b=label_b, mean_diff=e["mean_diff"], p_holm=h["p_holm"],
+                               alpha=alpha)
+    out["verdict"] = out["endpoints"][PRIMARY]["verdict"]
+    out["ap_differences"] = [float(d) for d in (va[0]["map"] - vb[0]["map"]) if not np.isnan(d)]
+    return out
+
+
+def difference_figure(result: dict[str, Any]) -> Any:
+    """Plotly histogram of per-query AP differences (A - B) with the mean and its bootstrap CI."""
+    import plotly.graph_objects as go
+
+    d = result["ap_differences"]
+    e = result["endpoints"]["map"]
+    fig = go.Figure(go.Histogram(x=d, nbinsx=40, name="queries", marker={"color": "#d97706"}))
+    for x, dash, name in ((e["mean_diff"], "solid", "mean"), (e["ci_low"], "dot", "95% CI"),
+                          (e["ci_high"], "dot", None)):
+        fig.add_vline(x=x, line_dash=dash, line_color="#1f2937", annotation_text=name)
+    fig.add_vline(x=0, line_color="#9ca3af")
+    fig.update_layout(title=f"AP per query: {result['a']} minus {result['b']} (right of 0: A better)", height=320,
+                      margin={"l": 40, "r": 20, "t": 50, "b": 40}, xaxis_title="AP difference", yaxis_title="queries")
+    return fig
