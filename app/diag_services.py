@@ -65,13 +65,8 @@ TIER_WORDS: dict[str, str] = {
     "strong shortcut": "hardly tells an animal from its mirror image (left and right flanks look alike to it)",
     "symmetric": "cannot tell an animal from its mirror image at all",
 }
-#: Mirror tiers on mean mirror similarity (DESIGN section 4, Axis 2): (name, low, high, colour).
-TIER_BANDS: tuple[tuple[str, float, float, str], ...] = (
-    ("aware", -1.0, 0.85, "rgba(46, 139, 87, 0.16)"),
-    ("moderate", 0.85, 0.96, "rgba(218, 165, 32, 0.18)"),
-    ("strong shortcut", 0.96, 0.99, "rgba(230, 97, 0, 0.22)"),
-    ("symmetric", 0.99, 1.0, "rgba(178, 34, 34, 0.26)"),
-)
+from core.diagnostics import TIER_BANDS  # noqa: E402  (one definition of the tier bands and colours)
+
 BAND_WORDS: dict[str, str] = {
     "LOW": "low risk: the animal's coat carries more of the identification than the background",
     "MEDIUM": "medium risk: the background alone identifies animals about as well as the coat",

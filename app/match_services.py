@@ -190,6 +190,7 @@ class CandidateCard:
     thumb: str | None  # absolute path of the picture to show
     mirror_sim: float | None = None  # from the model's latest diagnostics run, when there is one
     danger_margin: float | None = None
+    probability: float | None = None  # calibrated "probability this is the same animal", when calibrated
 
 
 @dataclass
@@ -203,6 +204,14 @@ class MatchView:
     candidates: list[CandidateCard] = field(default_factory=list)
     diagnostics_source: str | None = None  # which diagnostics run the mirror badges come from
     place_date_note: str | None = None  # e.g. "place contains 'Porto Jofre', from 2024-05-01", when filtered
+    calibration_note: str | None = None  # what the probabilities rest on
+    new_threshold: float | None = None  # below it (top candidate's probability) a new individual is suggested
+
+    @property
+    def suggest_new(self) -> bool:
+        top = self.candidates[0] if self.candidates else None
+        return bool(top is None or (top.probability is not None and self.new_threshold is not None
+                                    and top.probability < self.new_threshold))
 
     @property
     def seen_individual_id(self) -> int | None:
@@ -245,19 +254,31 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
     result = rank_candidates(cat, photo.image_id, model_name=model_name, k=k, flank_filter=flank_filter,
                              place=place, date_from=date_from, date_to=date_to, progress=progress)
     badges, source = laterality_badges(cat, model_name)
+    from db.calibration import calibrator_for, new_individual_threshold
+    from db.species import species_of_image
+
+    species_id = species_of_image(cat, photo.image_id)
+    cal = calibrator_for(cat, result.model_name, species_id=species_id) if result.candidates else None
+    probs = cal.probability([c.score for c in result.candidates]) if cal is not None else [None] * len(result.candidates)
+    cal_note = None
+    if cal is not None:
+        parts = ", ".join(f"{n} {what}" for what, n in cal.sources.items() if n)
+        cal_note = (f"probability calibrated (isotonic) on {cal.n_outcomes} outcomes ({parts}) for {result.model_name}")
     cards = [CandidateCard(rank=c.rank, image_id=c.image_id, individual_id=c.individual_id,
                            individual_name=c.individual_name, score=c.score, flank=c.flank, sighting=c.sighting,
                            same_sighting=c.same_sighting, thumb=cat.blobs.existing(c.thumb_path) or cat.blobs.existing(c.blob_path),
                            mirror_sim=badges.get(c.image_id, (None, None))[0],
-                           danger_margin=badges.get(c.image_id, (None, None))[1])
-             for c in result.candidates]
+                           danger_margin=badges.get(c.image_id, (None, None))[1],
+                           probability=None if p is None else float(p))
+             for c, p in zip(result.candidates, probs)]
     note = ", ".join(part for part in (
         f"place contains {place.strip()!r}" if (place or "").strip() else "",
         f"from {date_from.strip()}" if (date_from or "").strip() else "",
         f"to {date_to.strip()}" if (date_to or "").strip() else "") if part) or None
     return MatchView(query=photo, model_name=result.model_name, model_provenance=result.model_provenance,
                      flank_filter=flank_filter, candidates=cards, diagnostics_source=source if badges else None,
-                     place_date_note=note)
+                     place_date_note=note, calibration_note=cal_note,
+                     new_threshold=new_individual_threshold(cat, species_id) if cal is not None else None)
 
 
 @dataclass

@@ -128,6 +128,21 @@ def map_by_variant(
 # --- Axis 2: laterality -----------------------------------------------------------------
 
 
+#: Mirror tiers as bands (name, low, high, colour) -- the one definition the charts and badges use.
+TIER_BANDS: tuple[tuple[str, float, float, str], ...] = (
+    ("aware", -1.0, TIER_AWARE_BELOW, "rgba(46, 139, 87, 0.16)"),
+    ("moderate", TIER_AWARE_BELOW, TIER_STRONG_FROM, "rgba(218, 165, 32, 0.18)"),
+    ("strong shortcut", TIER_STRONG_FROM, TIER_SYMMETRIC_ABOVE, "rgba(230, 97, 0, 0.22)"),
+    ("symmetric", TIER_SYMMETRIC_ABOVE, 1.0, "rgba(178, 34, 34, 0.26)"),
+)
+
+
+def tier_colour(mirror_sim: float) -> str:
+    """The colour of the tier a mirror similarity falls in (same bands as :func:`mirror_tier`)."""
+    name = mirror_tier(mirror_sim)
+    return next(colour for tier, _, _, colour in TIER_BANDS if tier == name)
+
+
 def mirror_tier(mean_mirror_sim: float) -> str:
     """'aware' (< 0.85) | 'moderate' (0.85 - <0.96) | 'strong shortcut' (0.96 - 0.99) | 'symmetric' (> 0.99)."""
     m = float(mean_mirror_sim)

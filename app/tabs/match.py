@@ -66,12 +66,20 @@ def candidates_html(view: ms.MatchView | None, selected: int | None) -> str:
             badges.append("<span class='rz-badge rz-same-sighting' title='Taken in the same sighting as the query "
                           "(same place and moment): similar background can inflate the score.'>same sighting</span>")
         if c.mirror_sim is not None and c.danger_margin is not None:
+            from core.diagnostics import mirror_tier, tier_colour
+
             warn = c.danger_margin > 0
-            tip = (f"mirror similarity {c.mirror_sim:.3f}: how alike the model finds this photo and its mirror image; "
-                   f"danger margin {c.danger_margin:+.3f} (> 0: the mirrored photo looks more like another animal "
-                   f"than like itself). From {view.diagnostics_source}.")
-            badges.append(f"<span class='rz-badge {'rz-mirror-warn' if warn else 'rz-mirror-ok'}' title='{_e(tip)}'>"
+            tier = mirror_tier(c.mirror_sim)
+            tip = (f"mirror similarity {c.mirror_sim:.3f} ({tier} tier, as in Diagnostics): how alike the model finds "
+                   f"this photo and its mirror image; danger margin {c.danger_margin:+.3f} (> 0: the mirrored photo "
+                   f"looks more like another animal than like itself). From {view.diagnostics_source}.")
+            badges.append(f"<span class='rz-badge rz-mirror {'rz-mirror-warn' if warn else ''}' data-tier='{_e(tier)}' "
+                          f"style='background:{tier_colour(c.mirror_sim)}' title='{_e(tip)}'>"
                           f"mirror {c.mirror_sim:.2f}{' ⚠' if warn else ''}</span>")
+        if c.probability is not None:
+            ptip = f"{_e(view.calibration_note or '')}; raw score {c.score:.4f}"
+            badges.append(f"<span class='rz-badge rz-prob' title='{ptip}'>{100 * c.probability:.0f}% same animal"
+                          "</span>")
         width = max(0.0, min(1.0, c.score)) * 100
         img = (f"<img src='{_e(file_url(c.thumb))}' alt='candidate {c.rank}: {_e(c.individual_name)}' loading='lazy'>"
                if c.thumb else "")
@@ -122,8 +130,14 @@ def header_html(view: ms.MatchView | None, queue: list[int], pos: int) -> str:
     prov = (f"<span id='match-provenance' title='{_e(view.model_provenance)}' "
             f"style='text-decoration:underline dotted;cursor:help'>scored by <b>{_e(view.model_name)}</b> "
             f"(hover for provenance)</span>")
+    suggestion = ""
+    if view.candidates and view.suggest_new:
+        top = view.candidates[0]
+        suggestion = (f"<span class='rz-suggest-new' id='match-suggest-new'>Best candidate only "
+                      f"{100 * top.probability:.0f}% likely the same animal (your threshold: "
+                      f"{100 * view.new_threshold:.0f}%): probably a <b>new individual</b> (key I)</span>")
     return (f"<div class='rz-head' style='display:flex;gap:1em;flex-wrap:wrap;align-items:baseline'>"
-            f"<b>{_e(where)}</b><span>{prov}</span><span>{_e(flt)}</span></div>")
+            f"<b>{_e(where)}</b><span>{prov}</span><span>{_e(flt)}</span>{suggestion}</div>")
 
 
 def build(ctx: UIContext) -> None:
