@@ -128,7 +128,10 @@ def backbone_names(cat: Catalogue | None = None) -> list[str]:
         from core.backbones import list_backbones
     except ImportError:
         return [DEFAULT_BACKBONE, "sift_vlad"]
-    names = sorted((n for n in list_backbones() if not n.endswith(":")), key=lambda n: (n != DEFAULT_BACKBONE, n))
+    from core.backbones import weights_available
+
+    names = sorted((n for n in list_backbones() if not n.endswith(":") and weights_available(n)),
+                   key=lambda n: (n != DEFAULT_BACKBONE, n))
     if cat is None:
         return names
     from db.species import active_model_name

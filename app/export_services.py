@@ -68,6 +68,12 @@ def submit_kaggle_export(cat: Catalogue, *, test_csv: object | None, images_zip:
                     f"with {model} ({variant}). Progress is shown here and in the Jobs tab.")
 
 
+def latest_export_job(cat: Catalogue) -> int | None:
+    """The newest export job, so a reloaded page shows its state and download again."""
+    jobs = queue.list_jobs(cat, limit=1, kind="export")
+    return jobs[0].id if jobs else None
+
+
 def export_status(cat: Catalogue, job_id: int | None) -> tuple[str, str | None]:
     """(what the curator reads, path of the finished submission or None)."""
     if not job_id:

@@ -59,6 +59,13 @@ def _enum_value(v: Any) -> str:
 # =========================================================================== match review
 
 
+def unavailable_models() -> list[str]:
+    """Registered backbones whose weights are not on this machine (shown as unavailable, never offered)."""
+    from core.backbones import list_backbones, weights_available
+
+    return [n for n in list_backbones() if not n.endswith(":") and not weights_available(n)]
+
+
 def active_model(cat: Catalogue, species: int | str | None = None) -> str:
     """The active model of a species (the default species when None)."""
     from db.species import active_model_name
@@ -83,7 +90,9 @@ def matcher_choices(cat: Catalogue | None = None) -> list[str]:
         from core.backbones import list_backbones
     except ImportError:
         return [DEFAULT_MODEL]
-    names = [n for n in list_backbones() if not n.endswith(":")]
+    from core.backbones import weights_available
+
+    names = [n for n in list_backbones() if not n.endswith(":") and weights_available(n)]
     trained = []
     if cat is not None:
         from db.training import trained_model_names

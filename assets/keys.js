@@ -1,5 +1,6 @@
 // Rosette match review keyboard shortcuts (installed once per page by the Match review tab).
-// One key per decision: M same, N not, U unsure, I new individual, Z undo, arrows previous / next.
+// One key per decision: M same, N not, U unsure, I new individual, Z undo, arrows previous / next;
+// F accepts the suggested flank (Match review and Mask).
 // A key presses the button with that elem_id, only while the button is visible (the Match review
 // tab is open) and never while the curator is typing in a text box, list or editable area.
 (() => {
@@ -8,6 +9,7 @@
   const KEYS = {
     m: "match-same", n: "match-not", u: "match-unsure", i: "match-new", z: "match-undo",
     ArrowLeft: "match-prev", ArrowRight: "match-next",
+    f: ["match-accept-flank", "mask-accept-flank"],  // accept the suggested flank (Match review or Mask)
   };
   const typing = (t) => !!t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName || ""));
   const buttonFor = (id) => {
@@ -17,10 +19,11 @@
   };
   document.addEventListener("keydown", (e) => {
     if (e.ctrlKey || e.metaKey || e.altKey || e.repeat || typing(e.target)) return;
-    const id = KEYS[e.key.length === 1 ? e.key.toLowerCase() : e.key];
-    if (!id) return;
-    const btn = buttonFor(id);
-    if (!btn || btn.disabled || btn.offsetParent === null) return;  // tab hidden or button disabled
+    const ids = KEYS[e.key.length === 1 ? e.key.toLowerCase() : e.key];
+    if (!ids) return;
+    const btn = [].concat(ids).map(buttonFor)
+      .find((b) => b && !b.disabled && b.offsetParent !== null);  // the one on the open tab, enabled
+    if (!btn) return;
     e.preventDefault();
     btn.click();
   });

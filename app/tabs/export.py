@@ -54,3 +54,12 @@ def build(ctx: UIContext) -> None:
         return es.export_status(cat, jid) if jid else (gr.skip(), gr.skip())
 
     timer.tick(poll, [job_id], [status, result], show_progress="hidden")
+
+    def latest(current):
+        # after a page reload the newest export (and its download) is shown again
+        if current:
+            return gr.skip(), *poll(current)
+        jid = es.latest_export_job(cat)
+        return (jid, *es.export_status(cat, jid)) if jid else (gr.skip(), gr.skip(), gr.skip())
+
+    ctx.on_refresh(latest, inputs=[job_id], outputs=[job_id, status, result], on_tab_select=False)

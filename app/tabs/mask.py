@@ -5,6 +5,8 @@ from __future__ import annotations
 import gradio as gr
 
 from app import diag_services as ds
+from app import flank_services as fs
+from app.services import curator_name
 from app.ui import UIContext, curator_action
 
 TITLE = "Mask"
@@ -51,6 +53,9 @@ def build(ctx: UIContext) -> None:
             flank = gr.Radio(["left", "right", "front", "other"], value=None, label="Which side of the animal is shown?",
                              elem_id="mask-flank",
                              info="The coat pattern differs between left and right flank; this label is saved at once.")
+            flank_hint = gr.Markdown(elem_id="mask-flank-suggestion")
+            accept_flank = gr.Button("Accept suggested flank (F)", elem_id="mask-accept-flank", size="sm",
+                                     visible=False)
             status = gr.Markdown(elem_id="mask-status", elem_classes=["status-line"])
     with gr.Row(equal_height=True):
         all_button = gr.Button("Mask all photos without a mask", elem_id="mask-all", scale=0, min_width=260)
@@ -112,8 +117,22 @@ def build(ctx: UIContext) -> None:
         _job, message = ds.submit_mask_all(cat, user=user)
         return message
 
+    @curator_action
+    def suggest(d):
+        text, show = fs.flank_suggestion(cat, d.image_id if d else None)
+        return text, gr.update(visible=show)
+
+    @curator_action
+    def take_suggestion(d, user):
+        message = fs.accept_suggestion(cat, d.image_id if d else None, user=curator_name(user))
+        d.flank = ds.open_for_masking(cat, d.image_id).flank
+        return message, gr.update(value=d.flank), "", gr.update(visible=False)
+
     shown = [draft, picture, report]
-    picker.input(pick, inputs=[picker], outputs=[*shown, flank, status], api_visibility="private")
+    picker.input(pick, inputs=[picker], outputs=[*shown, flank, status], api_visibility="private").then(
+        suggest, inputs=[draft], outputs=[flank_hint, accept_flank], api_visibility="private")
+    ctx.changed(accept_flank.click(take_suggestion, inputs=[draft, ctx.user],
+                                   outputs=[status, flank, flank_hint, accept_flank], api_name="accept_flank"))
     # every click counts, in order: queued one at a time (the draft is read from the session when each runs)
     picture.select(click, inputs=[draft, mode], outputs=shown, api_visibility="private", trigger_mode="multiple",
                    concurrency_limit=1, concurrency_id="mask-click", show_progress="hidden")
@@ -122,5 +141,7 @@ def build(ctx: UIContext) -> None:
     ctx.changed(accept_button.click(accept, inputs=[draft, ctx.user], outputs=[*shown, status],
                                     api_name="accept_mask"))
     redo_button.click(redo, inputs=[draft], outputs=[*shown, status], api_visibility="private")
-    ctx.changed(flank.input(choose_flank, inputs=[draft, flank, ctx.user], outputs=[status], api_name="set_flank"))
+    ctx.changed(flank.input(choose_flank, inputs=[draft, flank, ctx.user], outputs=[status], api_name="set_flank")
+                .then(lambda: ("", gr.update(visible=False)), outputs=[flank_hint, accept_flank],
+                      api_visibility="private"))
     all_button.click(mask_all, inputs=[ctx.user], outputs=[all_status], api_name="mask_all_photos")

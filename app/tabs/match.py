@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 import gradio as gr
 
+from app import flank_services as fs
 from app import match_services as ms
 from app.ui import ASSETS_DIR, UIContext, curator_action
 from db.catalogue import ConflictError
@@ -34,7 +35,8 @@ element.addEventListener('click', (e) => {
 """
 KEYS_HELP = ("<div class='rz-keys' style='font-size:var(--text-sm);color:var(--body-text-color-subdued)'>"
              "Keys: <kbd>M</kbd> same individual · <kbd>N</kbd> not the same · <kbd>U</kbd> unsure · "
-             "<kbd>I</kbd> new individual · <kbd>Z</kbd> undo · <kbd>←</kbd>/<kbd>→</kbd> previous / next photo. "
+             "<kbd>I</kbd> new individual · <kbd>Z</kbd> undo · <kbd>←</kbd>/<kbd>→</kbd> previous / next photo · "
+             "<kbd>F</kbd> accept the suggested flank. "
              "Click a candidate to compare it (the top one is chosen by default).</div>")
 EMPTY_QUEUE = ("Nothing is waiting for review. Pick a photo in <b>Open a photo</b>, upload a new one, "
                "or press <b>Reload queue</b> after importing photos.")
@@ -153,7 +155,10 @@ def build(ctx: UIContext) -> None:
                                 info="Opposite flank only: the hardest and most useful check (patterns differ left/right).",
                                 scale=3)
         model = gr.Dropdown(ms.matcher_choices(cat), value=ms.active_model(cat), label="Matching model",
-                            elem_id="match-model", scale=2, info="The model that ranks the candidates.")
+                            elem_id="match-model", scale=2,
+                            info="The model that ranks the candidates."
+                                 + (f" Not available here (weights not on this machine): "
+                                    f"{', '.join(ms.unavailable_models())}." if ms.unavailable_models() else ""))
         photo_pick = gr.Dropdown([], value=None, label="Open a photo", elem_id="match-open", filterable=True, scale=3,
                                  info="Any photo by number, name or individual.")
         reload_button = gr.Button("Reload queue", elem_id="match-reload", scale=1, min_width=120)
@@ -164,21 +169,24 @@ def build(ctx: UIContext) -> None:
             date_from = gr.Textbox(label="From date", placeholder="YYYY-MM-DD", max_lines=1, elem_id="match-date-from")
             date_to = gr.Textbox(label="To date", placeholder="YYYY-MM-DD", max_lines=1, elem_id="match-date-to",
                                  info="Sighting date, else the photo's EXIF time; photos without one are left out.")
+            threshold = gr.Number(label="Suggest a new individual below (% same animal)", precision=0, minimum=0,
+                                  maximum=100, elem_id="match-new-threshold",
+                                  info="When the best candidate's calibrated probability is lower, the screen "
+                                       "suggests a new individual.")
     # what the candidates are restricted to: flank, place and dates, as one value every handler reads
     filters_state = gr.State({"flank": "any", "place": None, "date_from": None, "date_to": None})
 
     with gr.Row(equal_height=False, elem_id="match-main"):
-        with gr.Column(scale=5, min_width=360):
-            query_image = gr.Image(label="Photo to identify", interactive=False, height=400, elem_id="match-query",
-                                   buttons=["fullscreen"], show_label=True)
+        # the photo to identify and the chosen candidate side by side, decisions right under them:
+        # everything a decision needs fits above the fold at 1400 x 900
+        with gr.Column(scale=6, min_width=520):
+            with gr.Row(equal_height=True, elem_id="match-pair"):
+                query_image = gr.Image(label="Photo to identify", interactive=False, height=280,
+                                       elem_id="match-query", buttons=["fullscreen"], show_label=True)
+                compare_image = gr.Image(label="Chosen candidate", interactive=False, height=280,
+                                         elem_id="match-compare", buttons=["fullscreen"])
             facts = gr.HTML("", elem_id="match-facts", js_on_load=None, css_template=FACTS_CSS)
             outline = gr.Checkbox(label="Show mask outline", value=False, visible=False, elem_id="match-outline")
-            compare_image = gr.Image(label="Chosen candidate", interactive=False, height=400, elem_id="match-compare",
-                                     buttons=["fullscreen"])
-        with gr.Column(scale=7, min_width=420):
-            header = gr.HTML("", elem_id="match-header", js_on_load=None)
-            candidates = gr.HTML(candidates_html(None, None), elem_id="match-candidates", css_template=GRID_CSS,
-                                 js_on_load=PICK_JS, min_height=200)
             with gr.Row(equal_height=True):
                 same_button = gr.Button("Same individual (M)", variant="primary", elem_id="match-same")
                 not_button = gr.Button("Not the same (N)", elem_id="match-not")
@@ -190,8 +198,16 @@ def build(ctx: UIContext) -> None:
                 undo_button = gr.Button("Undo my last decision (Z)", elem_id="match-undo", size="sm")
                 new_name = gr.Textbox(label="Name for a new individual", placeholder="new individual's name (optional)",
                                       max_lines=1, elem_id="match-new-name", scale=2, container=False)
+            with gr.Row(equal_height=True):
+                flank_hint = gr.Markdown(elem_id="match-flank-suggestion")
+                accept_flank = gr.Button("Accept suggested flank (F)", elem_id="match-accept-flank", size="sm",
+                                         visible=False, scale=0, min_width=220)
             status = gr.Markdown(elem_id="match-status", elem_classes=["status-line"])
             gr.HTML(KEYS_HELP, elem_id="match-keys", js_on_load=KEYS_JS)
+        with gr.Column(scale=6, min_width=420):
+            header = gr.HTML("", elem_id="match-header", js_on_load=None)
+            candidates = gr.HTML(candidates_html(None, None), elem_id="match-candidates", css_template=GRID_CSS,
+                                 js_on_load=PICK_JS, min_height=200)
     with gr.Accordion("Match a new photo (upload)", open=False, elem_id="match-upload-box"):
         upload = gr.File(label="Photo", file_count="single", file_types=["image"], elem_id="match-upload", height=110)
 
@@ -221,7 +237,7 @@ def build(ctx: UIContext) -> None:
             return None
         return ms.query_photo(cat, chosen.image_id).path or chosen.thumb
 
-    def show(image_id, model_name, flank, show_outline, queue, pos, progress=None):
+    def show(image_id, model_name, flank, show_outline, queue, pos, progress=None, selected=1):
         step = None
         if progress is not None:
             def step(done, total):
@@ -231,7 +247,7 @@ def build(ctx: UIContext) -> None:
                               flank_filter=filters.get("flank") or "any", place=filters.get("place"),
                               date_from=filters.get("date_from"), date_to=filters.get("date_to"),
                               progress=step) if image_id is not None else None
-        return render(view, 1, show_outline, queue, pos)
+        return render(view, selected, show_outline, queue, pos)
 
     def load_queue(model_name, flank, show_outline, progress, *, keep_view=None):
         def step(done, total):
@@ -275,6 +291,12 @@ def build(ctx: UIContext) -> None:
         except ConflictError as exc:  # another curator decided this photo meanwhile: show it as it is now
             return (pos, *show(view.query.image_id, model_name, flank, show_outline, queue, pos, progress),
                     gr.skip(), f"**Not recorded:** {exc}. The photo is shown again as it is now.")
+        if kind == "not" and view.candidate((selected or 1) + 1) is not None \
+                and view.candidate((selected or 1) + 1).rank == (selected or 1) + 1:
+            # "not the same" on a candidate: stay on this photo and compare the next candidate
+            rank = (selected or 1) + 1
+            return (pos, *show(view.query.image_id, model_name, flank, show_outline, queue, pos, progress,
+                               selected=rank), "", outcome.message + f" Now comparing candidate {rank}.")
         nxt = ms.next_pending(cat, queue, pos)
         if nxt is None:
             return (pos, *render(None, 1, show_outline, queue, pos), "", outcome.message + " The queue is done.")
@@ -329,6 +351,50 @@ def build(ctx: UIContext) -> None:
         tab.select(on_open_tab, inputs=[view_state, model, filters_state, outline],
                    outputs=[queue_state, pos_state, *screen], show_progress="full", api_visibility="private")
     ctx.on_refresh(photo_list, inputs=[photo_pick], outputs=[photo_pick], on_tab_select=False)
+    # flank suggestion for the photo on screen (when its flank is not labelled), accepted with F
+    @curator_action
+    def suggest_flank(view):
+        text, show = fs.flank_suggestion(cat, view.query.image_id if view else None)
+        return text, gr.update(visible=show)
+
+    @curator_action
+    def take_flank(view, user, model_name, filters, show_outline, queue, pos):
+        message = fs.accept_suggestion(cat, view.query.image_id if view else None, user=curator_name(user))
+        return (*show(view.query.image_id, model_name, filters, show_outline, queue, pos), message, "",
+                gr.update(visible=False))
+
+    view_state.change(suggest_flank, inputs=[view_state], outputs=[flank_hint, accept_flank], **hidden)
+    ctx.changed(accept_flank.click(take_flank, inputs=[view_state, ctx.user, model, filters_state, outline,
+                                                       queue_state, pos_state],
+                                   outputs=[*screen, status, flank_hint, accept_flank], api_name="accept_flank"))
+
+    # the species' new-individual threshold (a calibrated probability), set by the curator
+    @curator_action
+    def load_threshold(view):
+        from db.calibration import new_individual_threshold
+        from db.species import species_of_image
+
+        sid = species_of_image(cat, view.query.image_id) if view else 1
+        return round(100 * new_individual_threshold(cat, sid))
+
+    @curator_action
+    def save_threshold(value, view, model_name, filters, show_outline, queue, pos):
+        from db.calibration import set_new_individual_threshold
+        from db.species import species_of_image
+
+        if value is None:
+            return gr.skip()
+        sid = species_of_image(cat, view.query.image_id) if view else 1
+        set_new_individual_threshold(cat, float(value) / 100.0, sid)
+        if view is None:
+            return (gr.skip(),) * len(screen) + (f"New-individual threshold set to {value:.0f}%.",)
+        return (*show(view.query.image_id, model_name, filters, show_outline, queue, pos),
+                f"New-individual threshold set to {value:.0f}%.")
+
+    ctx.on_refresh(load_threshold, inputs=[view_state], outputs=[threshold], on_tab_select=False)
+    threshold.submit(save_threshold, inputs=[threshold, view_state, model, filters_state, outline, queue_state,
+                                             pos_state], outputs=[*screen, status], **hidden)
+
     # trained models appear in the picker once their training job registered them; after a promotion, once its
     # re-embedding job has finished, the picker switches to the new active model and the queue re-ranks
     last_active = gr.State(ms.active_model(cat))
@@ -368,13 +434,18 @@ def build(ctx: UIContext) -> None:
                      **hidden)
     photo_pick.input(on_open_photo, inputs=[photo_pick, model, filters_state, outline, queue_state],
                      outputs=[pos_state, *screen], api_visibility="private")
+    @curator_action
     def set_filters(flank, place, start, end):
+        from db.matching import check_date
+
+        # a malformed date is refused here, before anything changes: the screen and the filters stay as they were
         return {"flank": flank or "any", "place": (place or "").strip() or None,
-                "date_from": (start or "").strip() or None, "date_to": (end or "").strip() or None}
+                "date_from": check_date(start, what="the 'from' date"),
+                "date_to": check_date(end, what="the 'to' date")}
 
     gr.on([flank_filter.input, place_filter.submit, date_from.submit, date_to.submit, place_filter.blur,
            date_from.blur, date_to.blur], set_filters, inputs=[flank_filter, place_filter, date_from, date_to],
-          outputs=[filters_state], **hidden).then(
+          outputs=[filters_state], **hidden).success(
         on_rerank, inputs=[view_state, model, filters_state, outline, queue_state, pos_state], outputs=screen,
         api_visibility="private")
     model.input(on_rerank, inputs=[view_state, model, filters_state, outline, queue_state, pos_state],

@@ -234,6 +234,27 @@ def list_backbones() -> list[str]:
     return BACKBONES.names()
 
 
+def weights_available(name: str) -> bool:
+    """Whether ``create_backbone(name)`` can find its pretrained weights on this machine, without loading them
+    (the UI offers only backbones that can run; ``timm:`` and ``hf-hub:`` prefixes count as unknown: False)."""
+    if name == "sift_vlad":
+        return True
+    if name == DEFAULT_BACKBONE:
+        try:
+            from core.backbones.efficientnet import weights_file
+
+            return weights_file().exists()
+        except Exception:  # noqa: BLE001 - a missing package means no weights
+            return False
+    try:
+        from core.backbones.hub import HUB_MODELS, find_local_file
+
+        spec = HUB_MODELS.get(name)
+        return spec is not None and find_local_file(spec.repo_id, spec.files) is not None
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def describe_backbones() -> dict[str, str]:
     """Backbone name -> one-line description (for the UI)."""
     return BACKBONES.describe()

@@ -1,0 +1,39 @@
+"""Flank suggestion as the Mask and Match review screens show it, and accepting it (key F)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from db.session import Catalogue
+
+
+def flank_suggestion(cat: Catalogue, image_id: int | None) -> tuple[str, bool]:
+    """(markdown, whether the Accept button shows) for a photo; nothing when its flank is already labelled."""
+    from sqlalchemy import select
+
+    from db.flank import suggest_flanks
+    from db.models import Flank, Image
+
+    if image_id is None:
+        return "", False
+    with cat.unit_of_work() as s:
+        flank = s.scalar(select(Image.flank).where(Image.id == int(image_id)))
+    if flank is None or flank != Flank.unknown:
+        return "", False
+    try:
+        sug: dict[str, Any] = suggest_flanks(cat, [int(image_id)])[int(image_id)]
+    except ValueError as exc:  # too few labelled photos to learn from
+        return f"No flank suggestion yet: {exc}.", False
+    acc = f"{100 * sug['accuracy']:.0f}% right on held-out labelled photos" if sug["accuracy"] is not None \
+        else "accuracy not measured yet (too few labelled photos)"
+    return (f"Suggested flank: **{sug['flank']}** ({100 * sug['confidence']:.0f}% confident; the suggester is {acc}, "
+            f"learned from {sug['n_train']} labelled photos with {sug['model']}). Press **F** to accept."), True
+
+
+def accept_suggestion(cat: Catalogue, image_id: int | None, *, user: str) -> str:
+    from db.flank import accept_flank_suggestion
+
+    if image_id is None:
+        raise ValueError("Open a photo first.")
+    flank = accept_flank_suggestion(cat, int(image_id), user=user)
+    return f"Flank set to {flank} (suggested, accepted by {user})."
