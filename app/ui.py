@@ -167,6 +167,13 @@ def served_dirs(cat: Catalogue) -> list[Path]:
     return dirs
 
 
+def plotly_js_path() -> Path:
+    """plotly.js as shipped inside the plotly package (served locally: the page works offline)."""
+    import plotly
+
+    return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+
+
 def stylesheets() -> list[Path]:
     """``assets/style.css`` first, then every other ``assets/*.css`` (tabs may ship their own)."""
     others = sorted(p for p in ASSETS_DIR.glob("*.css") if p != STYLE_CSS)
@@ -179,7 +186,7 @@ def launch_options(cat: Catalogue) -> dict[str, Any]:
     return {
         "theme": theme(),
         "css_paths": stylesheets() or None,
-        "allowed_paths": [str(d) for d in served_dirs(cat)],
+        "allowed_paths": [str(d) for d in served_dirs(cat)] + [str(plotly_js_path().parent)],
         "blocked_paths": db_files,
         "share": False,
         "ssr_mode": False,
@@ -192,7 +199,7 @@ def launch_options(cat: Catalogue) -> dict[str, Any]:
 def build_app(cat: Catalogue, *, user: str = "curator") -> gr.Blocks:
     """The whole Rosette UI over an open catalogue; ``user`` is the default curator name."""
     # Catalogue files are content-addressed and never change: serve them in place instead of copying.
-    gr.set_static_paths([str(d) for d in served_dirs(cat)])
+    gr.set_static_paths([str(d) for d in served_dirs(cat)] + [str(plotly_js_path().parent)])
     # delete_cache: every hour, drop uploaded temporary files older than a day (the catalogue keeps its own copy).
     with gr.Blocks(title="Rosette", analytics_enabled=False, delete_cache=(3600, 86400)) as demo:
         with gr.Row(elem_id="rosette-header", equal_height=True):

@@ -68,7 +68,7 @@ def _test_image_ids(cat: Catalogue, benchmark: str) -> set[int]:
 
 
 def training_set(cat: Catalogue, *, source: str = "benchmark", benchmark: str | None = None,
-                 image_ids: Sequence[int] | None = None) -> TrainingSet:
+                 image_ids: Sequence[int] | None = None, species_id: int | None = None) -> TrainingSet:
     """The photos to train on.
 
     ``source="benchmark"``: the train split of ``benchmark``. ``source="catalogue"``: every photo of an
@@ -99,6 +99,8 @@ def training_set(cat: Catalogue, *, source: str = "benchmark", benchmark: str | 
                  .join(Individual, Image.individual_id == Individual.id)
                  .outerjoin(Sighting, Image.sighting_id == Sighting.id)
                  .where(Individual.active.is_(True)).order_by(Image.id))
+            if species_id is not None:
+                q = q.where(Image.species_id == species_id)
             rows = [(r[0], r[1], r[2]) for r in s.execute(q).all()]
         excluded = sum(1 for r in rows if r[0] in test_ids)
         rows = [r for r in rows if r[0] not in test_ids]
@@ -217,7 +219,8 @@ def check_model_name(cat: Catalogue, name: str) -> None:
 
 def train_model(cat: Catalogue, *, backbone: str = "efficientnet_lite0", config: TrainConfig,
                 source: str = "benchmark", benchmark: str | None = None, image_ids: Sequence[int] | None = None,
-                name: str | None = None, device: str = "auto", hooks: TrainingHooks) -> dict[str, Any]:
+                name: str | None = None, device: str = "auto", hooks: TrainingHooks,
+                species_id: int | None = None) -> dict[str, Any]:
     """Train, checkpoint every epoch, register the best epoch as a candidate model; returns a summary."""
     from core.backbones import create_backbone
     from core.heads import create_head, head_spec
@@ -232,7 +235,7 @@ def train_model(cat: Catalogue, *, backbone: str = "efficientnet_lite0", config:
     name = name or hooks.extra.get("name") or _model_name(backbone, config, hooks.job_id)
     spec = head_spec(config.head)
     loss_name = config.resolved_loss()
-    tset = training_set(cat, source=source, benchmark=benchmark, image_ids=image_ids)
+    tset = training_set(cat, source=source, benchmark=benchmark, image_ids=image_ids, species_id=species_id)
     dev = resolve_device(device)
     info = runtime_info(dev)
     hooks.log(f"training {name}: backbone {backbone}, head {config.head}, loss {loss_name}, blocks {config.blocks}, "
@@ -434,7 +437,8 @@ def train_model(cat: Catalogue, *, backbone: str = "efficientnet_lite0", config:
     with cat.unit_of_work() as s:
         row = Model(name=name, backbone=backbone, head=config.head, loss=loss_name, config=cfg.to_dict(),
                     checkpoint_path=str(rel), checkpoint_hash=sha, training_config=training,
-                    data_snapshot=tset.snapshot(), job_id=hooks.job_id, status=ModelStatus.candidate)
+                    data_snapshot=tset.snapshot(), job_id=hooks.job_id, status=ModelStatus.candidate,
+                    species_id=_single_species(cat, tset.image_ids))
         s.add(row)
         s.commit()
         model_id = row.id
@@ -485,6 +489,33 @@ def _mirror_and_distractor_makers(cat: Catalogue, srcs: list[Any], tset: Trainin
         return composite_distractor(background, other, load_mask(cat, srcs[j], shape=other.shape[:2]))
 
     return mirror_of, distractor_of
+
+
+def _single_species(cat: Catalogue, image_ids: Sequence[int]) -> int | None:
+    with cat.unit_of_work() as s:
+        ids = set(s.scalars(select(Image.species_id).where(Image.id.in_(list(image_ids)))))
+    return ids.pop() if len(ids) == 1 else None
+
+
+def decisions_since_active(cat: Catalogue, species_id: int = 1) -> dict[str, Any]:
+    """Confirmed identities (standing 'same' and 'new individual' decisions) on the species' photos since the
+    active model's training snapshot was taken (all of them when the active model was never trained)."""
+    from sqlalchemy import func
+
+    from db.models import DecisionKind, MatchDecision
+    from db.species import active_model_name
+
+    name = active_model_name(cat, species_id)
+    with cat.unit_of_work() as s:
+        model = s.scalar(select(Model).where(Model.name == name))
+        since = model.created_at if model is not None and model.data_snapshot else None
+        q = (select(func.count()).select_from(MatchDecision).join(Image, Image.id == MatchDecision.query_image_id)
+             .where(MatchDecision.undone_at.is_(None), Image.species_id == species_id,
+                    MatchDecision.decision.in_([DecisionKind.same, DecisionKind.new_individual])))
+        if since is not None:
+            q = q.where(MatchDecision.created_at > since)
+        n = int(s.scalar(q) or 0)
+    return {"active_model": name, "since": since.isoformat() if since else None, "confirmed": n}
 
 
 def list_models(cat: Catalogue) -> list[Model]:

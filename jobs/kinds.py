@@ -70,7 +70,8 @@ def train_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[s
                           extra={"name": params.get("name")})
     trained = train_model(cat, backbone=params.get("backbone", "efficientnet_lite0"), config=config,
                           source=params.get("source", "benchmark"), benchmark=params.get("benchmark"),
-                          name=params.get("name"), device=params.get("device", "auto"), hooks=hooks)
+                          name=params.get("name"), device=params.get("device", "auto"), hooks=hooks,
+                          species_id=params.get("species"))
     result: dict[str, Any] = {**trained}
     if params.get("benchmark"):
         from db.evaluation import run_evaluation
@@ -94,13 +95,45 @@ def train_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[s
             result["diagnostics"] = {k: dg.get(k) for k in ("evaluation_id", "bg_fg", "bg_fg_band", "mirror_tier",
                                                              "mirror_sim_mean", "cross_within_ratio") if k in dg}
             ctx.log(f"diagnostics: BG/FG {dg.get('bg_fg')}, mirror tier {dg.get('mirror_tier')}")
+    if params.get("compare_with") and params.get("benchmark"):
+        from db.compare import compare
+
+        ctx.progress(0.99, f"comparing with {params['compare_with']}")
+        cmp = compare(cat, trained["model"], params["compare_with"], benchmark=params["benchmark"])
+        result["comparison"] = {k: v for k, v in cmp.items() if k != "ap_differences"}
+        ctx.log(cmp["verdict"])
     ev = result.get("evaluation", {})
     result["summary"] = (f"trained {trained['model']} in {trained['wall_seconds']:.0f} s"
                          + (f"; validation mAP {trained['best_val_map_macro']:.3f} (frozen "
                             f"{trained['frozen_val_map_macro']:.3f})" if trained.get("best_val_map_macro") is not None
                             and trained.get("frozen_val_map_macro") is not None else "")
-                         + (f"; test mAP macro {ev['map_macro']:.3f}" if ev else ""))
+                         + (f"; test mAP macro {ev['map_macro']:.3f}" if ev else "")
+                         + (f". {result['comparison']['verdict']}" if result.get("comparison") else ""))
     return result
+
+
+def retrain_params(cat: Catalogue, *, species_id: int = 1, user: str = "curator") -> dict[str, Any]:
+    """The training job that learns from the decisions made since the active model: the catalogue's confirmed
+    individuals of the species, the active model's own recipe (SupCon head only when it was never trained),
+    evaluated on the species' newest benchmark with a train split and compared with the active model."""
+    from sqlalchemy import select
+
+    from db.models import Benchmark, Model
+    from db.species import active_model_name
+
+    active = active_model_name(cat, species_id)
+    with cat.unit_of_work() as s:
+        row = s.scalar(select(Model).where(Model.name == active))
+        recipe = dict(((row.training_config or {}).get("train_config") or {}) if row else {})
+        backbone = row.backbone if row is not None and row.head else "efficientnet_lite0"
+        bench = s.scalar(select(Benchmark.name).where(
+            (Benchmark.species_id == species_id) | Benchmark.species_id.is_(None),
+            Benchmark.split_kind.in_(["identity", "sighting"])).order_by(Benchmark.id.desc()))
+    params = {k: recipe[k] for k in TRAIN_CONFIG_KEYS if recipe.get(k) is not None}
+    params.setdefault("head", "supcon")
+    params.update({"backbone": backbone, "source": "catalogue", "species": species_id, "benchmark": bench,
+                   "compare_with": active, "user": user, "reason": "retrain from new decisions"})
+    return params
 
 
 def _cancel_check(ctx: JobContext):
@@ -171,3 +204,12 @@ def export_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[
                          model=params.get("model", "efficientnet_lite0"), out=params["out"],
                          variant=params.get("variant", "full_rgb"), progress=ctx.callback(label="embedding"),
                          should_cancel=ctx.cancelled)
+
+
+@register_job_kind("map", queue=HEAVY)
+def map_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Embedding map (UMAP; Poincare disk for Lorentz models) of a species' photos: params model, species."""
+    from db.embedding_map import compute_map
+
+    return compute_map(cat, params["model"], species_id=params.get("species"),
+                       progress=ctx.callback(end=0.8, label="embedding"), should_cancel=ctx.cancelled)

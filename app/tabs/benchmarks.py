@@ -1,4 +1,4 @@
-"""Benchmarks & models tab: freeze the catalogue into a benchmark, evaluate models on it in the
+"""Benchmarks tab: freeze the catalogue into a benchmark, evaluate models on it in the
 background, and compare the stored evaluations (table and chart, provenance of every number on hover)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pandas as pd
 from app import match_services as ms
 from app.ui import UIContext, curator_action
 
-TITLE = "Benchmarks & models"
+TITLE = "Benchmarks"
 ORDER = 40
 
 HELP = """\

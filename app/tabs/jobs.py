@@ -58,7 +58,7 @@ def _e(x: object) -> str:
 def jobs_html(rows: list[ms.JobRow]) -> str:
     """The job list as an HTML table with progress bars and per-job Cancel / Retry buttons."""
     if not rows:
-        return "<div class='empty'>No jobs yet. Evaluations started from <b>Benchmarks &amp; models</b> appear here.</div>"
+        return "<div class='empty'>No jobs yet. Evaluations started from <b>Benchmarks</b> and training runs appear here.</div>"
     body = []
     for r in rows:
         actions = []

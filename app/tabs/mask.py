@@ -7,7 +7,9 @@ import gradio as gr
 from app import diag_services as ds
 from app import flank_services as fs
 from app.services import curator_name
-from app.ui import UIContext, curator_action
+from app.ui import ASSETS_DIR, UIContext, curator_action
+
+KEYS_JS = (ASSETS_DIR / "keys.js").read_text(encoding="utf-8") if (ASSETS_DIR / "keys.js").exists() else None
 
 TITLE = "Mask"
 ORDER = 30
@@ -54,6 +56,8 @@ def build(ctx: UIContext) -> None:
                              elem_id="mask-flank",
                              info="The coat pattern differs between left and right flank; this label is saved at once.")
             flank_hint = gr.Markdown(elem_id="mask-flank-suggestion")
+            # the shortcut keys (F accepts the suggestion) are installed by whichever tab loads first
+            gr.HTML("", elem_id="mask-keys", js_on_load=KEYS_JS, padding=False)
             accept_flank = gr.Button("Accept suggested flank (F)", elem_id="mask-accept-flank", size="sm",
                                      visible=False)
             status = gr.Markdown(elem_id="mask-status", elem_classes=["status-line"])

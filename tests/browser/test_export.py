@@ -42,3 +42,8 @@ def test_kaggle_export_from_the_export_tab(rosette_server, page, shot, tmp_path)
     assert [r["row_id"] for r in rows] == [f"q{i}" for i in range(9)]
     same = [float(r["similarity"]) for r, (a, b) in zip(rows, ((a, b) for a in names for b in names)) if a == b]
     assert all(abs(s - 1.0) < 1e-4 for s in same)
+    # the download survives a page reload
+    page.reload()
+    page.get_by_role("tab", name="Export").click()
+    expect(page.locator("#export-status")).to_contain_text("Done: 9 rows", timeout=30_000)
+    expect(page.locator('#export-result a[href$="submission.csv"]')).to_have_count(1, timeout=TIMEOUT_MS)

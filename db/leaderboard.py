@@ -1,0 +1,75 @@
+"""The models leaderboard of one benchmark and variant: every model's latest retrieval evaluation joined with
+its latest diagnostics and its training facts (what the Models tab shows, with provenance)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from db.models import Evaluation, Model
+from db.session import Catalogue
+
+SORT_KEYS = ("map_macro", "map_micro", "cmc1_macro", "cmc5_macro", "cross_within", "bg_fg", "mirror_sim",
+             "train_seconds", "name")
+
+
+def leaderboard(cat: Catalogue, *, benchmark: str, variant: str = "full_rgb", sort: str = "map_macro",
+                include_archived: bool = False) -> list[dict[str, Any]]:
+    from db.species import model_status
+
+    if sort not in SORT_KEYS:
+        raise ValueError(f"unknown sort key {sort!r}; expected one of {', '.join(SORT_KEYS)}")
+    status = model_status(cat)
+    with cat.unit_of_work() as s:
+        evals = list(s.scalars(select(Evaluation).where(Evaluation.benchmark_name == benchmark)
+                               .order_by(Evaluation.id)))
+        models = {m.name: m for m in s.scalars(select(Model))}
+    retrieval = {e.model_name: e for e in evals if e.kind == "retrieval" and e.variant == variant
+                 and (e.metrics or {}).get("rerank", "none") in ("none", None)}
+    diagnose = {e.model_name: e for e in evals if e.kind == "diagnose"}
+    rows = []
+    for name in sorted(set(retrieval) | set(diagnose)):
+        m = models.get(name)
+        st = status.get(name, {"status": "candidate", "active_for": []})
+        if st["status"] == "archived" and not include_archived:
+            continue
+        ev, dg = retrieval.get(name), diagnose.get(name)
+        met = ev.metrics if ev else {}
+        dm = dg.metrics if dg else {}
+        tc = (m.training_config or {}) if m else {}
+        cross, within = (dm.get("cross_flank") or {}), (dm.get("within_flank") or {})
+        rows.append({
+            "name": name, "status": st["status"], "active_for": st["active_for"],
+            "head": m.head if m else None, "loss": m.loss if m else None,
+            "map_macro": met.get("map_macro"), "map_micro": met.get("map_micro"),
+            "cmc1_macro": (met.get("cmc_macro") or {}).get("1"), "cmc5_macro": (met.get("cmc_macro") or {}).get("5"),
+            "n_queries": met.get("n_queries"),
+            "cross_flank_map": cross.get("map_macro"), "within_flank_map": within.get("map_macro"),
+            "cross_within": dm.get("cross_within_ratio"),
+            "bg_fg": dm.get("bg_fg"), "bg_fg_band": dm.get("bg_fg_band"),
+            "mirror_sim": dm.get("mirror_sim_mean"), "mirror_tier": dm.get("mirror_tier"),
+            "train_seconds": tc.get("wall_seconds"), "device": (tc.get("runtime") or {}).get("device"),
+            "snapshot_images": (m.data_snapshot or {}).get("n_images") if m else None,
+            "snapshot_hash": (m.data_snapshot or {}).get("hash") if m else None,
+            "evaluation_id": ev.id if ev else None, "diagnose_id": dg.id if dg else None,
+            "provenance": _provenance(ev.model_config if ev else (m.config if m else {}), dg),
+        })
+    def key(r: dict[str, Any]) -> Any:
+        v = r[sort]
+        if sort == "name":
+            return (0, v)
+        return (v is None, -(v if v is not None else 0.0))
+    rows.sort(key=key)
+    return rows
+
+
+def _provenance(cfg: dict[str, Any], dg: Evaluation | None) -> str:
+    cfg = cfg or {}
+    bits = [f"{cfg.get('name', '?')}: {cfg.get('architecture', '?')}", f"weights {cfg.get('weight_source', '?')}",
+            f"sha256 {str(cfg.get('weights_sha256') or '-')[:12]}", f"input {cfg.get('input_size')}",
+            f"mean {cfg.get('mean')} std {cfg.get('std')}", f"pooling {cfg.get('pooling')}",
+            f"score {cfg.get('metric', 'cosine')}", f"fingerprint {cfg.get('fingerprint', '-')}"]
+    if dg is not None:
+        bits.append(f"diagnostics: masker {dg.masker}, inpainter {dg.inpainter}")
+    return "; ".join(bits)
