@@ -1,8 +1,5 @@
-"""What the Mask and Diagnostics tabs call: a few lines each over ``db`` and ``core``.
-
-Mask tab: a :class:`MaskDraft` holds one photo's prompts (clicks, box) and the
-mask proposed for it until the curator accepts it (:func:`accept_mask`) or
-starts again (:func:`clear_prompts`). Nothing is stored before "Accept".
+"""What the Diagnostics tab calls: a few lines each over ``db`` and ``core`` (the Mask tab's are in
+``app.mask_services``).
 
 Diagnostics tab, one photo (:func:`diagnose_image`): the six image variants of
 the photo with, for each, the model's score against the photo's own individual,
@@ -28,13 +25,10 @@ import numpy as np
 from sqlalchemy import select
 
 from app.services import curator_name
-from db.catalogue import CatalogueError
 from db.models import Image, Individual
 from db.session import Catalogue
 
 DEFAULT_BACKBONE = "efficientnet_lite0"
-FLANK_CHOICES = ["left", "right", "front", "other", "unknown"]
-CLICK_MODES = ("animal", "background", "box corner")
 
 #: Curator words for each image variant (the registry name goes in the tooltip).
 VARIANT_WORDS: dict[str, str] = {
@@ -208,230 +202,6 @@ def weights_label(model_config: dict[str, Any]) -> str:
     return ", ".join(parts) or "weights not recorded"
 
 
-# =========================================================================== Mask tab
-
-
-@dataclass
-class MaskDraft:
-    """One photo being masked: its prompts and the proposed (not yet stored) mask."""
-
-    image_id: int | None = None
-    points: list[tuple[float, float]] = field(default_factory=list)
-    labels: list[int] = field(default_factory=list)  # 1 animal, 0 background
-    corners: list[tuple[float, float]] = field(default_factory=list)  # box corners clicked so far (0-2)
-    box: tuple[float, float, float, float] | None = None
-    mask: np.ndarray | None = field(default=None, repr=False)
-    source: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-    stored: bool = False  # the mask shown is the one already in the catalogue
-    flank: str = "unknown"
-
-
-def mask_image_choices(cat: Catalogue) -> list[tuple[str, int]]:
-    """(label, image id) for every catalogue photo: id, file name, individual, who made its mask."""
-    with cat.unit_of_work() as s:
-        rows = s.execute(select(Image.id, Image.original_name, Individual.name, Image.mask_source)
-                         .outerjoin(Individual, Image.individual_id == Individual.id).order_by(Image.id)).all()
-    return [(f"#{i} · {name} · {ind or 'no individual yet'} · {'mask: ' + src if src else 'no mask yet'}", i)
-            for i, name, ind, src in rows]
-
-
-def open_for_masking(cat: Catalogue, image_id: int) -> MaskDraft:
-    """A draft for one photo, showing its stored mask (if any) and flank."""
-    from db.embeddings import load_mask, sources_for
-
-    with cat.unit_of_work() as s:
-        img = s.get(Image, int(image_id))
-        if img is None:
-            raise CatalogueError(f"There is no photo #{image_id}.")
-        draft = MaskDraft(image_id=img.id, source=img.mask_source, details=dict(img.mask_details or {}),
-                          flank=img.flank.value, stored=img.mask_path is not None)
-        shape = (img.height, img.width)
-    if draft.stored:
-        draft.mask = load_mask(cat, sources_for(cat, [draft.image_id])[0], shape=shape)
-    return draft
-
-
-def photo(cat: Catalogue, image_id: int) -> np.ndarray:
-    """The photo as HxWx3 uint8 RGB."""
-    from db.embeddings import load_photo, sources_for
-
-    return load_photo(cat, sources_for(cat, [int(image_id)])[0])
-
-
-def add_click(draft: MaskDraft, x: float, y: float, *, mode: str) -> MaskDraft:
-    """Record a click at pixel (x, y): an animal point, a background point, or a box corner.
-
-    Two box corners make the box; a third corner starts a new box. The proposed
-    mask is dropped because the prompts changed.
-    """
-    if draft.image_id is None:
-        raise ValueError("Pick a photo first.")
-    if mode not in CLICK_MODES:
-        raise ValueError(f"unknown click mode {mode!r}")
-    if mode == "box corner":
-        corners = [(float(x), float(y))] if len(draft.corners) >= 2 else [*draft.corners, (float(x), float(y))]
-        box = None
-        if len(corners) == 2:
-            (x0, y0), (x1, y1) = corners
-            box = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
-        draft.corners, draft.box = corners, box
-    else:
-        draft.points = [*draft.points, (float(x), float(y))]
-        draft.labels = [*draft.labels, 1 if mode == "animal" else 0]
-    draft.mask, draft.source, draft.details, draft.stored = None, None, {}, False
-    return draft
-
-
-def set_box(draft: MaskDraft, x0: float | None, y0: float | None, x1: float | None, y1: float | None) -> MaskDraft:
-    """Set the box from typed numbers (any corner order); all four are needed."""
-    if draft.image_id is None:
-        raise ValueError("Pick a photo first.")
-    if any(v is None for v in (x0, y0, x1, y1)):
-        raise ValueError("Give all four box numbers (left, top, right, bottom), in pixels.")
-    draft.box = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
-    draft.corners = [(draft.box[0], draft.box[1]), (draft.box[2], draft.box[3])]
-    draft.mask, draft.source, draft.details, draft.stored = None, None, {}, False
-    return draft
-
-
-def clear_prompts(draft: MaskDraft) -> MaskDraft:
-    """Redo: forget clicks, box and the proposed mask (the stored mask, if any, is untouched)."""
-    return MaskDraft(image_id=draft.image_id, flank=draft.flank)
-
-
-def run_masker(cat: Catalogue, draft: MaskDraft, *, masker: str | None = None) -> MaskDraft:
-    """Propose a mask from the draft's prompts (default: SAM 2 if configured, else GrabCut); nothing stored."""
-    from db.masks import predict_mask
-
-    if draft.image_id is None:
-        raise ValueError("Pick a photo first.")
-    name = masker or masker_in_use()[0]
-    res = predict_mask(cat, draft.image_id, masker=name, points=draft.points or None,
-                       point_labels=draft.labels or None, box=draft.box)
-    draft.mask, draft.source, draft.stored = res.mask, res.source, False
-    draft.details = dict(res.details)
-    return draft
-
-
-def accept_mask(cat: Catalogue, draft: MaskDraft, *, user: str) -> str:
-    """Store the proposed mask for the photo (replacing any earlier one); returns what happened."""
-    from db.masks import store_mask
-
-    user = curator_name(user)
-    if draft.image_id is None:
-        raise ValueError("Pick a photo first.")
-    if draft.mask is None or draft.stored:
-        raise ValueError("There is no new mask to accept: click on the animal and press “Make mask” first.")
-    q = store_mask(cat, draft.image_id, draft.mask, source=draft.source or "unknown", details=draft.details, user=user)
-    draft.stored = True
-    problems = f" Check it: {' '.join(FLAG_WORDS[f][0] for f in q['flags'] if f in FLAG_WORDS)}" if q["flags"] else ""
-    return (f"Saved the mask of photo #{draft.image_id} (made by {describe_mask_source(q['source'], draft.details)}, "
-            f"solidity {q['solidity']:.2f}).{problems}")
-
-
-def save_flank(cat: Catalogue, image_id: int | None, flank: str, *, user: str) -> str:
-    """Record which side of the animal the photo shows."""
-    from db.masks import set_flank
-
-    user = curator_name(user)
-    if image_id is None:
-        raise ValueError("Pick a photo first.")
-    set_flank(cat, int(image_id), flank, user=user)
-    return f"Photo #{image_id}: flank set to {flank}."
-
-
-def mask_report(draft: MaskDraft) -> str:
-    """Markdown: who made the mask, its solidity in words, and its warnings (ML terms in tooltips)."""
-    from core.masking import mask_quality
-
-    if draft.image_id is None:
-        return "Pick a photo to mask."
-    if draft.mask is None:
-        n_pos = sum(draft.labels)
-        n_neg = len(draft.labels) - n_pos
-        box = "a box" if draft.box else ("one box corner" if draft.corners else "no box")
-        return (f"**No mask proposed yet.** Prompts: {n_pos} click(s) on the animal, {n_neg} on the background, "
-                f"{box}. Press “Make mask” (with no prompt, the masker uses the whole frame minus a small margin).")
-    q = mask_quality(draft.mask)
-    who = describe_mask_source(draft.source, draft.details)
-    status = "Stored mask" if draft.stored else "Proposed mask (not saved yet: press Accept to keep it)"
-    if q.solidity >= 0.85:
-        shape_words = "compact, clean outline"
-    elif q.solidity >= 0.6:
-        shape_words = "usual for a standing animal: legs, horns and tail make dents in the outline"
-    else:
-        shape_words = "very ragged or partial outline: check it"
-    lines = [f"**{status}.** Mask made by {who}.",
-             f"- {tip('Outline quality', 'solidity = mask area / convex-hull area, in (0, 1]; 1 = no dents')}: "
-             f"**{q.solidity:.2f}** ({shape_words}). Low values make training trust this photo less.",
-             f"- {tip('Share of the photo covered', 'mask area fraction')}: {q.area_fraction:.0%}; "
-             f"{tip('pieces', 'significant 8-connected components')}: {q.n_components}"]
-    for flag in q.flags:
-        words, term = FLAG_WORDS.get(flag, (flag, flag))
-        lines.append(f"- ⚠ {tip(words, term)}")
-    if not q.flags:
-        lines.append("- No warnings.")
-    return "\n".join(lines)
-
-
-def render_overlay(rgb: np.ndarray, mask: np.ndarray | None = None, *,
-                   points: Sequence[tuple[float, float]] = (), labels: Sequence[int] = (),
-                   corners: Sequence[tuple[float, float]] = (),
-                   box: tuple[float, float, float, float] | None = None, alpha: float = 0.4) -> np.ndarray:
-    """The photo with the mask tinted amber and outlined, animal clicks green, background clicks red, box yellow.
-
-    tinted = (1 - alpha) * photo + alpha * amber inside the mask; the outline is the mask's external contours.
-    """
-    import cv2
-
-    out = np.array(rgb, dtype=np.uint8, copy=True)
-    h, w = out.shape[:2]
-    thick = max(2, round(max(h, w) / 256))
-    if mask is not None and mask.any():
-        m = mask.astype(bool)
-        tint = np.array([255, 176, 0], dtype=np.float32)
-        out[m] = ((1 - alpha) * out[m].astype(np.float32) + alpha * tint).astype(np.uint8)
-        contours, _ = cv2.findContours(m.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
-        cv2.drawContours(out, contours, -1, (255, 255, 255), thick + 2)
-        cv2.drawContours(out, contours, -1, (230, 97, 0), thick)
-    if box is not None:
-        x0, y0, x1, y1 = (int(round(v)) for v in box)
-        cv2.rectangle(out, (x0, y0), (x1, y1), (255, 230, 0), thick)
-    for cx, cy in corners:
-        c = (int(round(cx)), int(round(cy)))
-        cv2.drawMarker(out, c, (255, 230, 0), cv2.MARKER_CROSS, 6 * thick, thick)
-    radius = 4 * thick
-    for (px, py), lab in zip(points, labels):
-        c = (int(round(px)), int(round(py)))
-        cv2.circle(out, c, radius + thick, (255, 255, 255), -1)
-        cv2.circle(out, c, radius, (40, 170, 60) if lab else (210, 40, 40), -1)
-    return out
-
-
-def draft_picture(cat: Catalogue, draft: MaskDraft) -> np.ndarray | None:
-    """What the Mask tab shows: the photo with the draft's mask and prompts drawn on it."""
-    if draft.image_id is None:
-        return None
-    return render_overlay(photo(cat, draft.image_id), draft.mask, points=draft.points, labels=draft.labels,
-                          corners=draft.corners if len(draft.corners) == 1 else (), box=draft.box)
-
-
-def submit_mask_all(cat: Catalogue, *, user: str, masker: str | None = None) -> tuple[int | None, str]:
-    """Queue a ``mask`` job for every photo without a mask; returns (job id or None, message)."""
-    from jobs.queue import submit
-
-    user = curator_name(user)
-    with cat.unit_of_work() as s:
-        missing = len(s.scalars(select(Image.id).where(Image.mask_path.is_(None))).all())
-    if not missing:
-        return None, "Every photo already has a mask; nothing to do."
-    name, words = (masker, describe_mask_source(masker)) if masker else masker_in_use()
-    job_id = submit(cat, "mask", {"masker": name, "only_missing": True, "user": user})
-    return job_id, (f"Queued job #{job_id}: mask {missing} photo{'s' if missing != 1 else ''} without a mask "
-                    f"with {words}. Follow it in the Jobs tab.")
-
-
 # =========================================================================== Diagnostics: one photo
 
 
@@ -489,112 +259,33 @@ class ImageDiagnosis:
                 f"inpainter {p['inpainter']} seed {p['seed']}")
 
 
-def _photo_facts(cat: Catalogue, image_id: int) -> dict[str, Any]:
-    with cat.unit_of_work() as s:
-        img = s.get(Image, int(image_id))
-        if img is None:
-            raise CatalogueError(f"There is no photo #{image_id}.")
-        ind = s.get(Individual, img.individual_id) if img.individual_id else None
-        return {"name": img.original_name, "individual_id": img.individual_id, "individual": ind.name if ind else None,
-                "sighting_id": img.sighting_id, "mask_path": img.mask_path, "mask_source": img.mask_source,
-                "mask_details": dict(img.mask_details or {})}
-
-
 def diagnose_image(cat: Catalogue, image_id: int, *, backbone: str | Any = DEFAULT_BACKBONE,
                    inpainter: str | None = None, seed: int = 0,
                    progress: Callable[[float, str], None] | None = None) -> ImageDiagnosis:
-    """Variants, own-individual scores and the mirror check of one masked photo x.
-
-    With s the model's score (cosine, or exp(-d) for Lorentz heads) and e_v(x) the
-    embedding of variant v of x:
-
-    - own_score(v) = max over the other photos y of x's individual of s(e_v(x), e_full_rgb(y)):
-      how strongly that variant alone still points to the right animal, with whole
-      photos as the gallery. Photos from x's own sighting are left out when the
-      individual has photos from other sightings (same place and moment would inflate it).
-      None when x has no individual or it has no other photo.
-    - mirror_sim = s(e_foreground_only(x), e_mirror(x)).
-    - nn_sim = max over photos y of *other* (active) individuals of s(e_mirror(x), g(y)),
-      g(y) = e_foreground_only(y) when y has a mask, else e_full_rgb(y) (counted in
-      ``other_cutouts`` so the panel can say how fair the comparison was).
-    - danger_margin = nn_sim - mirror_sim (> 0: the mirrored photo looks more like another animal).
-    """
-    from core.diagnostics import laterality, scores
+    """Variants, own-individual scores and the mirror check of one masked photo, in curators' words
+    (the numbers come from :func:`db.diagnostics.diagnose_photo`, where their formulas are)."""
     from core.variants import VARIANTS
-    from db.embeddings import embed_images, sources_for, variant_loader
+    from db.diagnostics import diagnose_photo
+
+    model = _backbone(cat, backbone)
+    inp = _create_inpainter(inpainter)
 
     def report(frac: float, msg: str) -> None:
         if progress:
-            progress(frac, msg)
+            progress(frac, VARIANT_WORDS.get(msg, msg) + (f" ({msg})" if msg in VARIANT_WORDS else ""))
 
-    facts = _photo_facts(cat, image_id)
-    if not facts["mask_path"]:
-        raise ValueError(f"Photo #{image_id} has no mask yet: make one in the Mask tab first.")
-    model = _backbone(cat, backbone)
-    metric = getattr(model, "metric", None) or getattr(getattr(model, "config", None), "metric", "cosine")
-    inp = _create_inpainter(inpainter)
-    src = sources_for(cat, [int(image_id)])[0]
-
-    emb: dict[str, np.ndarray] = {}
-    pictures: dict[str, np.ndarray] = {}
-    for i, v in enumerate(VARIANTS):
-        report(0.6 * i / len(VARIANTS), f"{VARIANT_WORDS[v]} ({v})")
-        pictures[v] = variant_loader(cat, src, v, inpainter=inp, seed=seed)[1]()
-        emb[v] = embed_images(cat, [src.image_id], backbone=model, variant=v, inpainter=inp, seed=seed)[0]
-
-    with cat.unit_of_work() as s:
-        rows = s.execute(select(Image.id, Image.individual_id, Image.sighting_id, Image.mask_path, Individual.name,
-                                Image.thumb_path, Image.blob_path)
-                         .join(Individual, Image.individual_id == Individual.id)
-                         .where(Individual.active.is_(True), Image.id != src.image_id).order_by(Image.id)).all()
-
-    # own individual: every variant against whole photos of the same animal
-    own = [r for r in rows if facts["individual_id"] is not None and r.individual_id == facts["individual_id"]]
-    other_sightings = [r for r in own if facts["sighting_id"] is None or r.sighting_id != facts["sighting_id"]]
-    same_included = bool(own) and not other_sightings
-    own = other_sightings or own
-    own_scores: dict[str, float | None] = dict.fromkeys(VARIANTS)
-    if own:
-        report(0.65, f"comparing with {len(own)} photo(s) of the same individual")
-        g = embed_images(cat, [r.id for r in own], backbone=model, variant="full_rgb")
-        sim = scores(np.stack([emb[v] for v in VARIANTS]), g, metric=metric)
-        own_scores = {v: float(sim[k].max()) for k, v in enumerate(VARIANTS)}
-
-    # other individuals: the mirrored cut-out against their cut-outs (full photos where no mask exists)
-    others = [r for r in rows if r.individual_id != facts["individual_id"]]
-    cut = [r for r in others if r.mask_path]
-    whole = [r for r in others if not r.mask_path]
-    nn_sim = margin = None
-    nn_row = None
-    query_label = f"individual {facts['individual_id']}" if facts["individual_id"] else "the photo itself"
-    if others:
-        report(0.75, f"comparing the mirrored photo with {len(others)} photo(s) of other individuals")
-        parts = []
-        if cut:
-            parts.append(embed_images(cat, [r.id for r in cut], backbone=model, variant="foreground_only"))
-        if whole:
-            parts.append(embed_images(cat, [r.id for r in whole], backbone=model, variant="full_rgb"))
-        ordered = cut + whole
-        lat = laterality(emb["foreground_only"][None], emb["mirror"][None], [query_label], metric=metric,
-                         gallery=np.concatenate(parts), gallery_labels=[f"individual {r.individual_id}" for r in ordered])
-        mirror_sim = float(lat.mirror_sim[0])
-        nn_sim, margin = float(lat.nn_sim[0]), float(lat.danger_margin[0])
-        nn_row = ordered[int(lat.nn_index[0])]
-    else:
-        mirror_sim = float(scores(emb["foreground_only"][None], emb["mirror"][None], metric=metric)[0, 0])
-    report(1.0, "done")
+    d = diagnose_photo(cat, int(image_id), model=model, inpainter=inp, seed=seed, progress=report)
     cfg = _config_dict(model)
     return ImageDiagnosis(
-        image_id=src.image_id, name=facts["name"], individual=facts["individual"],
-        variants=[VariantView(v, pictures[v], own_scores[v]) for v in VARIANTS],
-        mirror_sim=mirror_sim, nn_sim=nn_sim, danger_margin=margin,
-        nn_image_id=nn_row.id if nn_row else None, nn_individual=nn_row.name if nn_row else None,
-        nn_thumb=(cat.blobs.existing(nn_row.thumb_path) or cat.blobs.existing(nn_row.blob_path)) if nn_row else None,
-        own_gallery=len(own), own_same_sighting_included=same_included, other_gallery=len(others),
-        other_cutouts=len(cut),
-        provenance={"model": cfg.get("name", str(backbone)), "weights": weights_label(cfg), "metric": metric,
-                    "masker": describe_mask_source(facts["mask_source"], facts["mask_details"]),
-                    "mask_source": facts["mask_source"], "inpainter": f"{inp.name}: {describe_inpainter(inp.name)}",
+        image_id=d.image_id, name=d.name, individual=d.individual,
+        variants=[VariantView(v, d.pictures[v], d.own_scores[v]) for v in VARIANTS],
+        mirror_sim=d.mirror_sim, nn_sim=d.nn_sim, danger_margin=d.danger_margin,
+        nn_image_id=d.nn_image_id, nn_individual=d.nn_individual, nn_thumb=d.nn_thumb,
+        own_gallery=d.own_gallery, own_same_sighting_included=d.own_same_sighting_included,
+        other_gallery=d.other_gallery, other_cutouts=d.other_cutouts,
+        provenance={"model": cfg.get("name", str(backbone)), "weights": weights_label(cfg), "metric": d.metric,
+                    "masker": describe_mask_source(d.mask_source, d.mask_details),
+                    "mask_source": d.mask_source, "inpainter": f"{inp.name}: {describe_inpainter(inp.name)}",
                     "inpainter_config": dict(inp.config), "seed": seed, "model_config": cfg},
     )
 

@@ -1,4 +1,5 @@
-"""The functions the Match review, Benchmarks & models and Jobs tabs call, each a few lines over ``db`` / ``jobs``.
+"""The functions the Match review tab calls, each a few lines over ``db`` / ``jobs`` (the Benchmarks and Jobs
+tabs have theirs in ``app.benchmark_services`` and ``app.jobs_services``).
 
 Like :mod:`app.services`, every function does one thing and returns plain data
 (dataclasses, rows, curator-readable messages) that a tab only renders.
@@ -9,8 +10,6 @@ meanwhile, a taken benchmark name ...) are raised as ``CatalogueError`` /
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -21,7 +20,7 @@ from sqlalchemy import select
 
 from app.services import curator_name, upload_path
 from db.catalogue import CatalogueError
-from db.models import Evaluation, Image, Individual, Job, JobStatus, MatchDecision, Sighting
+from db.models import Evaluation, Image, Individual, JobStatus, MatchDecision, Sighting
 from db.session import Catalogue
 
 DEFAULT_MODEL = "efficientnet_lite0"
@@ -33,21 +32,6 @@ FLANK_FILTERS: list[tuple[str, str]] = [("All flanks", "any"), ("Same flank only
                                         ("Opposite flank only", "cross")]
 DECISION_WORDS = {"same": "same individual", "not": "not the same", "unsure": "unsure", "new": "new individual"}
 # Variants an evaluation job can run without an inpainter (background_inpainted needs one: use Diagnostics).
-EVALUATION_VARIANTS: list[tuple[str, str]] = [
-    ("Whole photo (full_rgb)", "full_rgb"),
-    ("Animal only, background blacked out (foreground_only)", "foreground_only"),
-    ("Background only, animal blacked out (background_only)", "background_only"),
-    ("Outline only (silhouette)", "silhouette"),
-    ("Mirrored animal (mirror)", "mirror"),
-]
-RERANK_CHOICES: list[tuple[str, str]] = [("No re-ranking", "none"), ("k-reciprocal re-ranking", "k_reciprocal"),
-                                         ("Average query expansion (aqe)", "aqe")]
-SPLIT_CHOICES: list[tuple[str, str]] = [
-    ("New individuals (identity-disjoint: test animals are unseen)", "identity"),
-    ("Known individuals, new sightings (sighting-disjoint)", "sighting"),
-]
-
-
 def _utc(t: datetime | None) -> str:
     return t.replace(tzinfo=timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if t else ""
 
@@ -415,272 +399,3 @@ def ingest_query(cat: Catalogue, upload: object, *, user: str) -> tuple[int, str
         raise CatalogueError(f"The photo could not be imported ({problems}).")
     status = report.items[0].status if report.items else "imported"
     return ids[0], f"Photo #{ids[0]} {'imported' if status == 'imported' else status}."
-
-
-# =========================================================================== benchmarks and evaluations
-
-BENCHMARK_HEADERS = ["Benchmark", "Split", "Photos", "Test photos", "Individuals", "Test individuals", "Seed",
-                     "Test share", "Source", "Created (UTC)"]
-EVALUATION_HEADERS = ["#", "When (UTC)", "Benchmark", "Model", "Variant", "Re-ranking", "mAP per individual",
-                      "mAP per photo", "Top-1 hit", "Top-5 hit", "mAP with same sighting", "Queries",
-                      "Provenance"]
-
-
-def benchmark_names(cat: Catalogue) -> list[str]:
-    from db.benchmarks import list_benchmarks
-
-    with cat.unit_of_work() as s:
-        return [b.name for b in list_benchmarks(s)]
-
-
-def benchmark_rows(cat: Catalogue) -> list[list[object]]:
-    """Stored benchmarks as rows under BENCHMARK_HEADERS."""
-    from db.benchmarks import list_benchmarks
-
-    with cat.unit_of_work() as s:
-        out = []
-        for b in list_benchmarks(s):
-            c = b.config or {}
-            out.append([b.name, b.split_kind, c.get("n_images"), c.get("n_test"), c.get("n_identities"),
-                        c.get("n_test_identities"), c.get("seed"), c.get("test_fraction"), c.get("source"),
-                        _utc(b.created_at)])
-        return out
-
-
-def create_benchmark(cat: Catalogue, name: str, *, split: str = "identity", test_fraction: float = 0.3,
-                     seed: int = 0, user: str) -> str:
-    """Freeze every assigned catalogue photo into a named benchmark with a seeded split; returns a message."""
-    from db.benchmarks import create_benchmark as create
-
-    user = curator_name(user)
-    name = (name or "").strip()
-    if not name:
-        raise ValueError("Give the benchmark a name.")
-    if not 0.05 <= float(test_fraction) <= 0.95:
-        raise ValueError("The test share must be between 5% and 95%.")
-    b = create(cat, name, split=split, test_fraction=float(test_fraction), seed=int(seed), user=user)
-    c = b.config
-    return (f"Benchmark {b.name} created: {c['n_images']} photos of {c['n_identities']} individuals, "
-            f"{c['n_test']} test photos of {c['n_test_identities']} individuals ({b.split_kind} split, seed {c['seed']}).")
-
-
-def launch_evaluation(cat: Catalogue, *, benchmark: str | None, backbone: str, variant: str = "full_rgb",
-                      rerank: str = "none", user: str) -> tuple[int, str]:
-    """Queue an evaluation job; returns (job id, message)."""
-    from db.evaluation import RERANK_METHODS
-    from jobs.queue import submit
-
-    user = curator_name(user)
-    if not benchmark:
-        raise ValueError("Choose a benchmark to evaluate on (create one first if there is none).")
-    if benchmark not in benchmark_names(cat):
-        raise CatalogueError(f"There is no benchmark named {benchmark!r}.")
-    if not backbone:
-        raise ValueError("Choose a model.")
-    if variant not in {v for _, v in EVALUATION_VARIANTS}:
-        raise ValueError(f"unknown image variant {variant!r}")
-    if rerank not in RERANK_METHODS:
-        raise ValueError(f"unknown re-ranking {rerank!r}")
-    job_id = submit(cat, "evaluate", {"backbone": backbone, "benchmark": benchmark, "variant": variant,
-                                      "rerank": rerank, "user": user})
-    return job_id, (f"Evaluation of {backbone} on {benchmark} ({variant}, re-ranking {rerank}) queued as job "
-                    f"#{job_id}; follow it in the Jobs tab. Its numbers appear here when it finishes.")
-
-
-def config_fingerprint(config: dict[str, Any]) -> str:
-    """Short fingerprint of a stored model config: its own ``fingerprint`` if saved, else sha256 of its JSON."""
-    if not config:
-        return "unknown"
-    for key in ("fingerprint", "config_fingerprint"):
-        if config.get(key):
-            return str(config[key])[:16]
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def provenance_text(ev: Evaluation) -> str:
-    """Where every number of one evaluation comes from, in one line."""
-    c = ev.model_config or {}
-    parts = [f"model {ev.model_name}", f"config {config_fingerprint(c)}",
-             f"weights {c.get('weight_source') or 'unknown'}"]
-    if c.get("weights_sha256"):
-        parts.append(f"weights sha256 {str(c['weights_sha256'])[:12]}")
-    if c.get("input_size"):
-        parts.append(f"input {c.get('input_size')}")
-    parts += [f"variant {ev.variant}", f"masker {ev.masker or 'none'}", f"inpainter {ev.inpainter or 'none'}",
-              f"benchmark {ev.benchmark_name}"]
-    rerank = (ev.metrics or {}).get("rerank")
-    if rerank:
-        parts.append(f"re-ranking {rerank}")
-    return " · ".join(parts)
-
-
-def _num(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if np.isnan(v) else round(v, 4)
-
-
-@dataclass
-class EvaluationRow:
-    id: int
-    when: str
-    benchmark: str
-    model: str
-    variant: str
-    rerank: str
-    kind: str
-    map_macro: float | None
-    map_micro: float | None
-    cmc1: float | None
-    cmc5: float | None
-    map_macro_with_same_sighting: float | None
-    n_queries: int | None
-    provenance: str
-
-    def cells(self) -> list[object]:
-        return [self.id, self.when, self.benchmark, self.model, self.variant, self.rerank, self.map_macro,
-                self.map_micro, self.cmc1, self.cmc5, self.map_macro_with_same_sighting, self.n_queries,
-                self.provenance]
-
-    @property
-    def label(self) -> str:
-        extra = f" + {self.rerank}" if self.rerank not in ("none", "") else ""
-        return f"#{self.id} {self.model} · {self.variant}{extra}"
-
-
-def evaluation_rows(cat: Catalogue, *, benchmark: str | None = None) -> list[EvaluationRow]:
-    """Stored retrieval evaluations (newest first) with their headline numbers and provenance."""
-    from db.evaluation import list_evaluations
-
-    rows = []
-    for ev in list_evaluations(cat, benchmark=benchmark or None, kind="retrieval"):
-        m = ev.metrics or {}
-        with_same = m.get("with_same_sighting") or {}
-        rows.append(EvaluationRow(
-            id=ev.id, when=_utc(ev.created_at), benchmark=ev.benchmark_name, model=ev.model_name, variant=ev.variant,
-            rerank=str(m.get("rerank") or "none"), kind=ev.kind, map_macro=_num(m.get("map_macro")),
-            map_micro=_num(m.get("map_micro")), cmc1=_num((m.get("cmc_macro") or {}).get("1")),
-            cmc5=_num((m.get("cmc_macro") or {}).get("5")),
-            map_macro_with_same_sighting=_num(with_same.get("map_macro")) if m.get("same_sighting_excluded") else None,
-            n_queries=m.get("n_queries"), provenance=provenance_text(ev)))
-    return rows
-
-
-def evaluation_chart(rows: Sequence[EvaluationRow]) -> Any:
-    """Plotly bars: identity-balanced mAP per stored evaluation (and with same-sighting photos), provenance on hover."""
-    import plotly.graph_objects as go
-
-    shown = list(reversed(list(rows)))  # oldest left
-    fig = go.Figure()
-    labels = [r.label for r in shown]
-    hover = [f"{r.label}<br>benchmark {r.benchmark}<br>{r.provenance.replace(' · ', '<br>')}" for r in shown]
-    fig.add_bar(name="mAP (macro), same-sighting photos excluded", x=labels,
-                y=[r.map_macro for r in shown], hovertext=hover, hoverinfo="text+y", marker_color="#d97706")
-    if any(r.map_macro_with_same_sighting is not None for r in shown):
-        fig.add_bar(name="mAP (macro), same-sighting photos included", x=labels,
-                    y=[r.map_macro_with_same_sighting for r in shown], hovertext=hover, hoverinfo="text+y",
-                    marker_color="#78716c")
-    fig.update_layout(barmode="group", bargap=0.5 if len(shown) < 4 else 0.25, bargroupgap=0.08, height=380, margin=dict(l=40, r=10, t=40, b=80),
-                      title="Match quality per evaluation (higher is better; hover a bar for its provenance)",
-                      yaxis=dict(title="mAP (identity-balanced)", range=[0, 1]),
-                      legend=dict(orientation="h", y=-0.25), template="plotly_white")
-    if not shown:
-        fig.update_xaxes(visible=False)
-        fig.add_annotation(text="No evaluations yet: start one above; it appears here when its job finishes.",
-                           x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font=dict(size=14))
-    return fig
-
-
-# =========================================================================== jobs
-
-
-@dataclass
-class JobRow:
-    id: int
-    kind: str
-    status: str  # queued | running | cancelling | succeeded | failed | cancelled
-    progress: float
-    message: str
-    params: str
-    created: str
-    duration: str
-    can_cancel: bool
-    can_retry: bool
-    error: str | None
-    waited_s: float | None = None  # for a queued job: seconds since it was queued
-
-
-def _duration(job: Job) -> str:
-    if job.started_at is None:
-        return ""
-    from db.models import utcnow
-
-    end = job.finished_at or utcnow()
-    secs = max(0, int((end - job.started_at).total_seconds()))
-    return f"{secs // 60} min {secs % 60:02d} s" if secs >= 60 else f"{secs} s"
-
-
-def job_rows(cat: Catalogue, *, limit: int = 50) -> list[JobRow]:
-    """The newest jobs with what the Jobs tab shows and which buttons apply."""
-    from db.models import utcnow
-    from jobs.queue import list_jobs
-
-    out = []
-    for job in list_jobs(cat, limit=limit):
-        status = job.status.value
-        if job.status == JobStatus.running and job.cancel_requested:
-            status = "cancelling"
-        params = ", ".join(f"{k}={v}" for k, v in (job.params or {}).items() if k != "user")
-        out.append(JobRow(id=job.id, kind=job.kind, status=status, progress=float(job.progress or 0.0),
-                          message=job.message or "", params=params, created=_utc(job.created_at),
-                          duration=_duration(job),
-                          can_cancel=job.status in (JobStatus.queued, JobStatus.running) and not job.cancel_requested,
-                          can_retry=job.status in (JobStatus.failed, JobStatus.cancelled),
-                          error=(job.error or "").strip().splitlines()[-1] if job.error else None,
-                          waited_s=(utcnow() - job.created_at).total_seconds()
-                          if job.status == JobStatus.queued and job.created_at else None))
-    return out
-
-
-def oldest_queued_wait_s(rows: Sequence[JobRow]) -> float | None:
-    """Seconds the longest-waiting queued job has waited, or None when nothing waits."""
-    waits = [r.waited_s for r in rows if r.status == "queued" and r.waited_s is not None]
-    return max(waits) if waits else None
-
-
-def cancel_job(cat: Catalogue, job_id: int) -> str:
-    from jobs.queue import request_cancel
-
-    status = request_cancel(cat, int(job_id))
-    if status == JobStatus.cancelled:
-        return f"Job #{job_id} cancelled."
-    if status == JobStatus.running:
-        return f"Job #{job_id} will stop at its next step."
-    return f"Job #{job_id} has already finished ({status.value})."
-
-
-def retry_job(cat: Catalogue, job_id: int) -> str:
-    from jobs.queue import InvalidTransition, retry
-
-    try:
-        retry(cat, int(job_id))
-    except InvalidTransition as exc:
-        raise CatalogueError(f"Job #{job_id} cannot be run again: {exc}.") from None
-    return f"Job #{job_id} queued again."
-
-
-def warm_feature_cache(cat: Catalogue, *, backbone: str = DEFAULT_MODEL) -> str:
-    """Queue an ``embed`` job so match review does not compute features while the curator waits."""
-    from jobs.queue import submit
-
-    job_id = submit(cat, "embed", {"backbone": backbone})
-    return f"Job #{job_id} queued: computing {backbone} features for every photo."
-
-
-def worker_running() -> bool:
-    """Whether a job worker thread runs in this process (jobs only progress when one runs somewhere)."""
-    import threading
-
-    return any(t.name.startswith("rosette-worker") and t.is_alive() for t in threading.enumerate())

@@ -9,6 +9,7 @@ are made by the named inpainter for each seed and their mAP averaged.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -101,3 +102,135 @@ def run_diagnose(cat: Catalogue, *, backbone: str, benchmark: str, masker: str |
                                                    inpainter=f"{inp.name} seeds {list(seeds)}")
     report(1.0, "done")
     return result
+
+
+@dataclass
+class PhotoDiagnosis:
+    """The numbers of one photo's diagnosis (see :func:`diagnose_photo`)."""
+
+    image_id: int
+    name: str
+    individual: str | None
+    mask_source: str | None
+    mask_details: dict[str, Any]
+    pictures: dict[str, np.ndarray]
+    own_scores: dict[str, float | None]
+    mirror_sim: float
+    nn_sim: float | None
+    danger_margin: float | None
+    nn_image_id: int | None
+    nn_individual: str | None
+    nn_thumb: str | None
+    own_gallery: int
+    own_same_sighting_included: bool
+    other_gallery: int
+    other_cutouts: int
+    metric: str
+
+
+def _photo_facts(cat: Catalogue, image_id: int) -> dict[str, Any]:
+    from db.catalogue import CatalogueError
+    from db.models import Image, Individual
+
+    with cat.unit_of_work() as s:
+        img = s.get(Image, int(image_id))
+        if img is None:
+            raise CatalogueError(f"There is no photo #{image_id}.")
+        ind = s.get(Individual, img.individual_id) if img.individual_id else None
+        return {"name": img.original_name, "individual_id": img.individual_id, "individual": ind.name if ind else None,
+                "sighting_id": img.sighting_id, "mask_path": img.mask_path, "mask_source": img.mask_source,
+                "mask_details": dict(img.mask_details or {}), "species_id": img.species_id}
+
+
+def diagnose_photo(cat: Catalogue, image_id: int, *, model: Any, inpainter: Any, seed: int = 0,
+                   progress: Callable[[float, str], None] | None = None) -> PhotoDiagnosis:
+    """Variants, own-individual scores and the mirror check of one masked photo x.
+
+    With s the model's score (cosine, or exp(-d) for Lorentz heads) and e_v(x) the
+    embedding of variant v of x:
+
+    - own_score(v) = max over the other photos y of x's individual of s(e_v(x), e_full_rgb(y)):
+      how strongly that variant alone still points to the right animal, with whole
+      photos as the gallery. Photos from x's own sighting are left out when the
+      individual has photos from other sightings (same place and moment would inflate it).
+      None when x has no individual or it has no other photo.
+    - mirror_sim = s(e_foreground_only(x), e_mirror(x)).
+    - nn_sim = max over photos y of *other* (active) individuals of x's species of s(e_mirror(x), g(y)),
+      g(y) = e_foreground_only(y) when y has a mask, else e_full_rgb(y) (counted in
+      ``other_cutouts`` so the panel can say how fair the comparison was).
+    - danger_margin = nn_sim - mirror_sim (> 0: the mirrored photo looks more like another animal).
+    """
+    from sqlalchemy import select
+
+    from core.diagnostics import laterality, scores
+    from core.variants import VARIANTS
+    from db.embeddings import embed_images, sources_for, variant_loader
+    from db.models import Image, Individual
+
+    def report(frac: float, msg: str) -> None:
+        if progress:
+            progress(frac, msg)
+
+    facts = _photo_facts(cat, image_id)
+    if not facts["mask_path"]:
+        raise ValueError(f"Photo #{image_id} has no mask yet: make one in the Mask tab first.")
+    metric = getattr(model, "metric", None) or getattr(getattr(model, "config", None), "metric", "cosine")
+    src = sources_for(cat, [int(image_id)])[0]
+
+    emb: dict[str, np.ndarray] = {}
+    pictures: dict[str, np.ndarray] = {}
+    for i, v in enumerate(VARIANTS):
+        report(0.6 * i / len(VARIANTS), v)
+        pictures[v] = variant_loader(cat, src, v, inpainter=inpainter, seed=seed)[1]()
+        emb[v] = embed_images(cat, [src.image_id], backbone=model, variant=v, inpainter=inpainter, seed=seed)[0]
+
+    with cat.unit_of_work() as s:
+        rows = s.execute(select(Image.id, Image.individual_id, Image.sighting_id, Image.mask_path, Individual.name,
+                                Image.thumb_path, Image.blob_path)
+                         .join(Individual, Image.individual_id == Individual.id)
+                         .where(Individual.active.is_(True), Image.id != src.image_id,
+                                Image.species_id == facts["species_id"]).order_by(Image.id)).all()
+
+    # own individual: every variant against whole photos of the same animal
+    own = [r for r in rows if facts["individual_id"] is not None and r.individual_id == facts["individual_id"]]
+    other_sightings = [r for r in own if facts["sighting_id"] is None or r.sighting_id != facts["sighting_id"]]
+    same_included = bool(own) and not other_sightings
+    own = other_sightings or own
+    own_scores: dict[str, float | None] = dict.fromkeys(VARIANTS)
+    if own:
+        report(0.65, f"comparing with {len(own)} photo(s) of the same individual")
+        g = embed_images(cat, [r.id for r in own], backbone=model, variant="full_rgb")
+        sim = scores(np.stack([emb[v] for v in VARIANTS]), g, metric=metric)
+        own_scores = {v: float(sim[k].max()) for k, v in enumerate(VARIANTS)}
+
+    # other individuals: the mirrored cut-out against their cut-outs (full photos where no mask exists)
+    others = [r for r in rows if r.individual_id != facts["individual_id"]]
+    cut = [r for r in others if r.mask_path]
+    whole = [r for r in others if not r.mask_path]
+    nn_sim = margin = None
+    nn_row = None
+    query_label = f"individual {facts['individual_id']}" if facts["individual_id"] else "the photo itself"
+    if others:
+        report(0.75, f"comparing the mirrored photo with {len(others)} photo(s) of other individuals")
+        parts = []
+        if cut:
+            parts.append(embed_images(cat, [r.id for r in cut], backbone=model, variant="foreground_only"))
+        if whole:
+            parts.append(embed_images(cat, [r.id for r in whole], backbone=model, variant="full_rgb"))
+        ordered = cut + whole
+        lat = laterality(emb["foreground_only"][None], emb["mirror"][None], [query_label], metric=metric,
+                         gallery=np.concatenate(parts), gallery_labels=[f"individual {r.individual_id}" for r in ordered])
+        mirror_sim = float(lat.mirror_sim[0])
+        nn_sim, margin = float(lat.nn_sim[0]), float(lat.danger_margin[0])
+        nn_row = ordered[int(lat.nn_index[0])]
+    else:
+        mirror_sim = float(scores(emb["foreground_only"][None], emb["mirror"][None], metric=metric)[0, 0])
+    report(1.0, "done")
+    return PhotoDiagnosis(
+        image_id=src.image_id, name=facts["name"], individual=facts["individual"], mask_source=facts["mask_source"],
+        mask_details=facts["mask_details"], pictures=pictures, own_scores=own_scores, mirror_sim=mirror_sim,
+        nn_sim=nn_sim, danger_margin=margin, nn_image_id=nn_row.id if nn_row else None,
+        nn_individual=nn_row.name if nn_row else None,
+        nn_thumb=(cat.blobs.existing(nn_row.thumb_path) or cat.blobs.existing(nn_row.blob_path)) if nn_row else None,
+        own_gallery=len(own), own_same_sighting_included=same_included, other_gallery=len(others),
+        other_cutouts=len(cut), metric=metric)

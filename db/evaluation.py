@@ -15,7 +15,13 @@ from db.embeddings import embed_images, get_backbone, load_benchmark_fit_ids
 from db.models import Benchmark, Evaluation, Model
 from db.session import Catalogue
 
-RERANK_METHODS = ("none", "k_reciprocal", "aqe")
+def _rerank_methods() -> tuple[str, ...]:
+    from core.rerank import rerankers
+
+    return ("none", *(n for n in rerankers.names() if n != "none"))
+
+
+RERANK_METHODS = _rerank_methods()  # the one list of re-ranking names: core.rerank's registry
 
 
 def similarity_for(emb: np.ndarray, *, metric: str = "cosine", rerank: str = "none",

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from app import diag_services as ds
+from app import mask_services as mk
 from db.models import Flank, Image, Job
 from db.session import open_catalogue
 from tests.nyala_subset import nyala_subset, write_subset
@@ -50,10 +51,10 @@ def _ids(cat) -> list[int]:
         return list(s.scalars(select(Image.id).order_by(Image.id)))
 
 
-def _centre_click(cat, image_id: int) -> ds.MaskDraft:
-    d = ds.open_for_masking(cat, image_id)
-    h, w = ds.photo(cat, image_id).shape[:2]
-    return ds.add_click(d, w / 2, h / 2, mode="animal")
+def _centre_click(cat, image_id: int) -> mk.MaskDraft:
+    d = mk.open_for_masking(cat, image_id)
+    h, w = mk.photo(cat, image_id).shape[:2]
+    return mk.add_click(d, w / 2, h / 2, mode="animal")
 
 
 # --------------------------------------------------------------------------- mask tab
@@ -70,51 +71,51 @@ def test_masker_in_use_is_grabcut_without_sam2_checkpoint(monkeypatch, tmp_path)
 
 
 def test_image_choices_show_individual_and_mask_state(cat):
-    choices = ds.mask_image_choices(cat)
+    choices = mk.mask_image_choices(cat)
     assert [i for _, i in choices] == _ids(cat)
     assert all("no mask yet" in label and "nyala_" in label for label, _ in choices)
     assert ds.masked_image_choices(cat) == []
 
 
 def test_clicks_box_corners_and_redo():
-    d = ds.MaskDraft(image_id=1, mask=np.ones((4, 4), bool), source="grabcut", stored=True)
-    d = ds.add_click(d, 10, 20, mode="animal")
+    d = mk.MaskDraft(image_id=1, mask=np.ones((4, 4), bool), source="grabcut", stored=True)
+    d = mk.add_click(d, 10, 20, mode="animal")
     assert d.mask is None and not d.stored  # prompts changed: the old proposal is dropped
-    d = ds.add_click(d, 5, 5, mode="background")
+    d = mk.add_click(d, 5, 5, mode="background")
     assert d.points == [(10.0, 20.0), (5.0, 5.0)] and d.labels == [1, 0]
-    d = ds.add_click(d, 50, 8, mode="box corner")
+    d = mk.add_click(d, 50, 8, mode="box corner")
     assert d.box is None and d.corners == [(50.0, 8.0)]
-    d = ds.add_click(d, 12, 40, mode="box corner")
+    d = mk.add_click(d, 12, 40, mode="box corner")
     assert d.box == (12.0, 8.0, 50.0, 40.0)  # any corner order gives (left, top, right, bottom)
-    d = ds.add_click(d, 1, 1, mode="box corner")  # a third corner starts a new box
+    d = mk.add_click(d, 1, 1, mode="box corner")  # a third corner starts a new box
     assert d.box is None and d.corners == [(1.0, 1.0)]
-    d = ds.set_box(d, 30, 30, 3, 4)
+    d = mk.set_box(d, 30, 30, 3, 4)
     assert d.box == (3, 4, 30, 30)
-    d = ds.clear_prompts(d)
+    d = mk.clear_prompts(d)
     assert (d.image_id, d.points, d.labels, d.box, d.corners, d.mask) == (1, [], [], None, [], None)
     with pytest.raises(ValueError):
-        ds.add_click(ds.MaskDraft(), 1, 1, mode="animal")
+        mk.add_click(mk.MaskDraft(), 1, 1, mode="animal")
     with pytest.raises(ValueError):
-        ds.set_box(ds.MaskDraft(image_id=1), 1, None, 3, 4)
+        mk.set_box(mk.MaskDraft(image_id=1), 1, None, 3, 4)
 
 
 def test_grabcut_proposal_accept_and_reopen(cat):
     image_id = _ids(cat)[0]
-    d = ds.run_masker(cat, _centre_click(cat, image_id))
-    rgb = ds.photo(cat, image_id)
+    d = mk.run_masker(cat, _centre_click(cat, image_id))
+    rgb = mk.photo(cat, image_id)
     assert d.source == "grabcut" and d.mask.shape == rgb.shape[:2] and not d.stored
     assert d.details["prompt"]["points"] == [[rgb.shape[1] / 2, rgb.shape[0] / 2]]
-    report = ds.mask_report(d)
+    report = mk.mask_report(d)
     assert "Mask made by GrabCut (classical, no SAM 2 checkpoint configured)" in report
     assert "Proposed mask" in report and "<abbr title=\"solidity" in report
 
-    message = ds.accept_mask(cat, d, user="ana")
+    message = mk.accept_mask(cat, d, user="ana")
     assert f"photo #{image_id}" in message and "GrabCut" in message
-    reopened = ds.open_for_masking(cat, image_id)
+    reopened = mk.open_for_masking(cat, image_id)
     assert reopened.stored and reopened.source == "grabcut"
     assert np.array_equal(reopened.mask, d.mask)
-    assert "Stored mask" in ds.mask_report(reopened)
-    label = dict((i, lab) for lab, i in ds.mask_image_choices(cat))[image_id]
+    assert "Stored mask" in mk.mask_report(reopened)
+    label = dict((i, lab) for lab, i in mk.mask_image_choices(cat))[image_id]
     assert "mask: grabcut" in label
     assert [i for _, i in ds.masked_image_choices(cat)] == [image_id]
     with cat.unit_of_work() as s:
@@ -125,24 +126,24 @@ def test_grabcut_proposal_accept_and_reopen(cat):
 def test_accept_needs_a_new_mask_and_a_name(cat):
     d = _centre_click(cat, _ids(cat)[0])
     with pytest.raises(ValueError, match="no new mask"):
-        ds.accept_mask(cat, d, user="ana")
-    d.mask, d.source = np.ones(ds.photo(cat, d.image_id).shape[:2], bool), "grabcut"
+        mk.accept_mask(cat, d, user="ana")
+    d.mask, d.source = np.ones(mk.photo(cat, d.image_id).shape[:2], bool), "grabcut"
     with pytest.raises(ValueError, match="Curator"):
-        ds.accept_mask(cat, d, user="  ")
+        mk.accept_mask(cat, d, user="  ")
 
 
 def test_flags_are_explained_in_words():
-    full = ds.MaskDraft(image_id=1, mask=np.ones((20, 20), bool), source="grabcut")
-    assert "The whole photo was taken as the animal." in ds.mask_report(full)
-    empty = ds.MaskDraft(image_id=1, mask=np.zeros((20, 20), bool), source="grabcut")
-    assert "No animal was found" in ds.mask_report(empty)
+    full = mk.MaskDraft(image_id=1, mask=np.ones((20, 20), bool), source="grabcut")
+    assert "The whole photo was taken as the animal." in mk.mask_report(full)
+    empty = mk.MaskDraft(image_id=1, mask=np.zeros((20, 20), bool), source="grabcut")
+    assert "No animal was found" in mk.mask_report(empty)
     two = np.zeros((20, 20), bool)
     two[2:6, 2:6] = two[12:18, 12:18] = True
-    text = ds.mask_report(ds.MaskDraft(image_id=1, mask=two, source="grabcut"))
+    text = mk.mask_report(mk.MaskDraft(image_id=1, mask=two, source="grabcut"))
     assert "several separate pieces" in text and "multi-component" in text
     clean = np.zeros((20, 20), bool)
     clean[5:15, 5:15] = True
-    text = ds.mask_report(ds.MaskDraft(image_id=1, mask=clean, source="grabcut"))
+    text = mk.mask_report(mk.MaskDraft(image_id=1, mask=clean, source="grabcut"))
     assert "No warnings" in text and "**1.00**" in text  # a filled square has solidity exactly 1
 
 
@@ -150,30 +151,30 @@ def test_overlay_tints_inside_and_keeps_outside():
     rgb = np.full((40, 60, 3), 100, np.uint8)
     mask = np.zeros((40, 60), bool)
     mask[10:30, 15:45] = True
-    out = ds.render_overlay(rgb, mask, alpha=0.5)
+    out = mk.render_overlay(rgb, mask, alpha=0.5)
     assert out.shape == rgb.shape and out.dtype == np.uint8
     assert tuple(out[20, 30]) == (177, 138, 50)  # 0.5 * 100 + 0.5 * (255, 176, 0), truncated
     assert tuple(out[2, 2]) == (100, 100, 100)  # far from mask and outline: untouched
     assert (out[10, 15:45] != 100).any()  # the outline is drawn on the mask border
-    marked = ds.render_overlay(rgb, None, points=[(5, 5)], labels=[0], box=(20, 5, 50, 35))
+    marked = mk.render_overlay(rgb, None, points=[(5, 5)], labels=[0], box=(20, 5, 50, 35))
     assert marked[5, 5, 0] > marked[5, 5, 1]  # background clicks are red
     assert tuple(marked[20, 20]) != (100, 100, 100)  # the box edge
 
 
 def test_flank_is_saved(cat):
     image_id = _ids(cat)[0]
-    assert "front" in ds.save_flank(cat, image_id, "front", user="ana")
+    assert "front" in mk.save_flank(cat, image_id, "front", user="ana")
     with cat.unit_of_work() as s:
         img = s.get(Image, image_id)
         assert img.flank == Flank.front and img.flank_source == "curator"
     with pytest.raises(ValueError):
-        ds.save_flank(cat, image_id, "upside-down", user="ana")
+        mk.save_flank(cat, image_id, "upside-down", user="ana")
     with pytest.raises(ValueError):
-        ds.save_flank(cat, None, "left", user="ana")
+        mk.save_flank(cat, None, "left", user="ana")
 
 
 def test_mask_all_queues_one_job_for_the_missing(cat):
-    job_id, message = ds.submit_mask_all(cat, user="ana")
+    job_id, message = mk.submit_mask_all(cat, user="ana")
     assert job_id is not None and "9 photos without a mask" in message and "GrabCut" in message
     with cat.unit_of_work() as s:
         job = s.get(Job, job_id)
@@ -182,7 +183,7 @@ def test_mask_all_queues_one_job_for_the_missing(cat):
         for img in s.scalars(select(Image)):
             img.mask_path = "masks/xx/fake.png"
         s.commit()
-    assert ds.submit_mask_all(cat, user="ana") == (None, "Every photo already has a mask; nothing to do.")
+    assert mk.submit_mask_all(cat, user="ana") == (None, "Every photo already has a mask; nothing to do.")
 
 
 # --------------------------------------------------------------------------- diagnostics: stored runs
@@ -320,16 +321,16 @@ def test_diagnose_image_matches_hand_computation(cat):
     query = by_name["nyala_100_124_left.jpg"]
     other_masked = by_name["nyala_101_125_left.jpg"]
     for image_id in (query, other_masked):
-        store_mask(cat, image_id, _box_mask(ds.photo(cat, image_id).shape[:2]), source="grabcut", user="ana")
+        store_mask(cat, image_id, _box_mask(mk.photo(cat, image_id).shape[:2]), source="grabcut", user="ana")
 
     d = ds.diagnose_image(cat, query, backbone=HalvesBackbone(), inpainter="opencv")
 
-    rgb = ds.photo(cat, query)
+    rgb = mk.photo(cat, query)
     mask = _box_mask(rgb.shape[:2])
     filled = OpenCVInpainter().inpaint(rgb, mask)
     e = {v: halves(make_variant(rgb, mask, v, inpainted=filled)) for v in VARIANTS}
     # own individual: the same-sighting photo (124_right) is left out, 258_left stays
-    own = halves(ds.photo(cat, by_name["nyala_100_258_left.jpg"]))
+    own = halves(mk.photo(cat, by_name["nyala_100_258_left.jpg"]))
     assert d.own_gallery == 1 and not d.own_same_sighting_included
     assert [v.variant for v in d.variants] == list(VARIANTS)
     for view in d.variants:
@@ -343,7 +344,7 @@ def test_diagnose_image_matches_hand_computation(cat):
     for name, image_id in by_name.items():
         if name.startswith("nyala_100"):
             continue
-        pic = ds.photo(cat, image_id)
+        pic = mk.photo(cat, image_id)
         if image_id == other_masked:
             pic = make_variant(pic, _box_mask(pic.shape[:2]), "foreground_only")
         gallery[image_id] = float(e["mirror"] @ halves(pic))
@@ -389,7 +390,7 @@ def test_a_real_diagnose_run_renders(cat):
     test = load_benchmark(cat, "tiny", split="test")
     assert len(set(test.labels)) >= 2
     for image_id in test.image_ids:
-        store_mask(cat, image_id, _box_mask(ds.photo(cat, image_id).shape[:2]), source="grabcut", user="ana")
+        store_mask(cat, image_id, _box_mask(mk.photo(cat, image_id).shape[:2]), source="grabcut", user="ana")
     embeddings._BACKBONES[(str(cat.data_dir), "test_halves", None)] = HalvesBackbone()
     try:
         result = run_diagnose(cat, backbone="test_halves", benchmark="tiny", masker="grabcut", inpainter="opencv",

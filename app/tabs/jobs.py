@@ -15,6 +15,7 @@ import html
 
 import gradio as gr
 
+from app import jobs_services as js
 from app import match_services as ms
 from app import training_services as ts
 from app.services import curator_name
@@ -55,7 +56,7 @@ def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
 
 
-def jobs_html(rows: list[ms.JobRow]) -> str:
+def jobs_html(rows: list[js.JobRow]) -> str:
     """The job list as an HTML table with progress bars and per-job Cancel / Retry buttons."""
     if not rows:
         return "<div class='empty'>No jobs yet. Evaluations started from <b>Benchmarks</b> and training runs appear here.</div>"
@@ -82,11 +83,11 @@ def jobs_html(rows: list[ms.JobRow]) -> str:
     return f"<table id='jobs-table'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def worker_line(rows: list[ms.JobRow] | None = None) -> str:
+def worker_line(rows: list[js.JobRow] | None = None) -> str:
     """Whether queued jobs will run: an in-process worker, or a warning when one has waited too long."""
-    if ms.worker_running():
+    if js.worker_running():
         return "A job worker runs inside this server: queued jobs start within a second or two."
-    waiting = ms.oldest_queued_wait_s(rows or [])
+    waiting = js.oldest_queued_wait_s(rows or [])
     if waiting is not None and waiting > WAIT_WARNING_S:
         return (f"**A job has waited {waiting:.0f} s for a worker.** Jobs run in a separate process: "
                 "is `rosette worker` running for this data directory?")
@@ -148,7 +149,7 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
     def act(action, job_id):
         if job_id is None:
             raise ValueError("Choose a training run first.")
-        message = ms.cancel_job(cat, int(job_id)) if action == "cancel" else ms.retry_job(cat, int(job_id))
+        message = js.cancel_job(cat, int(job_id)) if action == "cancel" else js.retry_job(cat, int(job_id))
         return message, *show(job_id)
 
     ctx.on_refresh(refresh_form, outputs=[training_set])
@@ -175,7 +176,7 @@ def build(ctx: UIContext) -> None:
     table = gr.HTML(jobs_html([]), elem_id="jobs-list", css_template=CSS, js_on_load=ACTIONS_JS)
 
     def render():
-        rows = ms.job_rows(cat)
+        rows = js.job_rows(cat)
         return jobs_html(rows), worker_line(rows)
 
     ctx.on_refresh(render, outputs=[table, worker])
@@ -188,12 +189,12 @@ def build(ctx: UIContext) -> None:
         job_id, action = data.get("job"), data.get("action")
         if job_id is None or action not in ("cancel", "retry"):
             return gr.skip(), gr.skip(), gr.skip()
-        message = ms.cancel_job(cat, int(job_id)) if action == "cancel" else ms.retry_job(cat, int(job_id))
+        message = js.cancel_job(cat, int(job_id)) if action == "cancel" else js.retry_job(cat, int(job_id))
         return message, *render()
 
     @curator_action
     def warm():
-        return ms.warm_feature_cache(cat, backbone=ms.DEFAULT_MODEL), *render()
+        return js.warm_feature_cache(cat, backbone=ms.DEFAULT_MODEL), *render()
 
     table.click(act, outputs=[status, table, worker], api_visibility="private")
     warm_button.click(warm, outputs=[status, table, worker], api_name="compute_features")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from app import diag_services as ds
+from app import mask_services as mk
 from app import flank_services as fs
 from app.services import curator_name
 from app.ui import ASSETS_DIR, UIContext, curator_action
@@ -24,7 +25,7 @@ The mask is only saved when you press **Accept**; **Redo** forgets the clicks an
 def build(ctx: UIContext) -> None:
     cat = ctx.catalogue
     masker_name, masker_words = ds.masker_in_use()
-    draft = gr.State(ds.MaskDraft())
+    draft = gr.State(mk.MaskDraft())
 
     gr.Markdown(HELP + f"\nMasks here are made by **{masker_words}**.", elem_classes=["help-text"],
                 elem_id="mask-help")
@@ -35,7 +36,7 @@ def build(ctx: UIContext) -> None:
             picture = gr.Image(label="Click on the animal", type="numpy", interactive=False, height=540,
                                elem_id="mask-picture", buttons=["fullscreen"], show_label=True)
         with gr.Column(scale=2, min_width=320):
-            mode = gr.Radio(list(ds.CLICK_MODES), value="animal", label="A click on the photo marks",
+            mode = gr.Radio(list(mk.CLICK_MODES), value="animal", label="A click on the photo marks",
                             elem_id="mask-click-mode",
                             info="animal = positive prompt point; background = negative point; "
                                  "two box corners = box prompt")
@@ -66,11 +67,11 @@ def build(ctx: UIContext) -> None:
         all_status = gr.Markdown(elem_id="mask-all-status", elem_classes=["status-line"],
                                  value=f"Runs in the background with {masker_words}; progress in the Jobs tab.")
 
-    def view(d: ds.MaskDraft):
-        return d, ds.draft_picture(cat, d), ds.mask_report(d)
+    def view(d: mk.MaskDraft):
+        return d, mk.draft_picture(cat, d), mk.mask_report(d)
 
     def refresh(current):
-        choices = ds.mask_image_choices(cat)
+        choices = mk.mask_image_choices(cat)
         value = current if any(c[1] == current for c in choices) else None
         return gr.update(choices=choices, value=value)
 
@@ -79,46 +80,46 @@ def build(ctx: UIContext) -> None:
     @curator_action
     def pick(image_id):
         if image_id is None:
-            d = ds.MaskDraft()
+            d = mk.MaskDraft()
             return (*view(d), gr.update(value=None), "")
-        d = ds.open_for_masking(cat, image_id)
+        d = mk.open_for_masking(cat, image_id)
         return (*view(d), gr.update(value=d.flank if d.flank in ("left", "right", "front", "other") else None), "")
 
     @curator_action
-    def click(d: ds.MaskDraft, how: str, evt: gr.SelectData):
+    def click(d: mk.MaskDraft, how: str, evt: gr.SelectData):
         if evt.index is None:
             return view(d)
         x, y = evt.index[0], evt.index[1]
-        return view(ds.add_click(d, x, y, mode=how))
+        return view(mk.add_click(d, x, y, mode=how))
 
     @curator_action
     def typed_box(d, a, b, c, e):
-        return view(ds.set_box(d, a, b, c, e))
+        return view(mk.set_box(d, a, b, c, e))
 
     @curator_action
     def make(d, progress=gr.Progress()):
         progress(0.1, desc=f"Making the mask with {masker_words}")
-        return view(ds.run_masker(cat, d))
+        return view(mk.run_masker(cat, d))
 
     @curator_action
     def accept(d, user):
-        message = ds.accept_mask(cat, d, user=user)
+        message = mk.accept_mask(cat, d, user=user)
         return (*view(d), message)
 
     @curator_action
     def redo(d):
-        return (*view(ds.clear_prompts(d)), "Prompts cleared; click on the animal again.")
+        return (*view(mk.clear_prompts(d)), "Prompts cleared; click on the animal again.")
 
     @curator_action
     def choose_flank(d, side, user):
         if side is None or d.image_id is None:
             return ""
         d.flank = side
-        return ds.save_flank(cat, d.image_id, side, user=user)
+        return mk.save_flank(cat, d.image_id, side, user=user)
 
     @curator_action
     def mask_all(user):
-        _job, message = ds.submit_mask_all(cat, user=user)
+        _job, message = mk.submit_mask_all(cat, user=user)
         return message
 
     @curator_action
@@ -129,7 +130,7 @@ def build(ctx: UIContext) -> None:
     @curator_action
     def take_suggestion(d, user):
         message = fs.accept_suggestion(cat, d.image_id if d else None, user=curator_name(user))
-        d.flank = ds.open_for_masking(cat, d.image_id).flank
+        d.flank = mk.open_for_masking(cat, d.image_id).flank
         return message, gr.update(value=d.flank), "", gr.update(visible=False)
 
     shown = [draft, picture, report]
