@@ -1,0 +1,154 @@
+"""The curator's loop around models: leaderboard, retraining from new decisions (train -> evaluate -> compare),
+the embedding map, flank suggestions -- on a photo set the tests make."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from db.benchmarks import create_benchmark
+from db.models import DecisionKind, Flank, Image, Individual, JobStatus, MatchDecision
+from db.session import open_catalogue
+from jobs import queue
+from tests.synthetic_reid import make_reid_set
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory):
+    root = tmp_path_factory.mktemp("loop")
+    manifest = make_reid_set(root / "photos", individuals=8, photos_each=6, seed=12)
+    cat = open_catalogue(root / "data")
+    create_benchmark(cat, "syn", manifest=manifest, split="identity", test_fraction=0.4, seed=0)
+    for model in ("efficientnet_lite0",):
+        assert queue.submit_and_run(cat, "evaluate", {"backbone": model, "benchmark": "syn"}).status.value == "succeeded"
+    yield cat
+    cat.close()
+
+
+def test_leaderboard_rows_sort_and_archive(loop):
+    from db.leaderboard import leaderboard
+    from db.species import archive_model
+
+    job = queue.submit_and_run(loop, "train", {"benchmark": "syn", "head": "supcon", "epochs": 2, "views": 2,
+                                              "diagnose": True, "name": "lb-model"})
+    assert job.status == JobStatus.succeeded, job.message
+    rows = leaderboard(loop, benchmark="syn")
+    by = {r["name"]: r for r in rows}
+    assert set(by) == {"efficientnet_lite0", "lb-model"}
+    assert by["lb-model"]["head"] == "supcon" and by["lb-model"]["snapshot_images"] > 0
+    assert by["lb-model"]["mirror_tier"] and by["lb-model"]["bg_fg"] is not None  # the job also diagnosed
+    assert "fingerprint" in by["lb-model"]["provenance"] and "sha256" in by["lb-model"]["provenance"]
+    maps = [r["map_macro"] for r in rows]
+    assert maps == sorted(maps, reverse=True)
+    names = [r["name"] for r in leaderboard(loop, benchmark="syn", sort="name")]
+    assert names == sorted(names)
+    with pytest.raises(ValueError, match="unknown sort key"):
+        leaderboard(loop, benchmark="syn", sort="vibes")
+    archive_model(loop, "lb-model")
+    assert "lb-model" not in {r["name"] for r in leaderboard(loop, benchmark="syn")}
+    assert "lb-model" in {r["name"] for r in leaderboard(loop, benchmark="syn", include_archived=True)}
+
+
+def test_retrain_counts_new_decisions_and_compares_with_the_active_model(loop):
+    from db.training import decisions_since_active
+    from jobs.kinds import retrain_params
+
+    before = decisions_since_active(loop)
+    assert before["active_model"] == "efficientnet_lite0" and before["since"] is None
+    with loop.unit_of_work() as s:
+        imgs = s.query(Image).join(Individual, Image.individual_id == Individual.id).limit(3).all()
+        for img in imgs:
+            s.add(MatchDecision(query_image_id=img.id, candidate_individual_id=img.individual_id,
+                                decision=DecisionKind.same, score=0.9, model_name="efficientnet_lite0", user="ana"))
+        s.add(MatchDecision(query_image_id=imgs[0].id, decision=DecisionKind.not_same, score=0.2,
+                            model_name="efficientnet_lite0", user="ana"))  # not a confirmed identity
+        s.commit()
+    assert decisions_since_active(loop)["confirmed"] == before["confirmed"] + 3
+    params = retrain_params(loop, user="ana")
+    assert params["source"] == "catalogue" and params["benchmark"] == "syn"
+    assert params["compare_with"] == "efficientnet_lite0" and params["head"] == "supcon"
+    params.update({"epochs": 2, "views": 2, "diagnose": False, "name": "retrained"})
+    job = queue.submit_and_run(loop, "train", params)
+    assert job.status == JobStatus.succeeded, job.message
+    res = job.result
+    assert res["comparison"]["b"] == "efficientnet_lite0" and "CMC@1" in res["comparison"]["verdict"]
+    with loop.unit_of_work() as s:
+        snap = s.query(__import__("db.models", fromlist=["Model"]).Model).filter_by(name="retrained").one()
+        test_ids = set(__import__("db.benchmarks", fromlist=["load_benchmark"]).load_benchmark(
+            loop, "syn", split="test").image_ids)
+        assert not test_ids & set(snap.data_snapshot["image_ids"])  # never trained on the benchmark's test photos
+        assert snap.data_snapshot["excluded_test_photos"] == len(test_ids)
+    # promotion stays manual: the active model did not change
+    assert decisions_since_active(loop)["active_model"] == "efficientnet_lite0"
+
+
+def test_embedding_map_job_and_payload(loop):
+    from app import map_services as mp
+    from db.embedding_map import load_map
+
+    assert load_map(loop, "efficientnet_lite0") is None  # not computed yet
+    job = queue.submit_and_run(loop, "map", {"model": "efficientnet_lite0"})
+    assert job.status == JobStatus.succeeded and job.queue == "heavy" and job.result["n"] == 48
+    m = load_map(loop, "efficientnet_lite0")
+    assert len(m["points"]) == 48 and not m["poincare"]
+    for colour in ("individual", "flank", "solidity", "species", "undecided"):
+        p = mp.map_payload(loop, "efficientnet_lite0", colour)
+        assert len(p["x"]) == len(p["value"]) == len(p["thumb"]) == 48
+    ind = mp.map_payload(loop, "efficientnet_lite0", "individual")
+    assert len(set(ind["value"])) == 8 and ind["categorical"]
+    html = mp.map_html(ind)
+    assert "map-data" in html and "</script>" in html and html.count("</script>") == 1  # JSON cannot close it
+    with pytest.raises(ValueError, match="colour by"):
+        mp.map_payload(loop, "efficientnet_lite0", "mood")
+    items, text = mp.selection(loop, ind["id"][:5])
+    assert len(items) == 5 and "5 photos selected" in text
+
+
+def test_lorentz_points_map_onto_the_poincare_disk():
+    import torch
+
+    from core.lorentz import expmap0
+    from core.projection import project_2d
+
+    z = expmap0(torch.tensor(np.random.default_rng(0).normal(size=(60, 8)) * 2)).numpy()
+    disk = project_2d(z, metric="lorentz", n_neighbors=10)
+    assert disk.shape == (60, 2) and np.all(np.linalg.norm(disk, axis=1) < 1.0)
+    flat = project_2d(np.random.default_rng(1).normal(size=(60, 16)), metric="cosine", n_neighbors=10)
+    assert flat.shape == (60, 2) and np.all(np.isfinite(flat))
+
+
+def test_flank_classifier_on_orientation_features():
+    """Left photos carry +v in f(x) - f(flip x), right ones -v: the classifier separates them perfectly."""
+    from core.flank import fit_flank_classifier, flank_class, orientation_features
+
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=16)
+    base = rng.normal(size=(80, 16))
+    flanks = ["left"] * 40 + ["right"] * 40
+    sign = np.array([1.0] * 40 + [-1.0] * 40)[:, None]
+    emb, emb_flip = base + 0.5 * sign * v, base - 0.5 * sign * v
+    clf = fit_flank_classifier(orientation_features(emb, emb_flip), flanks)
+    assert clf.accuracy == 1.0 and clf.n_test == 16
+    pred, conf = clf.predict(orientation_features(emb_flip[:3], emb[:3]))  # mirrored left photos look right
+    assert pred == ["right"] * 3 and np.all(conf > 0.5)
+    assert flank_class("front") == "other" and flank_class("unknown") is None
+    with pytest.raises(ValueError, match="at least 10 photos"):
+        fit_flank_classifier(np.zeros((3, 4)), ["left", "right", "left"])
+
+
+def test_flank_suggestion_for_an_unlabelled_photo_and_accept(loop):
+    from app import flank_services as fs
+
+    with loop.unit_of_work() as s:
+        img = s.query(Image).order_by(Image.id.desc()).first()
+        img.flank, img.flank_source = Flank.unknown, None
+        s.commit()
+        image_id = img.id
+    text, show = fs.flank_suggestion(loop, image_id)
+    assert show and "Suggested flank" in text and "held-out" in text
+    message = fs.accept_suggestion(loop, image_id, user="ana")
+    with loop.unit_of_work() as s:
+        img = s.get(Image, image_id)
+        assert img.flank.value in ("left", "right", "other") and img.flank_source == "curator"
+    assert img.flank.value in message
+    assert fs.flank_suggestion(loop, image_id) == ("", False)  # labelled now: nothing to suggest
