@@ -1,7 +1,7 @@
 """Map tab: a picture of the embedding space. The chosen model's features of every photo, projected to 2-D by
 UMAP in a background job (a Poincare disk for Lorentz models), coloured by individual, flank, mask solidity,
 species or "undecided". Hover a point for its thumbnail; draw a box or lasso to open the photos (to review
-them, or assign them to an individual). Large maps draw with WebGL (scattergl)."""
+them, or assign them to an individual). Maps of 1,000 points or more draw with WebGL (scattergl)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from db.embedding_map import COLOUR_BY
 
 TITLE = "Map"
 ORDER = 58
-WEBGL_FROM = 3000  # points; below this the plot is SVG (crisper, and hover works without a GPU)
+WEBGL_FROM = 1000  # points; below this the plot is SVG (crisper, and hover works without a GPU)
 
 CSS = """
 .map-plot { width: 100%; min-height: 560px; }
