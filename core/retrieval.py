@@ -44,6 +44,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import faiss
 import numpy as np
@@ -129,6 +130,17 @@ def prepare_cosine(x: np.ndarray, *, what: str = "embeddings") -> np.ndarray:
     if a.dtype == np.float64:
         return np.ascontiguousarray((a / norms[:, None]).astype(np.float32))
     return np.ascontiguousarray(a.astype(np.float32, copy=False) / norms[:, None].astype(np.float32))
+
+
+def faiss_search(index: Any, queries: np.ndarray, k: int, *, params: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """``index.search`` on numpy arrays, with search parameters.
+
+    ``faiss.contrib.torch_utils`` (imported by pytorch-metric-learning's samplers) replaces ``Index.search`` in
+    every process that imports it with a torch-aware wrapper that takes no ``params``; the original is kept as
+    ``search_numpy``, which is called here so retrieval works whatever was imported before.
+    """
+    search = getattr(index, "search_numpy", None) or index.search
+    return search(queries, k, params=params)
 
 
 def prepare_lorentz(x: np.ndarray, *, what: str = "embeddings", rtol: float = 1e-2) -> np.ndarray:
@@ -232,9 +244,9 @@ class SearchIndex:
             params = faiss.SearchParametersIVF(nprobe=int(self.nprobe))
         if self.kind == "flat" and q.shape[0] < SINGLE_THREAD_BELOW:
             with _single_omp_thread():
-                raw_scores, idx = self.index.search(q, k_fetch, params=params)
+                raw_scores, idx = faiss_search(self.index, q, k_fetch, params=params)
         else:
-            raw_scores, idx = self.index.search(q, k_fetch, params=params)
+            raw_scores, idx = faiss_search(self.index, q, k_fetch, params=params)
         idx = idx.astype(np.int64)
         if self.metric == "cosine":
             scores = raw_scores.astype(np.float64)

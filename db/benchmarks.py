@@ -35,11 +35,9 @@ class BenchmarkData:
 
 
 def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    from core.backbones.timm_backbones import sha256_file
+
+    return sha256_file(path)
 
 
 def _manifest_members(cat: Catalogue, manifest: Path, *, user: str,

@@ -150,14 +150,6 @@ def _atomic_torch_save(obj: Any, path: Path) -> None:
             os.unlink(tmp)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _views_cache_path(cat: Catalogue, fingerprint: str, kind: str, views: int, seed: int, content_hash: str) -> Path:
     return cat.cache_dir / "train_views" / fingerprint / f"{kind}-v{views}-s{seed}" / content_hash[:2] / f"{content_hash}.npy"
 
@@ -420,7 +412,9 @@ def train_model(cat: Catalogue, *, backbone: str = "efficientnet_lite0", config:
     check_model_name(cat, name)
     rel = Path("models") / f"{name}.pt"
     _atomic_torch_save(ckpt, cat.data_dir / rel)
-    sha = _sha256(cat.data_dir / rel)
+    from core.backbones.timm_backbones import sha256_file
+
+    sha = sha256_file(cat.data_dir / rel)
     from core.backbones.trained import trained_config
 
     cfg = trained_config(name, base_config=base.config, head=config.head, embed_dim=out_dim, metric=spec.metric,

@@ -68,3 +68,16 @@ def make_reid_set(folder: Path, *, individuals: int = 10, photos_each: int = 6, 
         writer.writeheader()
         writer.writerows(rows)
     return manifest
+
+
+def synthetic_catalogue(root: Path, *, individuals: int, photos_each: int, seed: int, test_fraction: float = 0.4,
+                        masks: bool = False, benchmark: str = "syn"):
+    """A catalogue under ``root / "data"`` holding a synthetic set and an identity-split benchmark; returns
+    (catalogue, manifest path)."""
+    from db.benchmarks import create_benchmark
+    from db.session import open_catalogue
+
+    manifest = make_reid_set(root / "photos", individuals=individuals, photos_each=photos_each, seed=seed, masks=masks)
+    cat = open_catalogue(root / "data")
+    create_benchmark(cat, benchmark, manifest=manifest, split="identity", test_fraction=test_fraction, seed=0)
+    return cat, manifest

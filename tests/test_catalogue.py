@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 from sqlalchemy import inspect, select
 
@@ -27,6 +29,24 @@ def _add_image(session, n: int, individual_id: int | None = None) -> Image:
 
 def _assignment(session) -> dict[int, int | None]:
     return {i.id: i.individual_id for i in session.scalars(select(Image).order_by(Image.id))}
+
+
+@contextmanager
+def _at_revision(data_dir, revision: str):
+    """An open transaction on a new catalogue migrated only up to ``revision`` (committed on exit)."""
+    from alembic import command
+    from alembic.config import Config
+
+    from db.session import MIGRATIONS_DIR, make_engine
+
+    engine = make_engine(f"sqlite:///{data_dir / 'catalogue.db'}")
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+        yield conn
+    engine.dispose()
 
 
 def _head_revision() -> str:
@@ -69,17 +89,7 @@ def test_migrations_match_models(cat):
 def test_upgrade_from_the_first_schema_keeps_jobs_and_models(data_dir):
     """A catalogue made by revision 0001 (jobs and models rows in it) upgrades to head: old jobs get a
     queue (training-like kinds heavy) and zero attempts, models keep their rows with no snapshot."""
-    from alembic import command
-    from alembic.config import Config
-
-    from db.session import MIGRATIONS_DIR, make_engine
-
-    engine = make_engine(f"sqlite:///{data_dir / 'catalogue.db'}")
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0001")
+    with _at_revision(data_dir, "0001") as conn:
         conn.exec_driver_sql("INSERT INTO jobs (kind, params, status, progress, cancel_requested, created_at) "
                              "VALUES ('evaluate', '{}', 'failed', 0, 0, '2026-01-01'), "
                              "('mask', '{}', 'queued', 0, 0, '2026-01-01')")
@@ -89,7 +99,6 @@ def test_upgrade_from_the_first_schema_keeps_jobs_and_models(data_dir):
         conn.exec_driver_sql("INSERT INTO evaluations (model_id, model_name, model_config, benchmark_name, kind, "
                              "variant, metrics, created_at) VALUES (1, 'efficientnet_lite0', '{}', 'b', 'retrieval', "
                              "'full_rgb', '{}', '2026-01-01')")
-    engine.dispose()
     cat = open_catalogue(data_dir)  # migrates to head
     with cat.engine.connect() as conn:
         rows = conn.exec_driver_sql("SELECT kind, queue, attempts, max_attempts FROM jobs ORDER BY id").all()
@@ -107,17 +116,7 @@ def test_upgrade_from_the_first_schema_keeps_jobs_and_models(data_dir):
 def test_upgrade_from_0002_puts_everything_in_one_default_species(data_dir):
     """A catalogue made by revision 0002 (individuals, photos, a benchmark, an active model) upgrades to head:
     one species 'default' holds every individual and photo, the benchmark, and the active model."""
-    from alembic import command
-    from alembic.config import Config
-
-    from db.session import MIGRATIONS_DIR, make_engine
-
-    engine = make_engine(f"sqlite:///{data_dir / 'catalogue.db'}")
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0002")
+    with _at_revision(data_dir, "0002") as conn:
         conn.exec_driver_sql("INSERT INTO individuals (id, name, active, created_at) VALUES (1, 'Ximena', 1, '2026-01-01')")
         conn.exec_driver_sql(
             "INSERT INTO images (id, content_hash, original_name, blob_path, format, mode, width, height, size_bytes, "
@@ -127,7 +126,6 @@ def test_upgrade_from_0002_puts_everything_in_one_default_species(data_dir):
                              "VALUES (7, 'efficientnet_lite0', 'efficientnet_lite0', '{}', 'active', '2026-01-01')")
         conn.exec_driver_sql("INSERT INTO benchmarks (name, split_kind, config, created_at) "
                              "VALUES ('b', 'identity', '{}', '2026-01-01')")
-    engine.dispose()
     cat = open_catalogue(data_dir)
     with cat.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT id, name, active_model_id FROM species").all() == [(1, "default", 7)]

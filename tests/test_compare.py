@@ -8,19 +8,14 @@ import numpy as np
 import pytest
 
 from app.cli import main as cli
-from db.benchmarks import create_benchmark
 from db.compare import compare, difference_figure, per_query_values
-from db.session import open_catalogue
 from jobs import queue
-from tests.synthetic_reid import make_reid_set
+from tests.synthetic_reid import synthetic_catalogue
 
 
 @pytest.fixture(scope="module")
 def two_models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("compare")
-    manifest = make_reid_set(root / "photos", individuals=10, photos_each=6, seed=8)
-    cat = open_catalogue(root / "data")
-    create_benchmark(cat, "syn", manifest=manifest, split="identity", test_fraction=0.4, seed=0)
+    cat, _ = synthetic_catalogue(tmp_path_factory.mktemp("compare"), individuals=10, photos_each=6, seed=8)
     job = queue.submit_and_run(cat, "train", {"benchmark": "syn", "head": "supcon", "epochs": 4, "views": 4,
                                              "steps_per_epoch": 3, "diagnose": False, "name": "cmp-a"})
     assert job.status.value == "succeeded", job.message

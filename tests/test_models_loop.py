@@ -6,19 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from db.benchmarks import create_benchmark
 from db.models import DecisionKind, Flank, Image, Individual, JobStatus, MatchDecision
-from db.session import open_catalogue
 from jobs import queue
-from tests.synthetic_reid import make_reid_set
+from tests.synthetic_reid import synthetic_catalogue
 
 
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory):
-    root = tmp_path_factory.mktemp("loop")
-    manifest = make_reid_set(root / "photos", individuals=8, photos_each=6, seed=12)
-    cat = open_catalogue(root / "data")
-    create_benchmark(cat, "syn", manifest=manifest, split="identity", test_fraction=0.4, seed=0)
+    cat, _ = synthetic_catalogue(tmp_path_factory.mktemp("loop"), individuals=8, photos_each=6, seed=12)
     for model in ("efficientnet_lite0",):
         assert queue.submit_and_run(cat, "evaluate", {"backbone": model, "benchmark": "syn"}).status.value == "succeeded"
     yield cat

@@ -237,3 +237,19 @@ def test_flat_search_ties_break_by_index() -> None:
     g = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 0.0]])
     scores, idx = build_index(g).search(np.array([[1.0, 0.0]]), 4)
     np.testing.assert_array_equal(idx, [[0, 2, 3, 1]])
+
+
+def test_retrieval_survives_pml_patching_faiss():
+    """pytorch-metric-learning's samplers import faiss.contrib.torch_utils, which replaces faiss.Index.search
+    process-wide; exact and approximate search must still work afterwards."""
+    import numpy as np
+    from pytorch_metric_learning import samplers  # noqa: F401  (patches faiss)
+
+    from core.retrieval import build_index
+
+    rng = np.random.default_rng(0)
+    g = rng.normal(size=(300, 16)).astype("float32")
+    for kind in ("flat", "hnsw"):
+        idx = build_index(g, metric="cosine", approximate=kind == "hnsw", approximate_kind="hnsw")
+        scores, hits = idx.search(g[:2], 3)
+        assert hits[0, 0] == 0 and hits[1, 0] == 1

@@ -171,12 +171,17 @@ class TorchBackbone:
 
     def embed(self, images: Sequence[np.ndarray]) -> np.ndarray:
         """HxWx3 uint8 RGB photos of any size -> N x D float32, rows L2-normalised, deterministic."""
-        images = list(images)
-        out = np.empty((len(images), self.config.embed_dim), dtype=np.float32)
-        for start in range(0, len(images), self.batch_size):
-            chunk = images[start:start + self.batch_size]
-            out[start:start + len(chunk)] = self.embed_prepared(self.prepare(chunk))
-        return out
+        return embed_in_batches(self, images)
+
+
+def embed_in_batches(backbone: Any, images: Sequence[np.ndarray]) -> np.ndarray:
+    """``backbone.embed_prepared(backbone.prepare(chunk))`` over ``batch_size`` chunks -> N x D float32."""
+    images = list(images)
+    out = np.empty((len(images), backbone.config.embed_dim), dtype=np.float32)
+    for start in range(0, len(images), backbone.batch_size):
+        chunk = images[start:start + backbone.batch_size]
+        out[start:start + len(chunk)] = backbone.embed_prepared(backbone.prepare(chunk))
+    return out
 
 
 def _is_transformer(model: nn.Module) -> bool:

@@ -63,12 +63,9 @@ class TrainedBackbone:
         return out
 
     def embed(self, images: Sequence[np.ndarray]) -> np.ndarray:
-        images = list(images)
-        out = np.empty((len(images), self.config.embed_dim), dtype=np.float32)
-        for start in range(0, len(images), self.batch_size):
-            chunk = images[start:start + self.batch_size]
-            out[start:start + len(chunk)] = self.embed_prepared(self.prepare(chunk))
-        return out
+        from core.backbones.timm_backbones import embed_in_batches
+
+        return embed_in_batches(self, images)
 
 
 def trained_config(name: str, *, base_config: BackboneConfig, head: str, embed_dim: int, metric: str,
