@@ -4,7 +4,6 @@ sightings and a fixed split (identity- or sighting-disjoint, seeded)."""
 from __future__ import annotations
 
 import csv
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
