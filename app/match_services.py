@@ -103,6 +103,7 @@ class QueryPhoto:
     mask_source: str | None
     decided: str | None = None  # the standing decision on this photo, in words, if any
     decided_id: int | None = None  # its id: a decision records it, so a later one by someone else is noticed
+    decision_version: int = 0  # the photo's version when shown: a decision claims it (compare-and-set)
 
     def facts(self) -> list[tuple[str, str]]:
         """(label, value) lines shown next to the photo."""
@@ -141,7 +142,7 @@ def query_photo(cat: Catalogue, image_id: int) -> QueryPhoto:
             what = DECISION_WORDS.get(_enum_value(d.decision), _enum_value(d.decision))
             decided = f"{what}{f' ({other})' if other else ''} by {d.user}, {_utc(d.created_at)} UTC"
             decided_id = d.id
-        return QueryPhoto(image_id=im.id, decided=decided, decided_id=decided_id, path=cat.blobs.existing(im.blob_path) or "", original_name=im.original_name,
+        return QueryPhoto(image_id=im.id, decided=decided, decided_id=decided_id, decision_version=im.decision_version, path=cat.blobs.existing(im.blob_path) or "", original_name=im.original_name,
                           flank=_enum_value(im.flank), sighting=sg.key if sg else None,
                           date=(sg.date if sg and sg.date else None) or im.exif_time, place=place,
                           individual_id=im.individual_id, individual_name=name,
@@ -346,7 +347,7 @@ def decide(cat: Catalogue, view: MatchView | None, decision: str, *, user: str, 
                           candidate_image_id=cand.image_id if cand else None,
                           score=cand.score if cand else None, rank=cand.rank if cand else None,
                           model_name=view.model_name, seen_individual_id=view.seen_individual_id,
-                          seen_decision_id=view.query.decided_id,
+                          seen_decision_id=view.query.decided_id, seen_version=view.query.decision_version,
                           new_name=(new_name or "").strip() or None)
     photo = f"photo #{view.query.image_id}"
     if decision == "same":

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from db import catalogue as ops
 from db.catalogue import CatalogueError, ConflictError
@@ -179,17 +179,35 @@ def provenance(config: Any) -> str:
 def record_decision(cat: Catalogue, *, query_image_id: int, decision: str, user: str,
                     candidate_image_id: int | None = None, score: float | None = None, rank: int | None = None,
                     model_name: str | None = None, seen_individual_id: Any = _UNSET,
-                    seen_decision_id: Any = _UNSET, new_name: str | None = None) -> MatchDecision:
+                    seen_decision_id: Any = _UNSET, seen_version: int | None = None,
+                    new_name: str | None = None) -> MatchDecision:
     """Store a decision and apply it: ``same`` assigns the query to the candidate's individual,
     ``new`` creates an individual for the query, ``not`` / ``unsure`` only record.
 
     ``seen_individual_id`` / ``seen_decision_id``: the query's individual and its latest standing
     decision (None if none) as the curator saw them; if either changed since, another curator
-    decided this photo meanwhile and the decision is refused with a ``ConflictError``."""
+    decided this photo meanwhile and the decision is refused with a ``ConflictError``.
+
+    Race-free: the transaction starts with ``UPDATE images SET decision_version = v + 1 WHERE id = :q AND
+    decision_version = v`` (v: ``seen_version``, what the curator saw; without one, the version read just
+    before). SQLite takes the write lock at that statement and evaluates the WHERE on the latest committed
+    row, so of two simultaneous decisions exactly one matches; the other changes nothing (no individual is
+    created for it) and is told."""
     if decision not in DECISIONS:
         raise CatalogueError(f"unknown decision {decision!r}; expected one of {', '.join(DECISIONS)}")
     kind = DECISIONS[decision]
+    if seen_version is None:
+        seen_version = current_decision_version(cat, query_image_id)
     with cat.unit_of_work() as s:
+        claimed = s.execute(update(Image).where(Image.id == query_image_id, Image.decision_version == seen_version)
+                            .values(decision_version=Image.decision_version + 1)).rowcount
+        if claimed != 1:
+            s.rollback()
+            ops.get_image(s, query_image_id)  # a clear "no image" error first
+            last = s.scalar(select(MatchDecision).where(MatchDecision.query_image_id == query_image_id)
+                            .order_by(MatchDecision.id.desc()).limit(1))
+            who = f" by {last.user} at {last.created_at:%H:%M:%S}" if last else ""
+            raise ConflictError(f"this photo was decided{who} after you opened it; reload to see the current state")
         query = ops.get_image(s, query_image_id)
         last = s.scalar(select(MatchDecision).where(MatchDecision.query_image_id == query_image_id,
                                                     MatchDecision.undone_at.is_(None))
@@ -223,6 +241,15 @@ def record_decision(cat: Catalogue, *, query_image_id: int, decision: str, user:
         return dec
 
 
+def current_decision_version(cat: Catalogue, image_id: int) -> int:
+    """The photo's decision version (what a decision made now would claim)."""
+    with cat.unit_of_work() as s:
+        v = s.scalar(select(Image.decision_version).where(Image.id == int(image_id)))
+    if v is None:
+        raise CatalogueError(f"no image with id {image_id}")
+    return int(v)
+
+
 def undo_decision(cat: Catalogue, decision_id: int | None = None, *, user: str) -> MatchDecision:
     """Undo a decision (default: the user's latest), reversing its catalogue change."""
     with cat.unit_of_work() as s:
@@ -250,6 +277,8 @@ def undo_decision(cat: Catalogue, decision_id: int | None = None, *, user: str) 
                     if create_ev is not None:
                         ops.undo_event(s, create_ev.id, user=user)
         dec.undone_at = utcnow()
+        s.execute(update(Image).where(Image.id == dec.query_image_id)
+                  .values(decision_version=Image.decision_version + 1))
         s.commit()
         return dec
 

@@ -142,6 +142,9 @@ class Image(Base):
     individual_id: Mapped[int | None] = mapped_column(ForeignKey("individuals.id"), default=None, index=True)
     species_id: Mapped[int] = mapped_column(ForeignKey("species.id"), default=DEFAULT_SPECIES_ID,
                                             server_default=str(DEFAULT_SPECIES_ID), index=True)
+    # bumped by every match decision on this photo (and its undo): a decision names the version it saw and is
+    # applied with a conditional UPDATE, so of two simultaneous decisions exactly one wins
+    decision_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     mask_path: Mapped[str | None] = mapped_column(String(300), default=None)
     mask_source: Mapped[str | None] = mapped_column(String(40), default=None)  # alpha | sam2 | grabcut
     mask_details: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
