@@ -64,6 +64,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Domain errors carry curator-readable messages; no traceback for them.
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a full disk, a vanished folder ...: say what, not a traceback
+        print(f"error: {exc.strerror or exc}{f' ({exc.filename})' if getattr(exc, 'filename', None) else ''}",
+              file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001
+        from sqlalchemy.exc import OperationalError
+
+        if isinstance(exc, OperationalError):
+            from db.session import _db_reason
+
+            print(f"error: the catalogue database could not be used: {_db_reason(exc)}", file=sys.stderr)
+            return 1
+        raise
 
 
 def print_table(rows: Sequence[Sequence[object]], headers: Sequence[str], *, file=None) -> None:

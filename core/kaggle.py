@@ -39,6 +39,22 @@ SUBMISSION_COLUMNS = ("row_id", "similarity")
 MAX_LISTED = 10
 
 
+def is_formula(text: str) -> bool:
+    """A cell a spreadsheet would run as a formula: starts with =, @, a tab or a line break, or with + / -
+    without being a plain number (so "-1" and "+2.5" stay allowed, "-2+3" does not)."""
+    t = str(text)
+    if not t:
+        return False
+    if t[0] in "=@\t\r":
+        return True
+    if t[0] in "+-":
+        try:
+            float(t)
+        except ValueError:
+            return True
+    return False
+
+
 class KaggleFormatError(ValueError):
     """A Kaggle CSV or image folder does not follow the expected format (message: file, line, problem)."""
 
@@ -134,6 +150,10 @@ def read_test_csv(path_or_text: CsvSource) -> list[PairRow]:
     """
     name, table = _read_table(path_or_text, TEST_COLUMNS)
     _check_unique(name, ((line, r["row_id"]) for line, r in table), "row_id")
+    for line, r in table:
+        if is_formula(r["row_id"]):
+            raise KaggleFormatError(f"{name} line {line}: row_id {r['row_id']!r} starts like a spreadsheet formula "
+                                    "(=, +, @, a tab or a line break); it would run as one when the CSV is opened")
     return [PairRow(r["row_id"], r["query_image"], r["gallery_image"], line=line) for line, r in table]
 
 

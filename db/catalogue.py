@@ -84,6 +84,8 @@ def _check_name_free(session: Session, name: str) -> str:
         raise CatalogueError("an individual needs a non-empty name")
     if len(name) > 200:
         raise CatalogueError("individual names are at most 200 characters")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise CatalogueError("individual names cannot hold control characters (tabs, line breaks, terminal codes, NUL)")
     if find_individual_by_name(session, name) is not None:
         raise CatalogueError(f"an individual named {name!r} already exists")
     return name

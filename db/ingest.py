@@ -179,6 +179,7 @@ class _Entry:
     flank: Flank | None = None
     sighting: dict[str, Any] | None = None  # key, date, place, lat, lon, camera, observer
     species: str | None = None
+    warning: str | None = None  # imported, but the curator should know (e.g. a short manifest row)
     error: str | None = None
     error_status: str = "error"
 
@@ -401,6 +402,7 @@ class ManifestError(IngestError):
 class _ManifestRow:
     line: int
     values: dict[str, str]
+    missing: tuple[str, ...] = ()  # header columns a short (ragged) row has no cell for
 
 
 def _read_csv(data: bytes, *, label: str) -> tuple[list[str], list[_ManifestRow]]:
@@ -424,7 +426,7 @@ def _read_csv(data: bytes, *, label: str) -> tuple[list[str], list[_ManifestRow]
                 header = [h.strip().lower().replace(" ", "_") for h in raw]
                 continue
             values = {header[i]: raw[i].strip() for i in range(min(len(header), len(raw)))}
-            rows.append(_ManifestRow(line=reader.line_num, values=values))
+            rows.append(_ManifestRow(line=reader.line_num, values=values, missing=tuple(header[len(raw):])))
     except csv.Error as exc:
         raise ManifestError(f"{label}: not a readable CSV file ({exc})") from None
     if header is None:
@@ -531,8 +533,10 @@ def _manifest_entries(tree: _Tree, csv_rel: str, *, prefixes: Sequence[str] = ("
             where = " or ".join(f"'{base + p}'" if base + p else "the manifest's folder" for p in prefixes)
             entries.append(_Entry(name, error=f"line {row.line}: listed in the manifest but not found (looked in {where})"))
             continue
+        warning = (f"line {row.line} has only {len(row.values)} of the header's {len(row.values) + len(row.missing)} "
+                   f"cells: no {', '.join(row.missing)} for this photo") if row.missing else None
         entries.append(_Entry(name, read=_reader(tree, rel), identity=identity, flank=flank, sighting=sighting,
-                              species=species))
+                              species=species, warning=warning))
     return entries
 
 
@@ -933,7 +937,8 @@ class _Importer:
             if raced is not None:  # another import stored the same bytes meanwhile
                 return self._existing(session, e, raced)
             return IngestItemResult(e.name, "error", f"could not be stored ({_short(exc)}); nothing was kept for this file")
-        return IngestItemResult(e.name, "imported", desc + (f"; {note}" if note else ""), img.id)
+        return IngestItemResult(e.name, "imported", desc + (f"; {note}" if note else "")
+                                + (f"; warning: {e.warning}" if e.warning else ""), img.id)
 
     def _before_commit(self, session: Session, img: Image) -> None:
         """Hook for tests (fault injection after the blobs were written)."""

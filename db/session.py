@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.storage import BlobStore
@@ -111,13 +112,36 @@ class Catalogue:
         self.engine.dispose()
 
 
+def _db_reason(exc: Exception) -> str:
+    text = str(getattr(exc, "orig", exc))
+    if "locked" in text:
+        return "it is locked by another program (a running import or server); try again in a moment"
+    if "disk" in text and "full" in text or "No space" in text:
+        return "the disk is full; free some space first"
+    if "readonly" in text or "read-only" in text:
+        return "it is read-only for this user"
+    return text
+
+
 def open_catalogue(data_dir: str | os.PathLike[str] | None = None, *, url: str | None = None, migrate: bool = True) -> Catalogue:
     root = resolve_data_dir(data_dir)
-    root.mkdir(parents=True, exist_ok=True)
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"the data directory {root} is a file, not a folder; choose a folder (--data-dir)")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot create the data directory {root}: {exc.strerror or exc}") from None
     db_url = resolve_database_url(root, url)
-    engine = make_engine(db_url)
+    try:
+        engine = make_engine(db_url)
+    except Exception as exc:  # noqa: BLE001 - sqlalchemy raises several kinds for a malformed URL
+        raise ValueError(f"cannot use the database URL {db_url!r}: {exc}") from None
     if migrate:
-        upgrade_to_head(engine)
+        try:
+            upgrade_to_head(engine)
+        except OperationalError as exc:
+            engine.dispose()
+            raise ValueError(f"cannot open the catalogue database {db_url}: {_db_reason(exc)}") from None
     return Catalogue(
         data_dir=root,
         url=db_url,

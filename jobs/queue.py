@@ -54,8 +54,8 @@ HEARTBEAT_EVERY_S = 5.0
 DEFAULT_MAX_ATTEMPTS = 2
 
 
-class JobError(RuntimeError):
-    pass
+class JobError(ValueError):
+    """A job-level problem with a message for curators (no such job, a transition not allowed ...)."""
 
 
 class InvalidTransition(JobError):
