@@ -13,7 +13,6 @@ Restore copies a backup into an empty data directory (or over one, with ``force`
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import sqlite3
