@@ -5,7 +5,6 @@ submission file when it is done."""
 from __future__ import annotations
 
 import shutil
-import zipfile
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
@@ -23,20 +22,54 @@ def export_dir(cat: Catalogue) -> Path:
     return d
 
 
-def _safe_extract(zip_path: Path, target: Path) -> int:
-    """Extract image members of a zip into ``target`` (flat), refusing absolute or ``..`` paths."""
-    n = 0
-    with zipfile.ZipFile(zip_path) as zf:
-        for info in zf.infolist():
-            if info.is_dir():
-                continue
-            p = PurePosixPath(info.filename)
-            if p.is_absolute() or ".." in p.parts:
-                raise CatalogueError(f"the zip member {info.filename!r} points outside the archive; refused")
-            with zf.open(info) as src, open(target / p.name, "wb") as dst:
-                shutil.copyfileobj(src, dst)
+MAX_EXPORT_BYTES = 4 * 1024 ** 3  # total unpacked size of an uploaded images zip
+
+
+def _safe_extract(zip_path: Path, target: Path, *, max_total: int | None = None) -> int:
+    """Unpack a zip's image files into ``target`` (flat) with the same hardened reader as ingest (no ``..``,
+    absolute paths, links or encrypted members; each file at most ingest's size limit, read with a hard cap so
+    a zip bomb stops early) and a cap on the total; refused members are reported, nothing outside ``target``."""
+    from db.ingest import IngestError, _ReadError, _ZipTree
+
+    max_total = MAX_EXPORT_BYTES if max_total is None else max_total
+
+    try:
+        tree = _ZipTree(zip_path, label="the images zip")
+    except IngestError as exc:
+        raise CatalogueError(str(exc)) from None
+    try:
+        if tree.problems:
+            first = tree.problems[0]
+            raise CatalogueError(f"the images zip holds a member that was refused: {first.name}: {first.message}")
+        total, n = 0, 0
+        for rel in tree.files():
+            try:
+                data = tree.read(rel)
+            except _ReadError as exc:
+                raise CatalogueError(f"the images zip's {rel}: {exc}") from None
+            total += len(data)
+            if total > max_total:
+                raise CatalogueError(f"the images zip unpacks to more than {max_total // 1024 ** 2:,} MB; refused "
+                                     "(upload the images the test.csv names, or use a folder in the data directory)")
+            (target / PurePosixPath(rel).name).write_bytes(data)
             n += 1
-    return n
+        return n
+    finally:
+        tree.close()
+
+
+def allowed_image_folder(cat: Catalogue, folder: str) -> Path:
+    """A server folder the Export tab may read: inside the data directory only (uploads are staged there), so
+    the browser can neither read nor probe the rest of the machine."""
+    root = cat.data_dir.resolve()
+    p = Path(folder.strip()).expanduser()
+    p = (root / p).resolve() if not p.is_absolute() else p.resolve()
+    if p != root and root not in p.parents:
+        raise CatalogueError(f"Only folders inside the data directory ({root}) can be used here; upload the images "
+                             "as a zip, or put them under the data directory.")
+    if not p.is_dir():
+        raise CatalogueError(f"There is no folder {folder.strip()!r} inside the data directory.")
+    return p
 
 
 def submit_kaggle_export(cat: Catalogue, *, test_csv: object | None, images_zip: object | None,
@@ -50,17 +83,18 @@ def submit_kaggle_export(cat: Catalogue, *, test_csv: object | None, images_zip:
     if not images_zip and not (images_dir or "").strip():
         raise CatalogueError("Upload the images as a zip, or give the folder on this machine that holds them.")
     rows = read_test_csv(Path(upload_path(test_csv)))  # refuses malformed files with line numbers
+    folder = None if images_zip else allowed_image_folder(cat, images_dir)
     out_dir = export_dir(cat)
-    shutil.copy(upload_path(test_csv), out_dir / "test.csv")
-    if images_zip:
-        (out_dir / "images").mkdir()
-        _safe_extract(Path(upload_path(images_zip)), out_dir / "images")
-        folder = out_dir / "images"
-    else:
-        folder = Path(images_dir.strip()).expanduser()
-        if not folder.is_dir():
-            raise CatalogueError(f"There is no folder {str(folder)!r} on this machine.")
-    check_images_exist(distinct_images(rows), folder)
+    try:
+        shutil.copy(upload_path(test_csv), out_dir / "test.csv")
+        if images_zip:
+            (out_dir / "images").mkdir()
+            _safe_extract(Path(upload_path(images_zip)), out_dir / "images")
+            folder = out_dir / "images"
+        check_images_exist(distinct_images(rows), folder)
+    except BaseException:
+        shutil.rmtree(out_dir, ignore_errors=True)  # a failed staging leaves nothing behind
+        raise
     job_id = queue.submit(cat, "export", {"test_csv": str(out_dir / "test.csv"), "images_dir": str(folder),
                                           "model": model, "variant": variant, "out": str(out_dir / "submission.csv"),
                                           "user": user})

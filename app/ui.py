@@ -193,6 +193,7 @@ def launch_options(cat: Catalogue) -> dict[str, Any]:
         "mcp_server": False,
         "show_error": True,
         "footer_links": ["settings"],
+        "max_file_size": "2gb",  # uploads above this are refused by the server before anything is written
     }
 
 

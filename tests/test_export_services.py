@@ -62,20 +62,46 @@ def test_export_from_a_zip_runs_as_a_job_and_returns_the_file(cat, kaggle):
 def test_export_refuses_bad_inputs_before_queueing(cat, kaggle, tmp_path):
     with pytest.raises(CatalogueError, match="test.csv"):
         es.submit_kaggle_export(cat, test_csv=None, images_zip=None, images_dir=str(kaggle / "images"), model="x")
-    with pytest.raises(CatalogueError, match="no folder"):
+    with pytest.raises(CatalogueError, match="Only folders inside the data directory"):
         es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=None,
                                 images_dir=str(tmp_path / "nowhere"), model="efficientnet_lite0")
+    with pytest.raises(CatalogueError, match="Only folders inside the data directory"):  # no probing of /etc
+        es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=None, images_dir="/etc",
+                                model="efficientnet_lite0")
+    with pytest.raises(CatalogueError, match="no folder"):
+        es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=None,
+                                images_dir=str(cat.data_dir / "nowhere"), model="efficientnet_lite0")
     evil = tmp_path / "evil.zip"
     with zipfile.ZipFile(evil, "w") as zf:
         zf.writestr("../../escape.png", b"x")
-    with pytest.raises(CatalogueError, match="outside the archive"):
+    with pytest.raises(CatalogueError, match="unpacked inside the archive"):
         es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(evil), images_dir=None,
                                 model="efficientnet_lite0")
     assert not (tmp_path / "escape.png").exists()
-    (kaggle / "images" / "j2.png").unlink()
+    # a zip bomb: small on disk, huge unpacked -- refused at the cap, and the staged folder is removed
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for i in range(3):
+            zf.writestr(f"big{i}.png", b"\0" * (8 * 1024 * 1024))
+    assert bomb.stat().st_size < 200_000
+    orig = es.MAX_EXPORT_BYTES
+    es.MAX_EXPORT_BYTES = 10 * 1024 * 1024
+    try:
+        with pytest.raises(CatalogueError, match="unpacks to more than 10 MB"):
+            es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(bomb), images_dir=None,
+                                    model="efficientnet_lite0")
+    finally:
+        es.MAX_EXPORT_BYTES = orig
+    staged = list((cat.data_dir / "exports").glob("*")) if (cat.data_dir / "exports").exists() else []
+    assert staged == []  # failed stagings left nothing behind
+    inside = cat.data_dir / "kaggle-images"
+    import shutil
+
+    shutil.copytree(kaggle / "images", inside)
+    (inside / "j2.png").unlink()
     with pytest.raises(ValueError, match="j2.png"):
         es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=None,
-                                images_dir=str(kaggle / "images"), model="efficientnet_lite0")
+                                images_dir=str(inside), model="efficientnet_lite0")
     from jobs.queue import list_jobs
 
     assert list_jobs(cat) == []  # nothing was queued for bad input
