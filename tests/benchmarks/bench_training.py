@@ -16,6 +16,7 @@ import csv
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,7 +44,7 @@ def _setup(tmp: Path) -> tuple[Path, str]:
         keep = [r for r in rows if r["identity"] in ids]
         (tmp / "photos").mkdir()
         for r in keep:
-            os.symlink(NYALA / "images" / r["filename"], tmp / "photos" / r["filename"])
+            shutil.copy(NYALA / "images" / r["filename"], tmp / "photos" / r["filename"])
         manifest = tmp / "photos" / "manifest.csv"
         with open(manifest, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=["filename", "identity", "flank", "sighting"])
