@@ -181,8 +181,10 @@ def verdict(endpoint: str, *, name_a: str, name_b: str, mean_diff: float, p_holm
     words, label, unit = ENDPOINT_WORDS.get(endpoint, (f"scores higher on {endpoint}", endpoint, "points"))
     if p_holm is None or math.isnan(mean_diff):
         return f"{label}: not enough queries to compare {name_a} and {name_b}."
-    better, diff = (name_a, mean_diff) if mean_diff > 0 else (name_b, -mean_diff)
     p_text = f"p = {p_holm:.3g}" if p_holm >= 0.001 else "p < 0.001"
+    if abs(mean_diff) < 5e-4:  # under 0.05 points: nothing to tell apart
+        return f"No difference in {label}: {name_a} and {name_b} score the same on these queries ({p_text})."
+    better, diff = (name_a, mean_diff) if mean_diff > 0 else (name_b, -mean_diff)
     if p_holm < alpha and diff > 0:
         return f"{better} {words}: +{100 * diff:.1f} {unit} {label}, {p_text} after correction."
     return (f"No reliable difference in {label}: {better} is ahead by {100 * diff:.1f} {unit}, but {p_text} after "

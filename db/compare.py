@@ -92,7 +92,10 @@ def difference_figure(result: dict[str, Any]) -> Any:
     fig = go.Figure(go.Histogram(x=d, nbinsx=40, name="queries", marker={"color": "#d97706"}))
     for x, dash, name in ((e["mean_diff"], "solid", "mean"), (e["ci_low"], "dot", "95% CI"),
                           (e["ci_high"], "dot", None)):
-        fig.add_vline(x=x, line_dash=dash, line_color="#1f2937", annotation_text=name)
+        if name:
+            fig.add_vline(x=x, line_dash=dash, line_color="#1f2937", annotation_text=name)
+        else:
+            fig.add_vline(x=x, line_dash=dash, line_color="#1f2937")
     fig.add_vline(x=0, line_color="#9ca3af")
     fig.update_layout(title=f"AP per query: {result['a']} minus {result['b']} (right of 0: A better)", height=320,
                       margin={"l": 40, "r": 20, "t": 50, "b": 40}, xaxis_title="AP difference", yaxis_title="queries")

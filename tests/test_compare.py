@@ -50,6 +50,8 @@ def test_compare_is_antisymmetric_and_corrected(two_models):
     assert len(ab["ap_differences"]) == ab["endpoints"]["map"]["n_queries"]
     fig = difference_figure(ab)
     assert fig.data[0].type == "histogram"
+    labels = [a.text for a in fig.layout.annotations]
+    assert labels == ["mean", "95% CI"]  # the upper CI line carries no stray label
     with pytest.raises(ValueError, match="two different models"):
         compare(two_models, "cmp-a", "cmp-a", benchmark="syn")
     with pytest.raises(ValueError, match="as many B models"):

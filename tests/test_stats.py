@@ -122,4 +122,6 @@ def test_verdict_words():
     assert text == "B finds the right animal first more often: +4.1 points CMC@1, p = 0.003 after correction."
     weak = verdict("map", name_a="A", name_b="B", mean_diff=0.012, p_holm=0.4)
     assert weak.startswith("No reliable difference in mAP: A is ahead by 1.2 points")
+    same = verdict("cmc1", name_a="A", name_b="B", mean_diff=0.0, p_holm=1.0)
+    assert same == "No difference in CMC@1: A and B score the same on these queries (p = 1)."
     assert "not enough queries" in verdict("map", name_a="A", name_b="B", mean_diff=float("nan"), p_holm=None)
