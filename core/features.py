@@ -81,7 +81,9 @@ def read_cached(path: Path, dim: int) -> np.ndarray | None:
     return arr
 
 
-def _atomic_write_bytes(path: Path, writer: Callable[[Any], None]) -> None:
+def atomic_write(path: Path, writer: Callable[[Any], None]) -> None:
+    """Write a file through ``writer(fh)`` into a temporary file beside it, then ``os.replace``: a crash never
+    leaves half a file under the final name."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -99,7 +101,7 @@ def _atomic_write_bytes(path: Path, writer: Callable[[Any], None]) -> None:
 def write_cached(path: Path, vector: np.ndarray) -> None:
     """Write one float32 vector atomically (temporary file in the same folder + ``os.replace``)."""
     vec = np.ascontiguousarray(vector, dtype=np.float32)
-    _atomic_write_bytes(path, lambda fh: np.save(fh, vec, allow_pickle=False))
+    atomic_write(path, lambda fh: np.save(fh, vec, allow_pickle=False))
 
 
 def _write_config(cache_root: Path, backbone: Any) -> None:
@@ -109,7 +111,7 @@ def _write_config(cache_root: Path, backbone: Any) -> None:
     config = backbone.config.to_dict()
     data = json.dumps(config, indent=2, sort_keys=True).encode("utf-8")
     try:
-        _atomic_write_bytes(path, lambda fh: fh.write(data))
+        atomic_write(path, lambda fh: fh.write(data))
     except OSError:  # provenance file only; never fail an extraction for it
         pass
 

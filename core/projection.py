@@ -11,12 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 
-def _lorentz_dist_matrix(x: np.ndarray) -> np.ndarray:
-    from core.similarity import lorentz_distance
-
-    return lorentz_distance(x, x)
-
-
 def project_2d(embeddings: np.ndarray, *, metric: str = "cosine", n_neighbors: int = 15, min_dist: float = 0.1,
                seed: int = 0) -> np.ndarray:
     """N x D embeddings -> N x 2 map coordinates (Poincare disk for ``metric="lorentz"``)."""
@@ -28,7 +22,9 @@ def project_2d(embeddings: np.ndarray, *, metric: str = "cosine", n_neighbors: i
         return np.zeros((n, 2), dtype=np.float32) if n else np.zeros((0, 2), dtype=np.float32)
     k = max(2, min(n_neighbors, n - 1))
     if metric == "lorentz":
-        dist = _lorentz_dist_matrix(x) if n <= 5000 else None
+        from core.similarity import lorentz_distance
+
+        dist = lorentz_distance(x, x) if n <= 5000 else None
         reducer = umap.UMAP(n_neighbors=k, min_dist=min_dist, random_state=seed, output_metric="hyperboloid",
                             metric="precomputed" if dist is not None else "euclidean", init="random")
         h = reducer.fit_transform(dist if dist is not None else x[:, 1:])

@@ -34,18 +34,10 @@ def decision_outcomes(cat: Catalogue, model: str, *, species_id: int | None = No
 
 def benchmark_outcomes(cat: Catalogue, model: str, benchmark: str, *, top_k: int = 5) -> tuple[np.ndarray, np.ndarray]:
     """(score, same?) of each test query's top-``k`` candidates (same-sighting photos excluded)."""
-    from core.metrics import all_vs_all_valid
-    from core.similarity import pairwise_scores
-    from db.benchmarks import load_benchmark
-    from db.embeddings import embed_images, get_backbone, load_benchmark_fit_ids
+    from db.compare import test_split_scores
 
-    data = load_benchmark(cat, benchmark, split="test")
-    backbone = get_backbone(cat, model, fit_image_ids=load_benchmark_fit_ids(cat, benchmark))
-    emb = embed_images(cat, data.image_ids, backbone=backbone)
-    sim = pairwise_scores(emb, emb, metric=backbone.config.metric).astype(np.float64)
-    has = any(s for s in data.sightings)
-    valid = all_vs_all_valid(len(data.labels), sightings=data.sightings if has else None)
-    sim[~valid] = -np.inf
+    data, _, sim, valid = test_split_scores(cat, model, benchmark)
+    sim = np.where(valid, sim.astype(np.float64), -np.inf)
     labels = np.asarray(data.labels)
     k = min(top_k, max(1, sim.shape[1] - 1))
     top = np.argsort(-sim, axis=1)[:, :k]

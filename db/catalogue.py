@@ -74,6 +74,14 @@ def get_image(session: Session, image_id: int) -> Image:
     return img
 
 
+def image_field(session: Session, image_id: int, column: Any) -> Any:
+    """One column of one image (e.g. ``Image.species_id``); NotFoundError when there is no such image."""
+    value = session.scalar(select(column).where(Image.id == int(image_id)))
+    if value is None:
+        raise NotFoundError(f"no image with id {image_id}")
+    return value
+
+
 def find_individual_by_name(session: Session, name: str) -> Individual | None:
     return session.scalar(select(Individual).where(Individual.name == name))
 

@@ -20,9 +20,10 @@ ENDPOINTS = ("map", "cmc1", "cmc5")
 PRIMARY = "cmc1"
 
 
-def per_query_values(cat: Catalogue, model: str, benchmark: str) -> dict[str, Any]:
-    """Per-query AP, hit@1, hit@5 of ``model`` on the test split (NaN for queries without a positive)."""
-    from core.metrics import all_vs_all_valid, average_precision, first_hit_rank, relevance
+def test_split_scores(cat: Catalogue, model: str, benchmark: str) -> tuple[Any, Any, np.ndarray, np.ndarray]:
+    """(test split, model, all-vs-all score matrix, valid mask) under the benchmark protocol: self and
+    same-sighting pairs excluded. Shared by the comparison and the calibration's benchmark pairs."""
+    from core.metrics import all_vs_all_valid
     from core.similarity import pairwise_scores
     from db.benchmarks import load_benchmark
     from db.embeddings import embed_images, get_backbone, load_benchmark_fit_ids
@@ -33,6 +34,14 @@ def per_query_values(cat: Catalogue, model: str, benchmark: str) -> dict[str, An
     sim = pairwise_scores(emb, emb, metric=backbone.config.metric)
     has = any(s for s in data.sightings)
     valid = all_vs_all_valid(len(data.labels), sightings=data.sightings if has else None)
+    return data, backbone, sim, valid
+
+
+def per_query_values(cat: Catalogue, model: str, benchmark: str) -> dict[str, Any]:
+    """Per-query AP, hit@1, hit@5 of ``model`` on the test split (NaN for queries without a positive)."""
+    from core.metrics import average_precision, first_hit_rank, relevance
+
+    data, backbone, sim, valid = test_split_scores(cat, model, benchmark)
     rel = relevance(data.labels, data.labels)
     ap = average_precision(sim, rel, valid=valid)
     rank = first_hit_rank(sim, rel, valid=valid)

@@ -43,11 +43,11 @@ def compute_map(cat: Catalogue, model: str, *, species_id: int | None = None, pr
     t0 = time.perf_counter()
     xy = project_2d(emb, metric=backbone.config.metric, seed=seed)
     secs = time.perf_counter() - t0
+    from core.features import atomic_write
+
     path = map_path(cat, backbone.config.fingerprint(), ids)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, ids=np.array(ids, dtype=np.int64), xy=xy, metric=backbone.config.metric, model=model)
-    tmp.replace(path)
+    atomic_write(path, lambda fh: np.savez(fh, ids=np.array(ids, dtype=np.int64), xy=xy,
+                                           metric=backbone.config.metric, model=model))
     return {"path": str(path), "n": len(ids), "seconds_umap": secs, "poincare": backbone.config.metric == "lorentz",
             "model": model, "summary": f"map of {len(ids)} photos for {model} ({secs:.1f} s UMAP)"}
 

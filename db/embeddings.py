@@ -189,10 +189,10 @@ def _trained_backbone(cat: Catalogue, name: str, **opts: Any) -> Any | None:
     if row is None or not row.checkpoint_path:
         return None
     path = cat.data_dir / row.checkpoint_path
-    import hashlib
-
     if path.exists():
-        h = hashlib.sha256(path.read_bytes()).hexdigest()
+        from core.backbones.timm_backbones import sha256_file
+
+        h = sha256_file(path)
         if h != row.checkpoint_hash:
             raise CatalogueError(f"the checkpoint of model {name!r} ({path}) does not match the hash recorded when it "
                                  f"was trained ({row.checkpoint_hash[:12]}... vs {h[:12]}...); it was changed or damaged")

@@ -244,10 +244,7 @@ def record_decision(cat: Catalogue, *, query_image_id: int, decision: str, user:
 def current_decision_version(cat: Catalogue, image_id: int) -> int:
     """The photo's decision version (what a decision made now would claim)."""
     with cat.unit_of_work() as s:
-        v = s.scalar(select(Image.decision_version).where(Image.id == int(image_id)))
-    if v is None:
-        raise CatalogueError(f"no image with id {image_id}")
-    return int(v)
+        return int(ops.image_field(s, image_id, Image.decision_version))
 
 
 def undo_decision(cat: Catalogue, decision_id: int | None = None, *, user: str) -> MatchDecision:

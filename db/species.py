@@ -16,11 +16,11 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from core.backbones import DEFAULT_BACKBONE as DEFAULT_MODEL  # the offline default, defined once
 from db.catalogue import CatalogueError, NotFoundError, _record
 from db.models import DEFAULT_SPECIES_ID, EventKind, Image, Individual, Model, ModelStatus, Species
 from db.session import Catalogue
 
-DEFAULT_MODEL = "efficientnet_lite0"
 MAX_NAME = 120
 
 
@@ -117,11 +117,10 @@ def set_image_species(cat: Catalogue, image_ids: Sequence[int], species: str | i
 
 
 def species_of_image(cat: Catalogue, image_id: int) -> int:
+    from db.catalogue import image_field
+
     with cat.unit_of_work() as s:
-        sid = s.scalar(select(Image.species_id).where(Image.id == int(image_id)))
-    if sid is None:
-        raise NotFoundError(f"no image with id {image_id}")
-    return int(sid)
+        return int(image_field(s, image_id, Image.species_id))
 
 
 def active_model_name(cat: Catalogue, species: str | int | None = None) -> str:

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -139,15 +137,9 @@ class TrainingHooks:
 
 
 def _atomic_torch_save(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    from core.features import atomic_write
+
+    atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
 def _views_cache_path(cat: Catalogue, fingerprint: str, kind: str, views: int, seed: int, content_hash: str) -> Path:
@@ -159,6 +151,7 @@ def _cached_views(cat: Catalogue, backbone: Any, photos: Callable[[int], np.ndar
                   should_stop: Callable[[], bool]) -> torch.Tensor:
     """N x V x (D or T x C) frozen features of each photo's views (view 0 plain, the rest augmented),
     cached on disk per (backbone fingerprint, kind, views, seed, photo) so head experiments reuse them."""
+    from core.features import atomic_write
     from core.training import augment, embed_features, view_generator
 
     size = tuple(backbone.config.input_size)
@@ -178,11 +171,7 @@ def _cached_views(cat: Catalogue, backbone: Any, photos: Callable[[int], np.ndar
             rgb = photos(i)
             imgs = [rgb] + [augment(rgb, size=size, generator=view_generator(seed, h, v)) for v in range(1, views)]
             arr = embed_features(backbone, imgs, kind=kind, dtype=torch.float16).numpy()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npy")
-            os.close(fd)
-            np.save(tmp, arr)
-            os.replace(tmp, path)
+            atomic_write(path, lambda fh, a=arr: np.save(fh, a, allow_pickle=False))
         out.append(torch.from_numpy(np.asarray(arr)))
         progress(i + 1, len(hashes))
     return torch.stack(out)
