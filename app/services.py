@@ -367,3 +367,31 @@ def provenance_line(cat: Catalogue) -> str:
     except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
         v = "dev"
     return f"Rosette {v} · data directory `{cat.data_dir}` · database `{database_label(cat.url)}`"
+
+
+# --------------------------------------------------------------------------- species
+
+
+def species_names(cat: Catalogue) -> list[str]:
+    from db.species import list_species
+
+    return [r["name"] for r in list_species(cat)]
+
+
+def species_of_individual(cat: Catalogue, individual_id: int) -> str | None:
+    from db.models import Individual, Species
+
+    with cat.unit_of_work() as s:
+        return s.scalar(select(Species.name).join(Individual, Individual.species_id == Species.id)
+                        .where(Individual.id == int(individual_id)))
+
+
+def set_species(cat: Catalogue, individual_id: int | None, species: str | None, *, user: str) -> str:
+    """Move the open individual (and its photos) to a species, created when the name is new."""
+    from db.species import clean_species_name, set_individual_species
+
+    if individual_id is None:
+        raise ValueError("Open an individual first.")
+    name = clean_species_name(species)
+    set_individual_species(cat, int(individual_id), name, user=curator_name(user))
+    return f"The individual and its photos are now {name}; match review offers them only {name} candidates."

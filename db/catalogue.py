@@ -205,6 +205,13 @@ def undo_event(session: Session, event_id: int, *, user: str) -> IdentityEvent:
         if session.scalar(select(func.count(Image.id)).where(Image.individual_id == ind.id)):
             raise ConflictError(f"{ind.name!r} has images now; move them before undoing its creation")
         ind.active = False
+    elif ev.kind == EventKind.rename and "species" in p:  # a change of species (db.species), photos included
+        ind = get_individual(session, ev.individual_id)
+        if ind.species_id != p["species"]["new"]:
+            raise ConflictError(f"{ind.name!r} changed species again since; undo that first")
+        ind.species_id = p["species"]["old"]
+        for img in session.scalars(select(Image).where(Image.individual_id == ind.id)):
+            img.species_id = p["species"]["old"]
     elif ev.kind == EventKind.rename:
         ind = get_individual(session, ev.individual_id)
         if ind.name != p["new"]:

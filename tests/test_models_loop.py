@@ -147,3 +147,39 @@ def test_flank_suggestion_for_an_unlabelled_photo_and_accept(loop):
         assert img.flank.value in ("left", "right", "other") and img.flank_source == "curator"
     assert img.flank.value in message
     assert fs.flank_suggestion(loop, image_id) == ("", False)  # labelled now: nothing to suggest
+
+
+def test_loop_commands_from_the_shell(loop, capsys):
+    """calibration, species threshold, flank-suggest, map and retrain from the CLI."""
+    import json
+
+    from app.cli import main as cli
+
+    d = str(loop.data_dir)
+    capsys.readouterr()
+    assert cli(["--data-dir", d, "species", "threshold", "default", "35"]) == 0
+    assert cli(["--data-dir", d, "calibration", "efficientnet_lite0", "--json"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()[-1]
+    rep = json.loads(out)
+    assert rep["n_outcomes"] >= 10 and rep["new_individual_threshold"] == pytest.approx(0.35)
+    probs = rep["curve"]["probability"]
+    assert probs == sorted(probs) and 0 <= probs[0] and probs[-1] <= 1
+    assert cli(["--data-dir", d, "species", "threshold", "default", "150"]) == 1
+    assert "between 0 and 1" in capsys.readouterr().err
+    with loop.unit_of_work() as s:
+        img = s.query(Image).order_by(Image.id).first()
+        img.flank, img.flank_source = Flank.unknown, None
+        s.commit()
+        photo = img.id
+    assert cli(["--data-dir", d, "flank-suggest", str(photo), "--json"]) == 0
+    sug = json.loads(capsys.readouterr().out)[str(photo)]
+    assert sug["flank"] in ("left", "right", "other") and 0 < sug["confidence"] <= 1
+    assert cli(["--data-dir", d, "flank-suggest", "--accept"]) == 0
+    with loop.unit_of_work() as s:
+        assert s.get(Image, photo).flank_source == "curator"
+    assert cli(["--data-dir", d, "map", "--model", "efficientnet_lite0"]) == 0
+    assert "queued map job" in capsys.readouterr().out
+    assert cli(["--data-dir", d, "retrain"]) == 0
+    assert "retraining queued as job" in capsys.readouterr().out
+    retrain = queue.list_jobs(loop, limit=1, kind="train")[0]
+    assert retrain.params["compare_with"] == "efficientnet_lite0" and retrain.params["source"] == "catalogue"

@@ -144,3 +144,27 @@ def test_promote_makes_a_model_active_for_its_species_and_queues_embedding(two_s
     assert "promo-model" not in trained_model_names(cat)
     with pytest.raises(CatalogueError, match="archived"):
         promote_model(cat, "promo-model", species="nyala")
+
+
+def test_setting_a_species_from_the_catalogue_tab_and_undoing_it(tmp_path):
+    from app import services
+    from db.models import Image as Img
+
+    manifest = make_reid_set(tmp_path / "photos", individuals=2, photos_each=2, seed=15)
+    cat = open_catalogue(tmp_path / "data")
+    ingest_path(cat, manifest, format="manifest", user="ana")
+    with cat.unit_of_work() as s:
+        ind = s.query(Individual).filter_by(name="ind00").one()
+    assert services.species_of_individual(cat, ind.id) == "default"
+    text = services.set_species(cat, ind.id, " okapi ", user="ana")
+    assert "now okapi" in text and "okapi" in services.species_names(cat)
+    assert services.species_of_individual(cat, ind.id) == "okapi"
+    with cat.unit_of_work() as s:
+        assert {i.species_id for i in s.query(Img).filter_by(individual_id=ind.id)} == {_species_of(cat, "ind00")}
+    services.undo_last(cat, user="ana")
+    assert services.species_of_individual(cat, ind.id) == "default"
+    with cat.unit_of_work() as s:
+        assert {i.species_id for i in s.query(Img).filter_by(individual_id=ind.id)} == {1}
+    with pytest.raises(ValueError, match="Open an individual"):
+        services.set_species(cat, None, "okapi", user="ana")
+    cat.close()

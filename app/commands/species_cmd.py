@@ -20,6 +20,10 @@ def register(sub) -> None:
     st.add_argument("--individual", type=int, default=None)
     st.add_argument("--images", type=int, nargs="*", default=None)
     st.set_defaults(func=run_set)
+    th = ssub.add_parser("threshold", help="below this calibrated probability match review suggests a new individual")
+    th.add_argument("species")
+    th.add_argument("percent", type=float, help="0 to 100")
+    th.set_defaults(func=run_threshold)
 
 
 def run_list(args, ctx) -> int:
@@ -54,4 +58,15 @@ def run_set(args, ctx) -> int:
     else:
         sid = set_image_species(ctx.catalogue, args.images, args.species)
         print(f"{len(args.images)} photo(s) are now species {sid}")
+    return 0
+
+
+def run_threshold(args, ctx) -> int:
+    from db.calibration import set_new_individual_threshold
+    from db.species import find_species
+
+    with ctx.catalogue.unit_of_work() as s:
+        sid = find_species(s, args.species).id
+    v = set_new_individual_threshold(ctx.catalogue, args.percent / 100.0, sid)
+    print(f"match review suggests a new individual below {100 * v:.0f}% for species {args.species}")
     return 0

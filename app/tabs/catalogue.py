@@ -50,6 +50,11 @@ def build(ctx: UIContext) -> None:
                                                info="All photos of this individual move to the one chosen; "
                                                     "the merge can be undone.")
                     merge_button = gr.Button("Merge", elem_id="catalogue-merge")
+                with gr.Column(min_width=200, elem_id="catalogue-species-box"):
+                    species = gr.Dropdown(label="Species", choices=[], value=None, allow_custom_value=True,
+                                          elem_id="catalogue-species",
+                                          info="Type a new name to add a species; its photos move with it.")
+                    species_button = gr.Button("Set species", elem_id="catalogue-set-species")
             with gr.Group(elem_id="catalogue-split-box"):
                 split_pick = gr.CheckboxGroup(label="Photos to split out into a new individual", choices=[],
                                               elem_id="catalogue-split-pick")
@@ -66,7 +71,7 @@ def build(ctx: UIContext) -> None:
                            elem_id="catalogue-history", max_height=320)
 
     list_outputs = [overview, shown_ids, summary, chooser]
-    detail_outputs = [headline, photos, sightings, split_pick, new_name, merge_target, changes]
+    detail_outputs = [headline, photos, sightings, split_pick, new_name, merge_target, changes, species]
 
     def render_list(search_text, current):
         cards = services.individual_cards(cat, search=search_text)
@@ -80,15 +85,18 @@ def build(ctx: UIContext) -> None:
     def render_detail(current):
         everyone = services.individual_cards(cat)
         history = _table(services.history_rows(cat), services.HISTORY_HEADERS)
+        species_names = services.species_names(cat)
         if current is None:
             return ("Open an individual to see its photos.", [], _table([], services.SIGHTING_HEADERS),
-                    gr.update(choices=[], value=[]), "", gr.update(choices=[], value=None), history)
+                    gr.update(choices=[], value=[]), "", gr.update(choices=[], value=None), history,
+                    gr.update(choices=species_names, value=None))
         view = services.open_individual(cat, current)
         targets = [(c.caption, c.id) for c in everyone if c.id != view.id]
         return (f"### {view.headline()}", [(c.path, c.caption) for c in view.images if c.path],
                 _table(view.sightings, services.SIGHTING_HEADERS),
                 gr.update(choices=services.image_choices(view), value=[]), view.name,
-                gr.update(choices=targets, value=None), history)
+                gr.update(choices=targets, value=None), history,
+                gr.update(choices=species_names, value=services.species_of_individual(cat, view.id)))
 
     def render_all(search_text, current):
         return (*render_list(search_text, current), *render_detail(current))
@@ -124,6 +132,10 @@ def build(ctx: UIContext) -> None:
         return message, ""
 
     @curator_action
+    def do_set_species(current, name, user):
+        return services.set_species(cat, current, name, user=user)
+
+    @curator_action
     def do_undo(user):
         return services.undo_last(cat, user=user)
 
@@ -135,4 +147,6 @@ def build(ctx: UIContext) -> None:
                                    api_name="merge_individuals"))
     ctx.changed(split_button.click(do_split, inputs=[split_pick, split_name, ctx.user], outputs=[status, split_name],
                                    api_name="split_images"))
+    ctx.changed(species_button.click(do_set_species, inputs=[open_id, species, ctx.user], outputs=[status],
+                                     api_name="set_species"))
     ctx.changed(undo_button.click(do_undo, inputs=[ctx.user], outputs=[status], api_name="undo_last_change"))

@@ -135,3 +135,20 @@ def test_map_hover_shows_a_thumbnail_and_a_box_opens_the_photos(server, page, sh
     expect(page.locator("#map-gallery img").first).to_be_visible(timeout=20_000)
     shot("map-selection")
     assert page.external_requests == []
+
+
+def test_catalogue_tab_sets_an_individuals_species(server, page):
+    from playwright.sync_api import expect
+
+    page.goto(server.url)
+    page.get_by_role("tab", name="Catalogue").click()
+    choose(page, "catalogue-open", "ind07")
+    expect(page.locator("#catalogue-species input")).to_have_value("default", timeout=20_000)
+    box = page.locator("#catalogue-species input")
+    box.fill("okapi")
+    box.press("Enter")
+    page.locator("#catalogue-set-species").click()
+    expect(page.locator("#catalogue-status")).to_contain_text("now okapi", timeout=20_000)
+    page.locator("#catalogue-undo").click()
+    expect(page.locator("#catalogue-status")).not_to_contain_text("now okapi", timeout=20_000)
+    expect(page.locator("#catalogue-species input")).to_have_value("default", timeout=20_000)

@@ -1,0 +1,138 @@
+"""The curator's loop from the shell: ``rosette calibration``, ``rosette flank-suggest``, ``rosette map`` and
+``rosette retrain`` -- the same functions the Models, Mask / Match review and Map tabs call."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    c = sub.add_parser("calibration", help="how a model's scores read as 'probability this is the same animal'")
+    c.add_argument("model")
+    c.add_argument("--species", default=None)
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=run_calibration)
+    f = sub.add_parser("flank-suggest", help="suggest left / right / other for photos without a flank label")
+    f.add_argument("image_ids", nargs="*", type=int, help="photos (default: every photo without a flank label)")
+    f.add_argument("--accept", action="store_true", help="set the suggested flanks (as a curator's labels)")
+    f.add_argument("--json", action="store_true")
+    f.set_defaults(func=run_flank_suggest)
+    m = sub.add_parser("map", help="compute the embedding map (UMAP) of a species' photos for a model")
+    m.add_argument("--model", default=None, help="default: the species' active model")
+    m.add_argument("--species", default=None)
+    m.add_argument("--wait", action="store_true", help="run it now instead of queueing it")
+    m.set_defaults(func=run_map)
+    r = sub.add_parser("retrain", help="train on the decisions since the active model, evaluate, diagnose, compare")
+    r.add_argument("--species", default=None)
+    r.add_argument("--wait", action="store_true")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=run_retrain)
+
+
+def _species_id(cat, species) -> int:
+    from db.species import find_species
+
+    with cat.unit_of_work() as s:
+        return find_species(s, species if species is not None else 1).id
+
+
+def run_calibration(args, ctx) -> int:
+    from db.calibration import calibration_report, new_individual_threshold
+
+    cat = ctx.catalogue
+    sid = _species_id(cat, args.species)
+    rep = calibration_report(cat, args.model, species_id=sid)
+    if rep is None:
+        raise ValueError(f"{args.model} cannot be calibrated yet: it needs at least 10 same / not-the-same "
+                         "decisions (or a benchmark of this species) with both outcomes among them")
+    rep["new_individual_threshold"] = new_individual_threshold(cat, sid)
+    if args.json:
+        print(json.dumps(rep, default=float))
+        return 0
+    sources = ", ".join(f"{n} {what}" for what, n in rep["sources"].items())
+    print(f"{args.model}: isotonic calibration on {rep['n_outcomes']} outcomes ({sources}), {rep['n_positive']} the "
+          f"same animal; a new individual is suggested below {100 * rep['new_individual_threshold']:.0f}%")
+    curve = rep["curve"]
+    for k in range(0, len(curve["score"]), 7):
+        print(f"  score {curve['score'][k]:.3f} -> {100 * curve['probability'][k]:.0f}% same animal")
+    rel = rep["reliability_on_decisions"]
+    if rel:
+        print(f"expected calibration error on the decisions: {rel['ece']:.3f}")
+    return 0
+
+
+def run_flank_suggest(args, ctx) -> int:
+    from sqlalchemy import select
+
+    from app.cli import print_table
+    from db.flank import accept_flank_suggestion, suggest_flanks
+    from db.models import Flank, Image
+
+    cat = ctx.catalogue
+    ids = list(args.image_ids)
+    if not ids:
+        with cat.unit_of_work() as s:
+            ids = list(s.scalars(select(Image.id).where(Image.flank == Flank.unknown).order_by(Image.id)))
+    if not ids:
+        print("every photo has a flank label")
+        return 0
+    out = suggest_flanks(cat, ids)
+    if args.accept:
+        for i in ids:
+            accept_flank_suggestion(cat, i, user=ctx.user)
+    if args.json:
+        print(json.dumps({str(k): v for k, v in out.items()}, default=float))
+        return 0
+    print_table([(i, v["flank"], f"{100 * v['confidence']:.0f}%") for i, v in out.items()],
+                ["photo", "suggested flank", "confidence"])
+    first = next(iter(out.values()))
+    acc = "not measured" if first["accuracy"] is None else f"{100 * first['accuracy']:.1f}%"
+    print(f"held-out accuracy {acc} ({first['n_train']} labelled photos, {first['model']})"
+          + ("; accepted" if args.accept else "; --accept sets them"))
+    return 0
+
+
+def run_map(args, ctx) -> int:
+    from db.embedding_map import compute_map
+    from db.species import active_model_name
+    from jobs.queue import submit
+
+    cat = ctx.catalogue
+    sid = _species_id(cat, args.species) if args.species is not None else None
+    model = args.model or active_model_name(cat, sid)
+    if args.wait:
+        print(compute_map(cat, model, species_id=sid)["summary"])
+    else:
+        job_id = submit(cat, "map", {"model": model, "species": sid, "user": ctx.user})
+        print(f"queued map job {job_id} for {model}; the Map tab shows it when done")
+    return 0
+
+
+def run_retrain(args, ctx) -> int:
+    from app.commands.train_cmd import print_training_table, wait_for_job
+    from db.training import decisions_since_active
+    from jobs import queue
+    from jobs.kinds import retrain_params
+
+    cat = ctx.catalogue
+    sid = _species_id(cat, args.species)
+    d = decisions_since_active(cat, sid)
+    job_id = queue.submit(cat, "train", retrain_params(cat, species_id=sid, user=ctx.user))
+    if not args.wait:
+        print(f"{d['confirmed']} confirmed identities since {d['active_model']} was trained; retraining queued as "
+              f"job {job_id}")
+        return 0
+    wait_for_job(cat, job_id, quiet=args.json)
+    job = queue.get_job(cat, job_id)
+    if job.status.value != "succeeded":
+        raise ValueError(f"retraining job {job_id} {job.status.value}: {job.message}")
+    res = job.result or {}
+    if args.json:
+        print(json.dumps({"job_id": job_id, "confirmed_since_active": d["confirmed"], **res}, default=float))
+        return 0
+    print_training_table(res)
+    if res.get("comparison"):
+        for e in res["comparison"]["endpoints"].values():
+            print(e["verdict"])
+    print("promotion stays your decision: rosette models promote NAME")
+    return 0
