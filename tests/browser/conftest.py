@@ -186,3 +186,21 @@ def choose(page, elem_id: str, text: str) -> None:
     box.click()
     box.fill(text)
     page.get_by_role("option", name=re.compile(re.escape(text))).first.click()
+
+
+def settled_text(locator, *, timeout_s: float = 20.0) -> str:
+    """The element's text once Gradio's pending overlay (a timer line such as ``0.3s``) has gone.
+
+    Gradio writes its progress timer into the component while an event runs; reading ``inner_text`` at that moment
+    returns the timer too. This waits until no line is a bare timer or a ``processing`` status, then returns the text.
+    """
+    import re
+    import time
+
+    timer = re.compile(r"^\s*(processing\s*\|?\s*)?\d+(\.\d+)?s(\s*/\s*\d+(\.\d+)?s)?\s*$", re.IGNORECASE)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = locator.inner_text()
+        if not any(timer.match(line) for line in text.splitlines()) or time.monotonic() > deadline:
+            return text
+        time.sleep(0.1)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser.conftest import RosetteServer, choose, require_chromium, start_rosette
+from tests.browser.conftest import RosetteServer, choose, require_chromium, settled_text, start_rosette
 from tests.synthetic_reid import make_reid_set
 
 FLANKLESS = 3  # photos whose flank label is removed (they get a suggestion)
@@ -55,10 +55,10 @@ def test_review_screen_layout_not_same_and_a_bad_date(server, page, shot):
     assert c["x"] >= q["x"] + 0.5 * q["width"] and abs(c["y"] - q["y"]) < 20  # side by side
     assert q["y"] + q["height"] <= 900 and same["y"] + same["height"] <= 900  # above the fold
     shot("layout")
-    facts = page.locator("#match-facts").inner_text()
+    facts = settled_text(page.locator("#match-facts"))
     page.keyboard.press("n")
     expect(page.locator("#match-status")).to_contain_text("Now comparing candidate 2", timeout=30_000)
-    assert page.locator("#match-facts").inner_text().split("Currently")[0] == facts.split("Currently")[0]
+    assert settled_text(page.locator("#match-facts")).split("Currently")[0] == facts.split("Currently")[0]
     expect(page.locator("#match-compare")).to_contain_text("Candidate 2")
     n_cards = page.locator("#match-grid .rz-card").count()
     page.locator("#match-more-filters").click()
@@ -67,7 +67,7 @@ def test_review_screen_layout_not_same_and_a_bad_date(server, page, shot):
     box.press("Enter")
     expect(page.get_by_text(re.compile("must be a date like"))).to_be_visible(timeout=20_000)
     assert page.locator("#match-grid .rz-card").count() == n_cards  # the screen is intact
-    assert page.locator("#match-facts").inner_text().split("Currently")[0] == facts.split("Currently")[0]
+    assert settled_text(page.locator("#match-facts")).split("Currently")[0] == facts.split("Currently")[0]
 
 
 def test_flank_suggestion_accepted_with_f(server, page):
