@@ -55,8 +55,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     ctx = CliContext(data_dir=args.data_dir, database_url=args.database_url, user=args.user)
+    from db.audit import acting_as
+
     try:
-        return int(args.func(args, ctx) or 0)
+        with acting_as(ctx.user):  # every change this command makes is audited as --user
+            return int(args.func(args, ctx) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -79,10 +82,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(32), 127]}
+
+
+def printable(value: object) -> str:
+    """``value`` as text safe for a terminal: control characters (escape codes, NUL, line breaks) are shown
+    as ``\\xNN`` instead of being sent to the terminal raw."""
+    return str(value).translate(_CONTROL)
+
+
 def print_table(rows: Sequence[Sequence[object]], headers: Sequence[str], *, file=None) -> None:
-    """Plain aligned text table."""
+    """Plain aligned text table; every cell goes through :func:`printable`."""
     file = file or sys.stdout
-    cells = [[str(c) for c in r] for r in rows]
+    cells = [[printable(c) for c in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths)), file=file)
     print("  ".join("-" * w for w in widths), file=file)

@@ -43,7 +43,7 @@ def curator_name(user: str | None) -> str:
     """The name a change is attributed to; refuses an empty one so no change goes unattributed."""
     name = (user or "").strip()
     if not name:
-        raise ValueError("Type your name in the Curator box first, so the change is recorded under your name.")
+        raise ValueError("No one is signed in, so the change could not be attributed to anyone; sign in first.")
     return name[:120]
 
 

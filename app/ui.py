@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import logging
 import os
 import pkgutil
 import traceback
+import typing
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +43,10 @@ import gradio as gr  # noqa: E402
 
 import app.tabs  # noqa: E402
 from app import services  # noqa: E402
+from db.audit import acting_as  # noqa: E402
+from db.models import Role  # noqa: E402
 from db.session import Catalogue  # noqa: E402
+from db.users import PermissionDenied, require_role  # noqa: E402
 
 log = logging.getLogger("rosette.ui")
 
@@ -50,23 +56,106 @@ STYLE_CSS = ASSETS_DIR / "style.css"
 SERVED_KINDS = ("images", "thumbs", "masks", "inpainted", "variants", "exports")
 
 
-# --------------------------------------------------------------------------- errors shown to curators
+# --------------------------------------------------------------------------- who is acting, and may they
 
 
-def curator_action(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a handler so curator-caused errors show as a message box, unexpected ones as a short message.
+class ActingUser(str):
+    """The signed-in person's name as a handler receives it; only :func:`curator_action` makes these."""
 
-    ``CatalogueError`` and ``ValueError`` (which includes it) and ``FileNotFoundError``
-    carry messages written for curators and are shown as they are; anything else
-    is logged with its traceback on the server and shown as one line.
+
+class SessionUser:
+    """What ``ctx.user`` (a ``gr.State``) holds: a placeholder the guard replaces with the signed-in name.
+
+    A State lives on the server and is not part of any API payload, so nobody can send a name in its place.
     """
+
+    def __deepcopy__(self, memo: dict) -> SessionUser:  # gr.State copies its value per session
+        return self
+
+    def __repr__(self) -> str:
+        return "<the signed-in user>"
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    """How the server knows who is acting: the signed-in account (Gradio's login), or one fixed admin in
+    loopback-only single-user mode."""
+
+    catalogue: Catalogue | None
+    single_user: str | None = None
+
+    def actor(self, request: Any, needed: Role) -> tuple[str, Role]:
+        """The acting user's name and role, or ``PermissionDenied`` if their role does not allow ``needed``."""
+        if self.single_user:
+            return self.single_user, Role.admin
+        name = getattr(request, "username", None)
+        if self.catalogue is None:
+            raise PermissionDenied("This server has no catalogue to check accounts against.")
+        return str(name), require_role(self.catalogue, name, needed)
+
+
+_POLICY: AccessPolicy | None = None  # set by build_app (one app per process)
+_ACTOR: ContextVar[str | None] = ContextVar("rosette_ui_actor", default=None)
+
+
+def current_policy() -> AccessPolicy | None:
+    return _POLICY
+
+
+def _as_actor(value: Any, name: str) -> Any:
+    return ActingUser(name) if isinstance(value, SessionUser) else value
+
+
+def curator_action(fn: Callable[..., Any] | None = None, *, role: Role | str = Role.curator) -> Any:
+    """Guard a handler: check the signed-in user's role, hand it their name, and turn errors into messages.
+
+    Gradio passes the request first (the wrapper's signature starts with ``_rosette_request: gr.Request``;
+    a handler's own ``gr.Request`` parameter still gets it too); the role of
+    ``request.username`` is read from the catalogue on every call (a role change applies at once) and must allow
+    ``role`` (default curator: a handler not marked ``role=Role.viewer`` is refused to viewers). Every
+    ``ctx.user`` input arrives as the signed-in name, and every change made inside is audited under it. A
+    guarded handler called from inside another runs as the same user, checked again for its own role.
+
+    ``CatalogueError``, ``ValueError`` and ``FileNotFoundError`` carry messages written for curators and are
+    shown as they are; anything else is logged with its traceback on the server and shown as one line.
+    """
+    if fn is None:
+        return functools.partial(curator_action, role=role)
+    needed = Role(role)
+    if hasattr(fn, "__rosette_role__"):  # guarded twice: one guard over the handler, with the stricter role
+        from db.users import ROLE_RANK
+
+        stricter = max(needed, fn.__rosette_role__, key=ROLE_RANK.__getitem__)
+        return curator_action(fn.__rosette_handler__, role=stricter)
+    captured = _POLICY
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        nested = _ACTOR.get()
         try:
-            return fn(*args, **kwargs)
+            if nested is None:  # called by Gradio: the request comes first
+                request, args = (args[0] if args else None), args[1:]
+                policy = captured or _POLICY
+                if policy is None:
+                    raise PermissionDenied("This handler runs only inside the Rosette app.")
+                name, _ = policy.actor(request, needed)
+            else:
+                name = nested
+                policy = captured or _POLICY
+                if policy is not None and not policy.single_user:
+                    require_role(policy.catalogue, name, needed)
+            args = tuple(_as_actor(a, name) for a in args)
+            kwargs = {k: _as_actor(v, name) for k, v in kwargs.items()}
+            token = _ACTOR.set(name)
+            try:
+                with acting_as(name):
+                    return fn(*args, **kwargs)
+            finally:
+                _ACTOR.reset(token)
         except gr.Error:
             raise
+        except PermissionDenied as exc:
+            raise gr.Error(str(exc), title="Not allowed", print_exception=False) from None
         except (ValueError, FileNotFoundError) as exc:
             raise gr.Error(str(exc), title="Could not do that", print_exception=False) from None
         except Exception as exc:  # noqa: BLE001 - a curator must never see a stack trace
@@ -74,7 +163,31 @@ def curator_action(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise gr.Error(f"Something went wrong ({type(exc).__name__}: {exc}). The details are in the server log.",
                            title="Unexpected error", print_exception=False) from None
 
+    # Gradio reads the signature to inject the request: put it first, before the handler's own parameters.
+    params = list(inspect.signature(fn).parameters.values())
+    request_param = inspect.Parameter("_rosette_request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=gr.Request)
+    first_kw = next((i for i, p in enumerate(params) if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)),
+                    len(params))
+    plain = [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) if p.kind == p.POSITIONAL_ONLY else p
+             for p in params]
+    wrapper.__signature__ = inspect.Signature([request_param, *plain[:first_kw], *plain[first_kw:]])
+    wrapper.__annotations__ = {**_resolved_hints(fn), "_rosette_request": gr.Request}
+    wrapper.__rosette_role__ = needed
+    wrapper.__rosette_handler__ = fn
     return wrapper
+
+
+def _resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The handler's annotations as objects (Gradio must see gr.EventData / gr.Progress on the wrapper)."""
+    try:
+        return dict(typing.get_type_hints(fn))
+    except Exception:  # noqa: BLE001 - unresolvable hints: keep them as written
+        return dict(getattr(fn, "__annotations__", {}))
+
+
+def guarded_viewer(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``curator_action(fn, role=Role.viewer)``: for handlers that only read or only change the screen."""
+    return curator_action(fn, role=Role.viewer)
 
 
 # --------------------------------------------------------------------------- shared context
@@ -89,17 +202,16 @@ class UIContext:
     """What every tab gets: the catalogue, who is curating, and the shared refresh hooks."""
 
     catalogue: Catalogue
-    user: gr.Textbox  # an input for every handler that records a change
+    user: gr.State  # an input for every handler that records a change: arrives as the signed-in name
     version: gr.State  # bumped after every change to the catalogue
     demo: gr.Blocks
-    default_user: str = "curator"
     tab: gr.Tab | None = None  # the tab currently being built
     tabs: dict[str, gr.Tab] = field(default_factory=dict)
 
     def changed(self, event: Any) -> Any:
         """Chain after ``event``: when it succeeds, tell every tab the catalogue changed."""
-        return event.success(_bump, inputs=self.version, outputs=self.version, show_progress="hidden",
-                             api_visibility="private")
+        return event.success(guarded_viewer(_bump), inputs=self.version, outputs=self.version,
+                             show_progress="hidden", api_visibility="private")
 
     def on_refresh(self, fn: Callable[..., Any], inputs: Sequence[Any] | None = None,
                    outputs: Sequence[Any] | None = None, *, on_tab_select: bool = True) -> Any:
@@ -107,7 +219,7 @@ class UIContext:
         triggers = [self.demo.load, self.version.change]
         if on_tab_select and self.tab is not None:
             triggers.append(self.tab.select)
-        return gr.on(triggers, curator_action(fn), inputs=list(inputs or []), outputs=list(outputs or []),
+        return gr.on(triggers, guarded_viewer(fn), inputs=list(inputs or []), outputs=list(outputs or []),
                      show_progress="hidden", api_visibility="private")
 
 
@@ -180,8 +292,17 @@ def stylesheets() -> list[Path]:
     return ([STYLE_CSS] if STYLE_CSS.exists() else []) + others
 
 
-def launch_options(cat: Catalogue) -> dict[str, Any]:
-    """Keyword arguments for ``Blocks.launch`` shared by ``rosette serve`` and tests."""
+def launch_options(cat: Catalogue, *, sign_in: bool = True) -> dict[str, Any]:
+    """Keyword arguments for ``Blocks.launch`` shared by ``rosette serve`` and tests.
+
+    ``sign_in``: Gradio's login page is the door (accounts and argon2 hashes in the catalogue, ``db.users``);
+    what each signed-in person may do is checked by every handler (:func:`curator_action`).
+    """
+    from db.users import authenticate
+
+    door = {"auth": lambda name, password: authenticate(cat, name, password),
+            "auth_message": "Sign in with your Rosette account. No account? Ask an admin "
+                            "(`rosette users add NAME --role curator`)."} if sign_in else {}
     db_files = [str(cat.data_dir / name) for name in ("catalogue.db", "catalogue.db-wal", "catalogue.db-shm")]
     return {
         "theme": theme(),
@@ -194,22 +315,41 @@ def launch_options(cat: Catalogue) -> dict[str, Any]:
         "show_error": True,
         "footer_links": ["settings"],
         "max_file_size": "2gb",  # uploads above this are refused by the server before anything is written
+        **door,
     }
 
 
-def build_app(cat: Catalogue, *, user: str = "curator") -> gr.Blocks:
-    """The whole Rosette UI over an open catalogue; ``user`` is the default curator name."""
+def identity_line() -> str:
+    """The header's "who is acting" line, inside a guarded call (single-user mode says so plainly)."""
+    from db.users import role_of
+
+    policy, name = _POLICY, _ACTOR.get()
+    if policy is not None and policy.single_user:
+        return (f"**Single-user mode** (this machine only, no sign-in): every change is recorded as "
+                f"**{policy.single_user}**.")
+    role = role_of(policy.catalogue, name) if policy and policy.catalogue else None
+    return f"Signed in as **{name}** ({role.value if role else 'no role'}) · [Sign out](/logout)"
+
+
+def build_app(cat: Catalogue, *, single_user: str | None = None) -> gr.Blocks:
+    """The whole Rosette UI over an open catalogue.
+
+    Every handler is guarded (:func:`curator_action`): who acts comes from the signed-in session (Gradio's login,
+    see ``launch_options(..., auth=...)``), or is ``single_user`` (an admin) in loopback single-user mode.
+    """
+    global _POLICY
+    _POLICY = AccessPolicy(catalogue=cat, single_user=single_user)
     # Catalogue files are content-addressed and never change: serve them in place instead of copying.
     gr.set_static_paths([str(d) for d in served_dirs(cat)] + [str(plotly_js_path().parent)])
     # delete_cache: every hour, drop uploaded temporary files older than a day (the catalogue keeps its own copy).
     with gr.Blocks(title="Rosette", analytics_enabled=False, delete_cache=(3600, 86400)) as demo:
         with gr.Row(elem_id="rosette-header", equal_height=True):
             gr.Markdown("## Rosette\nWildlife re-identification catalogue", elem_id="rosette-title")
-            user_box = gr.Textbox(value=user, label="Curator", elem_id="curator-name", scale=0, min_width=220,
-                                  max_lines=1,
-                                  info="Recorded with every change you make.")
+            who = gr.Markdown("", elem_id="rosette-identity")
+        user_state = gr.State(SessionUser())
         version = gr.State(0)
-        ctx = UIContext(catalogue=cat, user=user_box, version=version, demo=demo, default_user=user)
+        ctx = UIContext(catalogue=cat, user=user_state, version=version, demo=demo)
+        demo.load(guarded_viewer(identity_line), outputs=[who], show_progress="hidden", api_visibility="private")
         with gr.Tabs(elem_id="rosette-tabs"):
             for spec in discover_tabs():
                 with gr.Tab(spec.title, id=spec.name, elem_id=f"tab-{spec.name}") as tab:

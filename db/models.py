@@ -12,7 +12,18 @@ import enum
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Enum, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -84,11 +95,43 @@ class Species(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
+class Role(str, enum.Enum):
+    """What a signed-in person may do; each role may do everything the roles before it may."""
+
+    viewer = "viewer"  # browse, export
+    curator = "curator"  # decide, mask, label, import, evaluate
+    admin = "admin"  # users, models (train, promote, archive), species, delete
+
+
 class User(Base):
+    """A person who may sign in (``password_hash`` set), or a name only seen in the history (no password)."""
+
     __tablename__ = "users"
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(120), unique=True)
+    role: Mapped[Role] = mapped_column(_enum(Role, "user_role"), default=Role.viewer, server_default="viewer")
+    password_hash: Mapped[str | None] = mapped_column(String(200), default=None)  # argon2id, salted
+    active: Mapped[bool] = mapped_column(Boolean, default=True, server_default="1")
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    updated_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
+
+
+class AuditEvent(Base):
+    """One change to the catalogue, who made it, and a hash chaining it to the change before it.
+
+    ``row_hash = sha256(prev_hash + canonical JSON of (at, user, action, target, details))``: rewriting or
+    deleting any past row breaks every hash after it (``db.audit.verify_chain``).
+    """
+
+    __tablename__ = "audit_events"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
+    user: Mapped[str] = mapped_column(String(120), index=True)
+    action: Mapped[str] = mapped_column(String(80), index=True)  # e.g. "individual.rename", "decision.add"
+    target: Mapped[str] = mapped_column(String(120), index=True)  # e.g. "individual#4"
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    row_hash: Mapped[str] = mapped_column(String(64), unique=True)
 
 
 class Individual(Base):

@@ -18,6 +18,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+import db.audit  # noqa: F401 - registers the audit-trail listener on every session
 from db.storage import BlobStore
 
 DEFAULT_DATA_DIR = "rosette-data"

@@ -128,7 +128,7 @@ def test_accept_needs_a_new_mask_and_a_name(cat):
     with pytest.raises(ValueError, match="no new mask"):
         mk.accept_mask(cat, d, user="ana")
     d.mask, d.source = np.ones(mk.photo(cat, d.image_id).shape[:2], bool), "grabcut"
-    with pytest.raises(ValueError, match="Curator"):
+    with pytest.raises(ValueError, match="signed in"):
         mk.accept_mask(cat, d, user="  ")
 
 

@@ -211,7 +211,7 @@ def test_a_not_decision_by_another_curator_is_noticed_too(cat):
 def test_decisions_need_a_curator_name_a_view_and_a_candidate(cat):
     query = _unassigned(cat)[0]
     view = hand_view(cat, query.id, ["Amber"])
-    with pytest.raises(ValueError, match="Curator box"):
+    with pytest.raises(ValueError, match="signed in"):
         ms.decide(cat, view, "same", user="  ")
     with pytest.raises(CatalogueError, match="Open a photo"):
         ms.decide(cat, None, "same", user="ana")

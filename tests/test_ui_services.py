@@ -106,7 +106,7 @@ def test_rename_to_taken_name_is_a_curator_error(cat, two_animals):
 
 
 def test_changes_need_a_curator_name(cat, two_animals):
-    with pytest.raises(ValueError, match="Curator box"):
+    with pytest.raises(ValueError, match="signed in"):
         services.rename(cat, two_animals["Ayo"], "Ayo II", user="   ")
 
 
@@ -186,10 +186,10 @@ def test_build_app_constructs_with_all_tabs(cat, two_animals):
     tabs = discover_tabs()
     assert [t.title for t in tabs][:2] == ["Ingest", "Catalogue"]
     assert all(t.error is None for t in tabs), [t.error for t in tabs if t.error]
-    demo = build_app(cat, user="bia")
+    demo = build_app(cat, single_user="bia")
     assert isinstance(demo, gr.Blocks)
     ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
-    assert {"curator-name", "ingest-files", "ingest-import", "ingest-report", "catalogue-individuals",
+    assert {"rosette-identity", "ingest-files", "ingest-import", "ingest-report", "catalogue-individuals",
             "catalogue-open", "catalogue-undo", "catalogue-history", "rosette-provenance"} <= ids
 
 
@@ -210,10 +210,13 @@ def test_a_broken_tab_becomes_an_error_tab(cat, monkeypatch):
     assert any(isinstance(t, str) and "ImportError: no module" in t for t in texts)
 
 
-def test_curator_action_turns_domain_errors_into_messages():
+def test_curator_action_turns_domain_errors_into_messages(monkeypatch):
     import gradio as gr
 
+    from app import ui
     from app.ui import curator_action
+
+    monkeypatch.setattr(ui, "_POLICY", ui.AccessPolicy(catalogue=None, single_user="ana"))
 
     @curator_action
     def fails():
@@ -224,7 +227,7 @@ def test_curator_action_turns_domain_errors_into_messages():
         raise KeyError("x")
 
     with pytest.raises(gr.Error) as err:
-        fails()
+        fails(None)  # Gradio passes the request first
     assert err.value.message == "an individual named 'Ayo' already exists"
     with pytest.raises(gr.Error, match="Something went wrong"):
-        crashes()
+        crashes(None)

@@ -1,4 +1,8 @@
-"""``rosette serve [--host 127.0.0.1] [--port 7860] [--no-demo] [--preload]``: the browser app.
+"""``rosette serve [--host 127.0.0.1] [--port 7860] [--no-demo] [--preload] [--single-user]``: the browser app.
+
+Sign-in is required (accounts in the catalogue, ``rosette users``); on first start an admin account is created
+and its password printed once (or taken from ``$ROSETTE_ADMIN_PASSWORD``). ``--single-user`` serves without
+sign-in, on a loopback host only, everyone acting as ``--user`` with the admin role, and the header says so.
 
 Opens the catalogue, seeds the demo catalogue on first start (unless
 ``--no-demo``), builds the Gradio app and serves it until interrupted. Runs
@@ -22,6 +26,8 @@ def register(sub) -> None:
     p.add_argument("--no-demo", action="store_true", help="do not add the demo animals to an empty catalogue")
     p.add_argument("--preload", action="store_true",
                    help=f"load the default backbone ({DEFAULT_BACKBONE}) at startup so the first match is fast")
+    p.add_argument("--single-user", action="store_true",
+                   help="no sign-in: everyone who reaches the app acts as --user, an admin (loopback hosts only)")
     p.add_argument("--no-worker", action="store_true",
                    help="do not run background jobs in this process (run `rosette worker` separately)")
     p.set_defaults(func=run)
@@ -62,10 +68,24 @@ def preload_backbone(cat, name: str = DEFAULT_BACKBONE) -> str:
     return f"backbone {name} loaded and warmed up in {time.perf_counter() - t0:.1f} s"
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
 def run(args, ctx) -> int:
     _offline_environment()
     t0 = time.perf_counter()
+    if args.single_user and args.host not in LOOPBACK_HOSTS:
+        raise ValueError(f"--single-user serves without sign-in, so only on this machine (--host 127.0.0.1), "
+                         f"not on {args.host}")
     cat = ctx.catalogue
+    if args.single_user:
+        print(f"single-user mode: no sign-in; every change is recorded as {ctx.user!r} (admin)", flush=True)
+    else:
+        from db.users import ensure_first_admin
+
+        message = ensure_first_admin(cat)
+        if message:
+            print(message, flush=True)
     if not args.no_demo:
         message = seed_demo(cat)
         if message:
@@ -81,11 +101,11 @@ def run(args, ctx) -> int:
 
     from app.ui import build_app, launch_options
 
-    demo = build_app(cat, user=ctx.user)
+    demo = build_app(cat, single_user=ctx.user if args.single_user else None)
     demo.queue(default_concurrency_limit=4)
     try:
         demo.launch(server_name=args.host, server_port=args.port, prevent_thread_lock=True, quiet=True,
-                    inbrowser=False, **launch_options(cat))
+                    inbrowser=False, **launch_options(cat, sign_in=not args.single_user))
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port} ({exc})", file=sys.stderr)
         return 1

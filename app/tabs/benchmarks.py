@@ -8,7 +8,7 @@ import pandas as pd
 
 from app import benchmark_services as bs
 from app import match_services as ms
-from app.ui import UIContext, curator_action
+from app.ui import UIContext, curator_action, guarded_viewer
 
 TITLE = "Benchmarks"
 ORDER = 40
@@ -89,9 +89,9 @@ def build(ctx: UIContext) -> None:
 
     outputs = [benchmarks, bench_pick, show_bench, chart, evaluations]
     ctx.on_refresh(render, inputs=[show_bench, bench_pick], outputs=outputs)
-    gr.on([refresh_button.click, show_bench.input], curator_action(render), inputs=[show_bench, bench_pick],
+    gr.on([refresh_button.click, show_bench.input], guarded_viewer(render), inputs=[show_bench, bench_pick],
           outputs=outputs, api_visibility="private")
-    backbone.change(_describe, inputs=[backbone], outputs=[backbone_help], show_progress="hidden",
+    backbone.change(guarded_viewer(_describe), inputs=[backbone], outputs=[backbone_help], show_progress="hidden",
                     api_visibility="private")
 
     @curator_action
@@ -107,7 +107,7 @@ def build(ctx: UIContext) -> None:
 
     created = create_button.click(do_create, inputs=[name, split, fraction, seed, ctx.user],
                                   outputs=[status], api_name="create_benchmark")
-    created.success(curator_action(lambda shown, new: render(shown, (new or "").strip())),
+    created.success(guarded_viewer(lambda shown, new: render(shown, (new or "").strip())),
                     inputs=[show_bench, name], outputs=outputs,
                     show_progress="hidden", api_visibility="private")
     ctx.changed(eval_button.click(do_evaluate, inputs=[bench_pick, backbone, variant, rerank, ctx.user],

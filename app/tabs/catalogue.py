@@ -6,7 +6,8 @@ import gradio as gr
 import pandas as pd
 
 from app import services
-from app.ui import UIContext, curator_action
+from app.ui import UIContext, curator_action, guarded_viewer
+from db.models import Role
 
 TITLE = "Catalogue"
 ORDER = 15
@@ -102,15 +103,15 @@ def build(ctx: UIContext) -> None:
         return (*render_list(search_text, current), *render_detail(current))
 
     ctx.on_refresh(render_all, inputs=[search, open_id], outputs=list_outputs + detail_outputs)
-    search.change(curator_action(render_list), inputs=[search, open_id], outputs=list_outputs,
+    search.change(guarded_viewer(render_list), inputs=[search, open_id], outputs=list_outputs,
                   trigger_mode="always_last", show_progress="hidden", api_visibility="private")
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def open_from_gallery(ids, evt: gr.SelectData):
         chosen = ids[evt.index] if evt.index is not None and evt.index < len(ids) else None
         return (chosen, gr.update(value=chosen), *render_detail(chosen))
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def open_from_dropdown(chosen):
         return (chosen, *render_detail(chosen))
 

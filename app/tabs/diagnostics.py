@@ -6,7 +6,8 @@ import gradio as gr
 import pandas as pd
 
 from app import diag_services as ds
-from app.ui import UIContext, curator_action
+from app.ui import UIContext, curator_action, guarded_viewer
+from db.models import Role
 
 TITLE = "Diagnostics"
 ORDER = 60
@@ -111,10 +112,10 @@ def build(ctx: UIContext) -> None:
     ctx.on_refresh(refresh, inputs=refresh_outputs, outputs=refresh_outputs)
     # trained models appear in both model pickers once their training job registered them
     ctx.on_refresh(lambda: (gr.update(choices=ds.backbone_names(cat)),) * 2, outputs=[photo_backbone, run_backbone])
-    reload_button.click(curator_action(refresh), inputs=refresh_outputs, outputs=refresh_outputs,
+    reload_button.click(guarded_viewer(refresh), inputs=refresh_outputs, outputs=refresh_outputs,
                         api_visibility="private")
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def diagnose_photo(image_id, backbone, inpainter, progress=gr.Progress()):
         if image_id is None:
             raise ValueError("Pick a photo first (only photos with a mask are listed; make masks in the Mask tab).")
@@ -147,7 +148,7 @@ def build(ctx: UIContext) -> None:
     ctx.changed(freeze_button.click(freeze, inputs=[freeze_name, freeze_split, ctx.user], outputs=[run_status],
                                     api_name="freeze_benchmark"))
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def show(evaluation_id):
         v = ds.load_diagnosis(cat, evaluation_id) if evaluation_id is not None else None
         if v is None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import gradio as gr
 
 from app import export_services as es
-from app.ui import UIContext, curator_action
+from app.ui import guarded_viewer, UIContext, curator_action
+from db.models import Role
 
 TITLE = "Export"
 ORDER = 50
@@ -43,7 +44,7 @@ def build(ctx: UIContext) -> None:
     result = gr.File(label="submission.csv", interactive=False, elem_id="export-result")
     timer = gr.Timer(2.0)
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def start(csv_file, zip_file, folder, model_name, var, user):
         jid, msg = es.submit_kaggle_export(cat, test_csv=csv_file, images_zip=zip_file, images_dir=folder,
                                            model=model_name, variant=var, user=user)
@@ -53,7 +54,7 @@ def build(ctx: UIContext) -> None:
     def poll(jid):
         return es.export_status(cat, jid) if jid else (gr.skip(), gr.skip())
 
-    timer.tick(poll, [job_id], [status, result], show_progress="hidden")
+    timer.tick(guarded_viewer(poll), [job_id], [status, result], show_progress="hidden")
 
     def latest(current):
         # after a page reload the newest export (and its download) is shown again

@@ -60,4 +60,4 @@ def build(ctx: UIContext) -> None:
         services.IMPORT_STOPS.request(getattr(request, "session_hash", None))
         return "Stopping after the current photo…"
 
-    stop_button.click(stop_import, outputs=[summary], api_visibility="private", concurrency_limit=None)
+    stop_button.click(curator_action(stop_import), outputs=[summary], api_visibility="private", concurrency_limit=None)

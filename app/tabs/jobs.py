@@ -19,7 +19,8 @@ from app import jobs_services as js
 from app import match_services as ms
 from app import training_services as ts
 from app.services import curator_name
-from app.ui import UIContext, curator_action
+from app.ui import UIContext, curator_action, guarded_viewer
+from db.models import Role
 
 TITLE = "Jobs"
 ORDER = 60
@@ -138,7 +139,7 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
         fresh = ts.train_defaults(cat)
         return gr.update(choices=fresh.training_sets, value=fresh.training_set)
 
-    @curator_action
+    @curator_action(role=Role.admin)
     def start(user, backbone_v, head_v, blocks_v, set_v, epochs_v, device_v):
         job_id, message = ts.launch_training(cat, backbone=backbone_v, head=head_v, blocks=blocks_v,
                                              epochs=epochs_v, training_set=set_v, device=device_v,
@@ -156,12 +157,12 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
     ctx.on_refresh(show, outputs=outputs)
     train_button.click(start, inputs=[ctx.user, backbone, head, blocks, training_set, epochs, device],
                        outputs=[train_status, *outputs], api_name="train_model")
-    run.input(curator_action(show), inputs=[run], outputs=outputs, api_visibility="private")
-    cancel_run.click(lambda j: act("cancel", j), inputs=[run], outputs=[train_status, *outputs],
+    run.input(guarded_viewer(show), inputs=[run], outputs=outputs, api_visibility="private")
+    cancel_run.click(curator_action(lambda j: act("cancel", j), role=Role.admin), inputs=[run], outputs=[train_status, *outputs],
                      api_visibility="private")
-    retry_run.click(lambda j: act("retry", j), inputs=[run], outputs=[train_status, *outputs],
+    retry_run.click(curator_action(lambda j: act("retry", j), role=Role.admin), inputs=[run], outputs=[train_status, *outputs],
                     api_visibility="private")
-    timer.tick(curator_action(show), inputs=[run], outputs=outputs, show_progress="hidden",
+    timer.tick(guarded_viewer(show), inputs=[run], outputs=outputs, show_progress="hidden",
                api_visibility="private", queue=False)
 
 
@@ -180,7 +181,7 @@ def build(ctx: UIContext) -> None:
         return jobs_html(rows), worker_line(rows)
 
     ctx.on_refresh(render, outputs=[table, worker])
-    timer.tick(curator_action(render), outputs=[table, worker], show_progress="hidden", api_visibility="private",
+    timer.tick(guarded_viewer(render), outputs=[table, worker], show_progress="hidden", api_visibility="private",
                queue=False)
 
     @curator_action

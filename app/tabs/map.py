@@ -12,8 +12,9 @@ import gradio as gr
 from app import map_services as mp
 from app import match_services as ms
 from app.services import curator_name
-from app.ui import UIContext, curator_action, plotly_js_path
+from app.ui import UIContext, curator_action, guarded_viewer, plotly_js_path
 from db.embedding_map import COLOUR_BY
+from db.models import Role
 
 TITLE = "Map"
 ORDER = 58
@@ -116,7 +117,7 @@ def build(ctx: UIContext) -> None:
     def queue(model_name, user):
         return mp.queue_map(cat, model_name or ms.active_model(cat), user=curator_name(user))
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def pick(evt: gr.EventData):
         ids = (getattr(evt, "_data", None) or {}).get("ids") or []
         items, text = mp.selection(cat, ids)
@@ -126,8 +127,8 @@ def build(ctx: UIContext) -> None:
     def do_assign(ids, name, user):
         return mp.assign_selection(cat, ids, name, user=curator_name(user))
 
-    ctx.on_refresh(curator_action(show), inputs=[model, colour], outputs=[plot, status], on_tab_select=True)
-    gr.on([model.input, colour.input, show_button.click], curator_action(show), inputs=[model, colour],
+    ctx.on_refresh(guarded_viewer(show), inputs=[model, colour], outputs=[plot, status], on_tab_select=True)
+    gr.on([model.input, colour.input, show_button.click], guarded_viewer(show), inputs=[model, colour],
           outputs=[plot, status], api_visibility="private")
     compute.click(queue, inputs=[model, ctx.user], outputs=[status], api_name="compute_map")
     plot.click(pick, outputs=[selected, gallery, summary], api_visibility="private")

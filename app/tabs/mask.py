@@ -5,10 +5,11 @@ from __future__ import annotations
 import gradio as gr
 
 from app import diag_services as ds
-from app import mask_services as mk
 from app import flank_services as fs
+from app import mask_services as mk
 from app.services import curator_name
-from app.ui import ASSETS_DIR, UIContext, curator_action
+from app.ui import guarded_viewer, ASSETS_DIR, UIContext, curator_action
+from db.models import Role
 
 KEYS_JS = (ASSETS_DIR / "keys.js").read_text(encoding="utf-8") if (ASSETS_DIR / "keys.js").exists() else None
 
@@ -77,7 +78,7 @@ def build(ctx: UIContext) -> None:
 
     ctx.on_refresh(refresh, inputs=[picker], outputs=[picker])
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def pick(image_id):
         if image_id is None:
             d = mk.MaskDraft()
@@ -122,7 +123,7 @@ def build(ctx: UIContext) -> None:
         _job, message = mk.submit_mask_all(cat, user=user)
         return message
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def suggest(d):
         text, show = fs.flank_suggestion(cat, d.image_id if d else None)
         return text, gr.update(visible=show)
@@ -147,6 +148,6 @@ def build(ctx: UIContext) -> None:
                                     api_name="accept_mask"))
     redo_button.click(redo, inputs=[draft], outputs=[*shown, status], api_visibility="private")
     ctx.changed(flank.input(choose_flank, inputs=[draft, flank, ctx.user], outputs=[status], api_name="set_flank")
-                .then(lambda: ("", gr.update(visible=False)), outputs=[flank_hint, accept_flank],
+                .then(guarded_viewer(lambda: ("", gr.update(visible=False))), outputs=[flank_hint, accept_flank],
                       api_visibility="private"))
     all_button.click(mask_all, inputs=[ctx.user], outputs=[all_status], api_name="mask_all_photos")

@@ -19,8 +19,9 @@ import gradio as gr
 from app import flank_services as fs
 from app import match_services as ms
 from app.services import curator_name
-from app.ui import ASSETS_DIR, UIContext, curator_action
+from app.ui import guarded_viewer, ASSETS_DIR, UIContext, curator_action
 from db.catalogue import ConflictError
+from db.models import Role
 
 TITLE = "Match review"
 ORDER = 20
@@ -264,17 +265,17 @@ def build(ctx: UIContext) -> None:
 
     # ------------------------------------------------------------------ handlers
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def on_open_tab(view, model_name, flank, show_outline, progress=gr.Progress()):
         if view is not None:  # keep the curator's place when coming back to the tab
             return (gr.skip(),) * (2 + len(screen))
         return load_queue(model_name, flank, show_outline, progress)
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def on_reload(model_name, flank, show_outline, progress=gr.Progress()):
         return (*load_queue(model_name, flank, show_outline, progress), "Review queue reloaded.")
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def on_move(delta, queue, pos, model_name, flank, show_outline, progress=gr.Progress()):
         if not queue:
             raise gr.Error("The review queue is empty.", title="Nothing to show", print_exception=False)
@@ -310,25 +311,25 @@ def build(ctx: UIContext) -> None:
         pos = queue.index(image_id) if image_id in queue else 0
         return (pos, *show(image_id, model_name, flank, show_outline, queue, pos, progress), message)
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def on_pick_candidate(view, show_outline, queue, pos, evt: gr.EventData):
         rank = getattr(evt, "_data", {}) or {}
         return render(view, rank.get("rank"), show_outline, queue, pos)
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def on_open_photo(image_id, model_name, flank, show_outline, queue, progress=gr.Progress()):
         if image_id is None:
             return (gr.skip(),) * (1 + len(screen))
         pos = queue.index(int(image_id)) if int(image_id) in queue else -1
         return (pos if pos >= 0 else 0, *show(image_id, model_name, flank, show_outline, queue, pos, progress))
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def on_rerank(view, model_name, flank, show_outline, queue, pos, progress=gr.Progress()):
         if view is None:
             return (gr.skip(),) * len(screen)
         return show(view.query.image_id, model_name, flank, show_outline, queue, pos, progress)
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def on_outline(view, show_outline):
         if view is None:
             return gr.skip()
@@ -353,7 +354,7 @@ def build(ctx: UIContext) -> None:
                    outputs=[queue_state, pos_state, *screen], show_progress="full", api_visibility="private")
     ctx.on_refresh(photo_list, inputs=[photo_pick], outputs=[photo_pick], on_tab_select=False)
     # flank suggestion for the photo on screen (when its flank is not labelled), accepted with F
-    @curator_action
+    @curator_action(role=Role.viewer)
     def suggest_flank(view):
         text, show = fs.flank_suggestion(cat, view.query.image_id if view else None)
         return text, gr.update(visible=show)
@@ -370,7 +371,7 @@ def build(ctx: UIContext) -> None:
                                    outputs=[*screen, status, flank_hint, accept_flank], api_name="accept_flank"))
 
     # the species' new-individual threshold (a calibrated probability), set by the curator
-    @curator_action
+    @curator_action(role=Role.viewer)
     def load_threshold(view):
         from db.calibration import new_individual_threshold
         from db.species import species_of_image
@@ -414,17 +415,17 @@ def build(ctx: UIContext) -> None:
         return (*out[:-1], f"The active model is now {model_name}: the review queue was re-ranked with it.")
 
     ctx.on_refresh(follow_active, inputs=[model, last_active], outputs=[model, last_active, switched]).then(
-        reload_if_switched, inputs=[switched, model, filters_state, outline],
+        guarded_viewer(reload_if_switched), inputs=[switched, model, filters_state, outline],
         outputs=[queue_state, pos_state, *screen, status], api_visibility="private")
     reload_button.click(on_reload, inputs=[model, filters_state, outline],
                         outputs=[queue_state, pos_state, *screen, status], api_name="reload_review_queue")
     for button, delta in ((prev_button, -1), (next_button, 1)):
-        button.click(lambda *a, _d=delta: on_move(_d, *a),
+        button.click(guarded_viewer(lambda *a, _d=delta: on_move(_d, *a)),
                      inputs=[queue_state, pos_state, model, filters_state, outline],
                      outputs=[pos_state, *screen, status], api_visibility="private")
     for button, kind in ((same_button, "same"), (not_button, "not"), (unsure_button, "unsure"), (new_button, "new")):
         ctx.changed(button.click(
-            lambda *a, _k=kind: on_decide(_k, *a),
+            curator_action(lambda *a, _k=kind: on_decide(_k, *a)),
             inputs=[view_state, selected_state, new_name, ctx.user, queue_state, pos_state, model, filters_state,
                     outline],
             outputs=[pos_state, *screen, new_name, status], api_name=f"decide_{kind}", trigger_mode="once"))
@@ -435,7 +436,7 @@ def build(ctx: UIContext) -> None:
                      **hidden)
     photo_pick.input(on_open_photo, inputs=[photo_pick, model, filters_state, outline, queue_state],
                      outputs=[pos_state, *screen], api_visibility="private")
-    @curator_action
+    @curator_action(role=Role.viewer)
     def set_filters(flank, place, start, end):
         from db.matching import check_date
 

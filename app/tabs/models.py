@@ -8,8 +8,9 @@ import gradio as gr
 
 from app import models_services as mv
 from app.services import curator_name
-from app.ui import UIContext, curator_action
+from app.ui import UIContext, curator_action, guarded_viewer
 from db.leaderboard import SORT_KEYS
+from db.models import Role
 
 TITLE = "Models"
 ORDER = 55
@@ -81,27 +82,27 @@ def build(ctx: UIContext) -> None:
 
     outs = [bench, table, pick, model_a, model_b, species, retrain_text]
     ctx.on_refresh(refresh, inputs=[bench, variant, sort, archived, pick, species], outputs=outs)
-    gr.on([bench.input, variant.input, sort.input, archived.input], curator_action(board),
+    gr.on([bench.input, variant.input, sort.input, archived.input], guarded_viewer(board),
           inputs=[bench, variant, sort, archived], outputs=[table], api_visibility="private")
 
-    @curator_action
+    @curator_action(role=Role.admin)
     def do_promote(name, sp, user):
         return mv.promote(cat, name, sp, user=curator_name(user))
 
-    @curator_action
+    @curator_action(role=Role.admin)
     def do_archive(name):
         return mv.archive(cat, name)
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def do_compare(a, b, benchmark, progress=gr.Progress()):
         progress(0.1, desc="Embedding the benchmark's test photos with both models")
         return mv.compare_models(cat, a, b, benchmark)
 
-    @curator_action
+    @curator_action(role=Role.viewer)
     def do_calibrate(name, sp):
         return mv.calibration_view(cat, name, sp)
 
-    @curator_action
+    @curator_action(role=Role.admin)
     def do_retrain(sp, user):
         return mv.retrain(cat, sp, user=curator_name(user)), mv.retrain_status(cat, sp)
 

@@ -86,14 +86,20 @@ class RosetteServer:
 
 
 def start_rosette(data_dir: Path, *, demo: bool = False, extra_args: list[str] | None = None,
-                  timeout: float = SERVER_START_TIMEOUT_S, user: str = "curator") -> RosetteServer:
-    """Start ``rosette serve`` on a free port and wait (bounded) until it answers HTTP 200."""
+                  timeout: float = SERVER_START_TIMEOUT_S, user: str = "curator", sign_in: bool = False,
+                  env_extra: dict[str, str] | None = None) -> RosetteServer:
+    """Start ``rosette serve`` on a free port and wait (bounded) until it answers HTTP 200.
+
+    By default in loopback single-user mode (every change recorded as ``user``); ``sign_in=True`` serves with
+    the login page and accounts, as in production.
+    """
     port = free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     log = data_dir.parent / f"rosette-serve-{port}.log"
     cmd = [sys.executable, "-m", "app.cli", "--data-dir", str(data_dir), "--user", user,
-           "serve", "--host", "127.0.0.1", "--port", str(port), *([] if demo else ["--no-demo"]), *(extra_args or [])]
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+           "serve", "--host", "127.0.0.1", "--port", str(port), *([] if demo else ["--no-demo"]),
+           *([] if sign_in else ["--single-user"]), *(extra_args or [])]
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env_extra or {}),
            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)

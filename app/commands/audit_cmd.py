@@ -1,0 +1,43 @@
+"""``rosette audit [--user U] [--action A] [--target T] [--since D] [--until D] [--limit N] [--csv PATH]`` and
+``rosette audit verify``: read, export and check the hash-chained audit trail (see ``db.audit``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("audit", help="show, export (--csv) or verify the audit trail")
+    p.add_argument("what", nargs="?", choices=["show", "verify"], default="show")
+    p.add_argument("--user", dest="who", default=None, help="only this user's changes")
+    p.add_argument("--action", default=None, help="action prefix, e.g. 'decision' or 'photo.flank'")
+    p.add_argument("--target", default=None, help="e.g. 'photo#12', or 'individual' for all individuals")
+    p.add_argument("--since", default=None, help="YYYY-MM-DD (inclusive)")
+    p.add_argument("--until", default=None, help="YYYY-MM-DD (inclusive)")
+    p.add_argument("--limit", type=int, default=50, help="newest N changes (0: all; default 50)")
+    p.add_argument("--csv", default=None, help="write the matching changes to this CSV file")
+    p.set_defaults(func=run)
+
+
+def run(args, ctx) -> int:
+    from app.cli import print_table, printable
+    from db.audit import audit_csv, audit_rows, verify_chain
+
+    if args.what == "verify":
+        check = verify_chain(ctx.catalogue)
+        if check.ok:
+            print(f"audit trail intact: {check.rows} changes, every hash matches")
+            return 0
+        print(f"audit trail BROKEN at change #{check.first_broken_id}: that row or one before it was rewritten or "
+              "deleted outside Rosette")
+        return 3
+    rows = audit_rows(ctx.catalogue, user=args.who, action=args.action, target=args.target, since=args.since,
+                      until=args.until, limit=None if args.csv or args.limit == 0 else args.limit)
+    if args.csv:
+        Path(args.csv).write_text(audit_csv(rows), encoding="utf-8")
+        print(f"{len(rows)} changes written to {args.csv}")
+        return 0
+    print_table([(r.id, r.at.strftime("%Y-%m-%d %H:%M:%S"), printable(r.user), r.action, r.target,
+                  printable(r.details_text())[:100]) for r in rows], ["#", "at (UTC)", "user", "action", "target",
+                                                                       "details"])
+    return 0

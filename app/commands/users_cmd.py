@@ -1,0 +1,97 @@
+"""``rosette users add|list|role|passwd|disable|enable``: accounts and roles (see ``db.users``).
+
+Passwords are asked twice on a terminal, or read from one line of standard input with ``--password-stdin``
+(for scripts); they are never taken as a command-line argument, where other users of the machine could see them.
+"""
+
+from __future__ import annotations
+
+import getpass
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("users", help="accounts and roles: add, list, role, passwd, disable, enable")
+    users = p.add_subparsers(dest="users_command", metavar="ACTION", required=True)
+    a = users.add_parser("add", help="add an account (roles: viewer, curator, admin)")
+    a.add_argument("name")
+    a.add_argument("--role", default="viewer", help="viewer (browse, export), curator (decide, mask, label, "
+                                                    "import), admin (users, models, promote, delete)")
+    a.add_argument("--password-stdin", action="store_true", help="read the password from one line of stdin")
+    a.set_defaults(func=run_add)
+    ls = users.add_parser("list", help="list accounts and names seen in the history")
+    ls.set_defaults(func=run_list)
+    r = users.add_parser("role", help="change an account's role")
+    r.add_argument("name")
+    r.add_argument("role")
+    r.set_defaults(func=run_role)
+    pw = users.add_parser("passwd", help="set an account's password")
+    pw.add_argument("name")
+    pw.add_argument("--password-stdin", action="store_true")
+    pw.set_defaults(func=run_passwd)
+    for verb, active in (("disable", False), ("enable", True)):
+        d = users.add_parser(verb, help=f"{verb} an account's sign-in")
+        d.add_argument("name")
+        d.set_defaults(func=run_disable if not active else run_enable)
+
+
+def read_password(args) -> str:
+    if args.password_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    if not sys.stdin.isatty():
+        raise ValueError("no terminal to ask the password on: pass --password-stdin and write it to stdin")
+    first = getpass.getpass("New password: ")
+    if getpass.getpass("Again: ") != first:
+        raise ValueError("the two passwords differ; nothing changed")
+    return first
+
+
+def run_add(args, ctx) -> int:
+    from db.users import add_user
+
+    account = add_user(ctx.catalogue, args.name, read_password(args), role=args.role, by=ctx.user)
+    print(f"account {account.name!r} added as {account.role.value}")
+    return 0
+
+
+def run_list(args, ctx) -> int:
+    from app.cli import print_table
+    from db.users import list_users
+
+    rows = [(a.name, a.role.value if a.can_sign_in else "-", "yes" if a.can_sign_in and a.active else
+             ("disabled" if a.can_sign_in else "no (history only)"), a.created_at.strftime("%Y-%m-%d"))
+            for a in list_users(ctx.catalogue)]
+    print_table(rows, ["name", "role", "can sign in", "since"])
+    return 0
+
+
+def run_role(args, ctx) -> int:
+    from db.users import set_role
+
+    account = set_role(ctx.catalogue, args.name, args.role, by=ctx.user)
+    print(f"{account.name!r} is now {account.role.value}")
+    return 0
+
+
+def run_passwd(args, ctx) -> int:
+    from db.users import set_password
+
+    account = set_password(ctx.catalogue, args.name, read_password(args), by=ctx.user)
+    print(f"password of {account.name!r} changed")
+    return 0
+
+
+def run_disable(args, ctx) -> int:
+    from db.users import set_active
+
+    set_active(ctx.catalogue, args.name, False, by=ctx.user)
+    print(f"{args.name!r} can no longer sign in")
+    return 0
+
+
+def run_enable(args, ctx) -> int:
+    from db.users import set_active
+
+    set_active(ctx.catalogue, args.name, True, by=ctx.user)
+    print(f"{args.name!r} can sign in again")
+    return 0

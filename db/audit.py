@@ -1,0 +1,278 @@
+"""The audit trail: every change to the catalogue, attributed to the person who made it, hash-chained.
+
+Nothing has to remember to write it: a SQLAlchemy ``after_flush`` listener looks at what each flush inserted,
+changed or deleted in the audited tables and writes one ``audit_events`` row per change, in the same transaction
+(a change and its audit row are committed or rolled back together).
+
+Who made the change is :func:`acting_user`, set with :func:`acting_as` by whoever runs the change on someone's
+behalf: the web app sets it from the signed-in session (never from a form field), the CLI from ``--user``, a job
+runner from the user who submitted the job. Nothing set means ``system``.
+
+Each row carries ``prev_hash`` and ``row_hash = sha256(prev_hash + canonical JSON of the row)``; SQLite lets one
+writer at a time hold the write lock, and a flush that writes an audited change already holds it, so the chain
+never forks. :func:`verify_chain` recomputes it: a past row rewritten or deleted in the database file shows up as
+the first broken link.
+"""
+
+from __future__ import annotations
+
+import csv
+import enum
+import hashlib
+import io
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+from sqlalchemy import event, insert, inspect, select
+from sqlalchemy.orm import Session
+
+from core.kaggle import is_formula
+from db.models import (
+    AuditEvent,
+    Benchmark,
+    IdentityEvent,
+    Image,
+    Individual,
+    Job,
+    MatchDecision,
+    Model,
+    Species,
+    User,
+    utcnow,
+)
+
+GENESIS = "0" * 64
+SYSTEM = "system"
+MAX_DETAIL_CHARS = 300  # a long value (a payload, a path list) is cut in the audit row, never the change itself
+
+_acting_user: ContextVar[str | None] = ContextVar("rosette_acting_user", default=None)
+
+
+def acting_user() -> str:
+    """Who the change being made now is attributed to (``system`` when nobody set it)."""
+    return _acting_user.get() or SYSTEM
+
+
+@contextmanager
+def acting_as(user: str | None) -> Iterator[None]:
+    """Attribute every change made inside the block (in this thread or task) to ``user``."""
+    token = _acting_user.set((user or "").strip() or None)
+    try:
+        yield
+    finally:
+        _acting_user.reset(token)
+
+
+# --------------------------------------------------------------------------- what is audited, and how it is named
+
+@dataclass(frozen=True)
+class Audited:
+    """How changes to one table read in the trail."""
+
+    label: str  # "photo", "individual", ...
+    on_update: dict[str, str]  # column -> action suffix; columns not named here are not audited on update
+    on_insert: str | None = "add"
+    insert_fields: tuple[str, ...] = ()
+    on_delete: str | None = "delete"
+
+
+AUDITED: dict[type, Audited] = {
+    Individual: Audited("individual", {"name": "rename", "notes": "notes", "species_id": "species",
+                                       "active": "merge", "merged_into_id": "merge"},
+                        insert_fields=("name",)),
+    Image: Audited("photo", {"flank": "flank", "flank_source": "flank", "mask_path": "mask", "mask_source": "mask",
+                             "species_id": "species", "individual_id": "assign", "sighting_id": "sighting"},
+                   on_insert="import", insert_fields=("original_name", "content_hash", "individual_id")),
+    IdentityEvent: Audited("history", {"undone_at": "undone"}, on_insert="event",
+                           insert_fields=("kind", "individual_id", "other_individual_id")),
+    MatchDecision: Audited("decision", {"undone_at": "undo"}, on_insert="add",
+                           insert_fields=("decision", "query_image_id", "candidate_image_id",
+                                          "candidate_individual_id", "model_name", "score", "rank")),
+    Model: Audited("model", {"status": "status", "name": "rename"}, on_insert="register",
+                   insert_fields=("name", "backbone", "head", "status")),
+    Species: Audited("species", {"name": "rename", "active_model_id": "promote",
+                                 "new_individual_threshold": "threshold"}, insert_fields=("name",)),
+    User: Audited("user", {"role": "role", "password_hash": "password", "active": "active"},
+                  insert_fields=("name", "role")),
+    Benchmark: Audited("benchmark", {}, on_insert="create", insert_fields=("name",)),
+    Job: Audited("job", {"cancel_requested": "cancel"}, on_insert="submit", insert_fields=("kind",),
+                 on_delete=None),
+}
+SECRET_COLUMNS = {"password_hash"}  # audited as "changed", never with their values
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-safe, bounded form of a column value."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
+    return text if len(text) <= MAX_DETAIL_CHARS else text[:MAX_DETAIL_CHARS] + "..."
+
+
+def _changes(obj: Any, spec: Audited) -> dict[str, dict[str, Any]]:
+    """Per action suffix, the changed audited columns as ``{column: [old, new]}``."""
+    state = inspect(obj)
+    out: dict[str, dict[str, Any]] = {}
+    for column, suffix in spec.on_update.items():
+        hist = state.attrs[column].history
+        if not hist.has_changes():
+            continue
+        old = hist.deleted[0] if hist.deleted else None
+        new = hist.added[0] if hist.added else None
+        if _plain(old) == _plain(new):
+            continue
+        value = ["(set)" if old else None, "(changed)"] if column in SECRET_COLUMNS else [_plain(old), _plain(new)]
+        out.setdefault(suffix, {})[column] = value
+    return out
+
+
+def _collect(session: Session) -> list[tuple[str, str, dict[str, Any]]]:
+    rows: list[tuple[str, str, dict[str, Any]]] = []
+    for obj in list(session.new):
+        spec = AUDITED.get(type(obj))
+        if spec is not None and spec.on_insert:
+            details = {f: _plain(getattr(obj, f, None)) for f in spec.insert_fields}
+            if isinstance(obj, IdentityEvent):
+                details["payload"] = _plain(obj.payload)
+            action = f"{spec.label}.{obj.kind.value}" if isinstance(obj, IdentityEvent) else \
+                f"{spec.label}.{spec.on_insert}"
+            rows.append((action, f"{spec.label}#{obj.id}", details))
+    for obj in list(session.dirty):
+        spec = AUDITED.get(type(obj))
+        if spec is None or not session.is_modified(obj, include_collections=False):
+            continue
+        for suffix, details in _changes(obj, spec).items():
+            rows.append((f"{spec.label}.{suffix}", f"{spec.label}#{obj.id}", details))
+    for obj in list(session.deleted):
+        spec = AUDITED.get(type(obj))
+        if spec is not None and spec.on_delete:
+            rows.append((f"{spec.label}.{spec.on_delete}", f"{spec.label}#{obj.id}",
+                         {f: _plain(getattr(obj, f, None)) for f in spec.insert_fields}))
+    return rows
+
+
+def row_hash(prev_hash: str, *, at: datetime, user: str, action: str, target: str,
+             details: dict[str, Any]) -> str:
+    """``sha256(prev_hash + canonical JSON of [at, user, action, target, details])``."""
+    body = json.dumps([at.isoformat(timespec="microseconds"), user, action, target, details], sort_keys=True,
+                      separators=(",", ":"), default=str, ensure_ascii=False)
+    return hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest()
+
+
+@event.listens_for(Session, "after_flush")
+def _write_audit_rows(session: Session, _flush_context: Any) -> None:
+    rows = _collect(session)
+    if not rows:
+        return
+    connection = session.connection()
+    table = AuditEvent.__table__
+    prev = connection.execute(select(table.c.row_hash).order_by(table.c.id.desc()).limit(1)).scalar() or GENESIS
+    user = acting_user()
+    for action, target, details in rows:
+        at = utcnow()
+        digest = row_hash(prev, at=at, user=user, action=action, target=target, details=details)
+        connection.execute(insert(table).values(at=at, user=user, action=action, target=target, details=details,
+                                                prev_hash=prev, row_hash=digest))
+        prev = digest
+
+
+# --------------------------------------------------------------------------- reading, checking and exporting
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    id: int
+    at: datetime
+    user: str
+    action: str
+    target: str
+    details: dict[str, Any]
+
+    def details_text(self) -> str:
+        return json.dumps(self.details, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _parse_day(text: str | None, what: str) -> datetime | None:
+    from db.matching import check_date
+
+    text = check_date(text, what=what)
+    return datetime.fromisoformat(text) if text else None
+
+
+def audit_rows(cat, *, user: str | None = None, action: str | None = None, target: str | None = None,
+               since: str | None = None, until: str | None = None, limit: int | None = 1000) -> list[AuditRow]:
+    """The trail, newest first, filtered: exact ``user``; ``action`` and ``target`` as prefixes
+    (``photo`` finds every photo change, ``photo#12`` that photo); ``since``/``until`` as ISO dates (inclusive)."""
+    table = AuditEvent
+    q = select(table).order_by(table.id.desc())
+    if user and user.strip():
+        q = q.where(table.user == user.strip())
+    if action and action.strip():
+        q = q.where(table.action.startswith(action.strip(), autoescape=True))
+    if target and target.strip():
+        t = target.strip()
+        q = q.where((table.target == t) | table.target.startswith(t if "#" in t else t + "#", autoescape=True))
+    start, end = _parse_day(since, "the 'since' date"), _parse_day(until, "the 'until' date")
+    if start is not None:
+        q = q.where(table.at >= start)
+    if end is not None:
+        q = q.where(table.at < datetime.combine(end.date(), datetime.max.time()))
+    if limit:
+        q = q.limit(int(limit))
+    with cat.unit_of_work() as s:
+        return [AuditRow(id=r.id, at=r.at, user=r.user, action=r.action, target=r.target, details=dict(r.details))
+                for r in s.scalars(q)]
+
+
+def audit_users(cat) -> list[str]:
+    with cat.unit_of_work() as s:
+        return list(s.scalars(select(AuditEvent.user).distinct().order_by(AuditEvent.user)))
+
+
+def _cell(value: Any) -> str:
+    """A CSV cell a spreadsheet shows as text: a formula-like cell gets a leading apostrophe (OWASP advice)."""
+    text = str(value)
+    return "'" + text if is_formula(text) else text
+
+
+def audit_csv(rows: list[AuditRow]) -> str:
+    """The rows as CSV (id, at, user, action, target, details), formula-like cells defused."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["id", "at_utc", "user", "action", "target", "details"])
+    for r in rows:
+        writer.writerow([r.id, r.at.isoformat(timespec="seconds"), _cell(r.user), _cell(r.action), _cell(r.target),
+                         _cell(r.details_text())])
+    return out.getvalue()
+
+
+@dataclass(frozen=True)
+class ChainCheck:
+    rows: int
+    first_broken_id: int | None  # None: the chain is whole
+
+    @property
+    def ok(self) -> bool:
+        return self.first_broken_id is None
+
+
+def verify_chain(cat) -> ChainCheck:
+    """Recompute every row's hash in id order; the first row whose hash or link does not match is named."""
+    prev, n = GENESIS, 0
+    with cat.unit_of_work() as s:
+        for r in s.scalars(select(AuditEvent).order_by(AuditEvent.id)).yield_per(2000):
+            n += 1
+            expected = row_hash(prev, at=r.at, user=r.user, action=r.action, target=r.target, details=r.details)
+            if r.prev_hash != prev or r.row_hash != expected:
+                return ChainCheck(rows=n, first_broken_id=r.id)
+            prev = r.row_hash
+    return ChainCheck(rows=n, first_broken_id=None)

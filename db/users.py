@@ -1,0 +1,200 @@
+"""Accounts and roles: who may sign in, with what role, and the check every web handler makes.
+
+Passwords are stored as argon2id hashes (argon2-cffi, salted per password, parameters in the hash so they can be
+raised later: a hash made with older parameters is re-made at the next sign-in). A user without a password is a
+name recorded with past changes that cannot sign in. Role order: viewer < curator < admin.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from sqlalchemy import func, select
+
+from db.audit import acting_as
+from db.catalogue import CatalogueError, NotFoundError
+from db.models import Role, User, utcnow
+
+MIN_PASSWORD_CHARS = 8
+USERNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+ROLE_RANK = {Role.viewer: 0, Role.curator: 1, Role.admin: 2}
+FIRST_ADMIN = "admin"
+ADMIN_PASSWORD_ENV = "ROSETTE_ADMIN_PASSWORD"
+
+_hasher = PasswordHasher()
+# verified against for unknown names, so a wrong name takes as long as a wrong password
+_DUMMY_HASH = _hasher.hash(secrets.token_hex(16))
+
+
+class PermissionDenied(CatalogueError):
+    """The signed-in person's role does not allow this."""
+
+
+@dataclass(frozen=True)
+class Account:
+    name: str
+    role: Role
+    can_sign_in: bool
+    active: bool
+    created_at: datetime
+
+
+def role_allows(role: Role | str, needed: Role | str) -> bool:
+    """True when ``role`` may do what ``needed`` may (admin > curator > viewer)."""
+    return ROLE_RANK[Role(role)] >= ROLE_RANK[Role(needed)]
+
+
+def check_username(name: str) -> str:
+    name = (name or "").strip()
+    if not USERNAME_RE.match(name):
+        raise ValueError(f"{name!r} is not a usable user name: 1-64 letters, digits, '.', '_', '@' or '-', "
+                         "starting with a letter or digit")
+    return name
+
+
+def check_password(password: str) -> str:
+    if password is None or len(password) < MIN_PASSWORD_CHARS:
+        raise ValueError(f"a password needs at least {MIN_PASSWORD_CHARS} characters")
+    if any(ord(c) < 32 for c in password):
+        raise ValueError("a password cannot contain control characters")
+    return password
+
+
+def parse_role(role: str | Role) -> Role:
+    try:
+        return Role(str(getattr(role, "value", role)).strip().lower())
+    except ValueError:
+        raise ValueError(f"unknown role {role!r}; roles are: {', '.join(r.value for r in Role)}") from None
+
+
+def _get(s, name: str) -> User:
+    user = s.scalar(select(User).where(User.name == name))
+    if user is None:
+        raise NotFoundError(f"no user named {name!r} (see `rosette users list`)")
+    return user
+
+
+def _admins_who_can_sign_in(s) -> int:
+    return s.scalar(select(func.count(User.id)).where(User.role == Role.admin, User.active.is_(True),
+                                                       User.password_hash.is_not(None))) or 0
+
+
+def add_user(cat, name: str, password: str, *, role: Role | str = Role.viewer, by: str) -> Account:
+    """A new account (or a password for a name so far only seen in the history)."""
+    name, password, role = check_username(name), check_password(password), parse_role(role)
+    with acting_as(by), cat.unit_of_work() as s:
+        user = s.scalar(select(User).where(User.name == name))
+        if user is not None and user.password_hash:
+            raise CatalogueError(f"user {name!r} already exists; use `rosette users passwd` or `users role`")
+        if user is None:
+            user = User(name=name)
+            s.add(user)
+        user.role, user.password_hash, user.active, user.updated_at = role, _hasher.hash(password), True, utcnow()
+        s.commit()
+        return _account(user)
+
+
+def set_role(cat, name: str, role: Role | str, *, by: str) -> Account:
+    role = parse_role(role)
+    with acting_as(by), cat.unit_of_work() as s:
+        user = _get(s, name)
+        if user.role == Role.admin and role != Role.admin and user.password_hash and _admins_who_can_sign_in(s) <= 1:
+            raise CatalogueError(f"{name!r} is the last admin who can sign in; make another admin first")
+        user.role, user.updated_at = role, utcnow()
+        s.commit()
+        return _account(user)
+
+
+def set_password(cat, name: str, password: str, *, by: str) -> Account:
+    password = check_password(password)
+    with acting_as(by), cat.unit_of_work() as s:
+        user = _get(s, name)
+        user.password_hash, user.updated_at = _hasher.hash(password), utcnow()
+        s.commit()
+        return _account(user)
+
+
+def set_active(cat, name: str, active: bool, *, by: str) -> Account:
+    """Disable (or re-enable) an account: a disabled account cannot sign in and its open sessions are refused."""
+    with acting_as(by), cat.unit_of_work() as s:
+        user = _get(s, name)
+        if not active and user.role == Role.admin and _admins_who_can_sign_in(s) <= 1:
+            raise CatalogueError(f"{name!r} is the last admin who can sign in; make another admin first")
+        user.active, user.updated_at = bool(active), utcnow()
+        s.commit()
+        return _account(user)
+
+
+def _account(user: User) -> Account:
+    return Account(name=user.name, role=Role(user.role), can_sign_in=bool(user.password_hash),
+                   active=bool(user.active), created_at=user.created_at)
+
+
+def list_users(cat) -> list[Account]:
+    with cat.unit_of_work() as s:
+        return [_account(u) for u in s.scalars(select(User).order_by(User.name))]
+
+
+def authenticate(cat, name: str, password: str) -> bool:
+    """True when ``name`` is an active account and ``password`` is its password (same cost for unknown names)."""
+    with cat.unit_of_work() as s:
+        user = s.scalar(select(User).where(User.name == (name or "").strip()))
+        stored = user.password_hash if user is not None and user.active else None
+        try:
+            _hasher.verify(stored or _DUMMY_HASH, password or "")
+        except (VerificationError, InvalidHashError):
+            return False
+        if stored is None:
+            return False
+        if _hasher.check_needs_rehash(stored):
+            with acting_as(user.name):
+                user.password_hash = _hasher.hash(password)
+                s.commit()
+        return True
+
+
+def role_of(cat, name: str | None) -> Role | None:
+    """The role of an active account that can sign in, else None."""
+    if not name:
+        return None
+    with cat.unit_of_work() as s:
+        user = s.scalar(select(User).where(User.name == name))
+        if user is None or not user.active or not user.password_hash:
+            return None
+        return Role(user.role)
+
+
+def require_role(cat, name: str | None, needed: Role | str) -> Role:
+    """The user's role, or :class:`PermissionDenied` saying what role the action needs."""
+    role = role_of(cat, name)
+    if role is None:
+        raise PermissionDenied("Sign in first: this needs an account (ask an admin: `rosette users add`).")
+    if not role_allows(role, needed):
+        raise PermissionDenied(f"{name} is a {role.value}; this needs the {Role(needed).value} role "
+                               "(an admin can change roles: `rosette users role`).")
+    return role
+
+
+def ensure_first_admin(cat, *, environ: dict[str, str] | None = None) -> str | None:
+    """On a catalogue where nobody can sign in, create the first admin.
+
+    The password is ``$ROSETTE_ADMIN_PASSWORD`` when set, else a random one returned in the message (printed
+    once, never stored in clear). Returns None when an account that can sign in already exists.
+    """
+    environ = os.environ if environ is None else environ
+    with cat.unit_of_work() as s:
+        if s.scalar(select(func.count(User.id)).where(User.password_hash.is_not(None))):
+            return None
+    given = environ.get(ADMIN_PASSWORD_ENV)
+    password = given or secrets.token_urlsafe(12)
+    add_user(cat, FIRST_ADMIN, password, role=Role.admin, by="system")
+    if given:
+        return f"first admin account {FIRST_ADMIN!r} created with the password from ${ADMIN_PASSWORD_ENV}"
+    return (f"first admin account created: user {FIRST_ADMIN!r}, password {password}\n"
+            f"  (shown only this once; change it with `rosette users passwd {FIRST_ADMIN}`)")
