@@ -139,6 +139,8 @@ def _collect(session: Session) -> list[tuple[str, str, dict[str, Any]]]:
     rows: list[tuple[str, str, dict[str, Any]]] = []
     for obj in list(session.new):
         spec = AUDITED.get(type(obj))
+        if isinstance(obj, User) and not obj.password_hash:
+            continue  # a name recorded with a change, not an account: the change itself is audited
         if spec is not None and spec.on_insert:
             details = {f: _plain(getattr(obj, f, None)) for f in spec.insert_fields}
             if isinstance(obj, IdentityEvent):

@@ -57,6 +57,9 @@ def test_simultaneous_decisions_exactly_one_wins(cat, decision):
     for t in threads:
         t.join(60)
     assert outcomes.count("won") == 1, outcomes
+    from db.audit import verify_chain
+
+    assert verify_chain(cat).ok  # eight writers at once never fork the audit trail's hash chain
     assert all(o.startswith("told: this photo was decided by curator") for o in outcomes if o != "won")
     assert _count(cat, MatchDecision) == 1
     assert _count(cat, Individual) == n_individuals + (1 if decision == "new" else 0)  # no empty individual
