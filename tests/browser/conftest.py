@@ -210,3 +210,14 @@ def settled_text(locator, *, timeout_s: float = 20.0) -> str:
         if not any(timer.match(line) for line in text.splitlines()) or time.monotonic() > deadline:
             return text
         time.sleep(0.1)
+
+
+def sign_in(page, server: RosetteServer, name: str, password: str, *, timeout_ms: int = 45_000) -> None:
+    """Sign in on the login page (Gradio's door) and wait until the header names ``name``."""
+    from playwright.sync_api import expect
+
+    page.goto(server.url)
+    page.locator("input[data-testid='textbox']").first.fill(name)
+    page.locator("input[type='password']").first.fill(password)
+    page.get_by_role("button", name="Login").click()
+    expect(page.locator("#rosette-identity")).to_contain_text(f"Signed in as {name}", timeout=timeout_ms)

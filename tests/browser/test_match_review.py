@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from tests.browser.conftest import require_chromium, start_rosette
+from tests.browser.conftest import require_chromium, sign_in, start_rosette
 
 TIMEOUT_MS = 45_000
+PASSWORD = "review-password"
 ANIMALS = [("nyala_149", "Amber"), ("nyala_85", "Bruno"), ("nyala_144", "Cleo")]
 
 
@@ -49,11 +50,25 @@ def match_server(tmp_path_factory, nyala_dir, nyala_manifest):
     require_chromium()
     root = tmp_path_factory.mktemp("match")
     seed(root / "rosette-data", nyala_dir, nyala_manifest, root / "seed")
-    server = start_rosette(root / "rosette-data", user="ana")
+    from db.session import open_catalogue
+    from db.users import add_user
+
+    cat = open_catalogue(root / "rosette-data")
+    for name in ("ana", "ben"):  # two curators with their own accounts
+        add_user(cat, name, PASSWORD, role="curator", by="setup")
+    cat.close()
+    server = start_rosette(root / "rosette-data", sign_in=True)
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture()
+def page(page, match_server):
+    """Every test here reviews as ana, signed in."""
+    sign_in(page, match_server, "ana", PASSWORD)
+    return page
 
 
 def assignment(data_dir: Path, image_id: int) -> str | None:
@@ -163,11 +178,8 @@ def test_two_curators_on_one_photo_the_second_is_told_not_overwritten(match_serv
     try:
         ben = other.new_page(viewport=VIEWPORT)
         ben.set_default_timeout(20_000)
-        for pg in (page, ben):
-            pg.goto(match_server.url)
-        ben_name = ben.locator("#curator-name input, #curator-name textarea").first
-        ben_name.fill("ben")
-        ben_name.press("Tab")
+        sign_in(ben, match_server, "ben", PASSWORD)
+        page.goto(match_server.url)
         for pg in (page, ben):
             pg.get_by_role("tab", name="Match review").click()
             expect(pg.locator("#match-candidates .rz-card").first).to_be_visible(timeout=TIMEOUT_MS)
