@@ -6,6 +6,7 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.rosette-installed
 HOST   ?= 127.0.0.1
 PORT   ?= 7860
+SERVE_ARGS ?=
 
 .PHONY: run test bench venv clean-venv browser
 
@@ -22,7 +23,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(VENV)/bin/rosette serve --host $(HOST) --port $(PORT)
+	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(VENV)/bin/rosette serve --host $(HOST) --port $(PORT) $(SERVE_ARGS)
 
 # The browser tests drive Debian's chromium; install it when missing and we may (root with apt-get).
 browser:

@@ -26,12 +26,17 @@ class CliContext:
     data_dir: str | None
     database_url: str | None
     user: str
+    read_only: bool = False
 
     @cached_property
     def catalogue(self):
         from db.session import open_catalogue
 
-        return open_catalogue(self.data_dir, url=self.database_url)
+        cat = open_catalogue(self.data_dir, url=self.database_url, read_only=True if self.read_only else None)
+        if cat.read_only and not self.read_only:
+            print(f"note: {cat.data_dir} cannot be written by this user; the catalogue is open read-only",
+                  file=sys.stderr)
+        return cat
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", default=None, help="data directory (default: $ROSETTE_HOME or ./rosette-data)")
     parser.add_argument("--database-url", default=None,
                         help="SQLAlchemy URL (default: $ROSETTE_DATABASE_URL or SQLite in the data directory)")
+    parser.add_argument("--read-only", action="store_true",
+                        help="open the catalogue read-only (also chosen by itself when it cannot be written)")
     parser.add_argument("--user", default="curator", help="name recorded with every change (default: curator)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(app.commands.__path__), key=lambda m: m.name):
@@ -54,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    ctx = CliContext(data_dir=args.data_dir, database_url=args.database_url, user=args.user)
+    ctx = CliContext(data_dir=args.data_dir, database_url=args.database_url, user=args.user,
+                     read_only=args.read_only)
     from db.audit import acting_as
 
     try:

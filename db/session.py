@@ -44,12 +44,39 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # pragma: no cover - ex
     cursor.close()
 
 
-def make_engine(url: str) -> Engine:
+def _sqlite_read_only_pragmas(dbapi_connection, _record) -> None:  # pragma: no cover - exercised via engine
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA query_only=ON")  # belt and braces: SQLite itself refuses every write
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def make_engine(url: str, *, read_only: bool = False) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", _sqlite_read_only_pragmas if read_only else _sqlite_pragmas)
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a plain ``sqlite:///PATH`` URL (None for other URLs and in-memory databases)."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or url == prefix or ":memory:" in url or "?" in url:
+        return None
+    return Path(url[len(prefix):])
+
+
+def writable(path: Path) -> bool:
+    """Whether this process may write ``path`` (a file, or the folder it would be created in)."""
+    return os.access(path if path.exists() else path.parent, os.W_OK)
+
+
+def read_only_url(db_file: Path) -> str:
+    """A read-only SQLite URL for ``db_file``; ``immutable=1`` when its folder is read-only too (SQLite could
+    not create the WAL index beside it: the file is then read as a snapshot nobody writes)."""
+    immutable = "&immutable=1" if not writable(db_file.parent) else ""
+    return f"sqlite:///file:{db_file}?mode=ro&uri=true{immutable}"
 
 
 def upgrade_to_head(engine: Engine) -> None:
@@ -93,6 +120,7 @@ class Catalogue:
     engine: Engine
     sessions: sessionmaker[Session] = field(repr=False)
     blobs: BlobStore = field(repr=False)
+    read_only: bool = False  # opened read-only: reads work, SQLite refuses every write
 
     @contextmanager
     def unit_of_work(self) -> Iterator[Session]:
@@ -119,20 +147,35 @@ def _db_reason(exc: Exception) -> str:
         return "it is locked by another program (a running import or server); try again in a moment"
     if "disk" in text and "full" in text or "No space" in text:
         return "the disk is full; free some space first"
-    if "readonly" in text or "read-only" in text:
-        return "it is read-only for this user"
+    if "readonly" in text or "read-only" in text or "query_only" in text or "attempt to write" in text:
+        return ("it is read-only (opened read-only because this user cannot write it, or with --read-only): "
+                "nothing was changed")
     return text
 
 
-def open_catalogue(data_dir: str | os.PathLike[str] | None = None, *, url: str | None = None, migrate: bool = True) -> Catalogue:
+def open_catalogue(data_dir: str | os.PathLike[str] | None = None, *, url: str | None = None, migrate: bool = True,
+                   read_only: bool | None = None) -> Catalogue:
+    """Open (creating and migrating if needed) the catalogue in ``data_dir``.
+
+    ``read_only``: None (default) opens read-only by itself when the SQLite file or its folder cannot be
+    written (a catalogue on a read-only mount, or owned by someone else): reading works, every write is refused
+    by SQLite with a clear message. True forces it (``rosette --read-only``).
+    """
     root = resolve_data_dir(data_dir)
     if root.exists() and not root.is_dir():
         raise ValueError(f"the data directory {root} is a file, not a folder; choose a folder (--data-dir)")
+    db_url = resolve_database_url(root, url)
+    db_file = sqlite_file(db_url)
+    if read_only is None:
+        read_only = db_file is not None and db_file.exists() and not (writable(db_file) and writable(db_file.parent))
+    if read_only:
+        if db_file is None or not db_file.exists():
+            raise ValueError(f"a read-only catalogue must already exist: {db_file or db_url} does not")
+        return _open_read_only(root, db_file, migrate=migrate)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ValueError(f"cannot create the data directory {root}: {exc.strerror or exc}") from None
-    db_url = resolve_database_url(root, url)
     try:
         engine = make_engine(db_url)
     except Exception as exc:  # noqa: BLE001 - sqlalchemy raises several kinds for a malformed URL
@@ -150,3 +193,28 @@ def open_catalogue(data_dir: str | os.PathLike[str] | None = None, *, url: str |
         sessions=sessionmaker(engine, expire_on_commit=False),
         blobs=BlobStore(root),
     )
+
+
+def _open_read_only(root: Path, db_file: Path, *, migrate: bool) -> Catalogue:
+    """The catalogue opened read-only; it must already be at the newest schema (migrating would write)."""
+    from alembic.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from alembic.config import Config
+
+    url = read_only_url(db_file)
+    engine = make_engine(url, read_only=True)
+    try:
+        with engine.connect() as connection:
+            current = MigrationContext.configure(connection).get_current_revision()
+    except OperationalError as exc:
+        engine.dispose()
+        raise ValueError(f"cannot read the catalogue database {db_file}: {_db_reason(exc)}") from None
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    if migrate and current != head:
+        engine.dispose()
+        raise ValueError(f"the catalogue {db_file} is read-only and needs upgrading (schema {current}, this Rosette "
+                         f"needs {head}); open it once where it can be written, or copy it")
+    return Catalogue(data_dir=root, url=url, engine=engine, sessions=sessionmaker(engine, expire_on_commit=False),
+                     blobs=BlobStore(root), read_only=True)

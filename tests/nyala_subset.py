@@ -38,3 +38,19 @@ def write_subset(rows: list[dict[str, str]], nyala_dir: Path, dest: Path) -> Pat
         w.writeheader()
         w.writerows({k: r[k] for k in MANIFEST_COLUMNS} for r in rows)
     return dest / "manifest.csv"
+
+
+def animals_with_sightings(manifest: list[dict[str, str]], *, n: int = 3, min_sightings: int = 3,
+                           prefer: tuple[str, ...] = ()) -> list[str]:
+    """``n`` identities with at least ``min_sightings`` sightings: the ``prefer``red ones when the set has them
+    (the shared nyala set), else the first eligible ones by name (the demo photos the repository ships)."""
+    sightings: dict[str, set[str]] = defaultdict(set)
+    for row in manifest:
+        if row["identity"].strip():
+            sightings[row["identity"]].add(row["sighting"])
+    eligible = [i for i in sorted(sightings) if len(sightings[i]) >= min_sightings]
+    if prefer and all(p in eligible for p in prefer):
+        return list(prefer)[:n]
+    if len(eligible) < n:
+        raise AssertionError(f"the nyala set has only {len(eligible)} identities with {min_sightings} sightings")
+    return eligible[:n]

@@ -310,7 +310,7 @@ def _box_mask(shape: tuple[int, int]) -> np.ndarray:
     return m
 
 
-def test_diagnose_image_matches_hand_computation(cat):
+def test_diagnose_image_matches_hand_computation(cat, nyala_manifest):
     from core.inpainting import OpenCVInpainter
     from core.variants import VARIANTS, make_variant
     from db.masks import store_mask
@@ -318,8 +318,13 @@ def test_diagnose_image_matches_hand_computation(cat):
     with cat.unit_of_work() as s:
         rows = {im.original_name: im for im in s.scalars(select(Image))}
     by_name = {n: r.id for n, r in rows.items()}
-    query = by_name["nyala_100_124_left.jpg"]
-    other_masked = by_name["nyala_101_125_left.jpg"]
+    # the subset holds, per animal, two left photos from two sightings, then a right photo of the first sighting
+    subset = nyala_subset(nyala_manifest, n_animals=N_ANIMALS, photos_each=PHOTOS_EACH)
+    first_animal = subset[0]["identity"]
+    query_row, own_row = subset[0], subset[1]
+    assert own_row["identity"] == first_animal and own_row["sighting"] != query_row["sighting"]
+    query = by_name[query_row["filename"]]
+    other_masked = by_name[next(r["filename"] for r in subset if r["identity"] != first_animal)]
     for image_id in (query, other_masked):
         store_mask(cat, image_id, _box_mask(mk.photo(cat, image_id).shape[:2]), source="grabcut", user="ana")
 
@@ -330,7 +335,7 @@ def test_diagnose_image_matches_hand_computation(cat):
     filled = OpenCVInpainter().inpaint(rgb, mask)
     e = {v: halves(make_variant(rgb, mask, v, inpainted=filled)) for v in VARIANTS}
     # own individual: the same-sighting photo (124_right) is left out, 258_left stays
-    own = halves(mk.photo(cat, by_name["nyala_100_258_left.jpg"]))
+    own = halves(mk.photo(cat, by_name[own_row["filename"]]))
     assert d.own_gallery == 1 and not d.own_same_sighting_included
     assert [v.variant for v in d.variants] == list(VARIANTS)
     for view in d.variants:
@@ -342,7 +347,7 @@ def test_diagnose_image_matches_hand_computation(cat):
     # other individuals: cut-out where a mask exists, whole photo elsewhere
     gallery = {}
     for name, image_id in by_name.items():
-        if name.startswith("nyala_100"):
+        if name.startswith(first_animal + "_"):
             continue
         pic = mk.photo(cat, image_id)
         if image_id == other_masked:

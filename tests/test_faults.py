@@ -99,3 +99,78 @@ def test_a_short_manifest_row_is_imported_with_a_warning(tmp_path):
     assert len(short) == 1 and "only 1 of the header's 4 cells: no identity, flank, sighting" in short[0].message
     assert short[0].status == "imported"
     cat.close()
+
+
+def _small_catalogue(data_dir):
+    from db.models import Image
+
+    cat = open_catalogue(data_dir)
+    with cat.unit_of_work() as s:
+        ind = ops.create_individual(s, "Amber", user="ana")
+        s.add(Image(content_hash="h", original_name="a.jpg", blob_path="images/h.jpg", format="JPEG", mode="RGB",
+                    width=4, height=4, size_bytes=1, individual_id=ind.id))
+        s.commit()
+    cat.close()
+
+
+@pytest.mark.parametrize("folder_writable", [True, False])
+def test_a_catalogue_that_cannot_be_written_opens_read_only(tmp_path, capsys, monkeypatch, folder_writable):
+    """As root every file is writable, so the permission check is simulated; SQLite's refusal is real."""
+    import db.session as session
+
+    data = tmp_path / "data"
+    _small_catalogue(data)
+    db_file = data / "catalogue.db"
+    real = session.writable
+    monkeypatch.setattr(session, "writable", lambda p: False if p == db_file or (p == data and not folder_writable)
+                        else real(p))
+    before = db_file.read_bytes()
+    assert cli(["--data-dir", str(data), "stats"]) == 0
+    captured = capsys.readouterr()
+    assert "individuals  1" in captured.out and "open read-only" in captured.err
+    assert cli(["--data-dir", str(data), "jobs", "list"]) == 0
+    assert cli(["--data-dir", str(data), "flank", "1", "left"]) == 1
+    assert "it is read-only" in capsys.readouterr().err
+    cat = open_catalogue(data, read_only=None)
+    assert cat.read_only and ("immutable=1" in cat.url) == (not folder_writable)
+    cat.close()
+    if not folder_writable:
+        assert db_file.read_bytes() == before  # not one byte written
+
+
+def test_read_only_needs_an_existing_catalogue_at_the_current_schema(tmp_path):
+    with pytest.raises(ValueError, match="must already exist"):
+        open_catalogue(tmp_path / "none", read_only=True)
+    data = tmp_path / "data"
+    _small_catalogue(data)
+    db = sqlite3.connect(data / "catalogue.db")
+    db.execute("UPDATE alembic_version SET version_num = '0004'")
+    db.commit()
+    db.close()
+    with pytest.raises(ValueError, match="read-only and needs upgrading"):
+        open_catalogue(data, read_only=True)
+
+
+def test_a_full_disk_at_start_up_is_a_message(tmp_path, capsys, monkeypatch):
+    import errno
+
+    import db.session as session
+    from sqlalchemy.exc import OperationalError
+
+    def full(_engine):
+        raise OperationalError("CREATE TABLE x", {}, sqlite3.OperationalError("database or disk is full"))
+
+    monkeypatch.setattr(session, "upgrade_to_head", full)
+    assert cli(["--data-dir", str(tmp_path / "data"), "serve", "--port", "1"]) == 1
+    assert "the disk is full" in capsys.readouterr().err
+    monkeypatch.undo()
+
+    def no_space(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x"))
+
+    import app.commands.serve as serve
+
+    monkeypatch.setattr(serve, "seed_demo", no_space)
+    assert cli(["--data-dir", str(tmp_path / "data2"), "serve", "--port", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and "Traceback" not in err
