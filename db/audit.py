@@ -235,6 +235,13 @@ def audit_rows(cat, *, user: str | None = None, action: str | None = None, targe
                 for r in s.scalars(q)]
 
 
+def submitter_of_job(cat, job_id: int) -> str | None:
+    """Who queued job ``job_id`` (from its ``job.submit`` audit row); a job's changes are attributed to them."""
+    with cat.unit_of_work() as s:
+        return s.scalar(select(AuditEvent.user).where(AuditEvent.target == f"job#{int(job_id)}",
+                                                      AuditEvent.action == "job.submit").limit(1))
+
+
 def audit_users(cat) -> list[str]:
     with cat.unit_of_work() as s:
         return list(s.scalars(select(AuditEvent.user).distinct().order_by(AuditEvent.user)))

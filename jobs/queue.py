@@ -328,7 +328,11 @@ def execute(cat: Catalogue, job_id: int) -> JobStatus:
     ctx.log(f"job {job_id} ({job.kind}) attempt {job.attempts} started in process {os.getpid()}")
     try:
         handler = get_handler(job.kind)
-        result = handler(cat, dict(job.params), ctx) or {}
+        from db.audit import acting_as, submitter_of_job
+
+        # what the job changes is audited under whoever queued it (a job runs in its own process)
+        with acting_as(str(job.params.get("user") or "") or submitter_of_job(cat, job_id)):
+            result = handler(cat, dict(job.params), ctx) or {}
     except JobCancelled:
         ctx.log("cancelled by the curator")
         _finish(cat, job_id, JobStatus.cancelled, message="cancelled by the curator")

@@ -305,3 +305,28 @@ def test_names_with_terminal_escapes_are_printed_escaped(data_dir, capsys):
     assert main(["--data-dir", str(data_dir), "users", "list"]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "ops\\x1b]0;pwned\\x07" in out
+
+
+def test_changes_a_job_makes_are_audited_under_who_queued_it(cat):
+    from jobs import queue
+
+    with cat.unit_of_work() as s:
+        _photo(s, 1)
+        s.commit()
+
+    @queue.register_job_kind("flank_left_for_test")
+    def _flank_left(c, params, ctx):
+        with c.unit_of_work() as s:
+            s.get(Image, 1).flank = "left"
+            s.commit()
+        return {"summary": "flanked"}
+
+    try:
+        with acting_as("cora"):
+            job_id = queue.submit(cat, "flank_left_for_test", {})
+        assert queue.run_job(cat, job_id).value == "succeeded"  # run later, outside cora's call
+    finally:
+        queue._HANDLERS.pop("flank_left_for_test", None)
+        queue._KIND_QUEUE.pop("flank_left_for_test", None)
+    (row,) = audit_rows(cat, action="photo.flank")
+    assert row.user == "cora" and audit_rows(cat, action="job.submit")[0].user == "cora"

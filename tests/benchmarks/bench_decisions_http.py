@@ -62,6 +62,7 @@ def run() -> list[dict]:
             recorded: Counter[str] = Counter()
             told: Counter[str] = Counter()
             refused: Counter[str] = Counter()
+            reasons: Counter[str] = Counter()
             latencies: list[float] = []
             lock = threading.Lock()
             start_gate = threading.Barrier(CURATORS)
@@ -85,8 +86,10 @@ def run() -> list[dict]:
                         out = client.predict("", MODEL, False, api_name=f"/decide_{kind}")
                         status = str(out[-1])
                         outcome = "told" if "Not recorded" in status else "recorded"
-                    except Exception:  # noqa: BLE001 - a refusal shown as a message box ("already in ...")
+                    except Exception as exc:  # noqa: BLE001 - a refusal shown as a message box ("already in ...")
                         outcome, status = "refused", ""
+                        with lock:
+                            reasons[str(exc)[:70]] += 1
                     elapsed = time.perf_counter() - t0
                     with lock:
                         latencies.append(elapsed)
@@ -117,8 +120,8 @@ def run() -> list[dict]:
          "value": made, "unit": "", "note": f"{made / SECONDS:.1f}/s through /gradio_api decide endpoints"},
         {"benchmark": "conflicts told (another curator decided the photo first)", "value": sum(told.values()),
          "unit": ""},
-        {"benchmark": "refused with a message (e.g. already in that individual)", "value": sum(refused.values()),
-         "unit": ""},
+        {"benchmark": "refused with a message", "value": sum(refused.values()), "unit": "",
+         "note": "; ".join(f"{n}x {r}" for r, n in reasons.most_common(2))},
         {"benchmark": "decisions lost (recorded answers without a stored decision)", "value": lost, "unit": "",
          "goal": "0"},
         {"benchmark": "each stored decision audited under the account that made it",
