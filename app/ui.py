@@ -298,9 +298,11 @@ def launch_options(cat: Catalogue, *, sign_in: bool = True) -> dict[str, Any]:
     ``sign_in``: Gradio's login page is the door (accounts and argon2 hashes in the catalogue, ``db.users``);
     what each signed-in person may do is checked by every handler (:func:`curator_action`).
     """
-    from db.users import authenticate
+    from db.users import LoginThrottle
+    from db.users import sign_in as check_sign_in
 
-    door = {"auth": lambda name, password: authenticate(cat, name, password),
+    throttle = LoginThrottle()
+    door = {"auth": lambda name, password: check_sign_in(cat, name, password, throttle=throttle),
             "auth_message": "Sign in with your Rosette account. No account? Ask an admin "
                             "(`rosette users add NAME --role curator`)."} if sign_in else {}
     db_files = [str(cat.data_dir / name) for name in ("catalogue.db", "catalogue.db-wal", "catalogue.db-shm")]
@@ -317,6 +319,16 @@ def launch_options(cat: Catalogue, *, sign_in: bool = True) -> dict[str, Any]:
         "max_file_size": "2gb",  # uploads above this are refused by the server before anything is written
         **door,
     }
+
+
+def acting_role() -> Role | None:
+    """The role of the person acting in the current guarded call (admin in single-user mode)."""
+    from db.users import role_of
+
+    policy, name = _POLICY, _ACTOR.get()
+    if policy is not None and policy.single_user:
+        return Role.admin
+    return role_of(policy.catalogue, name) if policy and policy.catalogue and name else None
 
 
 def identity_line() -> str:

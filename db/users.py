@@ -10,7 +10,11 @@ from __future__ import annotations
 import os
 import re
 import secrets
-from dataclasses import dataclass
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from argon2 import PasswordHasher
@@ -157,6 +161,47 @@ def authenticate(cat, name: str, password: str) -> bool:
                 user.password_hash = _hasher.hash(password)
                 s.commit()
         return True
+
+
+@dataclass
+class LoginThrottle:
+    """Slows password guessing: after ``max_failures`` wrong passwords for one name within ``window_s``, that
+    name may not sign in for ``lock_s`` seconds (even with the right password). In memory, per server."""
+
+    max_failures: int = 5
+    window_s: float = 300.0
+    lock_s: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    _failures: dict[str, deque[float]] = field(default_factory=lambda: defaultdict(deque), repr=False)
+    _locked_until: dict[str, float] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def locked(self, name: str) -> bool:
+        with self._lock:
+            return self._locked_until.get(name.strip().lower(), 0.0) > self.clock()
+
+    def record(self, name: str, ok: bool) -> None:
+        key, now = name.strip().lower(), self.clock()
+        with self._lock:
+            if ok:
+                self._failures.pop(key, None)
+                return
+            recent = self._failures[key]
+            recent.append(now)
+            while recent and recent[0] < now - self.window_s:
+                recent.popleft()
+            if len(recent) >= self.max_failures:
+                self._locked_until[key] = now + self.lock_s
+                recent.clear()
+
+
+def sign_in(cat, name: str, password: str, *, throttle: LoginThrottle) -> bool:
+    """The web app's door: :func:`authenticate`, refused while ``name`` is locked out by ``throttle``."""
+    if throttle.locked(name or ""):
+        return False
+    ok = authenticate(cat, name, password)
+    throttle.record(name or "", ok)
+    return ok
 
 
 def role_of(cat, name: str | None) -> Role | None:

@@ -330,3 +330,28 @@ def test_changes_a_job_makes_are_audited_under_who_queued_it(cat):
         queue._KIND_QUEUE.pop("flank_left_for_test", None)
     (row,) = audit_rows(cat, action="photo.flank")
     assert row.user == "cora" and audit_rows(cat, action="job.submit")[0].user == "cora"
+
+
+def test_password_guessing_is_throttled_per_name(people):
+    from db.users import LoginThrottle, sign_in
+
+    now = [1000.0]
+    throttle = LoginThrottle(max_failures=3, window_s=60, lock_s=30, clock=lambda: now[0])
+    for _ in range(3):
+        assert not sign_in(people, "cora", "wrong-guess", throttle=throttle)
+    assert not sign_in(people, "cora", PASSWORD, throttle=throttle)  # locked: even the right password
+    assert sign_in(people, "vera", PASSWORD, throttle=throttle)  # other names are not affected
+    now[0] += 31
+    assert sign_in(people, "cora", PASSWORD, throttle=throttle)  # the lock has passed
+    # failures spread wider than the window never lock
+    for _ in range(5):
+        now[0] += 61
+        assert not sign_in(people, "vera", "wrong-guess", throttle=throttle)
+    assert sign_in(people, "vera", PASSWORD, throttle=throttle)
+
+
+def test_launch_options_have_a_door_only_when_signing_in(cat):
+    from app.ui import launch_options
+
+    assert "auth" in launch_options(cat) and callable(launch_options(cat)["auth"])
+    assert "auth" not in launch_options(cat, sign_in=False)

@@ -118,6 +118,8 @@ def test_the_api_needs_sign_in_checks_roles_and_takes_the_user_from_the_session(
         # server-side State, so the payload's value is never used: the session's name is recorded
         kind, payload = _call(curator, server, "undo_last_change", ["mallory"])
         assert kind == "complete", payload
+        kind, payload = _call(curator, server, "add_account", ["mallory", "password-123", "admin", None])
+        assert kind == "error" and "cora is a curator; this needs the admin role" in json.dumps(payload), payload
     assert _individual_id(server, "ind00") is not None  # the rename was undone
     cat = open_catalogue(server.data_dir, migrate=False)
     try:
@@ -138,6 +140,10 @@ def test_browser_sign_in_a_viewer_is_refused_a_curator_renames_and_the_audit_tab
     shot("login")
     sign_in(page, server, "vera", PASSWORD)
     expect(page.locator("#rosette-identity")).to_contain_text("(viewer)")
+    page.get_by_role("tab", name="People").click()
+    page.get_by_role("tab", name="Accounts").click()
+    expect(page.locator("#accounts-notice")).to_contain_text("Only admins manage accounts", timeout=TIMEOUT_MS)
+    expect(page.locator("#accounts-table")).not_to_contain_text("cora")
     page.get_by_role("tab", name="Catalogue").click()
     choose(page, "catalogue-open", "ind01")
     box = page.locator("#catalogue-new-name input, #catalogue-new-name textarea").first
@@ -158,7 +164,8 @@ def test_browser_sign_in_a_viewer_is_refused_a_curator_renames_and_the_audit_tab
     page.locator("#catalogue-rename").click()
     expect(page.locator("#catalogue-status")).to_contain_text("Renamed ind01 to Bela", timeout=TIMEOUT_MS)
 
-    page.get_by_role("tab", name="Audit").click()
+    page.get_by_role("tab", name="People").click()
+    page.get_by_role("tab", name="Audit trail").click()
     page.locator("#audit-action input, #audit-action textarea").first.fill("individual.rename")
     page.locator("#audit-show").click()
     table = page.locator("#audit-table")
@@ -168,3 +175,30 @@ def test_browser_sign_in_a_viewer_is_refused_a_curator_renames_and_the_audit_tab
     page.locator("#audit-export").click()
     expect(page.locator("#audit-csv a").first).to_be_visible(timeout=TIMEOUT_MS)
     shot("audit")
+
+
+def test_an_admin_adds_an_account_in_the_browser_and_it_can_sign_in(server, page):
+    from playwright.sync_api import expect
+
+    from db.users import authenticate
+    from db.session import open_catalogue
+
+    sign_in(page, server, "ada", PASSWORD)
+    page.get_by_role("tab", name="People").click()
+    page.get_by_role("tab", name="Accounts").click()
+    table = page.locator("#accounts-table")
+    expect(table).to_contain_text("cora", timeout=TIMEOUT_MS)
+    page.locator("#accounts-name input").fill("dan")
+    page.locator("#accounts-password input").fill("dans-password")
+    choose(page, "accounts-role", "viewer")
+    page.locator("#accounts-add").click()
+    expect(page.locator("#accounts-status")).to_contain_text("Account dan added as viewer", timeout=TIMEOUT_MS)
+    expect(table).to_contain_text("dan", timeout=TIMEOUT_MS)
+    cat = open_catalogue(server.data_dir, migrate=False)
+    try:
+        assert authenticate(cat, "dan", "dans-password")
+    finally:
+        cat.close()
+    page.context.clear_cookies()
+    sign_in(page, server, "dan", "dans-password")
+    expect(page.locator("#rosette-identity")).to_contain_text("(viewer)")

@@ -1,13 +1,14 @@
-"""Audit tab: every change to the catalogue, who made it and when, filtered, and exported as CSV."""
+"""People tab: the audit trail (every change, who made it and when, filtered, exported as CSV) and the accounts."""
 
 from __future__ import annotations
 
 import gradio as gr
 
 from app import audit_services as au
+from app.tabs import _accounts
 from app.ui import UIContext, guarded_viewer
 
-TITLE = "Audit"
+TITLE = "People"
 ORDER = 70
 
 HELP = """\
@@ -19,6 +20,14 @@ chained to the one before by a SHA-256 hash, so a row rewritten or deleted outsi
 
 
 def build(ctx: UIContext) -> None:
+    with gr.Tabs(elem_id="people-tabs"):
+        with gr.Tab("Audit trail", id="audit", elem_id="tab-audit"):
+            build_audit(ctx)
+        with gr.Tab("Accounts", id="accounts", elem_id="tab-accounts"):
+            _accounts.build(ctx)
+
+
+def build_audit(ctx: UIContext) -> None:
     cat = ctx.catalogue
     gr.Markdown(HELP, elem_classes=["help-text"])
     with gr.Row():
