@@ -1,4 +1,4 @@
-"""What the Audit tab shows: the trail as a table, filtered, and as a CSV file to download."""
+"""What the People tab's audit trail shows: the trail as a table, filtered, and as a CSV file to download."""
 
 from __future__ import annotations
 
