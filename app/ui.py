@@ -66,7 +66,8 @@ class ActingUser(str):
 class SessionUser:
     """What ``ctx.user`` (a ``gr.State``) holds: a placeholder the guard replaces with the signed-in name.
 
-    A State lives on the server and is not part of any API payload, so nobody can send a name in its place.
+    A State lives on the server: Gradio fills a State input from the session and ignores whatever a client sends
+    in its slot, so nobody can send a name in its place.
     """
 
     def __deepcopy__(self, memo: dict) -> SessionUser:  # gr.State copies its value per session
@@ -96,10 +97,6 @@ class AccessPolicy:
 
 _POLICY: AccessPolicy | None = None  # set by build_app (one app per process)
 _ACTOR: ContextVar[str | None] = ContextVar("rosette_ui_actor", default=None)
-
-
-def current_policy() -> AccessPolicy | None:
-    return _POLICY
 
 
 def _as_actor(value: Any, name: str) -> Any:
@@ -164,13 +161,11 @@ def curator_action(fn: Callable[..., Any] | None = None, *, role: Role | str = R
                            title="Unexpected error", print_exception=False) from None
 
     # Gradio reads the signature to inject the request: put it first, before the handler's own parameters.
-    params = list(inspect.signature(fn).parameters.values())
-    request_param = inspect.Parameter("_rosette_request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=gr.Request)
-    first_kw = next((i for i, p in enumerate(params) if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)),
-                    len(params))
-    plain = [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) if p.kind == p.POSITIONAL_ONLY else p
-             for p in params]
-    wrapper.__signature__ = inspect.Signature([request_param, *plain[:first_kw], *plain[first_kw:]])
+    positional_or_keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    request_param = inspect.Parameter("_rosette_request", positional_or_keyword, annotation=gr.Request)
+    params = [p.replace(kind=positional_or_keyword) if p.kind == p.POSITIONAL_ONLY else p
+              for p in inspect.signature(fn).parameters.values()]
+    wrapper.__signature__ = inspect.Signature([request_param, *params])
     wrapper.__annotations__ = {**_resolved_hints(fn), "_rosette_request": gr.Request}
     wrapper.__rosette_role__ = needed
     wrapper.__rosette_handler__ = fn
