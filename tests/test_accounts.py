@@ -355,3 +355,10 @@ def test_launch_options_have_a_door_only_when_signing_in(cat):
 
     assert "auth" in launch_options(cat) and callable(launch_options(cat)["auth"])
     assert "auth" not in launch_options(cat, sign_in=False)
+
+
+def test_single_user_mode_is_refused_off_loopback(data_dir, capsys):
+    from app.cli import main
+
+    assert main(["--data-dir", str(data_dir), "serve", "--host", "0.0.0.0", "--single-user", "--no-demo"]) == 1
+    assert "only on this machine" in capsys.readouterr().err
