@@ -100,9 +100,14 @@ def test_the_api_needs_sign_in_checks_roles_and_takes_the_user_from_the_session(
     from db.models import IdentityEvent
     from db.session import open_catalogue
 
+    thumb = next((server.data_dir / "thumbs").rglob("*.*"))
     with httpx.Client(timeout=30) as anonymous:
         kind, _ = _call(anonymous, server, "undo_last_change", [None])
         assert kind == "http 401"
+        # the photos, the app's config and uploads are behind the door too
+        assert anonymous.get(f"{server.url}gradio_api/file={thumb}").status_code == 401
+        assert anonymous.get(f"{server.url}config").status_code == 401
+        assert anonymous.post(f"{server.url}gradio_api/upload", files={"files": thumb.read_bytes()}).status_code == 401
         wrong = anonymous.post(f"{server.url}login", data={"username": "cora", "password": "guess-guess"})
         assert wrong.status_code != 200 or not wrong.json().get("success")
     with closing(_client(server, "vera")) as viewer:
@@ -112,6 +117,7 @@ def test_the_api_needs_sign_in_checks_roles_and_takes_the_user_from_the_session(
         assert kind == "error" and "this needs the curator role" in json.dumps(payload), payload
         kind, payload = _call(viewer, server, "audit_trail", ["anyone", "", "", "", ""])
         assert kind == "complete"  # viewers may read the trail
+        assert viewer.get(f"{server.url}gradio_api/file={thumb}").status_code == 200
     assert _individual_id(server, "Amber") is not None  # the viewer changed nothing
     with closing(_client(server, "cora")) as curator:
         # the attack from the issue: POST undo_last_change {"data": ["mallory"]}. The acting-user slot is a
