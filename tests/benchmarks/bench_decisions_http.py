@@ -1,6 +1,8 @@
 """Decisions under load over HTTP on loopback: 8 signed-in curators review the demo catalogue for 2 minutes.
 
-``rosette serve`` runs as in production (sign-in, roles, its own worker) on the 60 demo photos. Each simulated
+``rosette serve`` runs as in production (sign-in, roles, its own worker) on a synthetic catalogue of
+``ROSETTE_BENCH_HTTP_PHOTOS`` photos (400: enough that the curators do not run out of undecided photos in
+2 minutes; ``tests/synthetic_reid.py``, 50 coat patterns on the demo backgrounds). Each simulated
 curator is a ``gradio_client.Client`` signed in with its own curator account (its own Gradio session, so its own
 review queue and screen state), loads the review queue, then decides the photo on its screen again and again
 (``/decide_same``, ``/decide_not``, ``/decide_unsure``: the endpoints the buttons call), reloading the queue when
@@ -11,7 +13,7 @@ curator decided that photo first), refusals (e.g. a photo already in that indivi
 answers without a stored decision by that curator: must be 0), every decision attributed to the account that
 made it, the audit chain intact, and p50 / p95 latency of a decision round trip.
 
-Environment: ROSETTE_BENCH_CURATORS (8), ROSETTE_BENCH_DECIDE_SECONDS (120).
+Environment: ROSETTE_BENCH_CURATORS (8), ROSETTE_BENCH_DECIDE_SECONDS (120), ROSETTE_BENCH_HTTP_PHOTOS (400).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ if str(ROOT) not in sys.path:
 
 CURATORS = int(os.environ.get("ROSETTE_BENCH_CURATORS", "8"))
 SECONDS = float(os.environ.get("ROSETTE_BENCH_DECIDE_SECONDS", "120"))
+PHOTOS = int(os.environ.get("ROSETTE_BENCH_HTTP_PHOTOS", "400"))
 PASSWORD = "bench-password"
 MODEL = "efficientnet_lite0"
 
@@ -41,16 +44,18 @@ def run() -> list[dict]:
     from sqlalchemy import func, select
 
     from db.audit import audit_rows, verify_chain
-    from db.demo import seed_demo_if_empty
+    from db.ingest import ingest_path
     from db.models import MatchDecision
     from db.session import open_catalogue
     from db.users import add_user
     from tests.browser.conftest import start_rosette
+    from tests.synthetic_reid import make_reid_set
 
     with tempfile.TemporaryDirectory(prefix="rosette-bench-http-") as tmp:
         data = Path(tmp) / "data"
         cat = open_catalogue(data)
-        seed_demo_if_empty(cat)
+        manifest = make_reid_set(Path(tmp) / "photos", individuals=max(2, PHOTOS // 8), photos_each=8, seed=5)
+        ingest_path(cat, manifest, format="manifest", user="bench")
         names = [f"curator{k}" for k in range(CURATORS)]
         for name in names:
             add_user(cat, name, PASSWORD, role="curator", by="bench")
@@ -58,7 +63,7 @@ def run() -> list[dict]:
         server = start_rosette(data, sign_in=True)
         try:
             warm = Client(server.url, auth=(names[0], PASSWORD), verbose=False)
-            warm.predict(MODEL, False, api_name="/reload_review_queue")  # features of the 60 photos, once
+            warm.predict(MODEL, False, api_name="/reload_review_queue")  # features of every photo, once
             recorded: Counter[str] = Counter()
             told: Counter[str] = Counter()
             refused: Counter[str] = Counter()
@@ -104,6 +109,8 @@ def run() -> list[dict]:
                 t.join()
         finally:
             server.stop()
+            kept = ROOT / "bench-decisions-http-server.log"  # the server's own log, for any error it reported
+            kept.write_text(server.log.read_text(errors="replace") if server.log.exists() else "(no log)")
         cat = open_catalogue(data)
         with cat.unit_of_work() as s:
             stored = dict(s.execute(select(MatchDecision.user, func.count(MatchDecision.id))
