@@ -86,16 +86,24 @@ def test_mask_a_photo_then_diagnose_it(nyala_server, page, shot):
     label = page.locator("#mask-pick input").first.input_value()
     image_id = int(re.match(r"#(\d+)", label).group(1))
 
+    def click_at(fx: float, fy: float) -> None:
+        """Click at a fraction of the picture, measured now: each click re-renders the picture (with its markers),
+        so the element is waited for and measured again rather than reusing an old bounding box."""
+        page.wait_for_function("() => { const i = document.querySelector('#mask-picture img');"
+                               " return i && i.complete && i.naturalWidth > 0; }", timeout=TIMEOUT_MS)
+        box = picture.bounding_box()
+        picture.click(position={"x": box["width"] * fx, "y": box["height"] * fy})
+
     # --- click on the animal, then on the ground (a background click), and make the mask
-    bb = picture.bounding_box()
-    picture.click(position={"x": bb["width"] * 0.9, "y": bb["height"] * 0.1})  # a slip: not on the animal
+    click_at(0.9, 0.1)  # a slip: not on the animal
     expect(report).to_contain_text("1 click(s) on the animal, 0 on the background", timeout=TIMEOUT_MS)
     page.locator("#mask-redo").click()  # Redo forgets it
     expect(report).to_contain_text("0 click(s) on the animal, 0 on the background", timeout=TIMEOUT_MS)
-    picture.click(position={"x": bb["width"] * 0.5, "y": bb["height"] * 0.45})
+    click_at(0.5, 0.45)
     expect(report).to_contain_text("1 click(s) on the animal, 0 on the background", timeout=TIMEOUT_MS)
     page.locator("#mask-click-mode").get_by_text("background", exact=True).click()
-    picture.click(position={"x": bb["width"] * 0.08, "y": bb["height"] * 0.95})
+    expect(page.locator("#mask-click-mode input[value='background']")).to_be_checked()
+    click_at(0.08, 0.92)
     expect(report).to_contain_text("1 click(s) on the animal, 1 on the background", timeout=TIMEOUT_MS)
     page.locator("#mask-run").click()
     expect(report).to_contain_text("Mask made by GrabCut (classical, no SAM 2 checkpoint configured)",
