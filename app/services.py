@@ -41,10 +41,10 @@ REPORT_HEADERS = ["File", "Result", "Details"]
 
 def curator_name(user: str | None) -> str:
     """The name a change is attributed to; refuses an empty one so no change goes unattributed."""
-    from db.audit import _acting_user
+    from db.audit import known_actor
 
     # inside a guarded handler (or a CLI command) the acting user is already known: it wins over any argument
-    name = (_acting_user.get() or user or "").strip()
+    name = (known_actor() or user or "").strip()
     if not name:
         raise ValueError("No one is signed in, so the change could not be attributed to anyone; sign in first.")
     return name[:120]

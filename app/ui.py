@@ -85,14 +85,15 @@ class AccessPolicy:
     catalogue: Catalogue | None
     single_user: str | None = None
 
-    def actor(self, request: Any, needed: Role) -> tuple[str, Role]:
-        """The acting user's name and role, or ``PermissionDenied`` if their role does not allow ``needed``."""
+    def actor(self, request: Any, needed: Role) -> str:
+        """The acting user's name, or ``PermissionDenied`` if their role does not allow ``needed``."""
         if self.single_user:
-            return self.single_user, Role.admin
+            return self.single_user
         name = getattr(request, "username", None)
         if self.catalogue is None:
             raise PermissionDenied("This server has no catalogue to check accounts against.")
-        return str(name), require_role(self.catalogue, name, needed)
+        require_role(self.catalogue, name, needed)
+        return str(name)
 
 
 _POLICY: AccessPolicy | None = None  # set by build_app (one app per process)
@@ -135,7 +136,7 @@ def curator_action(fn: Callable[..., Any] | None = None, *, role: Role | str = R
                 policy = captured or _POLICY
                 if policy is None:
                     raise PermissionDenied("This handler runs only inside the Rosette app.")
-                name, _ = policy.actor(request, needed)
+                name = policy.actor(request, needed)
             else:
                 name = nested
                 policy = captured or _POLICY
@@ -328,13 +329,10 @@ def acting_role() -> Role | None:
 
 def identity_line() -> str:
     """The header's "who is acting" line, inside a guarded call (single-user mode says so plainly)."""
-    from db.users import role_of
-
-    policy, name = _POLICY, _ACTOR.get()
-    if policy is not None and policy.single_user:
+    if _POLICY is not None and _POLICY.single_user:
         return (f"**Single-user mode** (this machine only, no sign-in): every change is recorded as "
-                f"**{policy.single_user}**.")
-    role = role_of(policy.catalogue, name) if policy and policy.catalogue else None
+                f"**{_POLICY.single_user}**.")
+    name, role = _ACTOR.get(), acting_role()
     return f"Signed in as **{name}** ({role.value if role else 'no role'}) · [Sign out](/logout)"
 
 

@@ -58,6 +58,11 @@ def acting_user() -> str:
     return _acting_user.get() or SYSTEM
 
 
+def known_actor() -> str | None:
+    """The user set with :func:`acting_as`, or None when nobody set one (unlike :func:`acting_user`)."""
+    return _acting_user.get()
+
+
 @contextmanager
 def acting_as(user: str | None) -> Iterator[None]:
     """Attribute every change made inside the block (in this thread or task) to ``user``."""

@@ -79,6 +79,15 @@ def read_only_url(db_file: Path) -> str:
     return f"sqlite:///file:{db_file}?mode=ro&uri=true{immutable}"
 
 
+def alembic_config():
+    """Alembic's configuration for the catalogue's migrations (no ini file: the script location is enough)."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return cfg
+
+
 def upgrade_to_head(engine: Engine) -> None:
     """Run Alembic migrations up to head on ``engine``.
 
@@ -88,10 +97,8 @@ def upgrade_to_head(engine: Engine) -> None:
     switched on again (a violation aborts with the offending rows named).
     """
     from alembic import command
-    from alembic.config import Config
 
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg = alembic_config()
     sqlite = engine.dialect.name == "sqlite"
     with engine.connect() as connection:
         if sqlite:
@@ -199,7 +206,6 @@ def _open_read_only(root: Path, db_file: Path, *, migrate: bool) -> Catalogue:
     """The catalogue opened read-only; it must already be at the newest schema (migrating would write)."""
     from alembic.migration import MigrationContext
     from alembic.script import ScriptDirectory
-    from alembic.config import Config
 
     url = read_only_url(db_file)
     engine = make_engine(url, read_only=True)
@@ -209,9 +215,7 @@ def _open_read_only(root: Path, db_file: Path, *, migrate: bool) -> Catalogue:
     except OperationalError as exc:
         engine.dispose()
         raise ValueError(f"cannot read the catalogue database {db_file}: {_db_reason(exc)}") from None
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    head = ScriptDirectory.from_config(cfg).get_current_head()
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     if migrate and current != head:
         engine.dispose()
         raise ValueError(f"the catalogue {db_file} is read-only and needs upgrading (schema {current}, this Rosette "

@@ -7,6 +7,7 @@ name recorded with past changes that cannot sign in. Role order: viewer < curato
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -32,8 +33,13 @@ FIRST_ADMIN = "admin"
 ADMIN_PASSWORD_ENV = "ROSETTE_ADMIN_PASSWORD"
 
 _hasher = PasswordHasher()
-# verified against for unknown names, so a wrong name takes as long as a wrong password
-_DUMMY_HASH = _hasher.hash(secrets.token_hex(16))
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Verified against for unknown names, so a wrong name takes as long as a wrong password (made on first use,
+    not at import: importing the app must not cost an argon2 hash)."""
+    return _hasher.hash(secrets.token_hex(16))
 
 
 class PermissionDenied(CatalogueError):
@@ -151,7 +157,7 @@ def authenticate(cat, name: str, password: str) -> bool:
         user = s.scalar(select(User).where(User.name == (name or "").strip()))
         stored = user.password_hash if user is not None and user.active else None
         try:
-            _hasher.verify(stored or _DUMMY_HASH, password or "")
+            _hasher.verify(stored or _dummy_hash(), password or "")
         except (VerificationError, InvalidHashError):
             return False
         if stored is None:

@@ -292,6 +292,15 @@ def test_cli_users_and_audit(data_dir, monkeypatch, capsys, tmp_path):
     assert "user.role" in (tmp_path / "trail.csv").read_text()
     assert main([*base, "audit", "verify"]) == 0
     assert "intact" in capsys.readouterr().out
+    assert main([*base, "users", "disable", "cora"]) == 1  # the only admin
+    assert "last admin" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", io.StringIO(PASSWORD + "\n"))
+    assert main([*base, "users", "add", "ben", "--password-stdin"]) == 0
+    assert main([*base, "users", "disable", "ben"]) == 0 and "can no longer sign in" in capsys.readouterr().out
+    check = open_catalogue(data_dir)
+    assert role_of(check, "ben") is None  # disabled: no role, so every handler refuses ben
+    check.close()
+    assert main([*base, "users", "enable", "ben"]) == 0 and "can sign in again" in capsys.readouterr().out
 
 
 def test_names_with_terminal_escapes_are_printed_escaped(data_dir, capsys):

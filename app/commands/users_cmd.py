@@ -32,7 +32,7 @@ def register(sub) -> None:
     for verb, active in (("disable", False), ("enable", True)):
         d = users.add_parser(verb, help=f"{verb} an account's sign-in")
         d.add_argument("name")
-        d.set_defaults(func=run_disable if not active else run_enable)
+        d.set_defaults(func=run_set_active, active=active)
 
 
 def read_password(args) -> str:
@@ -81,17 +81,9 @@ def run_passwd(args, ctx) -> int:
     return 0
 
 
-def run_disable(args, ctx) -> int:
+def run_set_active(args, ctx) -> int:
     from db.users import set_active
 
-    set_active(ctx.catalogue, args.name, False, by=ctx.user)
-    print(f"{args.name!r} can no longer sign in")
-    return 0
-
-
-def run_enable(args, ctx) -> int:
-    from db.users import set_active
-
-    set_active(ctx.catalogue, args.name, True, by=ctx.user)
-    print(f"{args.name!r} can sign in again")
+    set_active(ctx.catalogue, args.name, args.active, by=ctx.user)
+    print(f"{args.name!r} {'can sign in again' if args.active else 'can no longer sign in'}")
     return 0
