@@ -28,13 +28,29 @@ def test_split_scores(cat: Catalogue, model: str, benchmark: str) -> tuple[Any, 
     from db.benchmarks import load_benchmark
     from db.embeddings import embed_images, get_backbone, load_benchmark_fit_ids
 
+    from db.spots import load_pipeline, pipeline_similarity
+
     data = load_benchmark(cat, benchmark, split="test")
+    pipeline = load_pipeline(cat, model)
+    if pipeline is not None:  # a fused pipeline: its calibrated spot-evidence scores, same protocol
+        sim, valid = pipeline_similarity(cat, pipeline, data.image_ids, data.sightings, data.flanks)
+        return data, _PipelineAsModel(pipeline), sim, valid
     backbone = get_backbone(cat, model, fit_image_ids=load_benchmark_fit_ids(cat, benchmark))
     emb = embed_images(cat, data.image_ids, backbone=backbone)
     sim = pairwise_scores(emb, emb, metric=backbone.config.metric)
     has = any(s for s in data.sightings)
     valid = all_vs_all_valid(len(data.labels), sightings=data.sightings if has else None)
     return data, backbone, sim, valid
+
+
+class _PipelineAsModel:
+    """What comparison and calibration read of a model (``config.name``, ``config.metric``), for a pipeline."""
+
+    def __init__(self, pipeline: Any) -> None:
+        from types import SimpleNamespace
+
+        self.pipeline = pipeline
+        self.config = SimpleNamespace(name=pipeline.name, metric="probability")
 
 
 def per_query_values(cat: Catalogue, model: str, benchmark: str) -> dict[str, Any]:

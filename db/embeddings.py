@@ -185,7 +185,7 @@ def _trained_backbone(cat: Catalogue, name: str, **opts: Any) -> Any | None:
     from core.backbones.trained import load_trained_backbone
 
     with cat.unit_of_work() as s:
-        row = s.scalar(select(Model).where(Model.name == name, Model.head.is_not(None)))
+        row = s.scalar(select(Model).where(Model.name == name, Model.head.is_not(None), Model.head != "pipeline"))
     if row is None or not row.checkpoint_path:
         return None
     path = cat.data_dir / row.checkpoint_path
@@ -209,6 +209,11 @@ def get_backbone(cat: Catalogue, name: str, *, fit_image_ids: Sequence[int] | No
     """
     from core.backbones import BACKBONES, create_backbone
 
+    if name not in BACKBONES:
+        with cat.unit_of_work() as s:  # a fused pipeline (db.spots): its global model embeds
+            pipeline_global = s.scalar(select(Model.backbone).where(Model.name == name, Model.head == "pipeline"))
+        if pipeline_global is not None:
+            return get_backbone(cat, pipeline_global, fit_image_ids=fit_image_ids, **opts)
     fit_key = None
     if name == "sift_vlad" and fit_image_ids is not None:
         fit_key = fit_set_hash(cat, fit_image_ids)

@@ -13,6 +13,7 @@ import numpy as np
 
 from db.embeddings import get_backbone
 from db.session import Catalogue
+from db.spots import folder_features, fuse_pairs, load_pipeline, matcher_for
 
 
 def _file_key(path: Path) -> str:
@@ -59,8 +60,22 @@ def export_kaggle(cat: Catalogue, *, test_csv: str | Path, images_dir: str | Pat
     t2 = time.perf_counter()
     metric = getattr(backbone, "metric", "cosine")
     sims = score_pairs(rows, emb, names, metric=metric)
+    pipeline = load_pipeline(cat, model)
+    spots = None
+    if pipeline is not None and variant != "full_rgb":
+        raise ValueError(f"{model} is a fused pipeline calibrated on full photos; export it with the full_rgb variant")
+    if pipeline is not None:  # a fused pipeline: calibrated global + verified spot evidence per row
+        matcher = matcher_for(pipeline)
+        feats = folder_features(cat, paths, [_file_key(p) for p in paths], matcher=matcher)
+        pos = {n: i for i, n in enumerate(names)}
+        sims, spots = fuse_pairs(pipeline, [(pos[r.query_image], pos[r.gallery_image]) for r in rows], sims, feats,
+                                 matcher=matcher, progress=progress)
+        metric = "probability"
     write_submission(Path(out), rows, sims)
     t3 = time.perf_counter()
-    return {"rows": len(rows), "images": len(names), "out": str(out), "model": backbone.config.name,
+    name = pipeline.name if pipeline is not None else backbone.config.name
+    return {"rows": len(rows), "images": len(names), "out": str(out), "model": name,
             "variant": variant, "metric": metric, "seconds_embed": t2 - t1, "seconds_score_write": t3 - t2,
-            "seconds_total": t3 - t0, "summary": f"wrote {len(rows)} rows for {len(names)} images to {out}"}
+            "seconds_total": t3 - t0, "spots": spots,
+            "summary": f"wrote {len(rows)} rows for {len(names)} images to {out}"
+                       + (f" ({spots['with_spot_evidence']} with spot evidence)" if spots else "")}

@@ -42,6 +42,7 @@ def leaderboard(cat: Catalogue, *, benchmark: str, variant: str = "full_rgb", so
         rows.append({
             "name": name, "status": st["status"], "active_for": st["active_for"],
             "head": m.head if m else None, "loss": m.loss if m else None,
+            "kind": "pipeline" if m is not None and m.head == "pipeline" else "model",
             "map_macro": met.get("map_macro"), "map_micro": met.get("map_micro"),
             "cmc1_macro": (met.get("cmc_macro") or {}).get("1"), "cmc5_macro": (met.get("cmc_macro") or {}).get("5"),
             "n_queries": met.get("n_queries"),
@@ -66,6 +67,14 @@ def leaderboard(cat: Catalogue, *, benchmark: str, variant: str = "full_rgb", so
 
 def _provenance(cfg: dict[str, Any], dg: Evaluation | None) -> str:
     cfg = cfg or {}
+    if cfg.get("pipeline"):  # a fused pipeline (db.spots): its global model, matcher, shortlist and calibration
+        st, mt, gc = cfg.get("settings") or {}, cfg.get("matcher") or {}, cfg.get("global_config") or {}
+        cal = ", ".join(f"{k} on {v.get('n_outcomes')} pairs" for k, v in (cfg.get("calibration") or {}).items())
+        return (f"{cfg['pipeline']}: global model {_provenance(gc, None)} | top-{st.get('shortlist')} shortlist "
+                f"re-ranked by {mt.get('name')} spots (max side {mt.get('max_side')}, {mt.get('max_keypoints')} "
+                f"keypoints, ratio {mt.get('ratio')}, config {mt.get('fingerprint')}), {st.get('verify_model')} "
+                f"verification{', LNBNN k=' + str(st.get('lnbnn_k')) if st.get('lnbnn') else ''} | score: mean "
+                f"isotonic-calibrated probability ({cal})")
     bits = [f"{cfg.get('name', '?')}: {cfg.get('architecture', '?')}", f"weights {cfg.get('weight_source', '?')}",
             f"sha256 {str(cfg.get('weights_sha256') or '-')[:12]}", f"input {cfg.get('input_size')}",
             f"mean {cfg.get('mean')} std {cfg.get('std')}", f"pooling {cfg.get('pooling')}",

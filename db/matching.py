@@ -38,6 +38,11 @@ class Candidate:
     same_sighting: bool
     thumb_path: str | None
     blob_path: str
+    # with a fused pipeline: the score is the fused probability; these say what it rests on
+    global_score: float | None = None
+    inliers: int | None = None
+    spot_status: str | None = None  # core.spots.verify.STATUS_WORDS key
+    spot_probability: float | None = None  # the inlier count's calibrated probability
 
 
 @dataclass
@@ -47,6 +52,8 @@ class MatchResult:
     model_name: str
     model_provenance: str
     candidates: list[Candidate] = field(default_factory=list)
+    pipeline: bool = False  # ranked by a fused pipeline (global shortlist + calibrated spot evidence)
+    query_spot_note: str | None = None  # e.g. the query has no mask / no spot evidence
 
 
 def _image_rows(cat: Catalogue, ids: list[int]) -> dict[int, tuple]:
@@ -122,20 +129,27 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = "e
     if place or date_from or date_to:
         gallery = [i for i in gallery if passes_place_and_date(rows[i][8], rows[i][9] or rows[i][10], place_filter=place,
                                                                date_from=date_from, date_to=date_to)]
+    from db.spots import load_pipeline
+
+    pipeline = load_pipeline(cat, model_name)
     backbone = get_backbone(cat, model_name)
     result = MatchResult(query_image_id=query_image_id, query_individual_id=q[1], model_name=model_name,
-                         model_provenance=provenance(backbone.config))
+                         model_provenance=pipeline.provenance() if pipeline else provenance(backbone.config),
+                         pipeline=pipeline is not None)
     if not gallery:
         return result
     emb = embed_images(cat, [query_image_id] + gallery, backbone=backbone, progress=progress)
-    index = _gallery_index(model_name, tuple(gallery), emb[1:], metric=getattr(backbone, "metric", "cosine"))
+    index = _gallery_index(backbone.config.name, tuple(gallery), emb[1:], metric=getattr(backbone, "metric", "cosine"))
     # per individual, the best photo counts: fetch enough hits to fill k individuals in most cases
     depth = len(gallery) if not per_individual else min(len(gallery), max(k * 20, 200))
     scores, hits = index.search(emb[:1], depth)
+    ranked = [(float(sc), int(j), None) for sc, j in zip(scores[0], hits[0]) if j >= 0]
+    if pipeline is not None:
+        from db.spots import rerank_with_pipeline
+
+        ranked, result.query_spot_note = rerank_with_pipeline(cat, pipeline, query_image_id, gallery, ranked, rows)
     seen: set[int] = set()
-    for score, j in zip(scores[0], hits[0]):
-        if j < 0:
-            continue
+    for score, j, spot in ranked:
         r = rows[gallery[j]]
         if per_individual and r[1] in seen:
             continue
@@ -144,7 +158,8 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = "e
         result.candidates.append(Candidate(
             rank=len(result.candidates) + 1, image_id=r[0], individual_id=r[1], individual_name=r[2],
             score=float(score), flank=flank, sighting=r[4],
-            same_sighting=bool(q[7] is not None and r[7] == q[7]), thumb_path=r[5], blob_path=r[6]))
+            same_sighting=bool(q[7] is not None and r[7] == q[7]), thumb_path=r[5], blob_path=r[6],
+            **(spot or {})))
         if len(result.candidates) >= k:
             break
     return result

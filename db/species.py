@@ -169,6 +169,13 @@ def promote_model(cat: Catalogue, name: str, *, species: str | int | None = None
 
         result["job_id"] = submit(cat, "embed", {"backbone": name, "species": result["species_id"], "user": user,
                                                  "reason": f"promotion of {name} for {result['species']}"})
+        with cat.unit_of_work() as s:
+            row = s.scalar(select(Model).where(Model.name == name))
+            matcher = ((row.config or {}).get("pipeline") or {}).get("matcher") if row is not None \
+                and row.head == "pipeline" else None
+        if matcher:  # a fused pipeline also needs every photo's keypoints before review
+            result["keypoints_job_id"] = submit(cat, "keypoints", {"matcher": matcher, "species": result["species_id"],
+                                                                   "image_ids": None, "user": user})
     return result
 
 

@@ -213,3 +213,39 @@ def map_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str
 
     return compute_map(cat, params["model"], species_id=params.get("species"),
                        progress=ctx.callback(end=0.8, label="embedding"), should_cancel=ctx.cancelled)
+
+
+@register_job_kind("keypoints")
+def keypoints_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Spot keypoints for a species' photos (or the given photos), cached per photo, mask and matcher config:
+    params are a ``core.spots.requests.KeypointsRequest`` (plus ``user``)."""
+    from core.spots.requests import KeypointsRequest
+    from db.spots import extract_keypoints
+
+    request = KeypointsRequest.from_dict({k: v for k, v in params.items() if k != "user"})
+    return extract_keypoints(cat, request, progress=ctx.callback(label="keypoints"), should_cancel=ctx.cancelled)
+
+
+@register_job_kind("evaluate_spots", queue=HEAVY)
+def evaluate_spots_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """A fused pipeline's evaluation (global shortlist + calibrated spot evidence): params are a
+    ``core.spots.requests.SpotEvaluationRequest`` (plus ``user``)."""
+    from core.spots.requests import SpotEvaluationRequest
+    from db.spots import evaluate_request as evaluate_spots
+
+    request = SpotEvaluationRequest.from_dict({k: v for k, v in params.items() if k != "user"})
+    stages = {"calibration photos": (0.0, 0.5), "test photos": (0.5, 1.0)}
+
+    def progress(what: str, done: int, total: int) -> None:
+        lo, hi = next((v for k, v in stages.items() if what.startswith(k)), (0.0, 1.0))
+        ctx.progress(lo + (hi - lo) * done / max(total, 1) * 0.99, what)
+        ctx.check_cancelled()
+
+    res = evaluate_spots(cat, request, progress=progress, should_cancel=ctx.cancelled)
+    keep = ("map_macro", "map_micro", "cmc_macro", "cmc_micro", "n_queries", "model", "global_model", "benchmark",
+            "evaluation_id", "components", "seconds")
+    base = res["components"]["global"]
+    return {**{k: res[k] for k in keep if k in res},
+            "summary": (f"{res['model']} on {res['benchmark']}: mAP macro {res['map_macro']:.3f} "
+                        f"(global alone {base['map_macro']:.3f}), CMC@1 {res['cmc_macro']['1']:.3f} "
+                        f"(global alone {base['cmc_macro']['1']:.3f})")}

@@ -1,4 +1,6 @@
-"""``rosette eval --backbone NAME --benchmark NAME [--variant V] [--rerank R] [--json]``."""
+"""``rosette eval --backbone NAME --benchmark NAME [--variant V] [--rerank R] [--verify MATCHER [--lnbnn]
+[--shortlist K]] [--json]``; with ``--verify`` (or a fused pipeline's name) the global model's shortlist is
+re-ranked by calibrated spot evidence and the pipeline is registered as a model."""
 
 from __future__ import annotations
 
@@ -15,6 +17,14 @@ def register(sub) -> None:
     from db.evaluation import RERANK_METHODS
 
     p.add_argument("--rerank", default="none", choices=list(RERANK_METHODS))
+    p.add_argument("--verify", metavar="MATCHER", default=None,
+                   help="re-rank the global shortlist with verified spot evidence from this local matcher "
+                        "(sift, orb, ...); registers the fused pipeline as a model")
+    p.add_argument("--lnbnn", action="store_true",
+                   help="with --verify: add HotSpotter's LNBNN gallery voting as a third calibrated scorer")
+    p.add_argument("--lnbnn-only", action="store_true",
+                   help="with --verify: fuse LNBNN voting with the global score, without pairwise verification")
+    p.add_argument("--shortlist", type=int, default=50, help="with --verify: global top-K re-ranked (default 50)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -30,6 +40,10 @@ def progress_printer(label: str):
 def run(args, ctx) -> int:
     from app.cli import print_table
     from db.evaluation import run_evaluation
+    from db.spots import is_pipeline
+
+    if args.verify or args.lnbnn or args.lnbnn_only or is_pipeline(ctx.catalogue, args.backbone):
+        return run_spots(args, ctx)
 
     res = run_evaluation(ctx.catalogue, backbone=args.backbone, benchmark=args.benchmark, variant=args.variant,
                          rerank=args.rerank, progress=progress_printer("embedding"))
@@ -48,4 +62,47 @@ def run(args, ctx) -> int:
     print_table(rows, ["metric", "value"])
     print(f"model {res['model']} ({res['model_config'].get('weight_source', '')}), variant {res['variant']}, "
           f"benchmark {res['benchmark']} test split, re-ranking {res['rerank']}; stored as evaluation {res['evaluation_id']}")
+    return 0
+
+
+SPOT_KEYS = ("map_macro", "map_micro", "cmc_macro", "cmc_micro", "n_queries", "n_identities", "model", "global_model",
+             "variant", "benchmark", "rerank", "same_sighting_excluded", "evaluation_id", "pipeline", "scorers",
+             "components", "spots", "calibration", "seconds")
+COMPONENT_WORDS = {"global": "global model alone", "global+verification": "+ spot verification (inliers)",
+                   "global+lnbnn": "+ LNBNN voting", "fused": "+ verification + LNBNN", "lnbnn_alone": "LNBNN alone"}
+
+
+def run_spots(args, ctx) -> int:
+    from app.cli import print_table
+    from app.spots_services import SpotEvaluationRequest, evaluate_spots
+
+    if args.variant != "full_rgb" or args.rerank != "none":
+        raise ValueError("--verify evaluates full photos without re-ranking; drop --variant / --rerank")
+    request = SpotEvaluationRequest(benchmark=args.benchmark, model=args.backbone, matcher=args.verify or "sift",
+                                    shortlist=args.shortlist, verification=not args.lnbnn_only,
+                                    lnbnn=bool(args.lnbnn or args.lnbnn_only))
+    last = {"what": None}
+
+    def report(what: str, done: int, total: int) -> None:
+        if sys.stderr.isatty() or done == total or what != last["what"]:
+            print(f"\r{what}: {done}/{total}", end="\n" if done == total else "", file=sys.stderr, flush=True)
+        last["what"] = what
+
+    res = evaluate_spots(ctx.catalogue, request, progress=report)
+    if args.json:
+        print(json.dumps({k: res[k] for k in SPOT_KEYS if k in res}, default=float))
+        return 0
+    rows = []
+    for name, m in res["components"].items():
+        rows.append((COMPONENT_WORDS.get(name, name), f"{m['map_macro']:.4f}", f"{m['cmc_macro']['1']:.4f}",
+                     f"{m['cmc_macro']['5']:.4f}", f"{m['map_micro']:.4f}"))
+    rows.append((f"pipeline {res['model']}", f"{res['map_macro']:.4f}", f"{res['cmc_macro']['1']:.4f}",
+                 f"{res['cmc_macro']['5']:.4f}", f"{res['map_micro']:.4f}"))
+    print_table(rows, ["ranking", "mAP macro", "CMC@1 macro", "CMC@5 macro", "mAP micro"])
+    sp = res["spots"]["test"]
+    print(f"{sp['keypoints_mean']:.0f} keypoints per test photo ({100 * sp['masked_share']:.0f}% on a mask, "
+          f"{sp['no_spot_evidence']} without spot evidence); {res['spots']['verified_pairs']} pairs verified; "
+          f"{res['seconds']['total']:.0f} s")
+    print(res["provenance"])
+    print(f"stored as evaluation {res.get('evaluation_id')}; the pipeline {res['model']} works as --model everywhere")
     return 0

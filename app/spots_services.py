@@ -1,0 +1,86 @@
+"""Spot evidence actions, each one function taking one typed request (``core.spots.requests``, validated when
+made): evaluate a fused pipeline, extract keypoints for a species (a light job), show the matched spots of a
+pair, list matchers. The CLI (``rosette eval --verify``, ``rosette spots ...``) and the Match review tab call
+these; the jobs rebuild the same requests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.spots import describe_matchers, matcher_available
+from core.spots.requests import (KeypointsRequest, MatchedSpotsRequest, SpotEvaluationRequest,  # noqa: F401
+                                 available_matchers)
+from db.catalogue import CatalogueError
+from db.session import Catalogue
+from db.spots import evaluate_request as evaluate_spots  # noqa: F401  (the service: one request in, a result out)
+from db.spots import extract_keypoints  # noqa: F401
+
+
+def matcher_rows() -> list[tuple[str, str, str]]:
+    """(name, available here?, description) of every local matcher."""
+    return [(n, "yes" if matcher_available(n) else "no (weights not on this machine)", d)
+            for n, d in describe_matchers().items()]
+
+
+def submit_keypoints(cat: Catalogue, request: KeypointsRequest, *, user: str) -> int:
+    """Queue keypoint extraction on the light queue; returns the job id."""
+    from jobs.queue import submit
+
+    return submit(cat, "keypoints", {**request.to_dict(), "user": user})
+
+
+def submit_spot_evaluation(cat: Catalogue, request: SpotEvaluationRequest, *, user: str) -> int:
+    """Queue a fused pipeline's evaluation on the heavy queue; returns the job id."""
+    from jobs.queue import submit
+
+    return submit(cat, "evaluate_spots", {**request.to_dict(), "user": user})
+
+
+@dataclass
+class MatchedSpots:
+    """What the matched-spots view shows for one pair."""
+
+    picture: np.ndarray  # the two photos side by side with the inlier correspondences drawn
+    n_inliers: int
+    status: str
+    words: str
+    n_keypoints: tuple[int, int]
+    masked: tuple[bool, bool]
+    matcher: str
+    note: str
+
+
+def matched_spots(cat: Catalogue, request: MatchedSpotsRequest) -> MatchedSpots:
+    """Verify the pair and draw its inlier correspondences (lines joining the same spots)."""
+    from core.spots.draw import draw_correspondences
+    from core.spots.pipeline import PipelineSettings as Settings, cross_flank, verify_one
+    from db.embeddings import load_photo, sources_for
+    from db.spots import features_for, get_matcher, load_pipeline, matcher_for
+    from db.matching import _image_rows
+
+    if request.pipeline:
+        stored = load_pipeline(cat, request.pipeline)
+        if stored is None:
+            raise CatalogueError(f"{request.pipeline!r} is not a fused pipeline")
+        matcher, settings = matcher_for(stored), stored.settings
+    else:
+        matcher, settings = get_matcher(request.matcher), Settings(matcher=request.matcher)
+    ids = [request.query_image_id, request.candidate_image_id]
+    rows = _image_rows(cat, ids)
+    missing = [i for i in ids if i not in rows]
+    if missing:
+        raise CatalogueError(f"There is no photo #{missing[0]} in the catalogue.")
+    flanks = [getattr(rows[i][3], "value", rows[i][3]) for i in ids]
+    fa, fb = features_for(cat, ids, matcher=matcher)
+    v = verify_one(matcher, fa, fb, settings, cross=bool(cross_flank(flanks)[0, 1]))
+    srcs = sources_for(cat, ids)
+    picture = draw_correspondences(load_photo(cat, srcs[0]), load_photo(cat, srcs[1]), v.inliers_a, v.inliers_b)
+    notes = []
+    for what, f in (("query", fa), ("candidate", fb)):
+        if not f.masked:
+            notes.append(f"the {what} photo has no mask: its keypoints come from the whole photo, background included")
+    return MatchedSpots(picture=picture, n_inliers=v.n_inliers, status=v.status, words=v.words,
+                        n_keypoints=(fa.n, fb.n), masked=(fa.masked, fb.masked), matcher=matcher.config.name,
+                        note="; ".join(notes))

@@ -1,0 +1,112 @@
+"""Typed requests for the spot-evidence actions, validated when made (pure: only the matcher registry is
+consulted). A job stores a request's ``to_dict()`` and the worker rebuilds it with ``from_dict()`` (unknown keys
+and bad values are refused)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from core.backbones import DEFAULT_BACKBONE
+from core.spots import DEFAULT_MATCHER, MatcherUnavailableError, list_matchers, matcher_available
+from core.spots.fusion import DEFAULT_SHORTLIST
+from core.spots.pipeline import PipelineSettings
+
+
+def available_matchers() -> list[str]:
+    """Local matchers that can run on this machine (learned ones only with their weights)."""
+    return [n for n in list_matchers() if matcher_available(n)]
+
+
+def _check_matcher(name: str) -> None:
+    if name not in list_matchers():
+        raise ValueError(f"unknown local matcher {name!r}; available: {', '.join(available_matchers())}")
+    if not matcher_available(name):
+        raise MatcherUnavailableError(f"the {name} matcher's weights are not on this machine; available here: "
+                                      f"{', '.join(available_matchers())}")
+
+
+def _from_dict(cls: type, data: Mapping[str, Any]) -> Any:
+    names = {f.name for f in fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(sorted(unknown))}")
+    return cls(**dict(data))
+
+
+@dataclass(frozen=True)
+class SpotEvaluationRequest:
+    """Evaluate a global model + spot evidence on a benchmark (``rosette eval --verify``)."""
+
+    benchmark: str
+    model: str = DEFAULT_BACKBONE
+    matcher: str = DEFAULT_MATCHER
+    shortlist: int = DEFAULT_SHORTLIST
+    verification: bool = True
+    lnbnn: bool = False
+
+    def __post_init__(self) -> None:
+        if not (self.benchmark or "").strip():
+            raise ValueError("choose a benchmark to evaluate on")
+        if not (self.model or "").strip():
+            raise ValueError("choose the global model that makes the shortlist")
+        if isinstance(self.shortlist, bool) or not isinstance(self.shortlist, int):
+            raise ValueError(f"the shortlist size must be a whole number, got {self.shortlist!r}")
+        _check_matcher(self.matcher)
+        self.settings()  # validates shortlist and scorers
+
+    def settings(self) -> PipelineSettings:
+        return PipelineSettings(matcher=self.matcher, shortlist=self.shortlist, verification=self.verification,
+                                lnbnn=self.lnbnn)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SpotEvaluationRequest:
+        return _from_dict(cls, data)
+
+
+@dataclass(frozen=True)
+class KeypointsRequest:
+    """Extract (and cache) keypoints for the photos of a species, or of the given photos."""
+
+    matcher: str = DEFAULT_MATCHER
+    species: int | None = None
+    image_ids: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        _check_matcher(self.matcher)
+        if self.image_ids is not None:
+            object.__setattr__(self, "image_ids", tuple(int(i) for i in self.image_ids))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["image_ids"] = list(self.image_ids) if self.image_ids is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> KeypointsRequest:
+        return _from_dict(cls, data)
+
+
+@dataclass(frozen=True)
+class MatchedSpotsRequest:
+    """The matched spots between a query photo and a candidate photo, under a pipeline or a matcher."""
+
+    query_image_id: int
+    candidate_image_id: int
+    pipeline: str | None = None
+    matcher: str = DEFAULT_MATCHER
+
+    def __post_init__(self) -> None:
+        for what, v in (("query", self.query_image_id), ("candidate", self.candidate_image_id)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"the {what} photo must be a photo number, got {v!r}")
+        if self.query_image_id == self.candidate_image_id:
+            raise ValueError("choose two different photos")
+        if self.pipeline is None:
+            _check_matcher(self.matcher)
+
+

@@ -1,0 +1,533 @@
+"""Spot evidence in the catalogue: keypoints per photo (cached content-addressed per photo, mask and matcher
+config), fused pipelines as stored models, their evaluation on a benchmark, and pair / candidate scoring for
+match review, comparison and export.
+
+A *pipeline* is a ``models`` row with ``head = "pipeline"``: ``backbone`` is the global model that makes the
+shortlist, and ``config`` holds the matcher's config, the :class:`~core.spots.pipeline.PipelineSettings`, the
+global model's config and the fitted calibration of every scorer with what it rests on. Its name works
+wherever a model name does (eval, compare, promote, match review, Kaggle export).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select
+
+from core.calibration import Calibrator
+from core.spots import LocalFeatures, LocalMatcher, features_cache_path, load_features, save_features
+from core.spots.fusion import GLOBAL, calibrator_from_dict, calibrator_to_dict, fit_scorer_calibrations, \
+    fused_similarity
+from core.spots.pipeline import LNBNN, VERIFICATION, PipelineSettings, spot_scores_all_vs_all
+from core.spots.requests import KeypointsRequest, SpotEvaluationRequest
+from db.catalogue import CatalogueError
+from db.embeddings import ImageSource, embed_images, get_backbone, load_benchmark_fit_ids, load_mask, load_photo, \
+    sources_for
+from db.models import Image, Model, ModelStatus
+from db.session import Catalogue
+
+PIPELINE_HEAD = "pipeline"
+#: Photos of the benchmark's train split (whole identities, seeded) on which the scorers are calibrated.
+CALIBRATION_PHOTOS = 400
+EXTRACT_THREADS = 2
+_MATCHERS: dict[tuple[str, str], LocalMatcher] = {}
+_LOCK = threading.Lock()
+
+Progress = Callable[[int, int], None]
+
+
+# ------------------------------------------------------------------------------------------ features
+
+
+def get_matcher(name: str, **opts: Any) -> LocalMatcher:
+    """A local matcher by registry name, built once per process (learned ones raise when weights are absent)."""
+    from core.spots import create_matcher
+
+    key = (name, json.dumps(opts, sort_keys=True, default=str))
+    with _LOCK:
+        if key not in _MATCHERS:
+            _MATCHERS[key] = create_matcher(name, **opts)
+        return _MATCHERS[key]
+
+
+def _feature_key(src: ImageSource) -> str:
+    from db.embeddings import _mask_digest
+
+    return f"{src.content_hash}-m{_mask_digest(src.mask_path)}"
+
+
+def features_for(cat: Catalogue, image_ids: Sequence[int], *, matcher: LocalMatcher, progress: Progress | None = None,
+                 should_cancel: Callable[[], bool] | None = None, threads: int = EXTRACT_THREADS
+                 ) -> list[LocalFeatures]:
+    """Keypoints of each photo (in order) on its mask (the whole photo when it has none), from the cache or
+    extracted (then cached). A photo's mask change gives a new cache key, so features never go stale."""
+    srcs = sources_for(cat, image_ids)
+    root = cat.cache_dir / "spots"
+    fp = matcher.config.fingerprint()
+    out: list[LocalFeatures | None] = [None] * len(srcs)
+    missing: list[int] = []
+    for i, src in enumerate(srcs):
+        f = load_features(features_cache_path(root, fp, _feature_key(src)))
+        if f is None:
+            missing.append(i)
+        else:
+            out[i] = f
+    if missing:
+        cfg_path = root / fp / "config.json"
+        if not cfg_path.exists():
+            cfg_path.parent.mkdir(parents=True, exist_ok=True)
+            cfg_path.write_text(json.dumps(matcher.config.to_dict(), indent=2, sort_keys=True))
+
+    def extract(i: int) -> LocalFeatures:
+        src = srcs[i]
+        rgb = load_photo(cat, src)
+        mask = load_mask(cat, src, shape=rgb.shape[:2])
+        if mask is not None and not mask.any():
+            mask = None  # an empty mask says nothing about where the animal is: use the whole photo
+        f = matcher.extract(rgb, mask)
+        save_features(features_cache_path(root, fp, _feature_key(src)), f)
+        return f
+
+    done = len(srcs) - len(missing)
+    if progress is not None:
+        progress(done, len(srcs))
+    with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="rosette-spots") as pool:
+        for start in range(0, len(missing), 16):
+            if should_cancel is not None and should_cancel():
+                from core.features import ExtractionCancelled
+
+                raise ExtractionCancelled(done, len(srcs))
+            chunk = missing[start:start + 16]
+            for i, f in zip(chunk, pool.map(extract, chunk)):
+                out[i] = f
+            done += len(chunk)
+            if progress is not None:
+                progress(done, len(srcs))
+    return [f for f in out if f is not None]
+
+
+def spot_summary(features: Sequence[LocalFeatures], *, min_keypoints: int) -> dict[str, Any]:
+    n = np.array([f.n for f in features], dtype=np.float64)
+    return {"photos": len(features), "keypoints_mean": float(n.mean()) if n.size else 0.0,
+            "keypoints_median": float(np.median(n)) if n.size else 0.0,
+            "masked_share": float(np.mean([f.masked for f in features])) if features else 0.0,
+            "no_spot_evidence": int(sum(not f.enough(min_keypoints) for f in features))}
+
+
+# ------------------------------------------------------------------------------------------ pipelines
+
+
+@dataclass
+class StoredPipeline:
+    """A fused pipeline as stored in its model row."""
+
+    name: str
+    global_model: str
+    settings: PipelineSettings
+    matcher_config: dict[str, Any]
+    calibrators: dict[str, Calibrator]
+    calibration_source: dict[str, Any] = field(default_factory=dict)
+    status: str = "candidate"
+
+    def provenance(self) -> str:
+        cal = ", ".join(f"{k}: {c.n_outcomes} pairs" for k, c in self.calibrators.items())
+        return (f"{self.name} = {self.global_model} top-{self.settings.shortlist} shortlist + {self.settings.matcher} "
+                f"spots ({', '.join(self.settings.scorers)}), matcher config {self.matcher_config.get('fingerprint')}, "
+                f"isotonic calibration ({cal}) on {self.calibration_source.get('what', 'benchmark pairs')}")
+
+
+def pipeline_name(global_model: str, settings: PipelineSettings) -> str:
+    parts = [global_model, settings.matcher]
+    if settings.lnbnn:
+        parts.append("lnbnn")
+    name = "+".join(parts)
+    if not settings.verification:
+        name += "-noverify"
+    if settings.shortlist != PipelineSettings().shortlist:
+        name += f"-k{settings.shortlist}"
+    return name
+
+
+def load_pipeline(cat: Catalogue, name: str) -> StoredPipeline | None:
+    """The pipeline stored under ``name``, or None when ``name`` is not a pipeline."""
+    with cat.unit_of_work() as s:
+        row = s.scalar(select(Model).where(Model.name == name, Model.head == PIPELINE_HEAD))
+        if row is None:
+            return None
+        cfg = dict(row.config or {})
+        status = row.status.value if hasattr(row.status, "value") else str(row.status)
+    return StoredPipeline(name=name, global_model=str(cfg["global_model"]),
+                          settings=PipelineSettings.from_dict(cfg["pipeline"]), matcher_config=cfg["matcher"],
+                          calibrators={k: calibrator_from_dict(v) for k, v in (cfg.get("calibration") or {}).items()},
+                          calibration_source=cfg.get("calibration_source") or {}, status=status)
+
+
+def is_pipeline(cat: Catalogue, name: str) -> bool:
+    with cat.unit_of_work() as s:
+        return s.scalar(select(Model.id).where(Model.name == name, Model.head == PIPELINE_HEAD)) is not None
+
+
+def matcher_for(pipeline: StoredPipeline) -> LocalMatcher:
+    """The pipeline's matcher, rebuilt from its stored config (refused if the code now builds another one)."""
+    cfg = pipeline.matcher_config
+    matcher = get_matcher(pipeline.settings.matcher, max_side=int(cfg["max_side"]),
+                          max_keypoints=int(cfg["max_keypoints"]), ratio=float(cfg["ratio"]))
+    if matcher.config.fingerprint() != cfg.get("fingerprint"):
+        raise CatalogueError(f"pipeline {pipeline.name!r} was calibrated with matcher config {cfg.get('fingerprint')}, "
+                             f"but this installation builds {matcher.config.fingerprint()} (another OpenCV or "
+                             "matcher version); evaluate it again to recalibrate")
+    return matcher
+
+
+def _register_pipeline(cat: Catalogue, name: str, *, global_model: str, global_config: dict[str, Any],
+                       settings: PipelineSettings, matcher: LocalMatcher, calibrators: dict[str, Calibrator],
+                       calibration_source: dict[str, Any], species_id: int | None) -> None:
+    config = {"name": name, "kind": "pipeline", "global_model": global_model, "global_config": global_config,
+              "pipeline": settings.to_dict(), "matcher": matcher.config.to_dict(),
+              "calibration": {k: calibrator_to_dict(c) for k, c in calibrators.items()},
+              "calibration_source": calibration_source, "metric": "probability",
+              "weight_source": f"{global_config.get('weight_source', '')} + {matcher.config.weight_source}"}
+    with cat.unit_of_work() as s:
+        row = s.scalar(select(Model).where(Model.name == name))
+        if row is not None and row.head != PIPELINE_HEAD:
+            raise CatalogueError(f"{name!r} is already the name of a model that is not a pipeline")
+        if row is None:
+            row = Model(name=name, backbone=global_model, head=PIPELINE_HEAD, config=config,
+                        checkpoint_hash=None, status=ModelStatus.candidate, species_id=species_id,
+                        training_config={"pipeline": settings.to_dict()}, data_snapshot=calibration_source)
+            s.add(row)
+        else:
+            row.config = config
+            row.backbone = global_model
+            row.data_snapshot = calibration_source
+        s.commit()
+
+
+def calibration_image_ids(cat: Catalogue, benchmark: str, *, limit: int = CALIBRATION_PHOTOS, seed: int = 0) -> list[int]:
+    """A seeded sample of whole identities from the benchmark's train split, about ``limit`` photos."""
+    from db.benchmarks import load_benchmark
+
+    data = load_benchmark(cat, benchmark, split="train")
+    if not data.image_ids:
+        raise CatalogueError(f"benchmark {benchmark!r} has no train split to calibrate the spot scorers on "
+                             "(a test-only benchmark); use a benchmark with a train split")
+    by_id: dict[str, list[int]] = {}
+    for i, lab in zip(data.image_ids, data.labels):
+        by_id.setdefault(lab, []).append(i)
+    order = np.random.default_rng(seed).permutation(sorted(by_id))
+    chosen: list[int] = []
+    for lab in order:
+        if len(chosen) >= limit:
+            break
+        chosen.extend(by_id[str(lab)])
+    keep = set(chosen)
+    return [i for i in data.image_ids if i in keep]
+
+
+@dataclass
+class SetScores:
+    """Everything scored on one all-vs-all photo set."""
+
+    image_ids: list[int]
+    labels: list[str]
+    valid: np.ndarray
+    spots: Any
+    summary: dict[str, Any]
+
+
+def _score_set(cat: Catalogue, image_ids: list[int], labels: list[str], sightings: list[str | None],
+               flanks: list[str], *, backbone: Any, matcher: LocalMatcher, settings: PipelineSettings,
+               progress: Callable[[str, int, int], None] | None, should_cancel: Callable[[], bool] | None) -> SetScores:
+    from core.metrics import all_vs_all_valid
+    from core.similarity import pairwise_scores
+
+    step = (lambda what: (lambda d, t: progress(what, d, t))) if progress else (lambda what: None)
+    emb = embed_images(cat, image_ids, backbone=backbone, progress=step("embedding"), should_cancel=should_cancel)
+    sim = pairwise_scores(emb, emb, metric=backbone.config.metric)
+    has = any(s for s in sightings)
+    valid = all_vs_all_valid(len(image_ids), sightings=sightings if has else None)
+    feats = features_for(cat, image_ids, matcher=matcher, progress=step("keypoints"), should_cancel=should_cancel)
+    spots = spot_scores_all_vs_all(feats, sim, valid, flanks, matcher=matcher, settings=settings, progress=progress,
+                                   should_cancel=should_cancel)
+    return SetScores(image_ids, labels, valid, spots, spot_summary(feats, min_keypoints=settings.min_keypoints))
+
+
+def _set_of(cat: Catalogue, image_ids: list[int], benchmark: str) -> tuple[list[str], list[str | None], list[str]]:
+    from db.benchmarks import load_benchmark
+
+    data = load_benchmark(cat, benchmark, split="all")
+    pos = {i: n for n, i in enumerate(data.image_ids)}
+    return ([data.labels[pos[i]] for i in image_ids], [data.sightings[pos[i]] for i in image_ids],
+            [data.flanks[pos[i]] for i in image_ids])
+
+
+COMPONENTS = {  # what the evaluation reports besides the pipeline itself: name -> scorers fused
+    "global": (GLOBAL,),
+    "global+verification": (GLOBAL, VERIFICATION),
+    "global+lnbnn": (GLOBAL, LNBNN),
+    "fused": (GLOBAL, VERIFICATION, LNBNN),
+}
+
+
+def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, settings: PipelineSettings,
+                      store: bool = True, progress: Callable[[str, int, int], None] | None = None,
+                      should_cancel: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Evaluate ``global_model`` + spot evidence on ``benchmark``'s test split (all-vs-all, same-sighting photos
+    excluded): calibrate every scorer on a sample of the train split scored the same way, fuse over the global
+    top-K, and report the pipeline's metrics with every component beside it (global alone, + verification,
+    + LNBNN, LNBNN alone, all fused). Registers the pipeline as a candidate model and stores the evaluation."""
+    from core.metrics import retrieval_metrics
+    from db.benchmarks import load_benchmark
+    from db.evaluation import store_evaluation
+
+    t0 = time.perf_counter()
+    matcher = get_matcher(settings.matcher)
+    backbone = get_backbone(cat, global_model, fit_image_ids=load_benchmark_fit_ids(cat, benchmark))
+    test = load_benchmark(cat, benchmark, split="test")
+    if not test.image_ids:
+        raise CatalogueError(f"benchmark {benchmark!r} has an empty test split")
+    cal_ids = calibration_image_ids(cat, benchmark, limit=max(CALIBRATION_PHOTOS, 0))
+    cal_labels, cal_sightings, cal_flanks = _set_of(cat, cal_ids, benchmark)
+    # the calibration set is scored with every scorer, so the components can all be reported
+    full = PipelineSettings(**{**settings.to_dict(), "verification": True, "lnbnn": True})
+    tagged = (lambda part: (lambda what, d, t: progress(f"{part}: {what}", d, t))) if progress else (lambda part: None)
+    cal = _score_set(cat, cal_ids, cal_labels, cal_sightings, cal_flanks, backbone=backbone, matcher=matcher,
+                     settings=full, progress=tagged("calibration photos"), should_cancel=should_cancel)
+    t_cal = time.perf_counter()
+    same_cal = np.asarray(cal_labels)[:, None] == np.asarray(cal_labels)[None, :]
+    calibrators = fit_scorer_calibrations(cal.spots.raw, same_cal, cal.spots.shortlist & cal.valid,
+                                          {k: v for k, v in cal.spots.applies.items() if k != GLOBAL},
+                                          source=f"benchmark {benchmark} train photos, top-{settings.shortlist} pairs")
+    tst = _score_set(cat, test.image_ids, test.labels, test.sightings, test.flanks, backbone=backbone, matcher=matcher,
+                     settings=full, progress=tagged("test photos"), should_cancel=should_cancel)
+    t_test = time.perf_counter()
+    g = tst.spots.raw[GLOBAL]
+
+    def metrics_of(sim: np.ndarray) -> dict[str, Any]:
+        return retrieval_metrics(sim, test.labels, test.labels, valid=tst.valid).to_dict()
+
+    components: dict[str, Any] = {}
+    for comp, scorers in COMPONENTS.items():
+        if comp == "global":
+            components[comp] = metrics_of(g)
+            continue
+        if not all(s in calibrators for s in scorers):
+            continue
+        raw, applies = tst.spots.restricted(scorers)
+        components[comp] = metrics_of(fused_similarity(g, tst.valid, shortlist=settings.shortlist, raw=raw,
+                                                       calibrators={k: calibrators[k] for k in scorers},
+                                                       applies=applies))
+    components["lnbnn_alone"] = metrics_of(np.where(tst.valid, tst.spots.raw[LNBNN] + 1e-9 * g, -np.inf))
+    scorers = settings.scorers
+    if not all(s in calibrators for s in scorers):
+        missing = [s for s in scorers if s not in calibrators]
+        raise CatalogueError(f"could not calibrate {', '.join(missing)}: the calibration photos gave too few same / "
+                             "not-same pairs with spot evidence (too few keypoints, or no masks on opposite flanks?)")
+    raw, applies = tst.spots.restricted(scorers)
+    fused = fused_similarity(g, tst.valid, shortlist=settings.shortlist, raw=raw,
+                             calibrators={k: calibrators[k] for k in scorers}, applies=applies)
+    main = metrics_of(fused)
+    name = pipeline_name(backbone.config.name, settings)
+    cal_source = {"what": f"benchmark {benchmark} train split, {len(cal_ids)} photos of "
+                          f"{len(set(cal_labels))} individuals, top-{settings.shortlist} pairs",
+                  "benchmark": benchmark, "image_ids": cal_ids, "n_pairs": {k: c.n_outcomes for k, c in calibrators.items()}}
+    species_id = None
+    with cat.unit_of_work() as s:
+        sp = s.scalars(select(Image.species_id).where(Image.id.in_(test.image_ids[:50]))).all()
+        species_id = sp[0] if sp and len(set(sp)) == 1 else None
+    _register_pipeline(cat, name, global_model=backbone.config.name, global_config=backbone.config.to_dict(),
+                       settings=settings, matcher=matcher, calibrators={k: calibrators[k] for k in scorers},
+                       calibration_source=cal_source, species_id=species_id)
+    pipeline = load_pipeline(cat, name)
+    assert pipeline is not None
+    result: dict[str, Any] = {
+        **main, "model": name, "global_model": backbone.config.name, "variant": "full_rgb", "benchmark": benchmark,
+        "rerank": "none", "metric": "probability", "same_sighting_excluded": any(s for s in test.sightings),
+        "pipeline": settings.to_dict(), "scorers": list(scorers), "components": components,
+        "spots": {"test": tst.summary, "calibration": cal.summary,
+                  "verified_pairs": int(np.isfinite(tst.spots.raw[VERIFICATION]).sum() // 2)},
+        "calibration": {k: {"n_pairs": c.n_outcomes, "n_same": c.n_positive} for k, c in calibrators.items()},
+        "seconds": {"calibration": round(t_cal - t0, 1), "test": round(t_test - t_cal, 1),
+                    "total": round(time.perf_counter() - t0, 1)},
+        "provenance": pipeline.provenance(),
+        "model_config": {"pipeline": name, "global_config": backbone.config.to_dict(),
+                         "matcher": matcher.config.to_dict(), "settings": settings.to_dict(),
+                         "calibration": {k: calibrator_to_dict(c) for k, c in pipeline.calibrators.items()}},
+    }
+    if store:
+        result["evaluation_id"] = store_evaluation(cat, result, kind="retrieval")
+    return result
+
+
+def pipeline_similarity(cat: Catalogue, pipeline: StoredPipeline, image_ids: list[int], sightings: list[str | None],
+                        flanks: list[str], *, progress: Callable[[str, int, int], None] | None = None,
+                        should_cancel: Callable[[], bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(fused all-vs-all score matrix, valid mask) of a stored pipeline on one photo set, with its stored
+    calibration (same-sighting photos excluded, as in evaluation)."""
+    backbone = get_backbone(cat, pipeline.global_model)
+    matcher = matcher_for(pipeline)
+    scored = _score_set(cat, image_ids, [""] * len(image_ids), sightings, flanks, backbone=backbone, matcher=matcher,
+                        settings=pipeline.settings, progress=progress, should_cancel=should_cancel)
+    scorers = [s for s in pipeline.settings.scorers if s in pipeline.calibrators]
+    raw, applies = scored.spots.restricted(scorers)
+    fused = fused_similarity(scored.spots.raw[GLOBAL], scored.valid, shortlist=pipeline.settings.shortlist, raw=raw,
+                             calibrators={k: pipeline.calibrators[k] for k in scorers}, applies=applies)
+    return fused, scored.valid
+
+
+_GALLERY_INDEX: dict[tuple[str, tuple[int, ...]], Any] = {}
+
+
+def _gallery_descriptor_index(cat: Catalogue, matcher: LocalMatcher, gallery: list[int], members: list[int]) -> Any:
+    """LNBNN's descriptor index over the gallery positions ``members`` (the photos not of the query's opposite
+    flank), rebuilt when the gallery changes (the latest few kept per process)."""
+    from core.spots.lnbnn import build_descriptor_index
+
+    key = (matcher.config.fingerprint(), tuple(gallery), tuple(members))
+    if key not in _GALLERY_INDEX:
+        feats = features_for(cat, gallery, matcher=matcher)
+        if len(_GALLERY_INDEX) >= 3:
+            _GALLERY_INDEX.clear()
+        _GALLERY_INDEX[key] = build_descriptor_index(feats, members=members)
+    return _GALLERY_INDEX[key]
+
+
+def rerank_with_pipeline(cat: Catalogue, pipeline: StoredPipeline, query_id: int, gallery: list[int],
+                         ranked: list[tuple[float, int, Any]], rows: dict[int, tuple]
+                         ) -> tuple[list[tuple[float, int, dict[str, Any]]], str | None]:
+    """Re-rank one query's global ranking (score, gallery position, _) by the pipeline: its top-K shortlist gets
+    the fused calibrated probability (global + the spot scorers that apply), the rest keep the global order
+    below it. Returns the new ranking with per-candidate spot facts, and a note about the query's evidence."""
+    from core.spots.lnbnn import lnbnn_scores
+    from core.spots.pipeline import cross_flank, verify_one
+    from core.spots.verify import STATUS_WORDS
+
+    k = pipeline.settings.shortlist
+    short, rest = ranked[:k], ranked[k:]
+    matcher = matcher_for(pipeline)
+    cand_ids = [gallery[j] for _, j, _ in short]
+    feats = features_for(cat, [query_id] + cand_ids, matcher=matcher)
+    fq = feats[0]
+    flank = lambda i: getattr(rows[i][3], "value", rows[i][3])  # noqa: E731
+    cross = cross_flank([flank(query_id)], [flank(i) for i in cand_ids])[0]
+    cals = pipeline.calibrators
+    p_global = cals[GLOBAL].probability([s for s, _, _ in short]) if short else np.zeros(0)
+    lnbnn = None
+    if LNBNN in pipeline.settings.scorers and LNBNN in cals and fq.enough(pipeline.settings.min_keypoints):
+        g_cross = cross_flank([flank(query_id)], [flank(i) for i in gallery])[0]
+        index = _gallery_descriptor_index(cat, matcher, gallery, [j for j in range(len(gallery)) if not g_cross[j]])
+        lnbnn = lnbnn_scores(index, fq, k=pipeline.settings.lnbnn_k,
+                             exclude=[j for j, i in enumerate(gallery) if i == query_id])
+    out: list[tuple[float, int, dict[str, Any]]] = []
+    for t, ((score, j, _), f) in enumerate(zip(short, feats[1:])):
+        v = verify_one(matcher, fq, f, pipeline.settings, cross=bool(cross[t]))
+        probs = [float(p_global[t])]
+        p_spots = None
+        if v.has_evidence and VERIFICATION in pipeline.settings.scorers and VERIFICATION in cals:
+            p_spots = float(cals[VERIFICATION].probability([v.n_inliers])[0])
+            probs.append(p_spots)
+        if lnbnn is not None and v.has_evidence:
+            probs.append(float(cals[LNBNN].probability([lnbnn[j]])[0]))
+        fused = float(np.mean(probs))
+        out.append((fused, j, {"global_score": float(score), "inliers": int(v.n_inliers), "spot_status": v.status,
+                               "spot_probability": p_spots}))
+    out.sort(key=lambda r: (-r[0], -r[2]["global_score"], r[1]))
+    for score, j, _ in rest:
+        out.append((float(cals[GLOBAL].probability([score])[0]) - 1.0, j,
+                    {"global_score": float(score), "inliers": None, "spot_status": "outside_shortlist"}))
+    note = None
+    if not fq.enough(pipeline.settings.min_keypoints):
+        note = (f"{STATUS_WORDS['no_keypoints']}: candidates are ranked by the global model alone")
+    elif not fq.masked:
+        note = "this photo has no mask: its spots come from the whole photo, background included"
+    return out, note
+
+
+def folder_features(cat: Catalogue, paths: Sequence[Any], keys: Sequence[str], *, matcher: LocalMatcher,
+                    progress: Progress | None = None) -> list[LocalFeatures]:
+    """Keypoints of image files outside the catalogue (a Kaggle test folder): the RGBA alpha is the mask (the
+    whole photo when there is none), cached per (file content, matcher config) like catalogue photos."""
+    from core.images import decode_image
+
+    root = cat.cache_dir / "spots"
+    fp = matcher.config.fingerprint()
+    out: list[LocalFeatures] = []
+    for n, (path, key) in enumerate(zip(paths, keys)):
+        cache = features_cache_path(root, fp, f"{key}-alpha")
+        f = load_features(cache)
+        if f is None:
+            decoded = decode_image(path.read_bytes(), name=path.name)
+            mask = decoded.alpha > 127 if decoded.alpha is not None else None
+            f = matcher.extract(np.asarray(decoded.image), mask if mask is not None and mask.any() else None)
+            save_features(cache, f)
+        out.append(f)
+        if progress is not None:
+            progress(n + 1, len(paths))
+    return out
+
+
+def fuse_pairs(pipeline: StoredPipeline, pairs: Sequence[tuple[int, int]], global_scores: np.ndarray,
+               features: Sequence[LocalFeatures], *, matcher: LocalMatcher,
+               progress: Progress | None = None) -> tuple[np.ndarray, dict[str, int]]:
+    """Fused probability of each (a, b) pair of positions into ``features`` given its global score: the mean
+    of the calibrated global probability and, where both photos have keypoints, the calibrated inlier count.
+    Every pair counts as shortlisted (a submission scores the pairs it is given); LNBNN, which needs a
+    gallery, takes no part. Returns the scores and how many pairs had spot evidence."""
+    from core.spots.pipeline import verify_one
+
+    cals = pipeline.calibrators
+    p_global = cals[GLOBAL].probability(np.asarray(global_scores, np.float64))
+    use_spots = VERIFICATION in pipeline.settings.scorers and VERIFICATION in cals
+    fused = p_global.astype(np.float64).copy()
+    done: dict[tuple[int, int], int | None] = {}
+    with_evidence = 0
+    for t, (a, b) in enumerate(pairs):
+        if use_spots:
+            key = (min(a, b), max(a, b))
+            if key not in done:
+                v = verify_one(matcher, features[key[0]], features[key[1]], pipeline.settings)
+                done[key] = v.n_inliers if v.has_evidence else None
+            if done[key] is not None:
+                fused[t] = 0.5 * (p_global[t] + float(cals[VERIFICATION].probability([done[key]])[0]))
+                with_evidence += 1
+        if progress is not None and (t % 500 == 0 or t + 1 == len(pairs)):
+            progress(t + 1, len(pairs))
+    return fused.astype(np.float32), {"pairs": len(pairs), "with_spot_evidence": with_evidence}
+
+
+# ------------------------------------------------------------------------------ the actions (typed requests)
+
+
+def evaluate_request(cat: Catalogue, request: SpotEvaluationRequest, *,
+                   progress: Callable[[str, int, int], None] | None = None,
+                   should_cancel: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Evaluate and register the fused pipeline (a pipeline's own name re-evaluates it with its settings)."""
+    stored = load_pipeline(cat, request.model)
+    if stored is not None:
+        return evaluate_pipeline(cat, global_model=stored.global_model, benchmark=request.benchmark,
+                                 settings=stored.settings, progress=progress, should_cancel=should_cancel)
+    return evaluate_pipeline(cat, global_model=request.model, benchmark=request.benchmark,
+                             settings=request.settings(), progress=progress, should_cancel=should_cancel)
+
+
+def extract_keypoints(cat: Catalogue, request: KeypointsRequest, *, progress: Callable[[int, int], None] | None = None,
+                      should_cancel: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Extract and cache keypoints now (the job's body)."""
+    from core.spots import MIN_KEYPOINTS
+    from db.embeddings import all_image_ids
+
+    ids = list(request.image_ids) if request.image_ids is not None else all_image_ids(cat, species_id=request.species)
+    matcher = get_matcher(request.matcher)
+    feats = features_for(cat, ids, matcher=matcher, progress=progress, should_cancel=should_cancel)
+    summary = spot_summary(feats, min_keypoints=MIN_KEYPOINTS)
+    return {**summary, "matcher": request.matcher, "matcher_config": matcher.config.fingerprint(),
+            "summary": (f"{request.matcher} keypoints for {len(ids)} photos: {summary['keypoints_mean']:.0f} per photo "
+                        f"on average, {summary['no_spot_evidence']} without spot evidence, "
+                        f"{100 * summary['masked_share']:.0f}% on a mask")}

@@ -1,0 +1,261 @@
+"""Fused spot-evidence pipelines in the catalogue (db.spots, app.spots_services, the CLI): evaluation, the
+stored pipeline model, compare, export, keypoint jobs and bad input -- on synthetic spotted animals."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import cv2
+import numpy as np
+import pytest
+from PIL import Image as PILImage
+
+from app.cli import main as cli
+from app.spots_services import (KeypointsRequest, MatchedSpotsRequest, SpotEvaluationRequest, evaluate_spots,
+                                extract_keypoints, matched_spots)
+from core.spots import MatcherUnavailableError
+from db.spots import features_for, get_matcher, is_pipeline, load_pipeline
+from tests.test_spots import rotated, spot_photo
+
+INDIVIDUALS = 14
+PHOTOS_EACH = 4
+BLANK = "ind03_2.png"  # a blank photo: no keypoints, no spot evidence
+NO_MASK = "ind04_1.png"  # saved without an alpha channel: keypoints from the whole photo
+
+
+def _photo(coat: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The coat (a spot pattern), rotated and scaled a little, pasted on a random noisy background."""
+    h, w = 240, 300
+    bg = rng.integers(60, 200, size=(h // 8, w // 8, 3)).astype(np.uint8)
+    canvas = cv2.resize(bg, (w, h), interpolation=cv2.INTER_CUBIC)
+    patch = rotated(coat, float(rng.uniform(-20, 20)), float(rng.uniform(0.85, 1.05)))
+    ph, pw = patch.shape[:2]
+    y, x = int(rng.integers(0, h - ph)), int(rng.integers(0, w - pw))
+    canvas[y:y + ph, x:x + pw] = patch
+    mask = np.zeros((h, w), bool)
+    mask[y:y + ph, x:x + pw] = True
+    return canvas, mask
+
+
+@pytest.fixture(scope="module")
+def spotted(tmp_path_factory):
+    """A catalogue of spotted animals (RGBA photos whose alpha is the animal) and an identity benchmark."""
+    from db.benchmarks import create_benchmark
+    from db.ingest import ingest_path
+    from db.session import open_catalogue
+
+    root = tmp_path_factory.mktemp("spotted")
+    photos = root / "photos"
+    photos.mkdir()
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(INDIVIDUALS):
+        coat = spot_photo(1000 + i, size=(150, 180), n_spots=45)
+        for j in range(PHOTOS_EACH):
+            name = f"ind{i:02d}_{j}.png"
+            rgb, mask = _photo(coat, rng)
+            if name == BLANK:
+                rgb, mask = np.full_like(rgb, 128), np.ones_like(mask)
+            img = PILImage.fromarray(rgb)
+            if name != NO_MASK:
+                img = img.convert("RGBA")
+                img.putalpha(PILImage.fromarray(mask.astype(np.uint8) * 255))
+            img.save(photos / name)
+            rows.append({"filename": name, "identity": f"ind{i:02d}", "flank": "left",
+                         "sighting": f"ind{i:02d}-s{j}"})
+    manifest = photos / "manifest.csv"
+    with open(manifest, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["filename", "identity", "flank", "sighting"])
+        writer.writeheader()
+        writer.writerows(rows)
+    cat = open_catalogue(root / "data")
+    ingest_path(cat, manifest, format="manifest", user="tester")
+    create_benchmark(cat, "spotted", manifest=manifest, split="identity", test_fraction=0.5, seed=0)
+    return cat, root
+
+
+@pytest.fixture(scope="module")
+def evaluated(spotted):
+    cat, _ = spotted
+    return evaluate_spots(cat, SpotEvaluationRequest(benchmark="spotted", model="efficientnet_lite0", matcher="sift",
+                                                     shortlist=20, lnbnn=True))
+
+
+def test_evaluation_reports_every_component_and_registers_the_pipeline(spotted, evaluated):
+    cat, _ = spotted
+    res = evaluated
+    assert res["model"] == "efficientnet_lite0+sift+lnbnn-k20"
+    assert set(res["components"]) >= {"global", "global+verification", "global+lnbnn", "fused", "lnbnn_alone"}
+    for m in [res, *res["components"].values()]:
+        assert 0.0 <= m["map_macro"] <= 1.0 and 0.0 <= m["cmc_macro"]["1"] <= 1.0
+    # the coats are rotated copies: spot evidence finds them where the global features are distracted by the
+    # backgrounds
+    glob = res["components"]["global"]
+    assert res["components"]["global+verification"]["map_macro"] > glob["map_macro"] + 0.1
+    assert res["map_macro"] > glob["map_macro"] + 0.1 and res["cmc_macro"]["1"] >= glob["cmc_macro"]["1"]
+    assert res["map_macro"] > 0.8
+    assert res["spots"]["verified_pairs"] > 0 and res["evaluation_id"]
+    # the pipeline is a stored model, with its calibration and provenance
+    assert is_pipeline(cat, res["model"]) and not is_pipeline(cat, "efficientnet_lite0")
+    stored = load_pipeline(cat, res["model"])
+    assert stored.global_model == "efficientnet_lite0" and stored.settings.shortlist == 20
+    assert set(stored.calibrators) == {"global", "inliers", "lnbnn"}
+    grid = np.linspace(0, 200, 101)
+    assert np.all(np.diff(stored.calibrators["inliers"].probability(grid)) >= 0)  # monotone
+    assert "isotonic calibration" in stored.provenance()
+    # its name works where a backbone's does: the global model embeds
+    from db.embeddings import get_backbone
+
+    assert get_backbone(cat, res["model"]).config.name == "efficientnet_lite0"
+
+
+def test_bad_photos_are_scored_by_the_global_model_alone(spotted, evaluated):
+    cat, _ = spotted
+    summary = evaluated["spots"]
+    both = summary["test"]["photos"] + summary["calibration"]["photos"]
+    assert both == INDIVIDUALS * PHOTOS_EACH
+    assert summary["test"]["no_spot_evidence"] + summary["calibration"]["no_spot_evidence"] == 1  # the blank photo
+    assert summary["test"]["masked_share"] < 1.0 or summary["calibration"]["masked_share"] < 1.0  # the unmasked one
+    from db.models import Image
+    from sqlalchemy import select
+
+    with cat.unit_of_work() as s:
+        blank = s.scalar(select(Image.id).where(Image.original_name == BLANK))
+        other = s.scalar(select(Image.id).where(Image.original_name == "ind03_0.png"))
+    spots = matched_spots(cat, MatchedSpotsRequest(query_image_id=blank, candidate_image_id=other))
+    assert spots.status == "no_keypoints" and spots.n_inliers == 0 and "no spot evidence" in spots.words
+
+
+def test_compare_reads_the_pipeline_like_a_model(spotted, evaluated):
+    from db.compare import compare
+
+    cat, _ = spotted
+    res = compare(cat, evaluated["model"], "efficientnet_lite0", benchmark="spotted")
+    assert res["endpoints"]["map"]["mean_a"] == pytest.approx(evaluated["map_macro"], abs=0.15)
+    assert res["endpoints"]["map"]["mean_diff"] > 0
+    assert res["verdict"]
+
+
+def test_matched_spots_of_two_photos_of_one_animal(spotted):
+    cat, _ = spotted
+    from db.models import Image
+    from sqlalchemy import select
+
+    with cat.unit_of_work() as s:
+        ids = dict(s.execute(select(Image.original_name, Image.id)).all())
+    same = matched_spots(cat, MatchedSpotsRequest(query_image_id=ids["ind05_0.png"], candidate_image_id=ids["ind05_1.png"]))
+    other = matched_spots(cat, MatchedSpotsRequest(query_image_id=ids["ind05_0.png"], candidate_image_id=ids["ind06_1.png"]))
+    assert same.n_inliers >= 15 and same.status == "verified"
+    assert other.n_inliers < same.n_inliers / 3
+    assert same.picture.ndim == 3 and same.picture.shape[1] > same.picture.shape[0]  # side by side
+    unmasked = matched_spots(cat, MatchedSpotsRequest(query_image_id=ids[NO_MASK], candidate_image_id=ids["ind04_0.png"]))
+    assert "no mask" in unmasked.note
+    with pytest.raises(ValueError, match="two different photos"):
+        MatchedSpotsRequest(query_image_id=ids["ind05_0.png"], candidate_image_id=ids["ind05_0.png"])
+
+
+def test_keypoints_are_cached_per_photo_mask_and_matcher(spotted):
+    cat, _ = spotted
+    res = extract_keypoints(cat, KeypointsRequest(matcher="orb"))
+    assert res["photos"] == INDIVIDUALS * PHOTOS_EACH and res["keypoints_mean"] > 20
+    matcher = get_matcher("orb")
+    files = list((cat.cache_dir / "spots" / matcher.config.fingerprint()).rglob("*.npz"))
+    assert len(files) == INDIVIDUALS * PHOTOS_EACH
+    # a damaged cache entry is recomputed, not trusted
+    files[0].write_bytes(b"garbage")
+    from db.embeddings import all_image_ids
+
+    again = features_for(cat, all_image_ids(cat), matcher=matcher)
+    assert all(f.descriptors.dtype == np.uint8 for f in again)
+
+
+def test_keypoints_job_runs_on_the_light_queue(spotted):
+    from jobs.queue import LIGHT, queue_of, submit_and_run
+
+    cat, _ = spotted
+    assert queue_of("keypoints") == LIGHT
+    job = submit_and_run(cat, "keypoints", {**KeypointsRequest(matcher="sift").to_dict(), "user": "tester"})
+    assert job.status.value == "succeeded", job.error
+    assert job.result["photos"] == INDIVIDUALS * PHOTOS_EACH and "keypoints" in job.result["summary"]
+
+
+def test_requests_refuse_bad_settings(monkeypatch, tmp_path):
+    with pytest.raises(ValueError, match="unknown local matcher"):
+        SpotEvaluationRequest(benchmark="b", matcher="surf")
+    with pytest.raises(ValueError, match="at least 1"):
+        SpotEvaluationRequest(benchmark="b", shortlist=0)
+    with pytest.raises(ValueError, match="whole number"):
+        SpotEvaluationRequest(benchmark="b", shortlist=2.5)
+    with pytest.raises(ValueError, match="benchmark"):
+        SpotEvaluationRequest(benchmark=" ")
+    with pytest.raises(ValueError, match="unknown SpotEvaluationRequest"):
+        SpotEvaluationRequest.from_dict({"benchmark": "b", "colour": "red"})
+    assert SpotEvaluationRequest.from_dict(SpotEvaluationRequest(benchmark="b").to_dict()).benchmark == "b"
+    # a learned matcher whose weights are absent is listed as unavailable and never offered
+    monkeypatch.setenv("ROSETTE_WEIGHTS_DIR", str(tmp_path / "none"))
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    with pytest.raises(MatcherUnavailableError, match="not on this machine"):
+        SpotEvaluationRequest(benchmark="b", matcher="loftr")
+    from app.spots_services import available_matchers
+
+    assert "sift" in available_matchers() and "loftr" not in available_matchers()
+
+
+def test_cli_eval_verify_json_and_pipeline_name(spotted, evaluated, capsys):
+    cat, root = spotted
+    data = str(root / "data")
+    assert cli(["--data-dir", data, "eval", "--backbone", "efficientnet_lite0", "--benchmark", "spotted",
+                "--verify", "sift", "--shortlist", "20", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"] == "efficientnet_lite0+sift-k20" and "map_macro" in out and "1" in out["cmc_macro"]
+    assert out["components"]["global"]["map_macro"] < out["map_macro"]
+    # the pipeline's own name re-evaluates it with its stored settings
+    assert cli(["--data-dir", data, "eval", "--model", "efficientnet_lite0+sift-k20", "--benchmark", "spotted"]) == 0
+    text = capsys.readouterr().out
+    assert "+ spot verification" in text and "pipeline efficientnet_lite0+sift-k20" in text
+    # bad input: a clear message, exit 1
+    assert cli(["--data-dir", data, "eval", "--backbone", "efficientnet_lite0", "--benchmark", "spotted",
+                "--verify", "surf"]) == 1
+    assert "unknown local matcher" in capsys.readouterr().err
+    assert cli(["--data-dir", data, "spots", "matchers", "--json"]) == 0
+    names = {m["name"]: m["available"] for m in json.loads(capsys.readouterr().out)}
+    assert names["sift"] is True and "loftr" in names
+
+
+def test_cli_spots_show_draws_the_pair(spotted, tmp_path, capsys):
+    cat, root = spotted
+    from db.models import Image
+    from sqlalchemy import select
+
+    with cat.unit_of_work() as s:
+        ids = dict(s.execute(select(Image.original_name, Image.id)).all())
+    out = tmp_path / "pair.png"
+    assert cli(["--data-dir", str(root / "data"), "spots", "show", str(ids["ind07_0.png"]), str(ids["ind07_1.png"]),
+                "--out", str(out), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["inliers"] >= 15 and res["status"] == "verified"
+    assert PILImage.open(out).size[0] > PILImage.open(out).size[1]
+
+
+def test_kaggle_export_with_a_pipeline(spotted, evaluated, tmp_path):
+    """The pipeline scores Kaggle rows with its fused probability: a photo of the same animal scores higher
+    than another animal's, and rows without spot evidence keep the global probability."""
+    from db.export import export_kaggle
+
+    cat, root = spotted
+    photos = root / "photos"
+    test_csv = tmp_path / "test.csv"
+    test_csv.write_text("row_id,query_image,gallery_image\n"
+                        "r1,ind08_0.png,ind08_1.png\n"
+                        "r2,ind08_0.png,ind09_1.png\n"
+                        f"r3,{BLANK},ind03_0.png\n")
+    out = tmp_path / "submission.csv"
+    res = export_kaggle(cat, test_csv=test_csv, images_dir=photos, model=evaluated["model"], out=out)
+    assert res["model"] == evaluated["model"] and res["metric"] == "probability"
+    assert res["spots"] == {"pairs": 3, "with_spot_evidence": 2}
+    rows = {r["row_id"]: float(r["similarity"]) for r in csv.DictReader(open(out))}
+    assert rows["r1"] > rows["r2"] and 0.0 <= min(rows.values()) and max(rows.values()) <= 1.0
+    with pytest.raises(ValueError, match="full_rgb"):
+        export_kaggle(cat, test_csv=test_csv, images_dir=photos, model=evaluated["model"], out=out,
+                      variant="foreground_only")
