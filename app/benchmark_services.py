@@ -116,6 +116,10 @@ def config_fingerprint(config: dict[str, Any]) -> str:
 def provenance_text(ev: Evaluation) -> str:
     """Where every number of one evaluation comes from, in one line."""
     c = ev.model_config or {}
+    if c.get("pipeline"):  # a fused pipeline: global model + calibrated spot evidence
+        from db.leaderboard import config_provenance
+
+        return " · ".join([config_provenance(c), f"masks {ev.masker or 'none'}", f"benchmark {ev.benchmark_name}"])
     parts = [f"model {ev.model_name}", f"config {config_fingerprint(c)}",
              f"weights {c.get('weight_source') or 'unknown'}"]
     if c.get("weights_sha256"):

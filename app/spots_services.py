@@ -38,6 +38,26 @@ def submit_spot_evaluation(cat: Catalogue, request: SpotEvaluationRequest, *, us
     return submit(cat, "evaluate_spots", {**request.to_dict(), "user": user})
 
 
+def launch_spot_evaluation(cat: Catalogue, request: SpotEvaluationRequest, *, user: str) -> tuple[int, str]:
+    """Queue the evaluation of ``request`` (the Benchmarks tab's form); returns (job id, message)."""
+    from app.benchmark_services import benchmark_names
+
+    if request.benchmark not in benchmark_names(cat):
+        raise CatalogueError(f"There is no benchmark named {request.benchmark!r}.")
+    job_id = submit_spot_evaluation(cat, request, user=user)
+    scorers = " + ".join(request.settings().scorers)
+    return job_id, (f"Evaluation of {request.model} re-ranked by {request.matcher} spot evidence ({scorers}, top "
+                    f"{request.shortlist}) on {request.benchmark} queued as job #{job_id}; the pipeline and its "
+                    "numbers appear here and in the Models tab when it finishes.")
+
+
+def launch_keypoints(cat: Catalogue, request: KeypointsRequest, *, user: str) -> tuple[int, str]:
+    """Queue keypoint extraction (the light queue: it never waits behind training); returns (job id, message)."""
+    job_id = submit_keypoints(cat, request, user=user)
+    return job_id, (f"Keypoint extraction with {request.matcher} queued as job #{job_id} (light queue); "
+                    "match review then verifies spots without waiting.")
+
+
 @dataclass
 class MatchedSpots:
     """What the matched-spots view shows for one pair."""

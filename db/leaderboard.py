@@ -54,7 +54,7 @@ def leaderboard(cat: Catalogue, *, benchmark: str, variant: str = "full_rgb", so
             "snapshot_images": (m.data_snapshot or {}).get("n_images") if m else None,
             "snapshot_hash": (m.data_snapshot or {}).get("hash") if m else None,
             "evaluation_id": ev.id if ev else None, "diagnose_id": dg.id if dg else None,
-            "provenance": _provenance(ev.model_config if ev else (m.config if m else {}), dg),
+            "provenance": config_provenance(ev.model_config if ev else (m.config if m else {}), dg),
         })
     def key(r: dict[str, Any]) -> Any:
         v = r[sort]
@@ -65,12 +65,14 @@ def leaderboard(cat: Catalogue, *, benchmark: str, variant: str = "full_rgb", so
     return rows
 
 
-def _provenance(cfg: dict[str, Any], dg: Evaluation | None) -> str:
+def config_provenance(cfg: dict[str, Any], dg: Evaluation | None = None) -> str:
+    """One line: which model, weights and preprocessing (for a fused pipeline: its global model, matcher,
+    shortlist and calibration) produced an evaluation's numbers."""
     cfg = cfg or {}
     if cfg.get("pipeline"):  # a fused pipeline (db.spots): its global model, matcher, shortlist and calibration
         st, mt, gc = cfg.get("settings") or {}, cfg.get("matcher") or {}, cfg.get("global_config") or {}
         cal = ", ".join(f"{k} on {v.get('n_outcomes')} pairs" for k, v in (cfg.get("calibration") or {}).items())
-        return (f"{cfg['pipeline']}: global model {_provenance(gc, None)} | top-{st.get('shortlist')} shortlist "
+        return (f"{cfg['pipeline']}: global model {config_provenance(gc)} | top-{st.get('shortlist')} shortlist "
                 f"re-ranked by {mt.get('name')} spots (max side {mt.get('max_side')}, {mt.get('max_keypoints')} "
                 f"keypoints, ratio {mt.get('ratio')}, config {mt.get('fingerprint')}), {st.get('verify_model')} "
                 f"verification{', LNBNN k=' + str(st.get('lnbnn_k')) if st.get('lnbnn') else ''} | score: mean "

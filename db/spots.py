@@ -361,8 +361,13 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
                          "matcher": matcher.config.to_dict(), "settings": settings.to_dict(),
                          "calibration": {k: calibrator_to_dict(c) for k, c in pipeline.calibrators.items()}},
     }
+    with cat.unit_of_work() as s:
+        sources = s.scalars(select(Image.mask_source).where(Image.id.in_(test.image_ids))).all()
+    counts = {str(k or "none"): sources.count(k) for k in sorted(set(sources), key=lambda v: str(v or ""))}
+    result["masks"] = counts
+    masker = next(iter(counts)) if len(counts) == 1 else ", ".join(f"{k} {v}" for k, v in counts.items())
     if store:
-        result["evaluation_id"] = store_evaluation(cat, result, kind="retrieval")
+        result["evaluation_id"] = store_evaluation(cat, result, kind="retrieval", masker=masker[:40])
     return result
 
 

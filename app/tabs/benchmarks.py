@@ -8,6 +8,7 @@ import pandas as pd
 
 from app import benchmark_services as bs
 from app import match_services as ms
+from app import spots_services as sp
 from app.ui import UIContext, curator_action, guarded_viewer
 
 TITLE = "Benchmarks"
@@ -20,6 +21,13 @@ find, for every test photo, the other photos of the same animal; *match quality*
 (mAP), averaged per individual so that animals with many photos do not dominate. Photos from the query's own
 sighting are left out of the headline number (same place, same moment); the figure with them is shown too:
 a large gap means the model leans on the background.
+"""
+
+SPOTS_HELP = """\
+The model above picks its top **K** candidates; keypoints on the animal (its mask, else the whole photo) are
+then matched and checked for one consistent geometry, and the number of matched spots becomes a probability of
+"same animal" (calibrated on the benchmark's training photos). The result is stored as a *pipeline* you can
+compare, promote and review with. Opposite flanks are never compared by spots.
 """
 
 
@@ -62,6 +70,22 @@ def build(ctx: UIContext) -> None:
                                       info="Variants other than the whole photo need masks (Ingest or `rosette mask`).")
                 rerank = gr.Dropdown(bs.RERANK_CHOICES, value="none", label="Re-ranking", elem_id="bench-rerank")
                 eval_button = gr.Button("Start evaluation", variant="primary", elem_id="bench-evaluate")
+            with gr.Accordion("Re-rank with spot evidence (matched keypoints on the coat)", open=False,
+                              elem_id="bench-spots-box"):
+                gr.Markdown(SPOTS_HELP, elem_classes=["help-text"])
+                spot_matcher = gr.Dropdown(sp.available_matchers(), value="sift", label="Spot matcher",
+                                           elem_id="bench-spot-matcher",
+                                           info="Not available here (weights not on this machine): "
+                                                + (", ".join(n for n, a, _ in sp.matcher_rows() if a != "yes")
+                                                   or "none"))
+                with gr.Row():
+                    spot_lnbnn = gr.Checkbox(value=True, label="Also vote over the whole gallery (LNBNN)",
+                                             elem_id="bench-spot-lnbnn")
+                    spot_shortlist = gr.Number(50, precision=0, minimum=1, label="Candidates re-ranked (K)",
+                                               elem_id="bench-spot-k")
+                with gr.Row():
+                    spot_button = gr.Button("Start evaluation with spot evidence", elem_id="bench-spot-evaluate")
+                    keypoints_button = gr.Button("Extract keypoints for all photos", elem_id="bench-keypoints")
     status = gr.Markdown(elem_id="bench-status", elem_classes=["status-line"])
     benchmarks = gr.Dataframe(headers=bs.BENCHMARK_HEADERS, value=[], interactive=False, label="Benchmarks",
                               elem_id="bench-table", max_height=260)
@@ -105,6 +129,24 @@ def build(ctx: UIContext) -> None:
                                                 variant=variant_name, rerank=rerank_name, user=user)
         return message
 
+    @curator_action
+    def do_spot_evaluate(bench_name, model_name, matcher, lnbnn, shortlist, user):
+        if not bench_name:
+            raise ValueError("Choose a benchmark to evaluate on (create one first if there is none).")
+        request = sp.SpotEvaluationRequest(benchmark=bench_name, model=model_name or ms.DEFAULT_MODEL,
+                                           matcher=matcher or "sift", shortlist=int(shortlist or 50),
+                                           lnbnn=bool(lnbnn))
+        return sp.launch_spot_evaluation(cat, request, user=user)[1]
+
+    @curator_action
+    def do_keypoints(matcher, user):
+        return sp.launch_keypoints(cat, sp.KeypointsRequest(matcher=matcher or "sift"), user=user)[1]
+
+    ctx.changed(spot_button.click(do_spot_evaluate, inputs=[bench_pick, backbone, spot_matcher, spot_lnbnn,
+                                                           spot_shortlist, ctx.user],
+                                  outputs=[status], api_name="start_spot_evaluation"))
+    keypoints_button.click(do_keypoints, inputs=[spot_matcher, ctx.user], outputs=[status],
+                           api_name="extract_keypoints")
     created = create_button.click(do_create, inputs=[name, split, fraction, seed, ctx.user],
                                   outputs=[status], api_name="create_benchmark")
     created.success(guarded_viewer(lambda shown, new: render(shown, (new or "").strip())),
