@@ -129,9 +129,11 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = "e
     if place or date_from or date_to:
         gallery = [i for i in gallery if passes_place_and_date(rows[i][8], rows[i][9] or rows[i][10], place_filter=place,
                                                                date_from=date_from, date_to=date_to)]
-    from db.spots import load_pipeline
+    from db.spots import load_pipeline, with_decision_calibration
 
     pipeline = load_pipeline(cat, model_name)
+    if pipeline is not None:  # the curators' decisions replace the benchmark pairs once there are enough
+        pipeline = with_decision_calibration(cat, pipeline, species_id=species_of_image(cat, query_image_id))
     backbone = get_backbone(cat, model_name)
     result = MatchResult(query_image_id=query_image_id, query_individual_id=q[1], model_name=model_name,
                          model_provenance=pipeline.provenance() if pipeline else provenance(backbone.config),

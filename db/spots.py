@@ -536,3 +536,84 @@ def extract_keypoints(cat: Catalogue, request: KeypointsRequest, *, progress: Ca
             "summary": (f"{request.matcher} keypoints for {len(ids)} photos: {summary['keypoints_mean']:.0f} per photo "
                         f"on average, {summary['no_spot_evidence']} without spot evidence, "
                         f"{100 * summary['masked_share']:.0f}% on a mask")}
+
+
+_DECISION_CALIBRATION: dict[tuple, StoredPipeline] = {}
+
+
+def decided_pairs(cat: Catalogue, *, species_id: int | None = None) -> list[tuple[int, int, int]]:
+    """(query image, candidate image, 1 same / 0 not) of every standing same / not-same decision with a
+    candidate photo (of one species when given): the curators' ground truth, whatever model showed the pair."""
+    from db.models import DecisionKind, MatchDecision
+
+    with cat.unit_of_work() as s:
+        q = (select(MatchDecision.query_image_id, MatchDecision.candidate_image_id, MatchDecision.decision)
+             .join(Image, Image.id == MatchDecision.query_image_id)
+             .where(MatchDecision.undone_at.is_(None), MatchDecision.candidate_image_id.is_not(None),
+                    MatchDecision.decision.in_([DecisionKind.same, DecisionKind.not_same]))
+             .order_by(MatchDecision.id))
+        if species_id is not None:
+            q = q.where(Image.species_id == species_id)
+        rows = s.execute(q).all()
+    latest: dict[tuple[int, int], int] = {}
+    for qid, cid, dec in rows:  # a pair decided twice counts once, as last decided
+        if qid != cid:
+            latest[(int(qid), int(cid))] = 1 if dec == DecisionKind.same else 0
+    return [(a, b, y) for (a, b), y in latest.items()]
+
+
+def with_decision_calibration(cat: Catalogue, pipeline: StoredPipeline, *, species_id: int | None = None
+                              ) -> StoredPipeline:
+    """The pipeline with its global and inlier calibrations refitted on the curators' decided pairs once there
+    are at least ``db.calibration.ENOUGH_DECISIONS`` of them with both outcomes (LNBNN, which scores a photo
+    against a whole gallery, keeps the benchmark calibration); otherwise the pipeline as stored."""
+    from dataclasses import replace
+
+    from core.calibration import fit_calibrator
+    from core.similarity import paired_scores
+    from core.spots.pipeline import cross_flank, verify_one
+    from db.calibration import ENOUGH_DECISIONS
+    from db.matching import _image_rows
+
+    pairs = decided_pairs(cat, species_id=species_id)
+    same = [y for _, _, y in pairs]
+    if len(pairs) < ENOUGH_DECISIONS or len(set(same)) < 2:
+        return pipeline
+    key = (str(cat.data_dir), pipeline.name, species_id, tuple(pairs))
+    if key in _DECISION_CALIBRATION:
+        return _DECISION_CALIBRATION[key]
+    ids = sorted({i for a, b, _ in pairs for i in (a, b)})
+    pos = {i: n for n, i in enumerate(ids)}
+    backbone = get_backbone(cat, pipeline.global_model)
+    emb = embed_images(cat, ids, backbone=backbone)
+    a_idx = [pos[a] for a, _, _ in pairs]
+    b_idx = [pos[b] for _, b, _ in pairs]
+    g = paired_scores(emb[a_idx], emb[b_idx], metric=backbone.config.metric).astype(np.float64)
+    calibrators = dict(pipeline.calibrators)
+    y = np.asarray(same)
+    source = f"{len(pairs)} curator decisions"
+    calibrators[GLOBAL] = fit_calibrator(g, y, sources={source: len(pairs)})
+    if VERIFICATION in pipeline.settings.scorers:
+        matcher = matcher_for(pipeline)
+        feats = features_for(cat, ids, matcher=matcher)
+        rows = _image_rows(cat, ids)
+        flank = [getattr(rows[i][3], "value", rows[i][3]) for i in ids]
+        cross = cross_flank(flank)
+        inliers, use = [], []
+        for a, b in zip(a_idx, b_idx):
+            v = verify_one(matcher, feats[a], feats[b], pipeline.settings, cross=bool(cross[a, b]))
+            inliers.append(float(v.n_inliers))
+            use.append(v.has_evidence)
+        use_arr = np.asarray(use, bool)
+        try:
+            calibrators[VERIFICATION] = fit_calibrator(np.asarray(inliers)[use_arr], y[use_arr],
+                                                       sources={source: int(use_arr.sum())})
+        except ValueError:
+            pass  # too few decided pairs with spot evidence: keep the benchmark calibration
+    fitted = replace(pipeline, calibrators=calibrators,
+                     calibration_source={**pipeline.calibration_source,
+                                         "what": f"{source} (global, inliers); LNBNN: "
+                                                 f"{pipeline.calibration_source.get('what', 'benchmark pairs')}"})
+    _DECISION_CALIBRATION.clear()
+    _DECISION_CALIBRATION[key] = fitted
+    return fitted

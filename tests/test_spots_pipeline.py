@@ -259,3 +259,46 @@ def test_kaggle_export_with_a_pipeline(spotted, evaluated, tmp_path):
     with pytest.raises(ValueError, match="full_rgb"):
         export_kaggle(cat, test_csv=test_csv, images_dir=photos, model=evaluated["model"], out=out,
                       variant="foreground_only")
+
+
+def test_decisions_replace_the_benchmark_calibration_once_there_are_enough(spotted, evaluated):
+    """Below 50 decided pairs the stored (benchmark) calibration is used; from 50 on, the curators' same /
+    not-same pairs refit the global and inlier calibrations, and match review says what they rest on."""
+    from sqlalchemy import select
+
+    from db.matching import rank_candidates, record_decision
+    from db.models import Image, Individual
+    from db.spots import decided_pairs, with_decision_calibration
+
+    cat, _ = spotted
+    stored = load_pipeline(cat, evaluated["model"])
+    with cat.unit_of_work() as s:
+        rows = s.execute(select(Image.id, Individual.name).join(Individual, Image.individual_id == Individual.id)
+                         .order_by(Image.id)).all()
+    by_animal: dict[str, list[int]] = {}
+    for image_id, name in rows:
+        by_animal.setdefault(name, []).append(image_id)
+    animals = sorted(by_animal)
+    pairs = []
+    for n, name in enumerate(animals):
+        photos = by_animal[name]
+        pairs += [(photos[0], photos[1], "same"), (photos[2], photos[3], "same")]
+        pairs += [(photos[0], by_animal[animals[(n + 1) % len(animals)]][0], "not"),
+                  (photos[1], by_animal[animals[(n + 2) % len(animals)]][1], "not")]
+    for q, c, d in pairs[:40]:
+        record_decision(cat, query_image_id=q, candidate_image_id=c, decision=d, user="tester")
+    assert with_decision_calibration(cat, stored) is stored  # 40 < 50: the benchmark calibration stands
+    for q, c, d in pairs[40:]:
+        record_decision(cat, query_image_id=q, candidate_image_id=c, decision=d, user="tester")
+    assert len(decided_pairs(cat)) == len(pairs) >= 50
+    refitted = with_decision_calibration(cat, stored)
+    assert refitted is not stored
+    assert refitted.calibrators["global"].n_outcomes == len(pairs)
+    assert "curator decisions" in refitted.provenance()
+    assert refitted.calibrators["lnbnn"] is stored.calibrators["lnbnn"]
+    # match review ranks with it and says so; candidates carry their spot facts
+    result = rank_candidates(cat, by_animal[animals[5]][0], model_name=evaluated["model"], k=5)
+    assert result.pipeline and "curator decisions" in result.model_provenance
+    top = result.candidates[0]
+    assert top.individual_name == animals[5] and top.inliers is not None and top.inliers >= 15
+    assert 0.0 <= top.score <= 1.0 and top.spot_status == "verified"
