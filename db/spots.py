@@ -400,7 +400,7 @@ def _gallery_descriptor_index(cat: Catalogue, matcher: LocalMatcher, gallery: li
         feats = features_for(cat, gallery, matcher=matcher)
         if len(_GALLERY_INDEX) >= 3:
             _GALLERY_INDEX.clear()
-        _GALLERY_INDEX[key] = build_descriptor_index(feats, members=members)
+        _GALLERY_INDEX[key] = build_descriptor_index(feats, members=members, reuse_training=True)
     return _GALLERY_INDEX[key]
 
 

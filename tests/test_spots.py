@@ -349,3 +349,19 @@ def test_lnbnn_approximate_index_agrees_with_exact_search():
         assert np.argmax(e) == i
         agree += int(np.argmax(a) == i)
     assert agree >= 9
+
+
+def test_lnbnn_reuses_ivf_training_only_when_asked():
+    """Match review rebuilds the gallery index after every decision: the trained IVF lists are reused there
+    (same results for the same data), while evaluations always train afresh."""
+    rng = np.random.default_rng(8)
+    centres = rng.normal(size=(30, 16)).astype(np.float32)
+    gallery = [_feats((c + 0.1 * rng.normal(size=(40, 16))).tolist()) for c in centres]
+    query = _feats((centres[3] + 0.1 * rng.normal(size=(20, 16))).tolist())
+    first = build_descriptor_index(gallery, approximate=True, reuse_training=True)
+    again = build_descriptor_index(gallery, approximate=True, reuse_training=True)  # reuses the trained lists
+    fresh = build_descriptor_index(gallery, approximate=True)
+    assert np.allclose(lnbnn_scores(first, query), lnbnn_scores(again, query))
+    assert np.allclose(lnbnn_scores(first, query), lnbnn_scores(fresh, query))  # same seed, same training
+    grown = build_descriptor_index(gallery + gallery[:1], approximate=True, reuse_training=True)
+    assert grown.index.ntotal == first.index.ntotal + 40 and np.argmax(lnbnn_scores(grown, query)) == 3

@@ -53,7 +53,8 @@ class DescriptorIndex:
 
 
 def build_descriptor_index(gallery: Sequence[LocalFeatures], *, members: Sequence[int] | None = None,
-                           approximate: bool | None = None, seed: int = 0) -> DescriptorIndex:
+                           approximate: bool | None = None, seed: int = 0,
+                           reuse_training: bool = False) -> DescriptorIndex:
     """Index the descriptors of ``gallery`` (one LocalFeatures per gallery photo, in gallery order), or only of
     the gallery positions in ``members``; ``approximate`` (default: above :data:`EXACT_UP_TO` descriptors)
     builds a seeded IVF index, as HotSpotter used approximate (FLANN) neighbours."""
@@ -70,13 +71,20 @@ def build_descriptor_index(gallery: Sequence[LocalFeatures], *, members: Sequenc
     blocks = [b if b.shape[1] == dim else np.zeros((0, dim), np.float32) for b in blocks]
     counts = np.array([b.shape[0] for b in blocks], dtype=np.int64)
     data = np.ascontiguousarray(np.concatenate(blocks)) if counts.sum() else np.zeros((0, dim), np.float32)
-    index = _index_for(data, approximate=approximate, seed=seed)
+    index = _index_for(data, approximate=approximate, seed=seed, reuse_training=reuse_training)
     owner = np.repeat(np.asarray(positions, dtype=np.int64), counts)
     return DescriptorIndex(index=index, owner=owner, n_gallery=len(gallery), binary=binary)
 
 
-def _index_for(data: np.ndarray, *, approximate: bool | None, seed: int) -> faiss.Index:
-    """Exact L2 up to :data:`EXACT_UP_TO` descriptors, else IVF (k-means lists, :data:`IVF_NPROBE` visited)."""
+_TRAINED: dict[tuple[int, int, int], faiss.Index] = {}
+
+
+def _index_for(data: np.ndarray, *, approximate: bool | None, seed: int, reuse_training: bool = False) -> faiss.Index:
+    """Exact L2 up to :data:`EXACT_UP_TO` descriptors, else IVF (k-means lists, :data:`IVF_NPROBE` visited).
+
+    ``reuse_training`` (match review, whose gallery changes with every decision): the k-means lists trained for
+    an earlier gallery of the same size class are reused and only the descriptors are added (the costly part
+    of a build is the training); evaluations train afresh, seeded, so their numbers never depend on history."""
     n, dim = data.shape
     if approximate is None:
         approximate = n > EXACT_UP_TO
@@ -85,14 +93,23 @@ def _index_for(data: np.ndarray, *, approximate: bool | None, seed: int) -> fais
         if n:
             index.add(data)
         return index
-    nlist = int(min(4096, max(16, 4 * np.sqrt(n))))
-    nlist = min(nlist, n // 39)
+    nlist = 1 << int(round(np.log2(min(4096, max(16, 4 * np.sqrt(n))))))  # a power of two: stable size classes
+    while nlist > 16 and nlist * 39 > n:
+        nlist //= 2
+    key = (dim, nlist, int(seed))
+    if reuse_training and key in _TRAINED:
+        index = faiss.clone_index(_TRAINED[key])
+        index.add(data)
+        index.nprobe = IVF_NPROBE
+        return index
     quantizer = faiss.IndexFlatL2(dim)
     index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_L2)
     index.cp.seed = int(seed)
     n_train = min(n, 64 * nlist)
     sample = np.random.default_rng(seed).choice(n, size=n_train, replace=False) if n_train < n else slice(None)
     index.train(np.ascontiguousarray(data[sample]))
+    if reuse_training:
+        _TRAINED[key] = faiss.clone_index(index)  # trained, still empty
     index.add(data)
     index.nprobe = IVF_NPROBE
     return index
