@@ -339,6 +339,131 @@ def image_diagnosis_markdown(d: ImageDiagnosis) -> str:
     return "\n".join(lines)
 
 
+# =========================================================================== Diagnostics: one photo's spot evidence
+
+SPOT_CHECK_CANDIDATES = 5  # candidates verified (cheap: 5 pairs)
+SPOT_CHECK_MATCHER = "sift"
+FEW_SPOTS = 8  # fewer matched spots than this with the best match: the score rests on something else
+
+
+@dataclass
+class SpotCheckRow:
+    """One of the photo's top candidates by the global model, with its matched spots."""
+
+    rank: int
+    image_id: int
+    individual: str
+    flank: str
+    score: float  # the global model's score
+    inliers: int
+    status: str  # core.spots.verify.STATUS_WORDS key
+
+    @property
+    def words(self) -> str:
+        from core.spots.verify import STATUS_WORDS
+
+        return STATUS_WORDS.get(self.status, self.status)
+
+    @property
+    def has_evidence(self) -> bool:
+        from core.spots.verify import NO_EVIDENCE
+
+        return self.status not in NO_EVIDENCE
+
+
+@dataclass
+class SpotCheck:
+    """Does the photo's best global match rest on the coat? (:func:`spot_evidence_check`)"""
+
+    image_id: int
+    model: str
+    matcher: str
+    n_keypoints: int
+    masked: bool
+    enough_keypoints: bool
+    rows: list[SpotCheckRow]
+    warning: str | None  # a plain sentence when the best match has almost no spot evidence (or none can be had)
+    summary: str  # one sentence, always
+
+
+def spot_evidence_check(cat: Catalogue, image_id: int, *, model: str = DEFAULT_BACKBONE,
+                        k: int = SPOT_CHECK_CANDIDATES, matcher: str = SPOT_CHECK_MATCHER,
+                        few: int = FEW_SPOTS) -> SpotCheck:
+    """Verify the photo's top-``k`` candidates by the global ``model`` with the ``matcher``'s keypoints (opposite
+    flanks are not compared) and say in a plain sentence when the best match shares almost no spots with it:
+    the model may then be matching the background or the pose rather than the coat."""
+    from core.spots.pipeline import PipelineSettings, cross_flank, verify_one
+    from db.matching import _image_rows, rank_candidates
+    from db.spots import features_for, get_matcher, load_pipeline
+
+    pipeline = load_pipeline(cat, model)
+    global_model = pipeline.global_model if pipeline is not None else model  # a pipeline: its global model ranks
+    image_id = int(image_id)
+    result = rank_candidates(cat, image_id, model_name=global_model, k=k)
+    rows = _image_rows(cat, [image_id])
+    q_flank = getattr(rows[image_id][3], "value", rows[image_id][3])
+    m = get_matcher(matcher)
+    settings = PipelineSettings(matcher=matcher)
+    cands = result.candidates[:k]
+    feats = features_for(cat, [image_id] + [c.image_id for c in cands], matcher=m)
+    fq = feats[0]
+    cross = cross_flank([q_flank], [c.flank for c in cands])[0] if cands else []
+    out = []
+    for t, (c, f) in enumerate(zip(cands, feats[1:])):
+        v = verify_one(m, fq, f, settings, cross=bool(cross[t]))
+        out.append(SpotCheckRow(rank=c.rank, image_id=c.image_id, individual=c.individual_name, flank=c.flank,
+                                score=float(c.score), inliers=int(v.n_inliers), status=v.status))
+    enough = fq.enough(settings.min_keypoints)
+    warning = None
+    if not enough:
+        warning = (f"No spot evidence on this photo (too few keypoints: tiny, blurred or blank): only {fq.n} "
+                   f"keypoint{'' if fq.n == 1 else 's'} found, so its matches rest on the global model alone.")
+        summary = warning
+    elif not out:
+        summary = "There is no candidate in the gallery to check the spots against."
+    else:
+        top = out[0]
+        who = f"{top.individual}, photo #{top.image_id}"
+        if not top.has_evidence:
+            summary = (f"The best match ({who}, score {top.score:.2f}) shows the opposite flank: its spots cannot "
+                       "be compared with this photo's.")
+        elif top.inliers < few:
+            shared = ("no matched spots" if top.inliers == 0 else
+                      f"only {top.inliers} matched spot{'' if top.inliers == 1 else 's'}")
+            warning = (f"The best match (score {top.score:.2f}) shares {shared} with this photo: the model may be "
+                       "matching the background or the pose, not the coat.")
+            better = [r for r in out[1:] if r.has_evidence and r.inliers >= max(few, 2 * top.inliers + 1)]
+            if better:
+                b = max(better, key=lambda r: r.inliers)
+                warning += (f" Candidate {b.rank} ({b.individual}, score {b.score:.2f}) shares {b.inliers} "
+                            "matched spots.")
+            summary = warning
+        else:
+            summary = (f"The best match ({who}, score {top.score:.2f}) shares {top.inliers} matched spots with this "
+                       "photo: the coat pattern supports it.")
+        if not fq.masked:
+            summary += " (This photo has no mask: its spots come from the whole photo, background included.)"
+    return SpotCheck(image_id=image_id, model=global_model, matcher=m.config.name, n_keypoints=fq.n,
+                     masked=fq.masked, enough_keypoints=enough, rows=out, warning=warning, summary=summary)
+
+
+def spot_check_markdown(check: SpotCheck) -> str:
+    """The spot-evidence block of the single-photo panel: the sentence and each candidate's matched spots."""
+    help_text = (f"matched spots = inliers: keypoint correspondences ({check.matcher}) that one geometric transform "
+                 f"(homography, USAC/MAGSAC++) explains; candidates ranked by {check.model}")
+    lines = [f"#### Spot evidence · top {len(check.rows)} candidates by {html.escape(check.model)}",
+             f"**{'⚠ ' if check.warning else ''}{html.escape(check.summary)}**", "",
+             f"This photo: {check.n_keypoints} keypoints ({check.matcher}"
+             f"{', on its mask' if check.masked else ', whole photo: no mask'}).", ""]
+    if check.rows:
+        lines += ["| Rank | Individual | Photo | Score | " + tip("Matched spots", help_text) + " | Spot check |",
+                  "|---:|---|---:|---:|---:|---|"]
+        for r in check.rows:
+            lines.append(f"| {r.rank} | {html.escape(r.individual)} | #{r.image_id} | {r.score:.3f} | "
+                         f"{r.inliers if r.has_evidence else '—'} | {html.escape(r.words)} |")
+    return "\n".join(lines)
+
+
 # =========================================================================== Diagnostics: model on a benchmark
 
 

@@ -67,9 +67,26 @@ def active_model_state(cat: Catalogue, species: int | str | None = None) -> tupl
     return name, not busy
 
 
+def pipeline_names(cat: Catalogue) -> list[str]:
+    """Fused pipelines (global shortlist + spot evidence) of ``cat`` that are not archived, newest first (those
+    whose global model's weights are not on this machine left out)."""
+    from db.models import Model, ModelStatus
+    from db.spots import PIPELINE_HEAD
+
+    with cat.unit_of_work() as s:
+        rows = s.execute(select(Model.name, Model.backbone).where(Model.head == PIPELINE_HEAD,
+                                                                  Model.status != ModelStatus.archived)
+                         .order_by(Model.id.desc())).all()
+    try:
+        missing = set(unavailable_models())
+    except ImportError:
+        missing = set()
+    return [name for name, backbone in rows if backbone not in missing]
+
+
 def matcher_choices(cat: Catalogue | None = None) -> list[str]:
     """Models a curator can match with: the offline default first, then the trained models of ``cat`` (newest
-    first), then the other backbones (hub prefixes left out)."""
+    first), then its fused pipelines (newest first), then the other backbones (hub prefixes left out)."""
     try:
         from core.backbones import list_backbones
     except ImportError:
@@ -77,13 +94,15 @@ def matcher_choices(cat: Catalogue | None = None) -> list[str]:
     from core.backbones import weights_available
 
     names = [n for n in list_backbones() if not n.endswith(":") and weights_available(n)]
-    trained = []
+    trained: list[str] = []
+    pipelines: list[str] = []
     if cat is not None:
         from db.training import trained_model_names
 
         trained = trained_model_names(cat)
-    rest = [n for n in names if n != DEFAULT_MODEL]
-    return ([DEFAULT_MODEL] if DEFAULT_MODEL in names else []) + trained + rest
+        pipelines = [n for n in pipeline_names(cat) if n not in trained]
+    rest = [n for n in names if n != DEFAULT_MODEL and n not in trained and n not in pipelines]
+    return ([DEFAULT_MODEL] if DEFAULT_MODEL in names else []) + trained + pipelines + rest
 
 
 @dataclass
@@ -185,6 +204,15 @@ class CandidateCard:
     mirror_sim: float | None = None  # from the model's latest diagnostics run, when there is one
     danger_margin: float | None = None
     probability: float | None = None  # calibrated "probability this is the same animal", when calibrated
+    # with a fused pipeline (then ``score`` is the fused probability): what it rests on
+    global_score: float | None = None  # the global model's raw score (cosine)
+    inliers: int | None = None  # verified matched spots with the query
+    spot_status: str | None = None  # a core.spots.verify.STATUS_WORDS key, or "outside_shortlist"
+    spot_probability: float | None = None  # the inlier count's calibrated probability
+
+    @property
+    def has_spot_facts(self) -> bool:
+        return self.spot_status is not None or self.inliers is not None
 
 
 @dataclass
@@ -200,6 +228,8 @@ class MatchView:
     place_date_note: str | None = None  # e.g. "place contains 'Porto Jofre', from 2024-05-01", when filtered
     calibration_note: str | None = None  # what the probabilities rest on
     new_threshold: float | None = None  # below it (top candidate's probability) a new individual is suggested
+    pipeline: bool = False  # ranked by a fused pipeline: scores are fused calibrated probabilities
+    query_spot_note: str | None = None  # e.g. the query photo has no mask / no spot evidence
 
     @property
     def suggest_new(self) -> bool:
@@ -252,18 +282,34 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
     from db.species import species_of_image
 
     species_id = species_of_image(cat, photo.image_id)
-    cal = calibrator_for(cat, result.model_name, species_id=species_id) if result.candidates else None
-    probs = cal.probability([c.score for c in result.candidates]) if cal is not None else [None] * len(result.candidates)
     cal_note = None
-    if cal is not None:
-        parts = ", ".join(f"{n} {what}" for what, n in cal.sources.items() if n)
-        cal_note = (f"probability calibrated (isotonic) on {cal.n_outcomes} outcomes ({parts}) for {result.model_name}")
+    calibrated = False
+    if result.pipeline:
+        # the pipeline's score already is its fused calibrated probability (never re-calibrated here: that would
+        # re-score the whole benchmark); candidates outside its verified shortlist get none
+        probs = [None if c.spot_status == "outside_shortlist" else max(0.0, min(1.0, float(c.score)))
+                 for c in result.candidates]
+        calibrated = bool(result.candidates)
+        cal_note = (f"the pipeline's fused calibrated probability (global shortlist + spot evidence) by "
+                    f"{result.model_name}: {result.model_provenance}")
+    else:
+        cal = calibrator_for(cat, result.model_name, species_id=species_id) if result.candidates else None
+        probs = cal.probability([c.score for c in result.candidates]) if cal is not None \
+            else [None] * len(result.candidates)
+        if cal is not None:
+            calibrated = True
+            parts = ", ".join(f"{n} {what}" for what, n in cal.sources.items() if n)
+            cal_note = (f"probability calibrated (isotonic) on {cal.n_outcomes} outcomes ({parts}) "
+                        f"for {result.model_name}")
     cards = [CandidateCard(rank=c.rank, image_id=c.image_id, individual_id=c.individual_id,
                            individual_name=c.individual_name, score=c.score, flank=c.flank, sighting=c.sighting,
                            same_sighting=c.same_sighting, thumb=cat.blobs.existing(c.thumb_path) or cat.blobs.existing(c.blob_path),
                            mirror_sim=badges.get(c.image_id, (None, None))[0],
                            danger_margin=badges.get(c.image_id, (None, None))[1],
-                           probability=None if p is None else float(p))
+                           probability=None if p is None else float(p),
+                           global_score=getattr(c, "global_score", None), inliers=getattr(c, "inliers", None),
+                           spot_status=getattr(c, "spot_status", None),
+                           spot_probability=getattr(c, "spot_probability", None))
              for c, p in zip(result.candidates, probs)]
     note = ", ".join(part for part in (
         f"place contains {place.strip()!r}" if (place or "").strip() else "",
@@ -272,7 +318,62 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
     return MatchView(query=photo, model_name=result.model_name, model_provenance=result.model_provenance,
                      flank_filter=flank_filter, candidates=cards, diagnostics_source=source if badges else None,
                      place_date_note=note, calibration_note=cal_note,
-                     new_threshold=new_individual_threshold(cat, species_id) if cal is not None else None)
+                     new_threshold=new_individual_threshold(cat, species_id) if calibrated else None,
+                     pipeline=bool(result.pipeline), query_spot_note=result.query_spot_note)
+
+
+# =========================================================================== matched spots
+
+SPOTS_MATCHER = "sift"  # the local matcher the matched-spots view uses when the model is not a pipeline
+# what a card says instead of "N matched spots" when the pair has no spots to count
+SPOT_CARD_WORDS = {"cross_flank": "opposite flank: no spots to compare", "no_keypoints": "no spot evidence",
+                   "outside_shortlist": "outside the verified shortlist"}
+
+
+def spot_status_words(status: str | None) -> str:
+    """A spot status key (``core.spots.verify.STATUS_WORDS`` or ``outside_shortlist``) in curator words."""
+    from core.spots.verify import STATUS_WORDS
+
+    if status is None:
+        return ""
+    if status == "outside_shortlist":
+        return "outside the pipeline's verified shortlist: ranked by the global model alone"
+    return STATUS_WORDS.get(status, status)
+
+
+@dataclass
+class SpotsView:
+    """The matched-spots panel for the shown query and one candidate."""
+
+    picture: np.ndarray  # both photos side by side, a line joining each pair of matched spots
+    text: str  # one Markdown line for curators
+    n_inliers: int
+    status: str
+    matcher: str
+
+
+def candidate_spots(cat: Catalogue, view: MatchView | None, rank: int | None) -> SpotsView:
+    """The matched spots between the shown query and the candidate at ``rank`` (the top one by default), under
+    the view's pipeline when it ranked with one, else with the default local matcher."""
+    from app.spots_services import MatchedSpotsRequest, matched_spots
+
+    if view is None:
+        raise CatalogueError("Open a photo to match first.")
+    cand = view.candidate(rank)
+    if cand is None:
+        raise CatalogueError("There is no candidate to compare with.")
+    request = MatchedSpotsRequest(query_image_id=int(view.query.image_id), candidate_image_id=int(cand.image_id),
+                                  pipeline=view.model_name if view.pipeline else None, matcher=SPOTS_MATCHER)
+    spots = matched_spots(cat, request)
+    what = "matched spot" if spots.n_inliers == 1 else "matched spots"
+    text = (f"**{spots.n_inliers} {what}** between photo #{view.query.image_id} and candidate {cand.rank} "
+            f"({cand.individual_name}, photo #{cand.image_id}) — {spots.words} ({spots.matcher}"
+            f"{f', pipeline {view.model_name}' if view.pipeline else ''}; keypoints {spots.n_keypoints[0]} / "
+            f"{spots.n_keypoints[1]}).")
+    if spots.note:
+        text += f" Note: {spots.note}."
+    return SpotsView(picture=spots.picture, text=text, n_inliers=spots.n_inliers, status=spots.status,
+                     matcher=spots.matcher)
 
 
 @dataclass

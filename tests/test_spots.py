@@ -40,6 +40,22 @@ def rotated(img: np.ndarray, degrees: float, scale: float = 1.0) -> np.ndarray:
     return cv2.warpAffine(img, m, (w, h), borderMode=cv2.BORDER_REFLECT)
 
 
+def spotted_animal(coat: np.ndarray, rng: np.random.Generator, *, degrees: float = 20.0,
+                   scale: tuple[float, float] = (0.85, 1.05)) -> tuple[np.ndarray, np.ndarray]:
+    """(rgb, mask): the coat, rotated by up to +-``degrees`` and scaled within ``scale``, pasted on a random
+    smooth background of 240 x 300 (the mask is the pasted coat)."""
+    h, w = 240, 300
+    bg = rng.integers(60, 200, size=(h // 8, w // 8, 3)).astype(np.uint8)
+    canvas = cv2.resize(bg, (w, h), interpolation=cv2.INTER_CUBIC)
+    patch = rotated(coat, float(rng.uniform(-degrees, degrees)), float(rng.uniform(*scale)))
+    ph, pw = patch.shape[:2]
+    y, x = int(rng.integers(0, h - ph)), int(rng.integers(0, w - pw))
+    canvas[y:y + ph, x:x + pw] = patch
+    mask = np.zeros((h, w), bool)
+    mask[y:y + ph, x:x + pw] = True
+    return canvas, mask
+
+
 @pytest.fixture(scope="module")
 def sift():
     return create_matcher("sift", max_side=320, max_keypoints=500)

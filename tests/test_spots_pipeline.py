@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import json
 
-import cv2
 import numpy as np
 import pytest
 from PIL import Image as PILImage
@@ -16,26 +15,12 @@ from app.spots_services import (KeypointsRequest, MatchedSpotsRequest, SpotEvalu
                                 extract_keypoints, matched_spots)
 from core.spots import MatcherUnavailableError
 from db.spots import features_for, get_matcher, is_pipeline, load_pipeline
-from tests.test_spots import rotated, spot_photo
+from tests.test_spots import spot_photo, spotted_animal
 
 INDIVIDUALS = 14
 PHOTOS_EACH = 4
 BLANK = "ind03_2.png"  # a blank photo: no keypoints, no spot evidence
 NO_MASK = "ind04_1.png"  # saved without an alpha channel: keypoints from the whole photo
-
-
-def _photo(coat: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """The coat (a spot pattern), rotated and scaled a little, pasted on a random noisy background."""
-    h, w = 240, 300
-    bg = rng.integers(60, 200, size=(h // 8, w // 8, 3)).astype(np.uint8)
-    canvas = cv2.resize(bg, (w, h), interpolation=cv2.INTER_CUBIC)
-    patch = rotated(coat, float(rng.uniform(-20, 20)), float(rng.uniform(0.85, 1.05)))
-    ph, pw = patch.shape[:2]
-    y, x = int(rng.integers(0, h - ph)), int(rng.integers(0, w - pw))
-    canvas[y:y + ph, x:x + pw] = patch
-    mask = np.zeros((h, w), bool)
-    mask[y:y + ph, x:x + pw] = True
-    return canvas, mask
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +39,7 @@ def spotted(tmp_path_factory):
         coat = spot_photo(1000 + i, size=(150, 180), n_spots=45)
         for j in range(PHOTOS_EACH):
             name = f"ind{i:02d}_{j}.png"
-            rgb, mask = _photo(coat, rng)
+            rgb, mask = spotted_animal(coat, rng)
             if name == BLANK:
                 rgb, mask = np.full_like(rgb, 128), np.ones_like(mask)
             img = PILImage.fromarray(rgb)

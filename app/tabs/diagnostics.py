@@ -45,7 +45,13 @@ def build(ctx: UIContext) -> None:
                 photo_inpainter = gr.Dropdown(label="Background filled by", choices=inpainters, value=default_inp,
                                               elem_id="diag-photo-inpainter", scale=2,
                                               info="inpainter for the painted-out background")
-            photo_button = gr.Button("Diagnose this photo", variant="primary", elem_id="diag-photo-run")
+            with gr.Row(equal_height=True):
+                photo_button = gr.Button("Diagnose this photo", variant="primary", elem_id="diag-photo-run", scale=3)
+                photo_spots = gr.Checkbox(label=f"Also check spot evidence (top {ds.SPOT_CHECK_CANDIDATES} "
+                                                f"candidates, {ds.SPOT_CHECK_MATCHER} keypoints)", value=True,
+                                          elem_id="diag-photo-spots-check", scale=2,
+                                          info="Does the best match share coat spots with the photo, or only "
+                                               "background and pose? A few seconds.")
             variants = gr.Gallery(label="The photo in six versions; the number is how strongly each version alone "
                                         "still points to this animal (likeness to its own individual)",
                                   columns=3, rows=2, height=820, object_fit="contain", allow_preview=True,
@@ -53,6 +59,7 @@ def build(ctx: UIContext) -> None:
             with gr.Row(equal_height=False):
                 with gr.Column(scale=3):
                     numbers = gr.Markdown("Pick a photo and press “Diagnose this photo”.", elem_id="diag-photo-numbers")
+                    spot_numbers = gr.Markdown("", elem_id="diag-photo-spots")
                 with gr.Column(scale=1, min_width=220):
                     neighbour = gr.Image(label="Closest other individual to the mirrored photo", interactive=False,
                                          height=240, elem_id="diag-nn", buttons=[])
@@ -116,7 +123,7 @@ def build(ctx: UIContext) -> None:
                         api_visibility="private")
 
     @curator_action(role=Role.viewer)
-    def diagnose_photo(image_id, backbone, inpainter, progress=gr.Progress()):
+    def diagnose_photo(image_id, backbone, inpainter, check_spots=False, progress=gr.Progress()):
         if image_id is None:
             raise ValueError("Pick a photo first (only photos with a mask are listed; make masks in the Mask tab).")
 
@@ -125,12 +132,20 @@ def build(ctx: UIContext) -> None:
 
         d = ds.diagnose_image(cat, int(image_id), backbone=backbone, inpainter=inpainter, progress=step)
         pictures = [(v.picture, v.caption) for v in d.variants]
+        spots = ""
+        if check_spots:
+            progress(0.95, desc="Checking spot evidence")
+            try:
+                spots = ds.spot_check_markdown(ds.spot_evidence_check(cat, int(image_id), model=backbone))
+            except (ValueError, FileNotFoundError) as exc:  # the rest of the diagnosis still stands
+                spots = f"*The spot evidence check could not run: {exc}*"
         return pictures, ds.image_diagnosis_markdown(d), gr.update(
             value=d.nn_thumb, label=f"Closest other individual to the mirrored photo: {d.nn_individual or '—'}"
-            + (f" (photo #{d.nn_image_id})" if d.nn_image_id else ""))
+            + (f" (photo #{d.nn_image_id})" if d.nn_image_id else "")), spots
 
-    photo_button.click(diagnose_photo, inputs=[photo_pick, photo_backbone, photo_inpainter],
-                       outputs=[variants, numbers, neighbour], api_name="diagnose_photo", concurrency_limit=1)
+    photo_button.click(diagnose_photo, inputs=[photo_pick, photo_backbone, photo_inpainter, photo_spots],
+                       outputs=[variants, numbers, neighbour, spot_numbers], api_name="diagnose_photo",
+                       concurrency_limit=1)
 
     @curator_action
     def launch(backbone, benchmark, masker, inpainter, seeds, user):

@@ -38,8 +38,10 @@ element.addEventListener('click', (e) => {
 KEYS_HELP = ("<div class='rz-keys' style='font-size:var(--text-sm);color:var(--body-text-color-subdued)'>"
              "Keys: <kbd>M</kbd> same individual · <kbd>N</kbd> not the same · <kbd>U</kbd> unsure · "
              "<kbd>I</kbd> new individual · <kbd>Z</kbd> undo · <kbd>←</kbd>/<kbd>→</kbd> previous / next photo · "
-             "<kbd>F</kbd> accept the suggested flank. "
+             "<kbd>F</kbd> accept the suggested flank · <kbd>S</kbd> show the matched spots. "
              "Click a candidate to compare it (the top one is chosen by default).</div>")
+SPOTS_HINT = ("*Matched spots:* press **Show matched spots** (key S) to see which coat spots of the photo and the "
+              "chosen candidate match, joined by lines.")
 EMPTY_QUEUE = ("Nothing is waiting for review. Pick a photo in <b>Open a photo</b>, upload a new one, "
                "or press <b>Reload queue</b> after importing photos.")
 
@@ -63,8 +65,16 @@ def candidates_html(view: ms.MatchView | None, selected: int | None) -> str:
     chosen = view.candidate(selected)
     cards = []
     for c in view.candidates:
-        score_tip = (f"similarity score {c.score:.4f} (cosine of the two photos' features; 1 = identical) "
-                     f"by {view.model_name}. Provenance: {view.model_provenance}")
+        if view.pipeline:
+            raw = (f"raw global score {c.global_score:.4f} (cosine of the two photos' features by the pipeline's "
+                   f"global model)" if c.global_score is not None else "no raw global score")
+            fused = (f"the score is the fused probability {c.probability:.3f} that this is the same animal "
+                     f"(global shortlist + spot evidence)" if c.probability is not None else
+                     "outside the pipeline's verified shortlist: no fused probability, ranked by the global model")
+            score_tip = f"{fused} by {view.model_name}; {raw}. Provenance: {view.model_provenance}"
+        else:
+            score_tip = (f"similarity score {c.score:.4f} (cosine of the two photos' features; 1 = identical) "
+                         f"by {view.model_name}. Provenance: {view.model_provenance}")
         badges = []
         if c.same_sighting:
             badges.append("<span class='rz-badge rz-same-sighting' title='Taken in the same sighting as the query "
@@ -80,11 +90,15 @@ def candidates_html(view: ms.MatchView | None, selected: int | None) -> str:
             badges.append(f"<span class='rz-badge rz-mirror {'rz-mirror-warn' if warn else ''}' data-tier='{_e(tier)}' "
                           f"style='background:{tier_colour(c.mirror_sim)}' title='{_e(tip)}'>"
                           f"mirror {c.mirror_sim:.2f}{' ⚠' if warn else ''}</span>")
+        if c.has_spot_facts:
+            badges.append(spots_badge(c))
         if c.probability is not None:
-            ptip = f"{_e(view.calibration_note or '')}; raw score {c.score:.4f}"
+            raw_score = c.global_score if view.pipeline and c.global_score is not None else c.score
+            ptip = f"{_e(view.calibration_note or '')}; raw {'global ' if view.pipeline else ''}score {raw_score:.4f}"
             badges.append(f"<span class='rz-badge rz-prob' title='{ptip}'>{100 * c.probability:.0f}% same animal"
                           "</span>")
-        width = max(0.0, min(1.0, c.score)) * 100
+        bar = (c.probability or 0.0) if view.pipeline else c.score
+        width = max(0.0, min(1.0, bar)) * 100
         img = (f"<img src='{_e(file_url(c.thumb))}' alt='candidate {c.rank}: {_e(c.individual_name)}' loading='lazy'>"
                if c.thumb else "")
         flank = f"{c.flank} flank" if c.flank != "unknown" else "flank not set"
@@ -95,9 +109,36 @@ def candidates_html(view: ms.MatchView | None, selected: int | None) -> str:
             f"<div class='rz-thumb'>{img}</div><div class='rz-rank'>{c.rank}</div>"
             f"<div class='rz-name'>{_e(c.individual_name)}</div>"
             f"<div class='rz-bar' title='{_e(score_tip)}'><span style='width:{width:.1f}%'></span></div>"
-            f"<div class='rz-meta' title='{_e(score_tip)}'>score {c.score:.3f} · {_e(flank)}{sighting}</div>"
+            f"<div class='rz-meta' title='{_e(score_tip)}'>{score_line(view, c)} · {_e(flank)}{sighting}</div>"
             f"<div class='rz-badges'>{''.join(badges)}</div></div>")
     return f"<div class='rz-grid' id='match-grid'>{''.join(cards)}</div>"
+
+
+def spots_badge(c: ms.CandidateCard) -> str:
+    """The card's spot-evidence badge: "N matched spots", or why there are none to count."""
+    words = ms.spot_status_words(c.spot_status)
+    tip_text = f"spot evidence by the pipeline's local matcher: {words}" if words else "spot evidence"
+    if c.spot_probability is not None:
+        tip_text += f"; the matched spots alone give a {100 * c.spot_probability:.0f}% probability of the same animal"
+    if c.spot_status in ms.SPOT_CARD_WORDS:
+        return (f"<span class='rz-badge rz-spots rz-spots-none' data-spot-status='{_e(c.spot_status)}' "
+                f"title='{_e(tip_text)}'>{_e(ms.SPOT_CARD_WORDS[c.spot_status])}</span>")
+    n = int(c.inliers or 0)
+    weak = " rz-spots-weak" if c.spot_status != "verified" or n < 8 else ""
+    return (f"<span class='rz-badge rz-spots{weak}' data-spot-status='{_e(c.spot_status or '')}' "
+            f"data-inliers='{n}' title='{_e(tip_text)}'>{n} matched spot{'' if n == 1 else 's'}</span>")
+
+
+def score_line(view: ms.MatchView, c: ms.CandidateCard) -> str:
+    """The card's score text: the raw score, and for a pipeline the inlier count and fused probability beside it."""
+    if not view.pipeline:
+        return f"score {c.score:.3f}"
+    parts = [f"score {c.global_score:.3f}" if c.global_score is not None else "score —"]
+    if c.inliers is not None and c.spot_status not in ms.SPOT_CARD_WORDS:
+        parts.append(f"{c.inliers} spots")
+    if c.probability is not None:
+        parts.append(f"<b>{100 * c.probability:.0f}%</b>")
+    return " · ".join(parts)
 
 
 FACTS_CSS = """
@@ -140,8 +181,11 @@ def header_html(view: ms.MatchView | None, queue: list[int], pos: int) -> str:
         suggestion = (f"<span class='rz-suggest-new' id='match-suggest-new'>Best candidate only "
                       f"{100 * top.probability:.0f}% likely the same animal (your threshold: "
                       f"{100 * view.new_threshold:.0f}%): probably a <b>new individual</b> (key I)</span>")
+    spot_note = (f"<span class='rz-spot-note' id='match-spot-note' title='spot evidence of this photo' "
+                 f"style='background:#f5f5f4;border:1px solid #a8a29e;border-radius:6px;padding:1px 8px'>"
+                 f"Spots: {_e(view.query_spot_note)}</span>") if view.query_spot_note else ""
     return (f"<div class='rz-head' style='display:flex;gap:1em;flex-wrap:wrap;align-items:baseline'>"
-            f"<b>{_e(where)}</b><span>{prov}</span><span>{_e(flt)}</span>{suggestion}</div>")
+            f"<b>{_e(where)}</b><span>{prov}</span><span>{_e(flt)}</span>{suggestion}{spot_note}</div>")
 
 
 def build(ctx: UIContext) -> None:
@@ -206,6 +250,15 @@ def build(ctx: UIContext) -> None:
                                          visible=False, scale=0, min_width=220)
             status = gr.Markdown(elem_id="match-status", elem_classes=["status-line"])
             gr.HTML(KEYS_HELP, elem_id="match-keys", js_on_load=KEYS_JS)
+            # the matched spots of the compared pair: the same coat spots joined by lines, on demand (S)
+            with gr.Group(elem_id="match-spots-panel"):
+                with gr.Row(equal_height=True):
+                    spots_button = gr.Button("Show matched spots (S)", elem_id="match-show-spots", size="sm",
+                                             scale=0, min_width=220)
+                    spots_text = gr.Markdown(SPOTS_HINT, elem_id="match-spots-text")
+                spots_image = gr.Image(label="Matched spots: photo to identify (left), chosen candidate (right)",
+                                       interactive=False, height=300, elem_id="match-spots-image", visible=False,
+                                       buttons=["fullscreen"])
         with gr.Column(scale=6, min_width=420):
             header = gr.HTML("", elem_id="match-header", js_on_load=None)
             candidates = gr.HTML(candidates_html(None, None), elem_id="match-candidates", css_template=GRID_CSS,
@@ -232,7 +285,13 @@ def build(ctx: UIContext) -> None:
         if chosen is None:
             return "Chosen candidate"
         flank = f"{chosen.flank} flank" if chosen.flank != "unknown" else "flank not set"
-        return f"Candidate {chosen.rank}: {chosen.individual_name} · photo #{chosen.image_id} · {flank} · score {chosen.score:.3f}"
+        label = f"Candidate {chosen.rank}: {chosen.individual_name} · photo #{chosen.image_id} · {flank}"
+        if chosen.global_score is None:
+            return f"{label} · score {chosen.score:.3f}"
+        spots = (f" · {chosen.inliers} matched spots" if chosen.inliers is not None
+                 and chosen.spot_status not in ms.SPOT_CARD_WORDS else "")
+        fused = f" · {100 * chosen.probability:.0f}% same animal" if chosen.probability is not None else ""
+        return f"{label} · score {chosen.global_score:.3f}{spots}{fused}"
 
     def _full_photo(chosen):
         if chosen is None:
@@ -341,6 +400,16 @@ def build(ctx: UIContext) -> None:
             return (gr.skip(),) * (len(screen) + 1)
         image_id, message = ms.ingest_query(cat, file, user=user)
         return (*show(image_id, model_name, flank, show_outline, queue, -1, progress), message)
+
+    @curator_action(role=Role.viewer)
+    def on_show_spots(view, selected, progress=gr.Progress()):
+        progress(0, desc="Matching spots")
+        sv = ms.candidate_spots(cat, view, selected)
+        return gr.update(value=sv.picture, visible=True), sv.text
+
+    @curator_action(role=Role.viewer)
+    def clear_spots():
+        return gr.update(value=None, visible=False), SPOTS_HINT
 
     def photo_list(current):
         choices = ms.photo_choices(cat)
@@ -453,6 +522,10 @@ def build(ctx: UIContext) -> None:
     model.input(on_rerank, inputs=[view_state, model, filters_state, outline, queue_state, pos_state],
                 outputs=screen, api_visibility="private")
     outline.input(on_outline, inputs=[view_state, outline], outputs=[query_image], **hidden)
+    spots_button.click(on_show_spots, inputs=[view_state, selected_state], outputs=[spots_image, spots_text],
+                       api_name="show_matched_spots", concurrency_limit=2)
+    # another photo or candidate on screen: the matched spots shown belong to the previous pair
+    gr.on([view_state.change, selected_state.change], clear_spots, outputs=[spots_image, spots_text], **hidden)
     ctx.changed(upload.upload(on_upload, inputs=[upload, ctx.user, model, filters_state, outline, queue_state],
                               outputs=[*screen, status], api_visibility="private"))
 

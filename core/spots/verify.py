@@ -23,6 +23,8 @@ import numpy as np
 from core.spots import MIN_KEYPOINTS, Correspondences, LocalFeatures
 
 VERIFY_MODELS = ("homography", "affine")
+#: Statuses of pairs spot evidence cannot judge (the global model alone speaks for them).
+NO_EVIDENCE = ("no_keypoints", "cross_flank")
 #: What each status means to a curator (shown in match review and the CLI).
 STATUS_WORDS = {
     "verified": "spots verified",
@@ -55,7 +57,7 @@ class Verification:
     @property
     def has_evidence(self) -> bool:
         """Whether the pair could be judged on spots at all (cross-flank and keypoint-less photos cannot)."""
-        return self.status not in ("no_keypoints", "cross_flank")
+        return self.status not in NO_EVIDENCE
 
 
 def _empty(status: str, model: str, n_tentative: int = 0) -> Verification:
