@@ -210,17 +210,25 @@ def _register_pipeline(cat: Catalogue, name: str, *, global_model: str, global_c
         s.commit()
 
 
-def calibration_image_ids(cat: Catalogue, benchmark: str, *, limit: int = CALIBRATION_PHOTOS, seed: int = 0) -> list[int]:
-    """A seeded sample of whole identities from the benchmark's train split, about ``limit`` photos."""
+MIN_HELD_OUT_PHOTOS = 100
+
+
+def calibration_image_ids(cat: Catalogue, benchmark: str, *, limit: int = CALIBRATION_PHOTOS, seed: int = 0,
+                          exclude: Sequence[int] = ()) -> list[int]:
+    """A seeded sample of whole identities from the benchmark's train split, about ``limit`` photos, leaving
+    out ``exclude`` (the photos a trained global model learned from: on them its scores are overconfident)."""
     from db.benchmarks import load_benchmark
 
     data = load_benchmark(cat, benchmark, split="train")
     if not data.image_ids:
         raise CatalogueError(f"benchmark {benchmark!r} has no train split to calibrate the spot scorers on "
                              "(a test-only benchmark); use a benchmark with a train split")
+    skip = set(int(i) for i in exclude)
     by_id: dict[str, list[int]] = {}
     for i, lab in zip(data.image_ids, data.labels):
-        by_id.setdefault(lab, []).append(i)
+        if i not in skip:
+            by_id.setdefault(lab, []).append(i)
+    by_id = {k: v for k, v in by_id.items() if len(v) >= 2}  # an animal with one photo gives no same pair
     order = np.random.default_rng(seed).permutation(sorted(by_id))
     chosen: list[int] = []
     for lab in order:
@@ -229,6 +237,43 @@ def calibration_image_ids(cat: Catalogue, benchmark: str, *, limit: int = CALIBR
         chosen.extend(by_id[str(lab)])
     keep = set(chosen)
     return [i for i in data.image_ids if i in keep]
+
+
+def _trained_on(cat: Catalogue, model_name: str) -> list[int]:
+    """The photos a trained model learned from (its data snapshot, validation hold-out excluded); [] for a
+    frozen backbone."""
+    with cat.unit_of_work() as s:
+        row = s.scalar(select(Model).where(Model.name == model_name))
+        snap = dict(row.data_snapshot or {}) if row is not None and row.head not in (None, PIPELINE_HEAD) else {}
+        cfg = dict(row.training_config or {}) if row is not None else {}
+        species_id = row.species_id if row is not None else None
+    ids = set(int(i) for i in snap.get("image_ids") or [])
+    if not ids:
+        return []
+    held = cfg.get("validation_image_ids")
+    if held is None:  # trained before the hold-out was recorded: rebuild it, if the snapshot is still exact
+        held = _rebuilt_validation_ids(cat, snap, cfg, species_id)
+    return sorted(ids - set(int(i) for i in held or []))
+
+
+def _rebuilt_validation_ids(cat: Catalogue, snap: dict[str, Any], cfg: dict[str, Any],
+                            species_id: int | None) -> list[int] | None:
+    """The validation hold-out of a model trained before it was recorded: the same seeded split of the same
+    training set, trusted only when the training set's hash equals the model's snapshot hash."""
+    from core.training import validation_split
+    from db.training import training_set
+
+    tc = cfg.get("train_config") or {}
+    try:
+        tset = training_set(cat, source=snap.get("source") or "benchmark", benchmark=snap.get("benchmark"),
+                            species_id=species_id)
+    except CatalogueError:
+        return None
+    if tset.snapshot_hash() != snap.get("hash") or not tc:
+        return None
+    is_val = validation_split(tset.labels, tset.sightings, per_identity=int(tc.get("val_per_identity", 2)),
+                              min_photos=int(tc.get("val_min_photos", 4)), seed=int(tc.get("seed", 0)))
+    return [int(i) for i, v in zip(tset.image_ids, is_val) if v]
 
 
 @dataclass
@@ -293,7 +338,11 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
     test = load_benchmark(cat, benchmark, split="test")
     if not test.image_ids:
         raise CatalogueError(f"benchmark {benchmark!r} has an empty test split")
-    cal_ids = calibration_image_ids(cat, benchmark, limit=max(CALIBRATION_PHOTOS, 0))
+    trained_on = _trained_on(cat, backbone.config.name)
+    cal_ids = calibration_image_ids(cat, benchmark, limit=max(CALIBRATION_PHOTOS, 0), exclude=trained_on)
+    held_out = bool(trained_on) and len(cal_ids) >= MIN_HELD_OUT_PHOTOS
+    if trained_on and not held_out:  # too few photos the model has not seen: calibrate where it trained, and say so
+        cal_ids = calibration_image_ids(cat, benchmark, limit=max(CALIBRATION_PHOTOS, 0))
     cal_labels, cal_sightings, cal_flanks = _set_of(cat, cal_ids, benchmark)
     # the calibration set is scored with every scorer, so the components can all be reported
     full = PipelineSettings(**{**settings.to_dict(), "verification": True, "lnbnn": True})
@@ -335,8 +384,12 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
                              calibrators={k: calibrators[k] for k in scorers}, applies=applies)
     main = metrics_of(fused)
     name = pipeline_name(backbone.config.name, settings)
-    cal_source = {"what": f"benchmark {benchmark} train split, {len(cal_ids)} photos of "
+    where = ("photos of its train split the global model was not trained on" if held_out else
+             "train split" + (" (including photos the global model was trained on: too few held out)"
+                              if trained_on else ""))
+    cal_source = {"what": f"benchmark {benchmark} {where}, {len(cal_ids)} photos of "
                           f"{len(set(cal_labels))} individuals, top-{settings.shortlist} pairs",
+                  "held_out_from_global_training": held_out,
                   "benchmark": benchmark, "image_ids": cal_ids, "n_pairs": {k: c.n_outcomes for k, c in calibrators.items()}}
     species_id = None
     with cat.unit_of_work() as s:

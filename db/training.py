@@ -415,7 +415,8 @@ def train_model(cat: Catalogue, *, backbone: str = "efficientnet_lite0", config:
                 "epochs_run": state.epoch, "best_epoch": state.best_epoch, "stopped_early": state.stopped_early,
                 "best_val_map_macro": state.best_map if len(va) else None,
                 "frozen_val_map_macro": frozen_val["map_macro"] if frozen_val else None,
-                "n_val": int(len(va)), "n_train": int(len(tr)), "trainable_backbone_params": n_trainable_bb,
+                "n_val": int(len(va)), "n_train": int(len(tr)),
+                "validation_image_ids": [int(tset.image_ids[i]) for i in va], "trainable_backbone_params": n_trainable_bb,
                 "history": state.history, "job_id": hooks.job_id, "nearid": nearid_scores}
     with cat.unit_of_work() as s:
         row = Model(name=name, backbone=backbone, head=config.head, loss=loss_name, config=cfg.to_dict(),

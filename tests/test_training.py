@@ -127,6 +127,16 @@ def test_head_training_beats_frozen_features_and_registers_the_model(syn):
     test_ids = set(load_benchmark(cat, "syn", split="test").image_ids)
     assert set(row.data_snapshot["image_ids"]) == train_ids and not test_ids & set(row.data_snapshot["image_ids"])
     assert row.training_config["train_config"]["seed"] == 0 and row.config["weights_sha256"] == row.checkpoint_hash
+    # the validation hold-out is recorded: spot pipelines calibrate on photos the model never learned from,
+    # and the hold-out rebuilt for older models (from the snapshot, checked by its hash) is the same one
+    from db.spots import _rebuilt_validation_ids, _trained_on, calibration_image_ids
+
+    held = row.training_config["validation_image_ids"]
+    assert len(held) == res["n_val"] > 0 and set(held) <= train_ids
+    assert sorted(_rebuilt_validation_ids(cat, row.data_snapshot, row.training_config, None)) == sorted(held)
+    trained_on = _trained_on(cat, "syn-supcon")
+    assert set(trained_on) == train_ids - set(held) and _trained_on(cat, "efficientnet_lite0") == []
+    assert set(calibration_image_ids(cat, "syn", exclude=trained_on)) <= set(held)
     # metrics.jsonl: the frozen baseline at epoch 0, then one row per epoch with the loss and validation mAP
     rows = queue.read_metrics(cat, job.id)
     assert rows[0]["epoch"] == 0 and rows[0]["frozen"]
