@@ -25,6 +25,7 @@ import numpy as np
 from sqlalchemy import select
 
 from app.services import curator_name
+from core.spots.verify import SpotStatus
 from db.models import Image, Individual
 from db.session import Catalogue
 
@@ -347,7 +348,7 @@ FEW_SPOTS = 8  # fewer matched spots than this with the best match: the score re
 
 
 @dataclass
-class SpotCheckRow:
+class SpotCheckRow(SpotStatus):
     """One of the photo's top candidates by the global model, with its matched spots."""
 
     rank: int
@@ -356,19 +357,7 @@ class SpotCheckRow:
     flank: str
     score: float  # the global model's score
     inliers: int
-    status: str  # core.spots.verify.STATUS_WORDS key
-
-    @property
-    def words(self) -> str:
-        from core.spots.verify import STATUS_WORDS
-
-        return STATUS_WORDS.get(self.status, self.status)
-
-    @property
-    def has_evidence(self) -> bool:
-        from core.spots.verify import NO_EVIDENCE
-
-        return self.status not in NO_EVIDENCE
+    status: str  # core.spots.verify.STATUS_WORDS key (``words`` and ``has_evidence`` come from SpotStatus)
 
 
 @dataclass

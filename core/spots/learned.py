@@ -40,7 +40,6 @@ when available, else CPU); on CPU the outputs are deterministic.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -170,14 +169,6 @@ def _missing_message(name: str, missing: list[WeightFile]) -> str:
         first = str(root / w.local_name) if root is not None else f"$ROSETTE_WEIGHTS_DIR/{w.local_name}"
         lines.append(f"  {w.role}: {first} or {hub / w.hub_name} (from {w.url})")
     return "\n".join(lines)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _locate_weights(name: str) -> list[tuple[WeightFile, Path, str]]:
@@ -441,7 +432,9 @@ def create_learned_matcher(name: str, *, pretrained: bool = True, device: Any = 
     if pretrained:
         source = " + ".join(f"{w.role}: {w.local_name if where == 'ROSETTE_WEIGHTS_DIR' else w.hub_name} ({where})"
                             for w, _, where in files)
-        sha = ",".join(_sha256(p) for p in paths)
+        from core.backbones.timm_backbones import sha256_file  # imports torch: only when weights are loaded
+
+        sha = ",".join(sha256_file(p) for p in paths)
     else:
         source, sha = RANDOM_SOURCE, None
     dev = _resolve_device(device)

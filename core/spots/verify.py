@@ -37,8 +37,23 @@ STATUS_WORDS = {
 }
 
 
+class SpotStatus:
+    """What a ``status`` (a :data:`STATUS_WORDS` key) means: in words, and whether spots could judge the pair."""
+
+    status: str
+
+    @property
+    def words(self) -> str:
+        return STATUS_WORDS.get(self.status, self.status)
+
+    @property
+    def has_evidence(self) -> bool:
+        """Whether the pair could be judged on spots at all (cross-flank and keypoint-less photos cannot)."""
+        return self.status not in NO_EVIDENCE
+
+
 @dataclass
-class Verification:
+class Verification(SpotStatus):
     """The outcome for one pair: ``n_inliers`` (the score), the inlier points (original pixels of each photo),
     the fitted 3x3 transform (working scale, A -> B) and a ``status`` (see :data:`STATUS_WORDS`)."""
 
@@ -49,15 +64,6 @@ class Verification:
     status: str
     model: str
     transform: np.ndarray | None = None
-
-    @property
-    def words(self) -> str:
-        return STATUS_WORDS.get(self.status, self.status)
-
-    @property
-    def has_evidence(self) -> bool:
-        """Whether the pair could be judged on spots at all (cross-flank and keypoint-less photos cannot)."""
-        return self.status not in NO_EVIDENCE
 
 
 def _empty(status: str, model: str, n_tentative: int = 0) -> Verification:
