@@ -258,6 +258,19 @@ def record_decision(cat: Catalogue, *, query_image_id: int, decision: str, user:
         return dec
 
 
+def standing_decision(cat: Catalogue, image_id: int) -> tuple[int, MatchDecision | None]:
+    """(the photo's decision version, its standing decision or None), read in one transaction: what a
+    decision made now "saw" (unknown photos raise)."""
+    with cat.unit_of_work() as s:
+        version = int(ops.image_field(s, image_id, Image.decision_version))
+        last = s.scalar(select(MatchDecision).where(MatchDecision.query_image_id == image_id,
+                                                    MatchDecision.undone_at.is_(None))
+                        .order_by(MatchDecision.id.desc()).limit(1))
+        if last is not None:
+            s.expunge(last)
+        return version, last
+
+
 def current_decision_version(cat: Catalogue, image_id: int) -> int:
     """The photo's decision version (what a decision made now would claim)."""
     with cat.unit_of_work() as s:

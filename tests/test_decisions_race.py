@@ -85,3 +85,31 @@ def test_cli_decide_goes_through_the_same_check(cat, capsys):
     assert cli(["--data-dir", d, "decide", "1", "new"]) == 0
     assert cli(["--data-dir", d, "decide", "999", "new"]) == 1
     assert "no image with id 999" in capsys.readouterr().err
+
+
+def test_cli_decisions_at_once_exactly_one_wins(cat):
+    """Four `rosette decide 1 new` (then four `decide 1 same --replace`) started at once, as separate
+    processes: exactly one of each is recorded, the others are told, and no empty individual is left."""
+    import subprocess
+    import sys
+
+    d = str(cat.data_dir)
+    n_individuals = _count(cat, Individual)
+
+    def at_once(*args: str) -> list[subprocess.CompletedProcess]:
+        procs = [subprocess.Popen([sys.executable, "-m", "app.cli", "--data-dir", d, "--user", f"c{k}", *args],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(4)]
+        return [subprocess.CompletedProcess(p.args, p.wait(120), *p.communicate()) for p in procs]
+
+    runs = at_once("decide", "1", "new")
+    assert sorted(r.returncode for r in runs) == [0, 1, 1, 1], [(r.stdout, r.stderr) for r in runs]
+    assert all("decided" in r.stderr or "standing decision" in r.stderr for r in runs if r.returncode)
+    assert _count(cat, MatchDecision) == 1 and _count(cat, Individual) == n_individuals + 1
+    # --replace re-decides on purpose: each call that wins adds exactly one decision, the others are told
+    runs = at_once("decide", "1", "same", "--candidate", "2", "--replace")
+    won = sum(r.returncode == 0 for r in runs)
+    assert won >= 1 and all("decided" in r.stderr for r in runs if r.returncode), [r.stderr for r in runs]
+    assert _count(cat, MatchDecision) == 1 + won
+    from app.cli import main as cli
+
+    assert cli(["--data-dir", d, "decide", "1", "unsure", "--candidate", "2"]) == 1  # no --replace: refused

@@ -23,6 +23,8 @@ def register(sub) -> None:
     p.add_argument("--candidate", type=int, default=None, help="candidate photo id (needed for same/not/unsure)")
     p.add_argument("--model", default=None, help="model whose ranking was reviewed")
     p.add_argument("--name", default=None, help="name for a new individual")
+    p.add_argument("--replace", action="store_true",
+                   help="record it although the photo already has a standing decision (the newest one stands)")
     p.set_defaults(func=run_decide)
     p = sub.add_parser("undo-decision", help="undo your latest match decision")
     p.set_defaults(func=run_undo)
@@ -49,10 +51,20 @@ def run_match(args, ctx) -> int:
 
 
 def run_decide(args, ctx) -> int:
-    from db.matching import record_decision
+    from db.matching import record_decision, standing_decision
 
+    # what this command "saw": the photo's version and its standing decision, read together; the decision
+    # claims that version (as the web's does), so of several decisions made at once exactly one wins
+    version, standing = standing_decision(ctx.catalogue, args.image_id)
+    if standing is not None and not args.replace:
+        from db.catalogue import ConflictError
+
+        raise ConflictError(f"photo {args.image_id} already has a standing decision ({standing.decision.value} by "
+                            f"{standing.user} at {standing.created_at:%Y-%m-%d %H:%M:%S}); `rosette undo-decision` "
+                            "it, or pass --replace to record another")
     dec = record_decision(ctx.catalogue, query_image_id=args.image_id, decision=args.decision, user=ctx.user,
-                          candidate_image_id=args.candidate, model_name=args.model, new_name=args.name)
+                          candidate_image_id=args.candidate, model_name=args.model, new_name=args.name,
+                          seen_version=version, seen_decision_id=standing.id if standing is not None else None)
     print(f"decision {dec.id}: photo {args.image_id} {args.decision}"
           + (f" (individual {dec.candidate_individual_id})" if dec.candidate_individual_id else ""))
     return 0
