@@ -256,6 +256,18 @@ def _error_panel(tab: TabModule, message: str) -> None:
 # --------------------------------------------------------------------------- the app
 
 
+_MARKDOWN_SPECIALS = "\\`*_{}[]()#+-.!|~>"
+
+
+def markdown_text(text: object) -> str:
+    """A user's string (a name, a place) as literal text inside Markdown: HTML characters become entities, so
+    ``<img onerror=...>`` is shown, never drawn, and Markdown's own characters are backslash-escaped."""
+    import html
+
+    out = html.escape(str(text), quote=False)
+    return "".join("\\" + ch if ch in _MARKDOWN_SPECIALS else ch for ch in out)
+
+
 def theme() -> gr.themes.Base:
     """Warm, readable theme with system fonts only (no web-font downloads, so the page works offline)."""
     return gr.themes.Default(

@@ -232,3 +232,11 @@ def test_curator_action_turns_domain_errors_into_messages(monkeypatch):
     assert err.value.message == "an individual named 'Ayo' already exists"
     with pytest.raises(gr.Error, match="Something went wrong"):
         crashes(None)
+
+
+def test_markdown_text_shows_user_strings_literally():
+    from app.ui import markdown_text
+
+    assert markdown_text("<img src=x onerror=alert(1)>") == "&lt;img src=x onerror=alert\\(1\\)&gt;"
+    assert markdown_text("Amber_2 *big* [x](y) #1") == "Amber\\_2 \\*big\\* \\[x\\]\\(y\\) \\#1"
+    assert markdown_text("Tawny Ayo's") == "Tawny Ayo's"  # quotes need nothing: no entity to break

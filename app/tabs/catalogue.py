@@ -6,7 +6,7 @@ import gradio as gr
 import pandas as pd
 
 from app import services
-from app.ui import UIContext, curator_action, guarded_viewer
+from app.ui import UIContext, curator_action, guarded_viewer, markdown_text
 from db.models import Role
 
 TITLE = "Catalogue"
@@ -93,7 +93,7 @@ def build(ctx: UIContext) -> None:
                     gr.update(choices=species_names, value=None))
         view = services.open_individual(cat, current)
         targets = [(c.caption, c.id) for c in everyone if c.id != view.id]
-        return (f"### {view.headline()}", [(c.path, c.caption) for c in view.images if c.path],
+        return (f"### {markdown_text(view.headline())}", [(c.path, c.caption) for c in view.images if c.path],
                 _table(view.sightings, services.SIGHTING_HEADERS),
                 gr.update(choices=services.image_choices(view), value=[]), view.name,
                 gr.update(choices=targets, value=None), history,
@@ -121,24 +121,24 @@ def build(ctx: UIContext) -> None:
 
     @curator_action
     def do_rename(current, name, user):
-        return services.rename(cat, current, name, user=user)
+        return markdown_text(services.rename(cat, current, name, user=user))
 
     @curator_action
     def do_merge(current, target, user):
-        return services.merge(cat, current, target, user=user), target
+        return markdown_text(services.merge(cat, current, target, user=user)), target
 
     @curator_action
     def do_split(image_ids, name, user):
         _new_id, message = services.split(cat, image_ids, new_name=name, user=user)
-        return message, ""
+        return markdown_text(message), ""
 
     @curator_action
     def do_set_species(current, name, user):
-        return services.set_species(cat, current, name, user=user)
+        return markdown_text(services.set_species(cat, current, name, user=user))
 
     @curator_action
     def do_undo(user):
-        return services.undo_last(cat, user=user)
+        return markdown_text(services.undo_last(cat, user=user))
 
     ctx.changed(rename_button.click(do_rename, inputs=[open_id, new_name, ctx.user], outputs=[status],
                                     api_name="rename_individual"))

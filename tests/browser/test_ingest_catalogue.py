@@ -101,6 +101,19 @@ def test_upload_with_manifest_then_browse_rename_and_undo(rosette_server, page, 
     expect(overview).not_to_contain_text(new_name)
     expect(page.locator("#catalogue-history")).to_contain_text("(undone)")
 
+    # --- a name that looks like markup is shown as text, never drawn (issue 14, item 18)
+    evil = "<img src=x onerror=alert(1)> Bad_*Name*"
+    _textbox(page, "catalogue-new-name").fill(evil)
+    page.locator("#catalogue-rename").click()
+    expect(page.locator("#catalogue-status")).to_contain_text(f"Renamed {ayo} to {evil}.", timeout=TIMEOUT_MS)
+    expect(headline).to_contain_text(f"{evil}: 1 photo", timeout=TIMEOUT_MS)
+    for where in ("#catalogue-headline", "#catalogue-status"):
+        expect(page.locator(f"{where} img")).to_have_count(0)
+        expect(page.locator(f"{where} em, {where} strong")).to_have_count(0)
+    shot("markup-name")
+    page.locator("#catalogue-undo").click()
+    expect(headline).to_contain_text(f"{ayo}: 1 photo", timeout=TIMEOUT_MS)
+
     # --- a curator mistake shows a message, not a stack trace
     _textbox(page, "catalogue-new-name").fill(bela)
     page.locator("#catalogue-rename").click()
