@@ -212,10 +212,13 @@ def undo_last(cat: Catalogue, *, user: str) -> str:
         ev = last_undoable_event(s)
         if ev is None:
             raise CatalogueError("There is nothing to undo.")
-        what = describe_event(ev, _names(s, [ev]))
-        undo_event(s, ev.id, user=user)
+        event_id, what = ev.id, describe_event(ev, _names(s, [ev]))
+    # a new transaction whose first statement claims the event: of curators pressing Undo at once, one undoes
+    # it and the others are told (instead of each undoing it again, or the next change)
+    with cat.unit_of_work() as s:
+        undo_event(s, event_id, user=user)
         s.commit()
-        return f"Undone: {what}."
+    return f"Undone: {what}."
 
 
 # --------------------------------------------------------------------------- history

@@ -12,11 +12,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from db.models import (
     DEFAULT_SPECIES_ID,
+    DecisionKind,
     EventKind,
     IdentityEvent,
     Image,
@@ -191,12 +192,32 @@ def split_images(session: Session, image_ids: Sequence[int], *, user: str, new_n
 
 
 def undo_event(session: Session, event_id: int, *, user: str) -> IdentityEvent:
-    """Reverse one event, restoring the exact previous assignment; refuses if later changes conflict."""
+    """Reverse one event, restoring the exact previous assignment; refuses if later changes conflict.
+
+    The event is claimed first (``UPDATE ... SET undone_at WHERE undone_at IS NULL``; as a transaction's first
+    statement SQLite evaluates it on the latest committed row): of several curators undoing the same event at
+    once exactly one does, the others are told. An event that applied a standing match decision (a "same" or
+    "new individual" assignment) undoes that decision too, so a photo never stays unassigned under a
+    decision that still stands."""
+    claimed = session.execute(update(IdentityEvent).where(IdentityEvent.id == event_id,
+                                                          IdentityEvent.undone_at.is_(None))
+                              .values(undone_at=utcnow())).rowcount
     ev = session.get(IdentityEvent, event_id)
     if ev is None:
         raise NotFoundError(f"no identity event {event_id}")
-    if ev.undone_at is not None:
-        raise ConflictError(f"event {event_id} was already undone")
+    if claimed != 1:
+        undoer = session.scalar(select(IdentityEvent.user).where(IdentityEvent.id == ev.undone_by_id)) \
+            if ev.undone_by_id else None
+        raise ConflictError(f"change {event_id} was already undone" + (f" by {undoer}" if undoer else ""))
+    try:
+        return _reverse(session, ev, user=user)
+    except BaseException:  # refused (a later change conflicts): the claim is given back, nothing changed
+        session.execute(update(IdentityEvent).where(IdentityEvent.id == event_id).values(undone_at=None))
+        raise
+
+
+def _reverse(session: Session, ev: IdentityEvent, *, user: str) -> IdentityEvent:
+    """Undo the claimed event ``ev`` (every branch checks before it changes anything)."""
     if ev.kind == EventKind.undo:
         raise CatalogueError("an undo cannot itself be undone; redo the change instead")
     p = ev.payload
@@ -250,8 +271,29 @@ def undo_event(session: Session, event_id: int, *, user: str) -> IdentityEvent:
                    other_individual_id=ev.other_individual_id, payload={"undid": ev.id, "kind": ev.kind.value})
     ev.undone_at = utcnow()
     ev.undone_by_id = undo.id
+    _undo_decision_of(session, ev, user=user)
     session.flush()
     return undo
+
+
+def _undo_decision_of(session: Session, ev: IdentityEvent, *, user: str) -> None:
+    """The standing match decision ``ev`` applied, if any, is undone with it (its photo's decision version
+    moves on, and a "new individual" left empty is retired as undo_decision does)."""
+    dec = session.scalar(select(MatchDecision).where(MatchDecision.identity_event_id == ev.id,
+                                                     MatchDecision.undone_at.is_(None)))
+    if dec is None:
+        return
+    dec.undone_at = utcnow()
+    session.execute(update(Image).where(Image.id == dec.query_image_id)
+                    .values(decision_version=Image.decision_version + 1))
+    if dec.decision == DecisionKind.new_individual and dec.candidate_individual_id is not None:
+        ind = session.get(Individual, dec.candidate_individual_id)
+        empty = ind is not None and not session.scalar(select(Image.id).where(Image.individual_id == ind.id).limit(1))
+        create_ev = session.scalar(select(IdentityEvent).where(
+            IdentityEvent.kind == EventKind.create, IdentityEvent.individual_id == dec.candidate_individual_id,
+            IdentityEvent.undone_at.is_(None))) if empty else None
+        if create_ev is not None:
+            undo_event(session, create_ev.id, user=user)
 
 
 def last_undoable_event(session: Session) -> IdentityEvent | None:

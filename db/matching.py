@@ -291,21 +291,12 @@ def undo_decision(cat: Catalogue, decision_id: int | None = None, *, user: str) 
                 raise CatalogueError(f"no decision {decision_id}")
             if dec.undone_at is not None:
                 raise ConflictError(f"decision {decision_id} was already undone")
-        if dec.identity_event_id is not None:
+        if dec.identity_event_id is not None:  # undoing its change undoes the decision with it (db.catalogue)
             ops.undo_event(s, dec.identity_event_id, user=user)
-            if dec.decision == DecisionKind.new_individual and dec.candidate_individual_id is not None:
-                ind = s.get(Individual, dec.candidate_individual_id)
-                if ind is not None and not s.scalar(select(Image.id).where(Image.individual_id == ind.id).limit(1)):
-                    from db.models import EventKind, IdentityEvent
-
-                    create_ev = s.scalar(select(IdentityEvent).where(
-                        IdentityEvent.kind == EventKind.create, IdentityEvent.individual_id == ind.id,
-                        IdentityEvent.undone_at.is_(None)))
-                    if create_ev is not None:
-                        ops.undo_event(s, create_ev.id, user=user)
-        dec.undone_at = utcnow()
-        s.execute(update(Image).where(Image.id == dec.query_image_id)
-                  .values(decision_version=Image.decision_version + 1))
+        else:
+            dec.undone_at = utcnow()
+            s.execute(update(Image).where(Image.id == dec.query_image_id)
+                      .values(decision_version=Image.decision_version + 1))
         s.commit()
         return dec
 

@@ -113,3 +113,64 @@ def test_cli_decisions_at_once_exactly_one_wins(cat):
     from app.cli import main as cli
 
     assert cli(["--data-dir", d, "decide", "1", "unsure", "--candidate", "2"]) == 1  # no --replace: refused
+
+
+def test_simultaneous_undo_undoes_the_change_once(cat):
+    """Eight curators press "Undo last change" at once: the newest change is undone exactly once, the others are
+    told it was already undone, and the change before it is left alone (issue 14, item 14)."""
+    from app.services import undo_last
+    from db.models import EventKind, IdentityEvent
+
+    with cat.unit_of_work() as s:
+        ops.rename_individual(s, 1, "Amber Two", user="ana")  # the change before: must survive
+        s.commit()
+    with cat.unit_of_work() as s:
+        ops.rename_individual(s, 1, "Amber Three", user="ana")  # the newest change
+        s.commit()
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def curator(k: int) -> None:
+        barrier.wait()
+        try:
+            result = undo_last(cat, user=f"curator{k}")
+        except ConflictError as exc:
+            result = "told: " + str(exc)
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=curator, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sum(o.startswith("Undone") for o in outcomes) == 1, outcomes
+    assert all("already undone" in o for o in outcomes if not o.startswith("Undone")), outcomes
+    with cat.unit_of_work() as s:
+        assert s.get(Individual, 1).name == "Amber Two"
+        assert s.query(IdentityEvent).filter(IdentityEvent.kind == EventKind.undo).count() == 1
+
+
+def test_undo_last_change_after_a_new_individual_decision_undoes_the_decision(cat):
+    """Undoing the change a "new individual" decision made also undoes the decision: the photo is back in
+    review (no standing decision, unassigned), the empty individual is retired, and nothing is left to undo."""
+    from app.services import undo_last
+    from db.matching import standing_decision
+
+    n_active = len([i for i in _individuals(cat) if i.active])
+    dec = record_decision(cat, query_image_id=1, decision="new", user="ana", new_name="Newcomer")
+    assert undo_last(cat, user="ana").startswith("Undone")
+    with cat.unit_of_work() as s:
+        assert s.get(MatchDecision, dec.id).undone_at is not None
+        assert s.get(Image, 1).individual_id is None
+    assert len([i for i in _individuals(cat) if i.active]) == n_active  # "Newcomer" retired, not left empty
+    assert standing_decision(cat, 1)[1] is None  # no standing decision: the review queue shows it again
+    with pytest.raises(Exception, match="nothing to undo"):
+        undo_decision(cat, user="ana")
+    record_decision(cat, query_image_id=1, decision="new", user="ben")  # the photo can be decided again
+
+
+def _individuals(cat):
+    with cat.unit_of_work() as s:
+        return list(s.query(Individual))

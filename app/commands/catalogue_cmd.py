@@ -102,13 +102,15 @@ def run_split(args, ctx) -> int:
 def run_undo(args, ctx) -> int:
     from db.catalogue import CatalogueError, last_undoable_event, undo_event
 
-    def do(s):
-        event_id = args.event_id
-        if event_id is None:
+    event_id = args.event_id
+    if event_id is None:
+        with ctx.catalogue.unit_of_work() as s:
             last = last_undoable_event(s)
             if last is None:
                 raise CatalogueError("nothing to undo")
             event_id = last.id
+
+    def do(s):  # its first statement claims the event (db.catalogue.undo_event)
         undo = undo_event(s, event_id, user=ctx.user)
         return f"undid event {event_id} ({undo.payload['kind']})"
 
