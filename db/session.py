@@ -160,6 +160,30 @@ def _db_reason(exc: Exception) -> str:
     return text
 
 
+@contextmanager
+def migration_lock(root: Path) -> Iterator[None]:
+    """Hold ``<data dir>/.migrate.lock`` (an exclusive ``flock``) while migrating: processes starting on a new
+    data folder at once migrate one after the other, and the later ones find the schema at head (without it,
+    two of them both created the tables and one failed with "table ... already exists"). Where ``fcntl`` is
+    missing (Windows) it does nothing."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    try:
+        fh = open(root / ".migrate.lock", "a+b")
+    except OSError:  # an unwritable folder: opening read-only migrates nothing anyway
+        yield
+        return
+    with fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
 def open_catalogue(data_dir: str | os.PathLike[str] | None = None, *, url: str | None = None, migrate: bool = True,
                    read_only: bool | None = None) -> Catalogue:
     """Open (creating and migrating if needed) the catalogue in ``data_dir``.
@@ -189,7 +213,8 @@ def open_catalogue(data_dir: str | os.PathLike[str] | None = None, *, url: str |
         raise ValueError(f"cannot use the database URL {db_url!r}: {exc}") from None
     if migrate:
         try:
-            upgrade_to_head(engine)
+            with migration_lock(root):
+                upgrade_to_head(engine)
         except OperationalError as exc:
             engine.dispose()
             raise ValueError(f"cannot open the catalogue database {db_url}: {_db_reason(exc)}") from None

@@ -174,3 +174,32 @@ def test_a_full_disk_at_start_up_is_a_message(tmp_path, capsys, monkeypatch):
     assert cli(["--data-dir", str(tmp_path / "data2"), "serve", "--port", "1"]) == 1
     err = capsys.readouterr().err
     assert "No space left on device" in err and "Traceback" not in err
+
+
+def test_parallel_first_starts_on_a_new_data_folder_all_succeed(tmp_path):
+    """Three imports into a data folder that does not exist yet, at once: the migrations run one after the
+    other under a lock file, so all three succeed (issue 14, item 16: 1-2 of 3 failed with "table ... already
+    exists")."""
+    import subprocess
+    import sys
+
+    from PIL import Image as PILImage
+
+    data = tmp_path / "fresh"
+    photos = []
+    for k in range(3):
+        p = tmp_path / f"p{k}.png"
+        PILImage.new("RGB", (32, 32), (40 * k, 90, 160)).save(p)
+        photos.append(p)
+    procs = [subprocess.Popen([sys.executable, "-m", "app.cli", "--data-dir", str(data), "import", str(p)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in photos]
+    results = [(p.wait(180), *p.communicate()) for p in procs]
+    assert [r[0] for r in results] == [0, 0, 0], [r[2][-500:] for r in results]
+    from db.session import open_catalogue
+
+    cat = open_catalogue(data)
+    from db.models import Image
+
+    with cat.unit_of_work() as s:
+        assert s.query(Image).count() == 3
+    assert (data / ".migrate.lock").exists()
