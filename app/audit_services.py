@@ -26,6 +26,8 @@ def audit_table(cat: Catalogue, user: str | None = None, action: str | None = No
              for r in rows[:SHOWN_ROWS]]
     check = verify_chain(cat)
     chain = (f"hash chain intact over all {check.rows} changes" if check.ok else
+             f"**hash chain broken: it ends before change #{check.first_broken_id}**, the newest written; the newest "
+             "changes were deleted outside Rosette" if check.head_missing else
              f"**hash chain broken at change #{check.first_broken_id}**: a row was rewritten or deleted outside "
              "Rosette")
     more = f"the newest {SHOWN_ROWS} of more" if len(rows) > SHOWN_ROWS else str(len(rows))

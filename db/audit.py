@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import date, datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event, insert, inspect, select
@@ -187,9 +188,71 @@ def _write_audit_rows(session: Session, _flush_context: Any) -> None:
     for action, target, details in rows:
         at = utcnow()
         digest = row_hash(prev, at=at, user=user, action=action, target=target, details=details)
-        connection.execute(insert(table).values(at=at, user=user, action=action, target=target, details=details,
-                                                prev_hash=prev, row_hash=digest))
+        result = connection.execute(insert(table).values(at=at, user=user, action=action, target=target,
+                                                         details=details, prev_hash=prev, row_hash=digest))
         prev = digest
+        session.info["audit_head"] = (int(result.inserted_primary_key[0]), digest)
+
+
+# --------------------------------------------------------------------------- the chain's anchored head
+
+#: Where the newest audit row's id and hash are kept, outside the table: a truncated tail (the newest rows
+#: deleted) leaves a chain that still links, but no longer reaches this head.
+HEAD_FILE = "audit-head.json"
+
+
+@event.listens_for(Session, "after_commit")
+def _anchor_head(session: Session) -> None:
+    head = session.info.pop("audit_head", None)
+    data_dir = session.info.get("data_dir")
+    if head is not None and data_dir:
+        try:
+            write_head(Path(data_dir), *head)
+        except OSError:  # a read-only or full folder: the chain itself is committed; verify says what it can
+            pass
+
+
+@event.listens_for(Session, "after_soft_rollback")
+def _forget_head(session: Session, _previous_transaction: Any) -> None:
+    session.info.pop("audit_head", None)
+
+
+def read_head(data_dir: Path) -> dict[str, Any] | None:
+    """The anchored head ``{"id", "row_hash"}``, or None when there is none (yet)."""
+    try:
+        data = json.loads((Path(data_dir) / HEAD_FILE).read_text())
+        return {"id": int(data["id"]), "row_hash": str(data["row_hash"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_head(data_dir: Path, row_id: int, digest: str, *, force: bool = False) -> None:
+    """Anchor the head at (row_id, digest): only forward (a process committing an older row later never moves it
+    back), under an exclusive lock, written atomically; ``force`` sets it as given (a restore)."""
+    import fcntl
+    import os
+    import tempfile
+
+    data_dir = Path(data_dir)
+    with open(data_dir / ".audit-head.lock", "a+b") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        current = read_head(data_dir)
+        if not force and current is not None and current["id"] >= row_id:
+            return
+        fd, tmp = tempfile.mkstemp(prefix=".audit-head.", dir=data_dir)
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"id": int(row_id), "row_hash": digest}, fh)
+        os.replace(tmp, data_dir / HEAD_FILE)
+
+
+def reanchor_head(cat) -> None:
+    """Anchor the head at the catalogue's newest audit row as it is now (after a verified restore)."""
+    with cat.unit_of_work() as s:
+        last = s.execute(select(AuditEvent.id, AuditEvent.row_hash).order_by(AuditEvent.id.desc()).limit(1)).first()
+    if last is not None:
+        write_head(cat.data_dir, int(last[0]), str(last[1]), force=True)
+    else:
+        (Path(cat.data_dir) / HEAD_FILE).unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------- reading, checking and exporting
@@ -273,6 +336,7 @@ def audit_csv(rows: list[AuditRow]) -> str:
 class ChainCheck:
     rows: int
     first_broken_id: int | None  # None: the chain is whole
+    head_missing: bool = False  # the anchored newest row is gone: the newest changes were deleted
 
     @property
     def ok(self) -> bool:
@@ -282,6 +346,8 @@ class ChainCheck:
 def verify_chain(cat) -> ChainCheck:
     """Recompute every row's hash in id order; the first row whose hash or link does not match is named."""
     prev, n = GENESIS, 0
+    head = read_head(cat.data_dir) if getattr(cat, "data_dir", None) else None
+    head_found = head is None
     with cat.unit_of_work() as s:
         for r in s.scalars(select(AuditEvent).order_by(AuditEvent.id)).yield_per(2000):
             n += 1
@@ -289,4 +355,10 @@ def verify_chain(cat) -> ChainCheck:
             if r.prev_hash != prev or r.row_hash != expected:
                 return ChainCheck(rows=n, first_broken_id=r.id)
             prev = r.row_hash
+            if head is not None and r.id == head["id"]:
+                head_found = r.row_hash == head["row_hash"]
+                if not head_found:
+                    return ChainCheck(rows=n, first_broken_id=r.id)
+    if not head_found:  # the chain links, but stops short of the newest change ever written
+        return ChainCheck(rows=n, first_broken_id=head["id"], head_missing=True)
     return ChainCheck(rows=n, first_broken_id=None)

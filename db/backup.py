@@ -95,5 +95,11 @@ def restore(src: str | Path, data_dir: str | Path, *, force: bool = False) -> di
             shutil.copytree(src / kind, data_dir / kind, dirs_exist_ok=True)
     from db.session import open_catalogue
 
-    open_catalogue(data_dir).close()  # migrates an older backup to the current schema
+    from db.audit import reanchor_head
+
+    cat = open_catalogue(data_dir)  # migrates an older backup to the current schema
+    try:
+        reanchor_head(cat)  # the verified backup's newest change is the audit trail's head now
+    finally:
+        cat.close()
     return info

@@ -222,7 +222,7 @@ def open_catalogue(data_dir: str | os.PathLike[str] | None = None, *, url: str |
         data_dir=root,
         url=db_url,
         engine=engine,
-        sessions=sessionmaker(engine, expire_on_commit=False),
+        sessions=sessionmaker(engine, expire_on_commit=False, info={"data_dir": str(root)}),
         blobs=BlobStore(root),
     )
 

@@ -257,6 +257,53 @@ def test_the_hash_chain_shows_a_rewritten_or_deleted_row(cat):
     assert verify_chain(cat).first_broken_id == 4
 
 
+def test_deleting_the_newest_audit_rows_is_found(cat, capsys):
+    """The chain's head is anchored outside the table: deleting the newest rows leaves a chain that still links,
+    and verify still says it is broken, from the shell with a non-zero exit (issue 14, item 17)."""
+    from app.cli import main as cli
+
+    with acting_as("ana"), cat.unit_of_work() as s:
+        for k in range(3):
+            ops.create_individual(s, f"Animal {k}", user="ana")
+            s.commit()
+    assert verify_chain(cat).ok and verify_chain(cat).rows == 6
+    db = sqlite3.connect(cat.data_dir / "catalogue.db")
+    db.execute("DELETE FROM audit_events WHERE id = (SELECT max(id) FROM audit_events)")
+    db.commit()
+    check = verify_chain(cat)
+    assert not check.ok and check.head_missing and check.first_broken_id == 6 and check.rows == 5
+    assert cli(["--data-dir", str(cat.data_dir), "audit", "verify"]) == 3
+    assert "the newest changes were deleted" in capsys.readouterr().out
+    db.execute("DELETE FROM audit_events WHERE id >= 4")  # a longer tail: the same
+    db.commit()
+    db.close()
+    assert verify_chain(cat).head_missing
+    # a rolled-back change never moves the anchor; a new committed one does (the chain grows from row 3 again,
+    # so the check still fails: the anchor keeps the highest row ever written)
+    with acting_as("ana"), cat.unit_of_work() as s:
+        ops.create_individual(s, "Ghost", user="ana")
+        s.flush()
+    assert verify_chain(cat).first_broken_id == 6
+
+
+def test_a_restored_backup_anchors_its_own_head(cat, tmp_path):
+    from db.audit import read_head
+    from db.backup import backup, restore
+
+    with acting_as("ana"), cat.unit_of_work() as s:
+        ops.create_individual(s, "Before", user="ana")
+        s.commit()
+    backup(cat, tmp_path / "bk")
+    with acting_as("ana"), cat.unit_of_work() as s:
+        ops.create_individual(s, "After", user="ana")
+        s.commit()
+    restore(tmp_path / "bk", cat.data_dir, force=True)
+    from db.session import open_catalogue
+
+    restored = open_catalogue(cat.data_dir)
+    assert verify_chain(restored).ok and read_head(cat.data_dir)["id"] == verify_chain(restored).rows == 2
+
+
 def test_the_audit_csv_defuses_spreadsheet_formulas(cat):
     with acting_as("=HYPERLINK(\"x\")"), cat.unit_of_work() as s:
         ops.create_individual(s, "@SUM(A1)", user="x")

@@ -28,8 +28,12 @@ def run(args, ctx) -> int:
         if check.ok:
             print(f"audit trail intact: {check.rows} changes, every hash matches")
             return 0
-        print(f"audit trail BROKEN at change #{check.first_broken_id}: that row or one before it was rewritten or "
-              "deleted outside Rosette")
+        if check.head_missing:
+            print(f"audit trail BROKEN: it ends before change #{check.first_broken_id}, the newest one written; "
+                  "the newest changes were deleted outside Rosette")
+        else:
+            print(f"audit trail BROKEN at change #{check.first_broken_id}: that row or one before it was rewritten "
+                  "or deleted outside Rosette")
         return 3
     rows = audit_rows(ctx.catalogue, user=args.who, action=args.action, target=args.target, since=args.since,
                       until=args.until, limit=None if args.csv or args.limit == 0 else args.limit)
