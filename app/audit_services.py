@@ -22,7 +22,7 @@ def audit_table(cat: Catalogue, user: str | None = None, action: str | None = No
                 since: str | None = None, until: str | None = None) -> tuple[list[list[object]], str]:
     """The newest matching changes (at most ``SHOWN_ROWS``) and a line saying how many and whether the chain holds."""
     rows = audit_rows(cat, **_filters(user, action, target, since, until), limit=SHOWN_ROWS + 1)
-    table = [[r.id, r.at.strftime("%Y-%m-%d %H:%M:%S"), r.user, r.action, r.target, r.details_text()[:200]]
+    table = [[r.id, r.at.strftime("%Y-%m-%d %H:%M:%S"), r.user, r.action, r.target, r.details_readable()[:300]]
              for r in rows[:SHOWN_ROWS]]
     check = verify_chain(cat)
     chain = (f"hash chain intact over all {check.rows} changes" if check.ok else

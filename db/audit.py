@@ -270,6 +270,26 @@ class AuditRow:
     def details_text(self) -> str:
         return json.dumps(self.details, sort_keys=True, ensure_ascii=False, default=str)
 
+    def details_readable(self) -> str:
+        """The details as fields a person reads: ``name: Amber -> Amber II; photos: 3, 4``."""
+        return readable_details(self.details)
+
+
+def readable_details(details: Any) -> str:
+    """``{"name": {"old": "A", "new": "B"}, "ids": [3, 4], "by": "ana"}`` -> ``by: ana; ids: 3, 4; name: A -> B``."""
+    def value(v: Any) -> str:
+        if isinstance(v, dict):
+            if set(v) <= {"old", "new"} and v:
+                return f"{value(v.get('old'))} -> {value(v.get('new'))}"
+            return "(" + ", ".join(f"{k} {value(x)}" for k, x in sorted(v.items())) + ")"
+        if isinstance(v, (list, tuple)):
+            return ", ".join(value(x) for x in v) if v else "none"
+        return "none" if v is None else str(v)
+
+    if not isinstance(details, dict):
+        return value(details)
+    return "; ".join(f"{str(k).replace('_', ' ')}: {value(v)}" for k, v in sorted(details.items()))
+
 
 def _parse_day(text: str | None, what: str) -> datetime | None:
     from db.matching import check_date

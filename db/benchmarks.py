@@ -70,7 +70,7 @@ def _manifest_members(cat: Catalogue, manifest: Path, *, user: str,
     out = []
     for h, row in resolved:
         if h not in known:
-            raise CatalogueError(f"{row['filename']}: could not be imported (see `rosette import` for why)")
+            raise CatalogueError(f"{row['filename']}: could not be imported (import it in the Ingest tab, or `rosette import`, to see why)")
         if not (row.get("identity") or "").strip():
             continue  # an unlabelled photo cannot be scored in a benchmark
         out.append((known[h], row["identity"], (row.get("flank") or "unknown").lower(), row.get("sighting") or None,
@@ -145,7 +145,7 @@ def get_benchmark(session: Session, name: str) -> Benchmark:
     bench = session.scalar(select(Benchmark).where(Benchmark.name == name))
     if bench is None:
         names = session.scalars(select(Benchmark.name)).all()
-        raise CatalogueError(f"no benchmark named {name!r}; existing: {', '.join(names) or '(none) - create one with `rosette benchmark create`'}")
+        raise CatalogueError(f"no benchmark named {name!r}; existing: {', '.join(names) or '(none) - create one in the Benchmarks tab or with `rosette benchmark create`'}")
     return bench
 
 

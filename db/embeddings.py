@@ -106,7 +106,8 @@ def variant_loader(cat: Catalogue, src: ImageSource, variant: str, *, inpainter:
     if variant in MASK_FREE_VARIANTS:
         return src.content_hash, lambda: load_photo(cat, src)
     if not src.mask_path:
-        raise CatalogueError(f"image {src.image_id} has no mask; run `rosette mask` before using the {variant!r} variant")
+        raise CatalogueError(f"image {src.image_id} has no mask; mask it in the Mask tab (or `rosette mask`) before "
+                              f"using the {variant!r} variant")
     key = f"{src.content_hash}-m{_mask_digest(src.mask_path)}"
     if variant == "background_inpainted":
         if inpainter is None:

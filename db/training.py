@@ -453,7 +453,7 @@ def _mirror_and_distractor_makers(cat: Catalogue, srcs: list[Any], tset: Trainin
     if missing:
         raise CatalogueError(f"NearID needs a mask for every training photo (its distractors paste one animal onto "
                              f"another's background); {len(missing)} photo(s) have none, e.g. image {missing[0]}: "
-                             "run `rosette mask` first")
+                             "mask them first in the Mask tab (or `rosette mask`)")
     from core.inpainting import create_inpainter, default_inpainter_name
 
     inpainter = create_inpainter(default_inpainter_name())

@@ -86,7 +86,7 @@ def parse_role(role: str | Role) -> Role:
 def _get(s, name: str) -> User:
     user = s.scalar(select(User).where(User.name == name))
     if user is None:
-        raise NotFoundError(f"no user named {name!r} (see `rosette users list`)")
+        raise NotFoundError(f"no user named {name!r} (the People tab lists the accounts; or `rosette users list`)")
     return user
 
 
@@ -101,7 +101,8 @@ def add_user(cat, name: str, password: str, *, role: Role | str = Role.viewer, b
     with acting_as(by), cat.unit_of_work() as s:
         user = s.scalar(select(User).where(User.name == name))
         if user is not None and user.password_hash:
-            raise CatalogueError(f"user {name!r} already exists; use `rosette users passwd` or `users role`")
+            raise CatalogueError(f"user {name!r} already exists; set its password or role in the People tab's Accounts "
+                                 "panel (or `rosette users passwd` / `users role`)")
         if user is None:
             user = User(name=name)
             s.add(user)
@@ -225,10 +226,10 @@ def require_role(cat, name: str | None, needed: Role | str) -> Role:
     """The user's role, or :class:`PermissionDenied` saying what role the action needs."""
     role = role_of(cat, name)
     if role is None:
-        raise PermissionDenied("Sign in first: this needs an account (ask an admin: `rosette users add`).")
+        raise PermissionDenied("Sign in first: this needs an account (an admin adds it in the People tab).")
     if not role_allows(role, needed):
         raise PermissionDenied(f"{name} is a {role.value}; this needs the {Role(needed).value} role "
-                               "(an admin can change roles: `rosette users role`).")
+                               "(an admin can change roles in the People tab).")
     return role
 
 

@@ -418,3 +418,14 @@ def test_single_user_mode_is_refused_off_loopback(data_dir, capsys):
 
     assert main(["--data-dir", str(data_dir), "serve", "--host", "0.0.0.0", "--single-user", "--no-demo"]) == 1
     assert "only on this machine" in capsys.readouterr().err
+
+
+def test_audit_details_read_as_fields():
+    """The People tab shows an audit row's details as fields, not raw JSON (issue 14, item 12)."""
+    from db.audit import readable_details
+
+    assert readable_details({"name": {"old": "Amber", "new": "Amber II"}, "image_ids": [3, 4], "by": None}) == \
+        "by: none; image ids: 3, 4; name: Amber -> Amber II"
+    assert readable_details({"flank": {"old": "left", "new": "right"}, "source": {"kind": "manifest", "row": 2}}) == \
+        "flank: left -> right; source: (kind manifest, row 2)"
+    assert readable_details({}) == "" and readable_details([1, 2]) == "1, 2"
