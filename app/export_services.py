@@ -82,7 +82,10 @@ def submit_kaggle_export(cat: Catalogue, *, test_csv: object | None, images_zip:
         raise CatalogueError("Upload the competition's test.csv (row_id,query_image,gallery_image).")
     if not images_zip and not (images_dir or "").strip():
         raise CatalogueError("Upload the images as a zip, or give the folder on this machine that holds them.")
-    rows = read_test_csv(Path(upload_path(test_csv)))  # refuses malformed files with line numbers
+    uploaded = Path(upload_path(test_csv))
+    # refuses malformed files with line numbers, naming the file as the curator knows it (not the server's
+    # temporary upload folder)
+    rows = read_test_csv(uploaded, label=getattr(test_csv, "orig_name", None) or uploaded.name)
     folder = None if images_zip else allowed_image_folder(cat, images_dir)
     out_dir = export_dir(cat)
     try:

@@ -89,9 +89,12 @@ def _read_source(source: CsvSource) -> tuple[str, str]:
         raise KaggleFormatError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
-def _read_table(source: CsvSource, required: Sequence[str]) -> tuple[str, list[tuple[int, dict[str, str]]]]:
-    """Parse a CSV with the ``required`` columns: (display name, [(line, {column: stripped cell})])."""
+def _read_table(source: CsvSource, required: Sequence[str], *, label: str | None = None
+                ) -> tuple[str, list[tuple[int, dict[str, str]]]]:
+    """Parse a CSV with the ``required`` columns: (display name, [(line, {column: stripped cell})]); ``label``
+    replaces the path in messages (an upload's own file name, never the server's temporary folder)."""
     text, name = _read_source(source)
+    name = label or name
     if not text.strip():
         raise KaggleFormatError(f"{name}: file is empty (expected a header {','.join(required)})")
     reader = csv.reader(io.StringIO(text, newline=""))
@@ -142,13 +145,13 @@ def _check_unique(name: str, rows: Iterable[tuple[int, str]], what: str) -> None
         first_line[key] = line
 
 
-def read_test_csv(path_or_text: CsvSource) -> list[PairRow]:
+def read_test_csv(path_or_text: CsvSource, *, label: str | None = None) -> list[PairRow]:
     """Rows of ``test.csv`` (``row_id,query_image,gallery_image``) in file order.
 
     Rejects a missing column, an empty file, a duplicate ``row_id`` and blank
-    cells, naming the line.
+    cells, naming the line (and the file as ``label`` when given).
     """
-    name, table = _read_table(path_or_text, TEST_COLUMNS)
+    name, table = _read_table(path_or_text, TEST_COLUMNS, label=label)
     _check_unique(name, ((line, r["row_id"]) for line, r in table), "row_id")
     for line, r in table:
         if is_formula(r["row_id"]):

@@ -105,3 +105,24 @@ def test_export_refuses_bad_inputs_before_queueing(cat, kaggle, tmp_path):
     from jobs.queue import list_jobs
 
     assert list_jobs(cat) == []  # nothing was queued for bad input
+
+
+def test_a_refused_upload_is_named_as_the_curator_knows_it(cat, kaggle, tmp_path):
+    """Gradio keeps uploads in a temporary folder of the server: a refusal names the file, never that folder
+    (issue 14, item 22)."""
+    upload_dir = tmp_path / "gradio" / "3f9c0e1d2a7b"
+    upload_dir.mkdir(parents=True)
+    bad = upload_dir / "test.csv"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(Exception) as info:
+        es.submit_kaggle_export(cat, test_csv=str(bad), images_zip=str(kaggle / "images.zip"), images_dir=None,
+                                model="efficientnet_lite0")
+    message = str(info.value)
+    assert "test.csv, line 1: missing column(s) row_id" in message
+    assert str(upload_dir) not in message and "gradio" not in message
+    broken_zip = upload_dir / "images.zip"
+    broken_zip.write_bytes(b"PK\x03\x04 not a zip")
+    with pytest.raises(Exception) as info:
+        es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(broken_zip), images_dir=None,
+                                model="efficientnet_lite0")
+    assert str(upload_dir) not in str(info.value)
