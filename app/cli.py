@@ -85,7 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, OperationalError):
             from db.session import _db_reason
 
-            print(f"error: the catalogue database could not be used: {_db_reason(exc)}", file=sys.stderr)
+            opened = ctx.__dict__.get("catalogue")  # the cached catalogue, when the command opened one
+            print(f"error: the catalogue database could not be used: "
+                  f"{_db_reason(exc, data_dir=opened.data_dir if opened is not None else None)}", file=sys.stderr)
             return 1
         raise
 

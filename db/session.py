@@ -148,12 +148,26 @@ class Catalogue:
         self.engine.dispose()
 
 
-def _db_reason(exc: Exception) -> str:
+#: Below this much free space, SQLite's "disk I/O error" is reported as the full disk it most likely is.
+FULL_DISK_BYTES = 64 * 1024 ** 2
+
+
+def _db_reason(exc: Exception, *, data_dir: Path | None = None) -> str:
     text = str(getattr(exc, "orig", exc))
     if "locked" in text:
         return "it is locked by another program (a running import or server); try again in a moment"
     if "disk" in text and "full" in text or "No space" in text:
         return "the disk is full; free some space first"
+    if "disk I/O error" in text and data_dir is not None:
+        import shutil
+
+        try:  # SQLite often reports a full disk, met while writing its journal, as an I/O error
+            free = shutil.disk_usage(data_dir).free
+        except OSError:
+            free = None
+        if free is not None and free < FULL_DISK_BYTES:
+            return (f"the disk is full ({free // 1024:,} kB free where {data_dir} is); free some space first: "
+                    "nothing was changed")
     if "readonly" in text or "read-only" in text or "query_only" in text or "attempt to write" in text:
         return ("it is read-only (opened read-only because this user cannot write it, or with --read-only): "
                 "nothing was changed")

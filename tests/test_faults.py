@@ -203,3 +203,35 @@ def test_parallel_first_starts_on_a_new_data_folder_all_succeed(tmp_path):
     with cat.unit_of_work() as s:
         assert s.query(Image).count() == 3
     assert (data / ".migrate.lock").exists()
+
+
+def test_a_full_disk_with_an_existing_catalogue_says_so(tmp_path, capsys, monkeypatch):
+    """SQLite reports a full disk met while writing its journal as "disk I/O error": with little space left
+    where the catalogue is, the message says the disk is full (issue 14, item 19)."""
+    import shutil
+    from collections import namedtuple
+
+    import db.catalogue as ops
+    from sqlalchemy.exc import OperationalError
+
+    from db.session import open_catalogue
+
+    data = tmp_path / "data"
+    cat = open_catalogue(data)
+    with cat.unit_of_work() as s:
+        ops.create_individual(s, "Amber", user="ana")
+        s.commit()
+    cat.close()
+
+    def io_error(*_a, **_k):
+        raise OperationalError("UPDATE individuals", {}, sqlite3.OperationalError("disk I/O error"))
+
+    monkeypatch.setattr(ops, "rename_individual", io_error)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage(10 ** 9, 10 ** 9 - 4096, 4096))
+    assert cli(["--data-dir", str(data), "rename", "1", "Amber II"]) == 1
+    err = capsys.readouterr().err
+    assert "the disk is full (4 kB free" in err and "disk I/O error" not in err
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage(10 ** 12, 10 ** 9, 10 ** 11))
+    assert cli(["--data-dir", str(data), "rename", "1", "Amber II"]) == 1
+    assert "disk I/O error" in capsys.readouterr().err  # plenty of space: the error is what SQLite said
