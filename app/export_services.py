@@ -25,10 +25,12 @@ def export_dir(cat: Catalogue) -> Path:
 MAX_EXPORT_BYTES = 4 * 1024 ** 3  # total unpacked size of an uploaded images zip
 
 
-def _safe_extract(zip_path: Path, target: Path, *, max_total: int | None = None) -> int:
+def _safe_extract(zip_path: Path, target: Path, *, max_total: int | None = None,
+                  wanted: set[str] | None = None) -> int:
     """Unpack a zip's image files into ``target`` (flat) with the same hardened reader as ingest (no ``..``,
     absolute paths, links or encrypted members; each file at most ingest's size limit, read with a hard cap so
-    a zip bomb stops early) and a cap on the total; refused members are reported, nothing outside ``target``."""
+    a zip bomb stops early) and a cap on the total; refused members are reported, nothing outside ``target``.
+    With ``wanted`` (file names), only those members are read: the rest of the zip is never unpacked."""
     from db.ingest import IngestError, _ReadError, _ZipTree
 
     max_total = MAX_EXPORT_BYTES if max_total is None else max_total
@@ -43,6 +45,8 @@ def _safe_extract(zip_path: Path, target: Path, *, max_total: int | None = None)
             raise CatalogueError(f"the images zip holds a member that was refused: {first.name}: {first.message}")
         total, n = 0, 0
         for rel in tree.files():
+            if wanted is not None and PurePosixPath(rel).name not in wanted:
+                continue
             try:
                 data = tree.read(rel)
             except _ReadError as exc:
@@ -92,7 +96,7 @@ def submit_kaggle_export(cat: Catalogue, *, test_csv: object | None, images_zip:
         shutil.copy(upload_path(test_csv), out_dir / "test.csv")
         if images_zip:
             (out_dir / "images").mkdir()
-            _safe_extract(Path(upload_path(images_zip)), out_dir / "images")
+            _safe_extract(Path(upload_path(images_zip)), out_dir / "images", wanted=set(distinct_images(rows)))
             folder = out_dir / "images"
         check_images_exist(distinct_images(rows), folder)
     except BaseException:
@@ -100,7 +104,7 @@ def submit_kaggle_export(cat: Catalogue, *, test_csv: object | None, images_zip:
         raise
     job_id = queue.submit(cat, "export", {"test_csv": str(out_dir / "test.csv"), "images_dir": str(folder),
                                           "model": model, "variant": variant, "out": str(out_dir / "submission.csv"),
-                                          "user": user})
+                                          "staged_images": bool(images_zip), "user": user})
     return job_id, (f"Export queued as job #{job_id}: {len(rows):,} pairs over {len(distinct_images(rows)):,} images "
                     f"with {model} ({variant}). Progress is shown here and in the Jobs tab.")
 

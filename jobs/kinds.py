@@ -197,13 +197,20 @@ def embed_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[s
 
 @register_job_kind("export")
 def export_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    """Kaggle submission: params test_csv, images_dir, model, out, variant."""
+    """Kaggle submission: params test_csv, images_dir, model, out, variant, staged_images (remove images_dir
+    afterwards: it holds images unpacked from an upload)."""
     from db.export import export_kaggle
 
-    return export_kaggle(cat, test_csv=params["test_csv"], images_dir=params["images_dir"],
-                         model=params.get("model", "efficientnet_lite0"), out=params["out"],
-                         variant=params.get("variant", "full_rgb"), progress=ctx.callback(label="embedding"),
-                         should_cancel=ctx.cancelled)
+    try:
+        return export_kaggle(cat, test_csv=params["test_csv"], images_dir=params["images_dir"],
+                             model=params.get("model", "efficientnet_lite0"), out=params["out"],
+                             variant=params.get("variant", "full_rgb"), progress=ctx.callback(label="embedding"),
+                             should_cancel=ctx.cancelled)
+    finally:
+        if params.get("staged_images"):  # images unpacked from an upload: not kept once the job is over
+            import shutil
+
+            shutil.rmtree(params["images_dir"], ignore_errors=True)
 
 
 @register_job_kind("map", queue=HEAVY)

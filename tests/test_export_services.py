@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,8 +82,8 @@ def test_export_refuses_bad_inputs_before_queueing(cat, kaggle, tmp_path):
     # a zip bomb: small on disk, huge unpacked -- refused at the cap, and the staged folder is removed
     bomb = tmp_path / "bomb.zip"
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for i in range(3):
-            zf.writestr(f"big{i}.png", b"\0" * (8 * 1024 * 1024))
+        for i in range(3):  # named by test.csv (members it does not name are never unpacked at all)
+            zf.writestr(f"j{i}.png", b"\0" * (8 * 1024 * 1024))
     assert bomb.stat().st_size < 200_000
     orig = es.MAX_EXPORT_BYTES
     es.MAX_EXPORT_BYTES = 10 * 1024 * 1024
@@ -126,3 +127,24 @@ def test_a_refused_upload_is_named_as_the_curator_knows_it(cat, kaggle, tmp_path
         es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(broken_zip), images_dir=None,
                                 model="efficientnet_lite0")
     assert str(upload_dir) not in str(info.value)
+
+
+def test_only_the_named_images_are_unpacked_and_removed_after_the_job(cat, kaggle, tmp_path):
+    """A zip with large members test.csv does not name: they are never unpacked; the staged images are removed
+    once the export job is over, the submission stays (issue 14, item 15)."""
+    import shutil
+    import zipfile
+
+    big = tmp_path / "with-extras.zip"
+    shutil.copy(kaggle / "images.zip", big)
+    with zipfile.ZipFile(big, "a") as zf:
+        zf.writestr("train/unnamed_huge.png", b"\0" * (4 * 1024 * 1024))
+    job_id, _ = es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(big), images_dir=None,
+                                        model="efficientnet_lite0")
+    staged = list((cat.data_dir / "exports").rglob("images"))
+    assert len(staged) == 1 and sorted(p.name for p in staged[0].iterdir()) == sorted(
+        p.name for p in (kaggle / "images").iterdir())
+    assert run_one(cat) == job_id
+    text, path = es.export_status(cat, job_id)
+    assert text.startswith("Done") and Path(path).exists()
+    assert not staged[0].exists()
