@@ -234,19 +234,23 @@ def require_role(cat, name: str | None, needed: Role | str) -> Role:
 
 
 def ensure_first_admin(cat, *, environ: dict[str, str] | None = None) -> str | None:
-    """On a catalogue where nobody can sign in, create the first admin.
+    """On a catalogue where no admin can sign in, create the first admin (a catalogue is never left without
+    one: accounts added from the shell before the first ``serve`` do not count).
 
     The password is ``$ROSETTE_ADMIN_PASSWORD`` when set, else a random one returned in the message (printed
-    once, never stored in clear). Returns None when an account that can sign in already exists.
+    once, never stored in clear). The name is ``admin`` (``admin2``... when taken). Returns None when an admin
+    who can sign in already exists.
     """
     environ = os.environ if environ is None else environ
     with cat.unit_of_work() as s:
-        if s.scalar(select(func.count(User.id)).where(User.password_hash.is_not(None))):
+        if _admins_who_can_sign_in(s):
             return None
+        taken = set(s.scalars(select(User.name)))
+    name = next(n for n in (FIRST_ADMIN, *(f"{FIRST_ADMIN}{k}" for k in range(2, 1000))) if n not in taken)
     given = environ.get(ADMIN_PASSWORD_ENV)
     password = given or secrets.token_urlsafe(12)
-    add_user(cat, FIRST_ADMIN, password, role=Role.admin, by="system")
+    add_user(cat, name, password, role=Role.admin, by="system")
     if given:
-        return f"first admin account {FIRST_ADMIN!r} created with the password from ${ADMIN_PASSWORD_ENV}"
-    return (f"first admin account created: user {FIRST_ADMIN!r}, password {password}\n"
-            f"  (shown only this once; change it with `rosette users passwd {FIRST_ADMIN}`)")
+        return f"first admin account {name!r} created with the password from ${ADMIN_PASSWORD_ENV}"
+    return (f"first admin account created: user {name!r}, password {password}\n"
+            f"  (shown only this once; change it in the People tab or with `rosette users passwd {name}`)")

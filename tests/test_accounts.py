@@ -115,6 +115,33 @@ def test_first_admin_from_the_environment_or_printed_once(data_dir, tmp_path):
     other.close()
 
 
+def test_accounts_added_from_the_shell_before_the_first_serve_never_leave_no_admin(data_dir, monkeypatch, capsys):
+    """`rosette users add ana --role curator` on a new catalogue first makes the admin (with
+    $ROSETTE_ADMIN_PASSWORD when set) and says so; serve then finds an admin and prints nothing more
+    (issue 14, item 20)."""
+    from app.cli import main
+
+    monkeypatch.setenv("ROSETTE_ADMIN_PASSWORD", PASSWORD)
+    monkeypatch.setattr("sys.stdin", io.StringIO(PASSWORD + "\n"))
+    assert main(["--data-dir", str(data_dir), "users", "add", "ana", "--role", "curator", "--password-stdin"]) == 0
+    out = capsys.readouterr().out
+    assert "first admin account 'admin' created with the password from $ROSETTE_ADMIN_PASSWORD" in out
+    assert "account 'ana' added as curator" in out
+    cat = open_catalogue(data_dir)
+    assert role_of(cat, "admin") == Role.admin and authenticate(cat, "admin", PASSWORD)
+    assert ensure_first_admin(cat, environ={}) is None  # what serve calls: an admin exists
+    cat.close()
+
+
+def test_the_first_admin_takes_a_free_name(data_dir):
+    """A curator already called "admin" (no admin role): the first admin is "admin2"."""
+    cat = open_catalogue(data_dir)
+    add_user(cat, "admin", PASSWORD, role=Role.curator, by="ops")
+    message = ensure_first_admin(cat, environ={"ROSETTE_ADMIN_PASSWORD": PASSWORD})
+    assert "'admin2'" in message and role_of(cat, "admin2") == Role.admin and role_of(cat, "admin") == Role.curator
+    cat.close()
+
+
 # --------------------------------------------------------------------------- the handler guard
 
 
@@ -322,7 +349,9 @@ def test_cli_users_and_audit(data_dir, monkeypatch, capsys, tmp_path):
 
     base = ["--data-dir", str(data_dir)]
     monkeypatch.setattr("sys.stdin", io.StringIO(PASSWORD + "\n"))
+    monkeypatch.delenv("ROSETTE_ADMIN_PASSWORD", raising=False)
     assert main([*base, "--user", "ops", "users", "add", "cora", "--role", "curator", "--password-stdin"]) == 0
+    assert "first admin account created: user 'admin'" in capsys.readouterr().out  # never a catalogue without one
     assert main([*base, "users", "role", "cora", "superuser"]) == 1
     assert "unknown role 'superuser'" in capsys.readouterr().err
     assert main([*base, "--user", "ops", "users", "role", "cora", "admin"]) == 0
@@ -339,7 +368,9 @@ def test_cli_users_and_audit(data_dir, monkeypatch, capsys, tmp_path):
     assert "user.role" in (tmp_path / "trail.csv").read_text()
     assert main([*base, "audit", "verify"]) == 0
     assert "intact" in capsys.readouterr().out
-    assert main([*base, "users", "disable", "cora"]) == 1  # the only admin
+    assert main([*base, "users", "disable", "admin"]) == 0  # cora is an admin too
+    capsys.readouterr()
+    assert main([*base, "users", "disable", "cora"]) == 1  # now the only admin who can sign in
     assert "last admin" in capsys.readouterr().err
     monkeypatch.setattr("sys.stdin", io.StringIO(PASSWORD + "\n"))
     assert main([*base, "users", "add", "ben", "--password-stdin"]) == 0

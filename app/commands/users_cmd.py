@@ -47,9 +47,14 @@ def read_password(args) -> str:
 
 
 def run_add(args, ctx) -> int:
-    from db.users import add_user
+    from db.users import Role, add_user, ensure_first_admin, parse_role
 
-    account = add_user(ctx.catalogue, args.name, read_password(args), role=args.role, by=ctx.user)
+    password = read_password(args)
+    if parse_role(args.role) != Role.admin:  # never leave a catalogue whose accounts include no admin
+        message = ensure_first_admin(ctx.catalogue)
+        if message:
+            print(message)
+    account = add_user(ctx.catalogue, args.name, password, role=args.role, by=ctx.user)
     print(f"account {account.name!r} added as {account.role.value}")
     return 0
 
