@@ -235,3 +235,39 @@ def test_a_full_disk_with_an_existing_catalogue_says_so(tmp_path, capsys, monkey
     monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage(10 ** 12, 10 ** 9, 10 ** 11))
     assert cli(["--data-dir", str(data), "rename", "1", "Amber II"]) == 1
     assert "disk I/O error" in capsys.readouterr().err  # plenty of space: the error is what SQLite said
+
+
+def test_doctor_removes_what_a_killed_import_left(tmp_path, capsys):
+    """An import killed between writing files and committing its rows leaves unreferenced files: `rosette doctor`
+    lists them (--dry-run) and removes them, never a referenced photo, a mask named by the audit trail, or a
+    file young enough to belong to a running import (issue 14, item 21)."""
+    import json
+    import os
+    import time as _time
+
+    from PIL import Image as PILImage
+
+    data = tmp_path / "data"
+    photo = tmp_path / "p.png"
+    PILImage.new("RGB", (32, 32), (10, 120, 200)).save(photo)
+    assert cli(["--data-dir", str(data), "import", str(photo)]) == 0
+    kept = sorted(p for p in data.rglob("*") if p.is_file() and p.parts[-3] in ("images", "thumbs"))
+    old = _time.time() - 3600
+    leftovers = [data / "images" / "ab" / ("ab" + "0" * 62 + ".jpg"), data / "thumbs" / "ab" / ("ab" + "1" * 62 + ".jpg"),
+                 data / "images" / "cd" / ".tmp-half-written"]
+    for p in leftovers:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"x" * 1000)
+        os.utime(p, (old, old))
+    fresh = data / "images" / "ef" / ("ef" + "2" * 62 + ".jpg")
+    fresh.parent.mkdir(parents=True, exist_ok=True)
+    fresh.write_bytes(b"y")
+    capsys.readouterr()
+    assert cli(["--data-dir", str(data), "doctor", "--dry-run", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["files"]) == 3 and report["removed"] == 0 and len(report["too_young"]) == 1
+    assert all(p.exists() for p in leftovers)
+    assert cli(["--data-dir", str(data), "doctor"]) == 0
+    assert "removed 3 unreferenced file(s)" in capsys.readouterr().out
+    assert not any(p.exists() for p in leftovers) and fresh.exists()
+    assert all(p.exists() for p in kept)  # the imported photo and its thumbnail stay
