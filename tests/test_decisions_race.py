@@ -27,6 +27,30 @@ def cat(data_dir):
     c.close()
 
 
+def at_once(n: int, act) -> list[str]:
+    """Run ``act(k)`` for k < n on n threads released together; each outcome is what it returned, or
+    "told: <message>" when it was refused with a ConflictError."""
+    barrier = threading.Barrier(n)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def worker(k: int) -> None:
+        barrier.wait()
+        try:
+            result = act(k)
+        except ConflictError as exc:
+            result = "told: " + str(exc)
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return outcomes
+
+
 def _count(cat, model) -> int:
     with cat.unit_of_work() as s:
         return s.query(model).count()
@@ -36,26 +60,13 @@ def _count(cat, model) -> int:
 def test_simultaneous_decisions_exactly_one_wins(cat, decision):
     n_individuals = _count(cat, Individual)
     seen = current_decision_version(cat, 1)
-    barrier = threading.Barrier(8)
-    outcomes: list[str] = []
-    lock = threading.Lock()
 
-    def curator(k: int) -> None:
-        barrier.wait()
-        try:
-            record_decision(cat, query_image_id=1, decision=decision, user=f"curator{k}", seen_version=seen,
-                            candidate_image_id=2 if decision == "same" else None)
-            result = "won"
-        except ConflictError as exc:
-            result = "told: " + str(exc)
-        with lock:
-            outcomes.append(result)
+    def curator(k: int) -> str:
+        record_decision(cat, query_image_id=1, decision=decision, user=f"curator{k}", seen_version=seen,
+                        candidate_image_id=2 if decision == "same" else None)
+        return "won"
 
-    threads = [threading.Thread(target=curator, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    outcomes = at_once(8, curator)
     assert outcomes.count("won") == 1, outcomes
     from db.audit import verify_chain
 
@@ -96,17 +107,17 @@ def test_cli_decisions_at_once_exactly_one_wins(cat):
     d = str(cat.data_dir)
     n_individuals = _count(cat, Individual)
 
-    def at_once(*args: str) -> list[subprocess.CompletedProcess]:
+    def cli_at_once(*args: str) -> list[subprocess.CompletedProcess]:
         procs = [subprocess.Popen([sys.executable, "-m", "app.cli", "--data-dir", d, "--user", f"c{k}", *args],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(4)]
         return [subprocess.CompletedProcess(p.args, p.wait(120), *p.communicate()) for p in procs]
 
-    runs = at_once("decide", "1", "new")
+    runs = cli_at_once("decide", "1", "new")
     assert sorted(r.returncode for r in runs) == [0, 1, 1, 1], [(r.stdout, r.stderr) for r in runs]
     assert all("decided" in r.stderr or "standing decision" in r.stderr for r in runs if r.returncode)
     assert _count(cat, MatchDecision) == 1 and _count(cat, Individual) == n_individuals + 1
     # --replace re-decides on purpose: each call that wins adds exactly one decision, the others are told
-    runs = at_once("decide", "1", "same", "--candidate", "2", "--replace")
+    runs = cli_at_once("decide", "1", "same", "--candidate", "2", "--replace")
     won = sum(r.returncode == 0 for r in runs)
     assert won >= 1 and all("decided" in r.stderr for r in runs if r.returncode), [r.stderr for r in runs]
     assert _count(cat, MatchDecision) == 1 + won
@@ -127,24 +138,7 @@ def test_simultaneous_undo_undoes_the_change_once(cat):
     with cat.unit_of_work() as s:
         ops.rename_individual(s, 1, "Amber Three", user="ana")  # the newest change
         s.commit()
-    barrier = threading.Barrier(8)
-    outcomes: list[str] = []
-    lock = threading.Lock()
-
-    def curator(k: int) -> None:
-        barrier.wait()
-        try:
-            result = undo_last(cat, user=f"curator{k}")
-        except ConflictError as exc:
-            result = "told: " + str(exc)
-        with lock:
-            outcomes.append(result)
-
-    threads = [threading.Thread(target=curator, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    outcomes = at_once(8, lambda k: undo_last(cat, user=f"curator{k}"))
     assert sum(o.startswith("Undone") for o in outcomes) == 1, outcomes
     assert all("already undone" in o for o in outcomes if not o.startswith("Undone")), outcomes
     with cat.unit_of_work() as s:
