@@ -112,14 +112,27 @@ def train_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[s
     return result
 
 
-def retrain_params(cat: Catalogue, *, species_id: int = 1, user: str = "curator") -> dict[str, Any]:
+def retrain_params(cat: Catalogue, *, species_id: int = 1, user: str = "curator", force: bool = False
+                   ) -> dict[str, Any]:
     """The training job that learns from the decisions made since the active model: the catalogue's confirmed
     individuals of the species, the active model's own recipe (SupCon head only when it was never trained),
-    evaluated on the species' newest benchmark with a train split and compared with the active model."""
+    evaluated on the species' newest benchmark with a train split and compared with the active model.
+
+    With no identity confirmed since the active model was trained there is nothing new to learn: refused
+    (unless ``force``), rather than queueing a full training run."""
     from sqlalchemy import select
 
+    from db.catalogue import CatalogueError
     from db.models import Benchmark, Model
     from db.species import active_model_name
+    from db.training import decisions_since_active
+
+    if not force:
+        new = decisions_since_active(cat, species_id)
+        if new["confirmed"] == 0:
+            raise CatalogueError(f"0 confirmed identities since {new['active_model']} was trained: retraining would "
+                                 "learn nothing new. Confirm matches in Match review first (or retrain anyway from "
+                                 "the shell with `rosette retrain --force`).")
 
     active = active_model_name(cat, species_id)
     with cat.unit_of_work() as s:

@@ -183,3 +183,21 @@ def test_loop_commands_from_the_shell(loop, capsys):
     assert "retraining queued as job" in capsys.readouterr().out
     retrain = queue.list_jobs(loop, limit=1, kind="train")[0]
     assert retrain.params["compare_with"] == "efficientnet_lite0" and retrain.params["source"] == "catalogue"
+
+
+def test_retrain_with_nothing_new_is_refused(tmp_path, capsys):
+    """No identity confirmed since the active model was trained: the Models tab's Retrain and `rosette retrain`
+    say so and queue nothing; `--force` still retrains (issue 14, item 5)."""
+    from app.cli import main as cli
+    from app.models_services import retrain
+    from db.session import open_catalogue
+
+    data = tmp_path / "empty"
+    cat = open_catalogue(data)
+    with pytest.raises(ValueError, match="0 confirmed identities since efficientnet_lite0 was trained"):
+        retrain(cat, None, user="ana")
+    assert cli(["--data-dir", str(data), "retrain"]) == 1
+    assert "learn nothing new" in capsys.readouterr().err
+    assert queue.list_jobs(cat, kind="train") == []
+    assert cli(["--data-dir", str(data), "retrain", "--force"]) == 0
+    assert len(queue.list_jobs(cat, kind="train")) == 1

@@ -25,6 +25,7 @@ def register(sub) -> None:
     r = sub.add_parser("retrain", help="train on the decisions since the active model, evaluate, diagnose, compare")
     r.add_argument("--species", default=None)
     r.add_argument("--wait", action="store_true")
+    r.add_argument("--force", action="store_true", help="retrain even with no identity confirmed since")
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=run_retrain)
 
@@ -117,7 +118,7 @@ def run_retrain(args, ctx) -> int:
     cat = ctx.catalogue
     sid = _species_id(cat, args.species)
     d = decisions_since_active(cat, sid)
-    job_id = queue.submit(cat, "train", retrain_params(cat, species_id=sid, user=ctx.user))
+    job_id = queue.submit(cat, "train", retrain_params(cat, species_id=sid, user=ctx.user, force=args.force))
     if not args.wait:
         print(f"{d['confirmed']} confirmed identities since {d['active_model']} was trained; retraining queued as "
               f"job {job_id}")
