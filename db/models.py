@@ -324,6 +324,7 @@ class Job(Base):
     error: Mapped[str | None] = mapped_column(Text, default=None)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    cancelled_by: Mapped[str | None] = mapped_column(String(120), default=None)  # who asked it to stop
     worker: Mapped[str | None] = mapped_column(String(120), default=None)
     pid: Mapped[int | None] = mapped_column(Integer, default=None)  # the child process running it
     attempts: Mapped[int] = mapped_column(Integer, default=0)  # how many times a worker started it

@@ -176,20 +176,29 @@ def list_jobs(cat: Catalogue, *, limit: int = 50, kind: str | None = None) -> li
         return list(s.scalars(q))
 
 
-def request_cancel(cat: Catalogue, job_id: int) -> JobStatus:
+def cancelled_message(job: Job, *, extra: str = "") -> str:
+    """"cancelled by <who asked>" (the person recorded with the request)."""
+    return f"cancelled by {job.cancelled_by or 'request'}{extra}"
+
+
+def request_cancel(cat: Catalogue, job_id: int, *, by: str | None = None) -> JobStatus:
     """Cancel a queued job at once; ask a running one to stop (its supervisor terminates it after a grace
-    period if it does not stop by itself). Returns the status after the call."""
+    period if it does not stop by itself). ``by`` (default: the acting user) is recorded and named in the
+    job's message. Returns the status after the call."""
+    from db.audit import acting_user
+
+    by = (by or acting_user())[:120]
     for _ in range(5):
         job = get_job(cat, job_id)
         if job.status == JobStatus.queued:
             if transition(cat, job_id, JobStatus.cancelled, expect={JobStatus.queued}, cancel_requested=True,
-                          finished_at=utcnow(), message="cancelled before it started"):
+                          cancelled_by=by, finished_at=utcnow(), message=f"cancelled by {by} before it started"):
                 return JobStatus.cancelled
             continue  # a worker claimed it meanwhile: ask the running job instead
         if job.status == JobStatus.running:
             with cat.unit_of_work() as s:
                 s.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.running)
-                          .values(cancel_requested=True, message="cancelling..."))
+                          .values(cancel_requested=True, cancelled_by=by, message=f"cancelling (asked by {by})..."))
                 s.commit()
         return get_job(cat, job_id).status
     return get_job(cat, job_id).status
@@ -334,13 +343,15 @@ def execute(cat: Catalogue, job_id: int) -> JobStatus:
         with acting_as(str(job.params.get("user") or "") or submitter_of_job(cat, job_id)):
             result = handler(cat, dict(job.params), ctx) or {}
     except JobCancelled:
-        ctx.log("cancelled by the curator")
-        _finish(cat, job_id, JobStatus.cancelled, message="cancelled by the curator")
+        message = cancelled_message(get_job(cat, job_id))
+        ctx.log(message)
+        _finish(cat, job_id, JobStatus.cancelled, message=message)
         return get_job(cat, job_id).status
     except Exception as exc:  # the job failed; the worker lives on
         if ctx.cancelled():  # a pipeline stopped on the cancel request with its own exception
-            ctx.log("cancelled by the curator")
-            _finish(cat, job_id, JobStatus.cancelled, message="cancelled by the curator")
+            message = cancelled_message(get_job(cat, job_id))
+            ctx.log(message)
+            _finish(cat, job_id, JobStatus.cancelled, message=message)
             return get_job(cat, job_id).status
         tb = "".join(traceback.format_exception(exc))
         ctx.log(f"failed: {exc}\n{tb}")

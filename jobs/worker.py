@@ -33,8 +33,8 @@ from sqlalchemy import update
 
 from db.models import Job, JobStatus, utcnow
 from db.session import Catalogue
-from jobs.queue import (QUEUES, STALE_AFTER_S, JobError, _finish, _kill_tree, claim_next, execute, get_job,
-                        job_dir, read_log_tail, recover_stale_jobs, transition, worker_name)
+from jobs.queue import (QUEUES, STALE_AFTER_S, JobError, _finish, _kill_tree, cancelled_message, claim_next, execute,
+                        get_job, job_dir, read_log_tail, recover_stale_jobs, transition, worker_name)
 
 log = logging.getLogger("rosette.worker")
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -98,7 +98,8 @@ def supervise(cat: Catalogue, job_id: int, *, poll_s: float = 0.25, cancel_grace
             cancel_seen = cancel_seen or time.monotonic()
             if time.monotonic() - cancel_seen > cancel_grace_s:
                 _terminate(proc)
-                outcome = (JobStatus.cancelled, f"cancelled by the curator (stopped after a {cancel_grace_s:.0f} s grace)")
+                outcome = (JobStatus.cancelled,
+                           cancelled_message(job, extra=f" (stopped after a {cancel_grace_s:.0f} s grace)"))
                 break
         beat = job.heartbeat_at or job.started_at
         if beat is not None and (utcnow() - beat).total_seconds() > hang_after_s:

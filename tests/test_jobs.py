@@ -104,15 +104,22 @@ def test_unknown_kind_is_refused(cat):
 
 
 def test_cancel_queued_and_running_in_process(cat):
+    """...and the job says who cancelled it (issue 14, item 10: it said "the curator" when an admin had)."""
+    from db.audit import acting_as
+
     jid = queue.submit(cat, "sleep", {"steps": 2})
-    assert queue.request_cancel(cat, jid) == JobStatus.cancelled
+    assert queue.request_cancel(cat, jid, by="ada") == JobStatus.cancelled
+    assert queue.get_job(cat, jid).message == "cancelled by ada before it started"
     assert run_one(cat, isolate=False) is None  # nothing left to run
 
     jid = queue.submit(cat, "sleep", {"steps": 50, "seconds": 0})
     assert queue.claim_next(cat) == jid
-    queue.request_cancel(cat, jid)  # the handler sees it at its next check
+    with acting_as("ines"):  # the signed-in user (the UI's guard and the CLI set it)
+        queue.request_cancel(cat, jid)  # the handler sees it at its next check
+    assert queue.get_job(cat, jid).message == "cancelling (asked by ines)..."
     assert queue.execute(cat, jid) == JobStatus.cancelled
-    assert queue.get_job(cat, jid).message == "cancelled by the curator"
+    job = queue.get_job(cat, jid)
+    assert job.message == "cancelled by ines" and job.cancelled_by == "ines"
 
 
 def test_claim_is_exclusive(cat):
