@@ -340,12 +340,16 @@ def acting_role() -> Role | None:
 
 
 def identity_line() -> str:
-    """The header's "who is acting" line, inside a guarded call (single-user mode says so plainly)."""
+    """The header's "who is acting" line (HTML), inside a guarded call (single-user mode says so plainly).
+    Sign out leaves in this tab (``target=_self``: a Markdown link opened a new tab and stranded this one)."""
+    import html
+
     if _POLICY is not None and _POLICY.single_user:
-        return (f"**Single-user mode** (this machine only, no sign-in): every change is recorded as "
-                f"**{_POLICY.single_user}**.")
+        return (f"<b>Single-user mode</b> (this machine only, no sign-in): every change is recorded as "
+                f"<b>{html.escape(_POLICY.single_user)}</b>.")
     name, role = _ACTOR.get(), acting_role()
-    return f"Signed in as **{name}** ({role.value if role else 'no role'}) · [Sign out](/logout)"
+    return (f"Signed in as <b>{html.escape(str(name))}</b> ({role.value if role else 'no role'}) · "
+            "<a href='logout' target='_self' id='rosette-sign-out'>Sign out</a>")
 
 
 def build_app(cat: Catalogue, *, single_user: str | None = None) -> gr.Blocks:
@@ -362,7 +366,7 @@ def build_app(cat: Catalogue, *, single_user: str | None = None) -> gr.Blocks:
     with gr.Blocks(title="Rosette", analytics_enabled=False, delete_cache=(3600, 86400)) as demo:
         with gr.Row(elem_id="rosette-header", equal_height=True):
             gr.Markdown("## Rosette\nWildlife re-identification catalogue", elem_id="rosette-title")
-            who = gr.Markdown("", elem_id="rosette-identity")
+            who = gr.HTML("", elem_id="rosette-identity")
         user_state = gr.State(SessionUser())
         version = gr.State(0)
         ctx = UIContext(catalogue=cat, user=user_state, version=version, demo=demo)

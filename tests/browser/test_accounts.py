@@ -160,7 +160,12 @@ def test_browser_sign_in_a_viewer_is_refused_a_curator_renames_and_the_audit_tab
     shot("viewer-refused")
     assert _individual_id(server, "Viewer rename") is None
 
-    page.context.clear_cookies()
+    # sign out ends the session in this tab and shows the sign-in page here, no new tab (issue 14, item 2)
+    page.locator("#rosette-sign-out").click()
+    expect(page.get_by_role("button", name="Login")).to_be_visible(timeout=TIMEOUT_MS)
+    assert len(page.context.pages) == 1
+    page.goto(server.url)
+    expect(page.get_by_role("button", name="Login")).to_be_visible(timeout=TIMEOUT_MS)  # the session is over
     sign_in(page, server, "cora", PASSWORD)
     page.get_by_role("tab", name="Catalogue").click()
     choose(page, "catalogue-open", "ind01")
