@@ -569,6 +569,25 @@ def load_diagnosis(cat: Catalogue, evaluation_id: int | None = None) -> Diagnosi
         return _view(e)
 
 
+def context_sentence(m: dict[str, Any]) -> str | None:
+    """The two background ratios read together, in one sentence a curator can act on (they can disagree:
+    BG/FG paints the animal out, BG+Sil/FG leaves its outline in, so their gap is what the outline tells)."""
+    bg, sil = m.get("bg_fg"), m.get("bg_sil_fg")
+    if bg is None or sil is None:
+        return None
+    band, sil_band = m.get("bg_fg_band"), m.get("bg_sil_fg_band")
+    start = (f"With the animal painted out, the background alone identifies {100 * bg:.0f}% as well as the coat "
+             f"does; with the animal's outline left in, {100 * sil:.0f}%")
+    if band == "HIGH":
+        return start + ": the model leans on the background itself (place, vegetation), not on the animal."
+    if sil_band == "HIGH" and band != "HIGH":
+        return (start + ": the background itself is not the problem, the animal's outline is. The model may be "
+                "matching body shape, pose or size rather than the coat pattern.")
+    if sil_band == "MEDIUM" or band == "MEDIUM":
+        return start + ": partly context. Check matches with Matched spots or the coat-only variant."
+    return start + ": both low, so the model relies on the coat."
+
+
 def diagnosis_summary_markdown(v: DiagnosisView) -> str:
     """The headline verdicts of a stored run, curator words first, ML terms on hover."""
     m = v.metrics
@@ -582,7 +601,8 @@ def diagnosis_summary_markdown(v: DiagnosisView) -> str:
              f"<span title=\"{prov}\">{fmt(m.get('bg_fg'))}</span> — {html.escape(BAND_WORDS.get(band, 'not available'))}"
              + (f" ({tip(band, 'risk band: LOW < 0.95 <= MEDIUM <= 1.10 < HIGH')})" if band else ""),
              f"- {tip('Background + outline vs coat', 'BG+Sil/FG = macro mAP(background_only) / macro mAP(foreground_only)')}: "
-             f"<span title=\"{prov}\">{fmt(m.get('bg_sil_fg'))}</span> ({m.get('bg_sil_fg_band') or '—'})",
+             f"<span title=\"{prov}\">{fmt(m.get('bg_sil_fg'))}</span> ({m.get('bg_sil_fg_band') or '—'})"
+             + (f"\n  {html.escape(context_sentence(m))}" if context_sentence(m) else ""),
              f"- {tip('Mirror check', 'laterality: mean mirror similarity s(x, flip(x)) on foreground cut-outs and its tier')}: "
              f"mean likeness to the mirror image <span title=\"{prov}\">{fmt(m.get('mirror_sim_mean'))}</span> "
              f"± {fmt(m.get('mirror_sim_std'))}: the model {html.escape(TIER_WORDS.get(tier, 'n/a'))} "

@@ -68,12 +68,13 @@ def compare_models(cat: Catalogue, a: str | None, b: str | None, benchmark: str 
     res = compare(cat, a, b, benchmark=benchmark)
     lines = [f"**{e['verdict']}**" if ep == "cmc1" else e["verdict"] for ep, e in res["endpoints"].items()]
     table = "\n".join(
-        f"| {ep} | {e['mean_a']:.4f} | {e['mean_b']:.4f} | {100 * e['mean_diff']:+.2f} "
-        f"[{100 * e['ci_low']:+.2f}, {100 * e['ci_high']:+.2f}] | {e['p_holm']:.3g} |"
+        f"| {ep} | {e['mean_a']:.4f} ({e['macro_a']:.4f}) | {e['mean_b']:.4f} ({e['macro_b']:.4f}) | "
+        f"{100 * e['mean_diff']:+.2f} [{100 * e['ci_low']:+.2f}, {100 * e['ci_high']:+.2f}] | {e['p_holm']:.3g} |"
         for ep, e in res["endpoints"].items())
     text = ("\n\n".join(lines) + f"\n\n| endpoint | {a} | {b} | A−B points [95% CI] | p (Holm) |\n|---|---|---|---|---|\n"
             + table + f"\n\n{res['endpoints']['map']['n_queries']} queries of {benchmark}; paired Wilcoxon per "
-            "seed, Fisher across seeds, Holm across the three endpoints.")
+            "seed, Fisher across seeds, Holm across the three endpoints. Means are per query (what the tests "
+            "compare); in brackets, balanced per individual, as the leaderboard shows them.")
     return text, difference_figure(res)
 
 

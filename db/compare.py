@@ -66,6 +66,16 @@ def per_query_values(cat: Catalogue, model: str, benchmark: str) -> dict[str, An
             "model": backbone.config.name}
 
 
+def identity_balanced(values: np.ndarray, labels: Sequence[str]) -> float:
+    """Mean over identities of the mean of that identity's queries (NaN queries left out): the leaderboard's
+    macro figure, from the same per-query values the paired tests use."""
+    v = np.asarray(values, dtype=np.float64)
+    lab = np.asarray(labels)
+    keep = ~np.isnan(v)
+    per = [v[keep & (lab == ident)].mean() for ident in np.unique(lab[keep])]
+    return float(np.mean(per)) if per else float("nan")
+
+
 def compare(cat: Catalogue, a: str | Sequence[str], b: str | Sequence[str], *, benchmark: str,
             alpha: float = 0.05, seed: int = 0) -> dict[str, Any]:
     """Compare A and B (a model name each, or one model per seed) on ``benchmark``'s test split."""
@@ -88,8 +98,12 @@ def compare(cat: Catalogue, a: str | Sequence[str], b: str | Sequence[str], *, b
         diffs = np.concatenate([x[ep] - y[ep] for x, y in zip(va, vb)])
         lo, hi = bootstrap_ci(diffs, seed=seed)
         out["endpoints"][ep] = {
+            # per-query means (micro): what the paired tests compare; the identity-balanced means (macro) are
+            # what the leaderboard shows, so both are given and labelled
             "mean_a": float(np.nanmean(np.concatenate([x[ep] for x in va]))),
             "mean_b": float(np.nanmean(np.concatenate([y[ep] for y in vb]))),
+            "macro_a": float(np.mean([identity_balanced(x[ep], x["labels"]) for x in va])),
+            "macro_b": float(np.mean([identity_balanced(y[ep], y["labels"]) for y in vb])),
             "mean_diff": res["mean_diff"], "ci_low": lo, "ci_high": hi, "p_combined": res["p_combined"],
             "consistent_direction": res["consistent_direction"],
             "n_queries": int(np.sum(~np.isnan(diffs))),

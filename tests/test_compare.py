@@ -65,3 +65,15 @@ def test_compare_cli_json(two_models, capsys):
     assert set(res["endpoints"]) == {"map", "cmc1", "cmc5"}
     for e in res["endpoints"].values():
         assert {"mean_diff", "ci_low", "ci_high", "p_combined", "p_holm", "significant", "verdict"} <= set(e)
+
+
+def test_compare_gives_the_leaderboards_identity_balanced_figures_too(two_models):
+    """Compare tests per-query values (micro); the leaderboard shows identity-balanced ones (macro). Both are
+    reported, and the macro ones equal the evaluation's (issue 14, item 8: 0.474 vs 0.400 for one model)."""
+    ev = __import__("db.evaluation", fromlist=["run_evaluation"]).run_evaluation(
+        two_models, backbone="efficientnet_lite0", benchmark="syn", store=False)
+    res = compare(two_models, "cmp-a", "efficientnet_lite0", benchmark="syn")
+    e_map, e_cmc1 = res["endpoints"]["map"], res["endpoints"]["cmc1"]
+    assert e_map["macro_b"] == pytest.approx(ev["map_macro"], abs=1e-9)
+    assert e_cmc1["macro_b"] == pytest.approx(ev["cmc_macro"]["1"], abs=1e-9)
+    assert e_map["mean_b"] == pytest.approx(ev["map_micro"], abs=1e-9)

@@ -417,3 +417,17 @@ def test_a_real_diagnose_run_renders(cat):
     assert rows[1][3] == ds.fmt(result["cross_flank"]["cmc_macro"]["1"])
     text = ds.diagnosis_summary_markdown(v)
     assert ds.fmt(result["mirror_sim_mean"]) in text and result["mirror_tier"] in text
+
+
+def test_the_two_background_ratios_are_read_together_in_a_sentence():
+    """'Background vs coat 0.812 (LOW)' beside 'Background + outline vs coat 1.171 (HIGH)' is explained, not left
+    to the curator (issue 14, item 8)."""
+    from app.diag_services import context_sentence
+
+    text = context_sentence({"bg_fg": 0.812, "bg_fg_band": "LOW", "bg_sil_fg": 1.171, "bg_sil_fg_band": "HIGH"})
+    assert "81%" in text and "117%" in text and "outline" in text and "shape" in text
+    assert "background itself" in context_sentence({"bg_fg": 1.3, "bg_fg_band": "HIGH", "bg_sil_fg": 1.4,
+                                                    "bg_sil_fg_band": "HIGH"})
+    assert "relies on the coat" in context_sentence({"bg_fg": 0.5, "bg_fg_band": "LOW", "bg_sil_fg": 0.6,
+                                                     "bg_sil_fg_band": "LOW"})
+    assert context_sentence({"bg_fg": None, "bg_sil_fg": 0.6}) is None

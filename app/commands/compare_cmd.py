@@ -30,6 +30,8 @@ def run(args, ctx) -> int:
                      f"{e['p_holm']:.3g}" if e["p_holm"] is not None else "-", e["n_queries"]))
     print_table(rows, ["endpoint", f"A {res['a']}", f"B {res['b']}", "A-B (points)", "95% CI", "p (Fisher)",
                        "p (Holm)", "queries"])
+    print("means per query, as the paired tests compare them; balanced per individual, as the leaderboard shows: "
+          + "; ".join(f"{ep} A {e['macro_a']:.4f} / B {e['macro_b']:.4f}" for ep, e in res["endpoints"].items()))
     for e in res["endpoints"].values():
         print(e["verdict"])
     return 0

@@ -81,7 +81,7 @@ def build(ctx: UIContext) -> None:
                 run_button = gr.Button("Run diagnostics in the background", variant="primary",
                                        elem_id="diag-run-job", scale=0, min_width=280)
                 run_status = gr.Markdown(elem_id="diag-run-status", elem_classes=["status-line"])
-            with gr.Accordion("No benchmark yet? Freeze one from the catalogue", open=False,
+            with gr.Accordion("Freeze a new benchmark from the catalogue", open=False,
                               elem_id="diag-freeze-box"):
                 with gr.Row(equal_height=True):
                     freeze_name = gr.Textbox(label="Benchmark name", max_lines=1, elem_id="diag-freeze-name")
