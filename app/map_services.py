@@ -38,11 +38,34 @@ def map_payload(cat: Catalogue, model: str, colour_by: str, *, species_id: int |
 def map_html(payload: dict[str, Any] | None, *, note: str = "") -> str:
     """The container the Map tab's script draws into; the data rides along as JSON."""
     if payload is None:
-        return (f"<div class='map-empty' id='map-empty'>{html.escape(note) or 'No map yet for this model: press '}"
-                "<b>Compute map</b>.</div>")
+        text = html.escape(note) or "No map yet for this model: press "
+        return (f"<div class='map-empty' id='map-empty'>{text}"
+                + ("<b>Compute map</b>." if text.endswith("press ") else "") + "</div>")
     data = json.dumps(payload, separators=(",", ":")).replace("</", "<\\/")
     return (f"<div class='map-root' id='map-root' data-n='{len(payload['id'])}'><div class='map-plot' "
             f"id='map-plot'></div><script type='application/json' class='map-data'>{data}</script></div>")
+
+
+def map_wait_note(cat: Catalogue, model: str) -> str:
+    """What the empty map says: its job is computing (with progress), queued behind job #N, or not asked for."""
+    from db.models import JobStatus
+    from jobs.queue import list_jobs
+
+    mine = next((j for j in list_jobs(cat, limit=100, kind="map")
+                 if (j.params or {}).get("model") == model and j.status in (JobStatus.queued, JobStatus.running)),
+                None)
+    if mine is None:
+        return f"No map yet for {model}: press "
+    if mine.status == JobStatus.running:
+        return f"The map for {model} is being computed (job #{mine.id}, {100 * (mine.progress or 0):.0f}%). "
+    ahead = sorted((j for j in list_jobs(cat, limit=200) if j.queue == mine.queue and j.id != mine.id
+                    and (j.status == JobStatus.running or (j.status == JobStatus.queued and j.id < mine.id))),
+                   key=lambda j: (j.status != JobStatus.running, j.id))
+    if not ahead:
+        return f"The map for {model} is queued as job #{mine.id} and starts when a worker is free. "
+    first = ahead[0]
+    return (f"The map for {model} is queued as job #{mine.id}, behind job #{first.id} ({first.kind}, "
+            f"{first.status.value})" + (f" and {len(ahead) - 1} more" if len(ahead) > 1 else "") + ". ")
 
 
 def queue_map(cat: Catalogue, model: str, *, species_id: int | None = None, user: str = "curator") -> str:

@@ -226,7 +226,7 @@ def export_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[
             shutil.rmtree(params["images_dir"], ignore_errors=True)
 
 
-@register_job_kind("map", queue=HEAVY)
+@register_job_kind("map")  # short (features are cached, UMAP takes seconds): never waits behind a training run
 def map_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     """Embedding map (UMAP; Poincare disk for Lorentz models) of a species' photos: params model, species."""
     from db.embedding_map import compute_map

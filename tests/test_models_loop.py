@@ -83,7 +83,7 @@ def test_embedding_map_job_and_payload(loop):
 
     assert load_map(loop, "efficientnet_lite0") is None  # not computed yet
     job = queue.submit_and_run(loop, "map", {"model": "efficientnet_lite0"})
-    assert job.status == JobStatus.succeeded and job.queue == "heavy" and job.result["n"] == 48
+    assert job.status == JobStatus.succeeded and job.queue == "light" and job.result["n"] == 48
     m = load_map(loop, "efficientnet_lite0")
     assert len(m["points"]) == 48 and not m["poincare"]
     for colour in ("individual", "flank", "solidity", "species", "undecided"):
@@ -201,3 +201,22 @@ def test_retrain_with_nothing_new_is_refused(tmp_path, capsys):
     assert queue.list_jobs(cat, kind="train") == []
     assert cli(["--data-dir", str(data), "retrain", "--force"]) == 0
     assert len(queue.list_jobs(cat, kind="train")) == 1
+
+
+def test_the_map_says_what_its_job_waits_for_and_never_waits_behind_training(tmp_path):
+    """Map jobs run on the light queue (a training run never holds them up) and the empty map says 'queued
+    behind job #N' instead of 'No map yet' while they wait (issue 14, item 4)."""
+    from app.map_services import map_html, map_wait_note, queue_map
+    from db.session import open_catalogue
+    from jobs.queue import LIGHT, queue_of
+
+    cat = open_catalogue(tmp_path / "data")
+    assert queue_of("map") == LIGHT
+    assert map_wait_note(cat, "efficientnet_lite0") == "No map yet for efficientnet_lite0: press "
+    assert "<b>Compute map</b>" in map_html(None, note=map_wait_note(cat, "efficientnet_lite0"))
+    training = queue.submit(cat, "sleep_heavy", {"steps": 1})
+    first = queue.submit(cat, "sleep", {"steps": 1})  # a light job ahead of the map
+    queue_map(cat, "efficientnet_lite0")
+    note = map_wait_note(cat, "efficientnet_lite0")
+    assert f"behind job #{first} (sleep, queued)" in note and f"#{training}" not in note
+    assert "Compute map" not in map_html(None, note=note)

@@ -110,7 +110,7 @@ def build(ctx: UIContext) -> None:
 
     def show(model_name, colour_by):
         payload = mp.map_payload(cat, model_name or ms.active_model(cat), colour_by or "individual")
-        note = "" if payload is not None else f"No map yet for {model_name}: press "
+        note = "" if payload is not None else mp.map_wait_note(cat, model_name or ms.active_model(cat))
         return mp.map_html(payload, note=note), (f"{len(payload['id'])} photos." if payload else "")
 
     @curator_action
