@@ -381,25 +381,21 @@ def spot_evidence_check(cat: Catalogue, image_id: int, *, model: str = DEFAULT_B
     """Verify the photo's top-``k`` candidates by the global ``model`` with the ``matcher``'s keypoints (opposite
     flanks are not compared) and say in a plain sentence when the best match shares almost no spots with it:
     the model may then be matching the background or the pose rather than the coat."""
-    from core.spots.pipeline import PipelineSettings, cross_flank, verify_one
-    from db.matching import _image_rows, rank_candidates
-    from db.spots import features_for, get_matcher, load_pipeline
+    from core.spots.pipeline import PipelineSettings
+    from db.matching import rank_candidates
+    from db.spots import get_matcher, load_pipeline, verify_candidates
 
     pipeline = load_pipeline(cat, model)
     global_model = pipeline.global_model if pipeline is not None else model  # a pipeline: its global model ranks
     image_id = int(image_id)
     result = rank_candidates(cat, image_id, model_name=global_model, k=k)
-    rows = _image_rows(cat, [image_id])
-    q_flank = getattr(rows[image_id][3], "value", rows[image_id][3])
-    m = get_matcher(matcher)
     settings = PipelineSettings(matcher=matcher)
     cands = result.candidates[:k]
-    feats = features_for(cat, [image_id] + [c.image_id for c in cands], matcher=m)
+    m = get_matcher(matcher)
+    feats, checks = verify_candidates(cat, image_id, [c.image_id for c in cands], matcher=m, settings=settings)
     fq = feats[0]
-    cross = cross_flank([q_flank], [c.flank for c in cands])[0] if cands else []
     out = []
-    for t, (c, f) in enumerate(zip(cands, feats[1:])):
-        v = verify_one(m, fq, f, settings, cross=bool(cross[t]))
+    for c, v in zip(cands, checks):
         out.append(SpotCheckRow(rank=c.rank, image_id=c.image_id, individual=c.individual_name, flank=c.flank,
                                 score=float(c.score), inliers=int(v.n_inliers), status=v.status))
     enough = fq.enough(settings.min_keypoints)

@@ -75,10 +75,9 @@ class MatchedSpots:
 def matched_spots(cat: Catalogue, request: MatchedSpotsRequest) -> MatchedSpots:
     """Verify the pair and draw its inlier correspondences (lines joining the same spots)."""
     from core.spots.draw import draw_correspondences
-    from core.spots.pipeline import PipelineSettings as Settings, cross_flank, verify_one
+    from core.spots.pipeline import PipelineSettings as Settings
     from db.embeddings import load_photo, sources_for
-    from db.spots import features_for, get_matcher, load_pipeline, matcher_for
-    from db.matching import _image_rows
+    from db.spots import get_matcher, load_pipeline, matcher_for, verify_candidates
 
     if request.pipeline:
         stored = load_pipeline(cat, request.pipeline)
@@ -88,13 +87,7 @@ def matched_spots(cat: Catalogue, request: MatchedSpotsRequest) -> MatchedSpots:
     else:
         matcher, settings = get_matcher(request.matcher), Settings(matcher=request.matcher)
     ids = [request.query_image_id, request.candidate_image_id]
-    rows = _image_rows(cat, ids)
-    missing = [i for i in ids if i not in rows]
-    if missing:
-        raise CatalogueError(f"There is no photo #{missing[0]} in the catalogue.")
-    flanks = [getattr(rows[i][3], "value", rows[i][3]) for i in ids]
-    fa, fb = features_for(cat, ids, matcher=matcher)
-    v = verify_one(matcher, fa, fb, settings, cross=bool(cross_flank(flanks)[0, 1]))
+    (fa, fb), (v,) = verify_candidates(cat, ids[0], ids[1:], matcher=matcher, settings=settings)
     srcs = sources_for(cat, ids)
     picture = draw_correspondences(load_photo(cat, srcs[0]), load_photo(cat, srcs[1]), v.inliers_a, v.inliers_b)
     notes = []

@@ -440,6 +440,25 @@ def pipeline_similarity(cat: Catalogue, pipeline: StoredPipeline, image_ids: lis
     return fused, scored.valid
 
 
+def verify_candidates(cat: Catalogue, query_id: int, candidate_ids: Sequence[int], *, matcher: LocalMatcher,
+                      settings: PipelineSettings) -> tuple[list[LocalFeatures], list[Any]]:
+    """(keypoints of the query then each candidate, one Verification per candidate): each candidate matched and
+    verified against the query, opposite flanks (left vs right) not compared (match review, the single-photo
+    check, the matched-spots view of a pair)."""
+    from core.spots.pipeline import cross_flank, verify_one
+    from db.matching import _image_rows
+
+    ids = [int(query_id), *(int(c) for c in candidate_ids)]
+    rows = _image_rows(cat, ids)
+    missing = [i for i in ids if i not in rows]
+    if missing:
+        raise CatalogueError(f"There is no photo #{missing[0]} in the catalogue.")
+    flanks = [getattr(rows[i][3], "value", rows[i][3]) for i in ids]
+    cross = cross_flank(flanks[:1], flanks[1:])[0]
+    feats = features_for(cat, ids, matcher=matcher)
+    return feats, [verify_one(matcher, feats[0], f, settings, cross=bool(c)) for f, c in zip(feats[1:], cross)]
+
+
 _GALLERY_INDEX: dict[tuple[str, tuple[int, ...]], Any] = {}
 
 
@@ -463,39 +482,36 @@ def rerank_with_pipeline(cat: Catalogue, pipeline: StoredPipeline, query_id: int
     """Re-rank one query's global ranking (score, gallery position, _) by the pipeline: its top-K shortlist gets
     the fused calibrated probability (global + the spot scorers that apply), the rest keep the global order
     below it. Returns the new ranking with per-candidate spot facts, and a note about the query's evidence."""
+    from core.spots.fusion import fuse_probabilities
     from core.spots.lnbnn import lnbnn_scores
-    from core.spots.pipeline import cross_flank, verify_one
+    from core.spots.pipeline import cross_flank
     from core.spots.verify import STATUS_WORDS
 
     k = pipeline.settings.shortlist
     short, rest = ranked[:k], ranked[k:]
     matcher = matcher_for(pipeline)
-    cand_ids = [gallery[j] for _, j, _ in short]
-    feats = features_for(cat, [query_id] + cand_ids, matcher=matcher)
+    feats, checks = verify_candidates(cat, query_id, [gallery[j] for _, j, _ in short], matcher=matcher,
+                                      settings=pipeline.settings)
     fq = feats[0]
-    flank = lambda i: getattr(rows[i][3], "value", rows[i][3])  # noqa: E731
-    cross = cross_flank([flank(query_id)], [flank(i) for i in cand_ids])[0]
     cals = pipeline.calibrators
-    p_global = cals[GLOBAL].probability([s for s, _, _ in short]) if short else np.zeros(0)
-    lnbnn = None
+    evidence = np.array([v.has_evidence for v in checks], dtype=bool)
+    probs = {GLOBAL: cals[GLOBAL].probability([sc for sc, _, _ in short]) if short else np.zeros(0)}
+    if VERIFICATION in pipeline.settings.scorers and VERIFICATION in cals:
+        probs[VERIFICATION] = cals[VERIFICATION].probability([v.n_inliers for v in checks]) if checks else np.zeros(0)
     if LNBNN in pipeline.settings.scorers and LNBNN in cals and fq.enough(pipeline.settings.min_keypoints):
+        flank = lambda i: getattr(rows[i][3], "value", rows[i][3])  # noqa: E731
         g_cross = cross_flank([flank(query_id)], [flank(i) for i in gallery])[0]
         index = _gallery_descriptor_index(cat, matcher, gallery, [j for j in range(len(gallery)) if not g_cross[j]])
-        lnbnn = lnbnn_scores(index, fq, k=pipeline.settings.lnbnn_k,
+        votes = lnbnn_scores(index, fq, k=pipeline.settings.lnbnn_k,
                              exclude=[j for j, i in enumerate(gallery) if i == query_id])
-    out: list[tuple[float, int, dict[str, Any]]] = []
-    for t, ((score, j, _), f) in enumerate(zip(short, feats[1:])):
-        v = verify_one(matcher, fq, f, pipeline.settings, cross=bool(cross[t]))
-        probs = [float(p_global[t])]
-        p_spots = None
-        if v.has_evidence and VERIFICATION in pipeline.settings.scorers and VERIFICATION in cals:
-            p_spots = float(cals[VERIFICATION].probability([v.n_inliers])[0])
-            probs.append(p_spots)
-        if lnbnn is not None and v.has_evidence:
-            probs.append(float(cals[LNBNN].probability([lnbnn[j]])[0]))
-        fused = float(np.mean(probs))
-        out.append((fused, j, {"global_score": float(score), "inliers": int(v.n_inliers), "spot_status": v.status,
-                               "spot_probability": p_spots}))
+        probs[LNBNN] = cals[LNBNN].probability([votes[j] for _, j, _ in short]) if short else np.zeros(0)
+    # the spot scorers apply where the pair could be judged on spots (the same rule as in evaluation)
+    fused = fuse_probabilities(probs, {name: evidence for name in probs if name != GLOBAL})
+    out: list[tuple[float, int, dict[str, Any]]] = [
+        (float(fused[t]), j, {"global_score": float(score), "inliers": int(v.n_inliers), "spot_status": v.status,
+                              "spot_probability": float(probs[VERIFICATION][t])
+                              if VERIFICATION in probs and v.has_evidence else None})
+        for t, ((score, j, _), v) in enumerate(zip(short, checks))]
     out.sort(key=lambda r: (-r[0], -r[2]["global_score"], r[1]))
     for score, j, _ in rest:
         out.append((float(cals[GLOBAL].probability([score])[0]) - 1.0, j,
@@ -538,25 +554,26 @@ def fuse_pairs(pipeline: StoredPipeline, pairs: Sequence[tuple[int, int]], globa
     of the calibrated global probability and, where both photos have keypoints, the calibrated inlier count.
     Every pair counts as shortlisted (a submission scores the pairs it is given); LNBNN, which needs a
     gallery, takes no part. Returns the scores and how many pairs had spot evidence."""
+    from core.spots.fusion import fuse_probabilities
     from core.spots.pipeline import verify_one
 
     cals = pipeline.calibrators
-    p_global = cals[GLOBAL].probability(np.asarray(global_scores, np.float64))
-    use_spots = VERIFICATION in pipeline.settings.scorers and VERIFICATION in cals
-    fused = p_global.astype(np.float64).copy()
-    done: dict[tuple[int, int], int | None] = {}
-    with_evidence = 0
-    for t, (a, b) in enumerate(pairs):
-        if use_spots:
+    probs = {GLOBAL: cals[GLOBAL].probability(np.asarray(global_scores, np.float64))}
+    inliers = np.full(len(pairs), np.nan)
+    if VERIFICATION in pipeline.settings.scorers and VERIFICATION in cals:
+        done: dict[tuple[int, int], float] = {}
+        for t, (a, b) in enumerate(pairs):
             key = (min(a, b), max(a, b))
-            if key not in done:
+            if key not in done:  # each unordered pair verified once
                 v = verify_one(matcher, features[key[0]], features[key[1]], pipeline.settings)
-                done[key] = v.n_inliers if v.has_evidence else None
-            if done[key] is not None:
-                fused[t] = 0.5 * (p_global[t] + float(cals[VERIFICATION].probability([done[key]])[0]))
-                with_evidence += 1
-        if progress is not None and (t % 500 == 0 or t + 1 == len(pairs)):
-            progress(t + 1, len(pairs))
+                done[key] = float(v.n_inliers) if v.has_evidence else np.nan
+            inliers[t] = done[key]
+            if progress is not None and (t % 500 == 0 or t + 1 == len(pairs)):
+                progress(t + 1, len(pairs))
+        probs[VERIFICATION] = np.where(np.isfinite(inliers), cals[VERIFICATION].probability(np.nan_to_num(inliers)),
+                                       np.nan)
+    fused = fuse_probabilities(probs)  # NaN (no spot evidence) takes no part
+    with_evidence = int(np.isfinite(inliers).sum())
     return fused.astype(np.float32), {"pairs": len(pairs), "with_spot_evidence": with_evidence}
 
 
