@@ -40,6 +40,12 @@ def _mask_digest(mask_path: str | None) -> str:
     return Path(mask_path).stem[:16] if mask_path else "nomask"
 
 
+def masked_content_key(src: ImageSource) -> str:
+    """Cache key of what depends on a photo and its mask (mask variants' features, spot keypoints): a new mask
+    gives a new key, so nothing computed on the old one is read again."""
+    return f"{src.content_hash}-m{_mask_digest(src.mask_path)}"
+
+
 def sources_for(cat: Catalogue, image_ids: Sequence[int]) -> list[ImageSource]:
     with cat.unit_of_work() as s:
         rows = {r.id: r for r in s.scalars(select(Image).where(Image.id.in_(list(image_ids))))}
@@ -108,7 +114,7 @@ def variant_loader(cat: Catalogue, src: ImageSource, variant: str, *, inpainter:
     if not src.mask_path:
         raise CatalogueError(f"image {src.image_id} has no mask; mask it in the Mask tab (or `rosette mask`) before "
                               f"using the {variant!r} variant")
-    key = f"{src.content_hash}-m{_mask_digest(src.mask_path)}"
+    key = masked_content_key(src)
     if variant == "background_inpainted":
         if inpainter is None:
             raise CatalogueError("the background_inpainted variant needs an inpainter")

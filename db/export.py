@@ -52,8 +52,8 @@ def export_kaggle(cat: Catalogue, *, test_csv: str | Path, images_dir: str | Pat
     check_images_exist(names, images_dir)
     backbone = get_backbone(cat, model)
     paths = [images_dir / n for n in names]
-    items = [(f"{_file_key(p)}-{variant}" if variant != "full_rgb" else _file_key(p), folder_loader(p, variant))
-             for p in paths]
+    keys = [_file_key(p) for p in paths]  # each file hashed once: the feature and keypoint caches share it
+    items = [(f"{k}-{variant}" if variant != "full_rgb" else k, folder_loader(p, variant)) for k, p in zip(keys, paths)]
     t1 = time.perf_counter()
     emb = extract_features(backbone, items, variant=variant, cache_dir=cat.cache_dir / "features",
                            progress=progress, should_cancel=should_cancel)
@@ -66,7 +66,7 @@ def export_kaggle(cat: Catalogue, *, test_csv: str | Path, images_dir: str | Pat
         raise ValueError(f"{model} is a fused pipeline calibrated on full photos; export it with the full_rgb variant")
     if pipeline is not None:  # a fused pipeline: calibrated global + verified spot evidence per row
         matcher = matcher_for(pipeline)
-        feats = folder_features(cat, paths, [_file_key(p) for p in paths], matcher=matcher)
+        feats = folder_features(cat, paths, keys, matcher=matcher)
         pos = {n: i for i, n in enumerate(names)}
         sims, spots = fuse_pairs(pipeline, [(pos[r.query_image], pos[r.gallery_image]) for r in rows], sims, feats,
                                  matcher=matcher, progress=progress)

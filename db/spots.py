@@ -28,8 +28,8 @@ from core.spots.fusion import GLOBAL, calibrator_from_dict, calibrator_to_dict, 
 from core.spots.pipeline import LNBNN, VERIFICATION, PipelineSettings, spot_scores_all_vs_all
 from core.spots.requests import KeypointsRequest, SpotEvaluationRequest
 from db.catalogue import CatalogueError
-from db.embeddings import ImageSource, embed_images, get_backbone, load_benchmark_fit_ids, load_mask, load_photo, \
-    sources_for
+from db.embeddings import embed_images, get_backbone, load_benchmark_fit_ids, load_mask, load_photo, \
+    masked_content_key, sources_for
 from db.models import Image, Model, ModelStatus
 from db.session import Catalogue
 
@@ -57,12 +57,6 @@ def get_matcher(name: str, **opts: Any) -> LocalMatcher:
         return _MATCHERS[key]
 
 
-def _feature_key(src: ImageSource) -> str:
-    from db.embeddings import _mask_digest
-
-    return f"{src.content_hash}-m{_mask_digest(src.mask_path)}"
-
-
 def features_for(cat: Catalogue, image_ids: Sequence[int], *, matcher: LocalMatcher, progress: Progress | None = None,
                  should_cancel: Callable[[], bool] | None = None, threads: int = EXTRACT_THREADS
                  ) -> list[LocalFeatures]:
@@ -74,7 +68,7 @@ def features_for(cat: Catalogue, image_ids: Sequence[int], *, matcher: LocalMatc
     out: list[LocalFeatures | None] = [None] * len(srcs)
     missing: list[int] = []
     for i, src in enumerate(srcs):
-        f = load_features(features_cache_path(root, fp, _feature_key(src)))
+        f = load_features(features_cache_path(root, fp, masked_content_key(src)))
         if f is None:
             missing.append(i)
         else:
@@ -92,7 +86,7 @@ def features_for(cat: Catalogue, image_ids: Sequence[int], *, matcher: LocalMatc
         if mask is not None and not mask.any():
             mask = None  # an empty mask says nothing about where the animal is: use the whole photo
         f = matcher.extract(rgb, mask)
-        save_features(features_cache_path(root, fp, _feature_key(src)), f)
+        save_features(features_cache_path(root, fp, masked_content_key(src)), f)
         return f
 
     done = len(srcs) - len(missing)
