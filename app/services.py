@@ -20,6 +20,8 @@ from sqlalchemy.engine import make_url
 
 from db.catalogue import (
     CatalogueError,
+    ConflictError,
+    NotFoundError,
     catalogue_stats,
     get_individual,
     history,
@@ -205,20 +207,42 @@ def split(cat: Catalogue, image_ids: Sequence[int], *, new_name: str | None = No
         return new.id, f"Split {n} photo{'s' if n != 1 else ''} out into the new individual {new.name}."
 
 
-def undo_last(cat: Catalogue, *, user: str) -> str:
-    """Undo the most recent identity change that is not undone yet."""
+def undo_last(cat: Catalogue, *, user: str, seen_event_id: int | None = None) -> str:
+    """Undo the most recent identity change that is not undone yet.
+
+    ``seen_event_id`` is the change the curator saw as the newest (the Catalogue tab sends it with the button):
+    that change is undone and no other. If another curator undid it meanwhile, this one is told so; if a newer
+    change came since, nothing is undone and the curator is shown it. Eight curators pressing Undo at once thus
+    undo one change, not the newest one and then the one before it, as a bare "undo the newest" would when
+    one of them arrives after another's undo has committed."""
     user = curator_name(user)
     with cat.unit_of_work() as s:
-        ev = last_undoable_event(s)
-        if ev is None:
+        newest = last_undoable_event(s)
+        if seen_event_id is not None:
+            seen = s.get(IdentityEvent, int(seen_event_id))
+            if seen is None:
+                raise NotFoundError(f"There is no change #{int(seen_event_id)}.")
+            if seen.undone_at is None and newest is not None and newest.id != seen.id:
+                raise ConflictError(f"Nothing undone: a newer change was made since you looked, "
+                                    f"#{newest.id} {describe_event(newest, _names(s, [newest]))} by {newest.user}. "
+                                    "Look at the history and press Undo again if that is the one to undo.")
+            newest = seen  # if it was undone meanwhile, undo_event below says by whom
+        if newest is None:
             raise CatalogueError("There is nothing to undo.")
-        event_id, what = ev.id, describe_event(ev, _names(s, [ev]))
+        event_id, what = newest.id, describe_event(newest, _names(s, [newest]))
     # a new transaction whose first statement claims the event: of curators pressing Undo at once, one undoes
-    # it and the others are told (instead of each undoing it again, or the next change)
+    # it and the others are told (instead of each undoing it again)
     with cat.unit_of_work() as s:
         undo_event(s, event_id, user=user)
         s.commit()
     return f"Undone: {what}."
+
+
+def last_change_id(cat: Catalogue) -> int | None:
+    """The id of the change "Undo last change" would undo now (what the Catalogue tab shows as the newest)."""
+    with cat.unit_of_work() as s:
+        ev = last_undoable_event(s)
+        return ev.id if ev is not None else None
 
 
 # --------------------------------------------------------------------------- history

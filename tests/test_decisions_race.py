@@ -127,9 +127,11 @@ def test_cli_decisions_at_once_exactly_one_wins(cat):
 
 
 def test_simultaneous_undo_undoes_the_change_once(cat):
-    """Eight curators press "Undo last change" at once: the newest change is undone exactly once, the others are
-    told it was already undone, and the change before it is left alone (issue 14, item 14)."""
-    from app.services import undo_last
+    """Eight curators, each looking at the Catalogue tab, press "Undo last change" at once: the newest change
+    is undone exactly once, the others are told it was already undone, and the change before it is left alone
+    (issue 14, item 14). The button sends the change the page showed: a curator whose press arrives after
+    another's undo has committed must not undo the change before it (the CI run of stop 18 did exactly that)."""
+    from app.services import last_change_id, undo_last
     from db.models import EventKind, IdentityEvent
 
     with cat.unit_of_work() as s:
@@ -138,12 +140,43 @@ def test_simultaneous_undo_undoes_the_change_once(cat):
     with cat.unit_of_work() as s:
         ops.rename_individual(s, 1, "Amber Three", user="ana")  # the newest change
         s.commit()
-    outcomes = at_once(8, lambda k: undo_last(cat, user=f"curator{k}"))
+    shown = last_change_id(cat)
+
+    def press(k: int) -> str:
+        try:
+            return undo_last(cat, user=f"curator{k}", seen_event_id=shown)
+        except ops.CatalogueError as exc:
+            return f"told: {exc}"
+
+    outcomes = at_once(8, press)
     assert sum(o.startswith("Undone") for o in outcomes) == 1, outcomes
     assert all("already undone" in o for o in outcomes if not o.startswith("Undone")), outcomes
+    # a late press, long after the others, is told too: it does not reach for the change before
+    assert "already undone by curator" in press(9)
     with cat.unit_of_work() as s:
         assert s.get(Individual, 1).name == "Amber Two"
         assert s.query(IdentityEvent).filter(IdentityEvent.kind == EventKind.undo).count() == 1
+
+
+def test_undo_refuses_when_a_newer_change_came_since_the_page_was_shown(cat):
+    """The page showed change A as the newest; someone made change B since: pressing Undo undoes nothing and
+    names B, so the curator does not undo a change they have not seen."""
+    from app.services import last_change_id, undo_last
+
+    with cat.unit_of_work() as s:
+        ops.rename_individual(s, 1, "Amber Two", user="ana")
+        s.commit()
+    shown = last_change_id(cat)
+    with cat.unit_of_work() as s:
+        ops.rename_individual(s, 1, "Amber Three", user="bia")
+        s.commit()
+    with pytest.raises(ops.ConflictError, match=r"newer change .*renamed Amber Two to Amber Three by bia"):
+        undo_last(cat, user="cid", seen_event_id=shown)
+    with cat.unit_of_work() as s:
+        assert s.get(Individual, 1).name == "Amber Three"
+    assert undo_last(cat, user="cid", seen_event_id=last_change_id(cat)) == "Undone: renamed Amber Two to Amber Three."
+    with pytest.raises(ops.NotFoundError, match="no change #999"):
+        undo_last(cat, user="cid", seen_event_id=999)
 
 
 def test_undo_last_change_after_a_new_individual_decision_undoes_the_decision(cat):

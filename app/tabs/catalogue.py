@@ -67,12 +67,14 @@ def build(ctx: UIContext) -> None:
         undo_button = gr.Button("Undo last change", elem_id="catalogue-undo", scale=0, min_width=220,
                                 variant="secondary", size="md")
         status = gr.Markdown(elem_id="catalogue-status", elem_classes=["status-line"])
+    # the change this page shows as the newest: Undo undoes that one and no other (app.services.undo_last)
+    undo_seen = gr.State(None)
     changes = gr.Dataframe(headers=services.HISTORY_HEADERS, value=[], interactive=False, wrap=True,
                            label="Recent changes (newest first; Undo reverses the newest one not yet undone)",
                            elem_id="catalogue-history", max_height=320)
 
     list_outputs = [overview, shown_ids, summary, chooser]
-    detail_outputs = [headline, photos, sightings, split_pick, new_name, merge_target, changes, species]
+    detail_outputs = [headline, photos, sightings, split_pick, new_name, merge_target, changes, species, undo_seen]
 
     def render_list(search_text, current):
         cards = services.individual_cards(cat, search=search_text)
@@ -87,17 +89,18 @@ def build(ctx: UIContext) -> None:
         everyone = services.individual_cards(cat)
         history = _table(services.history_rows(cat), services.HISTORY_HEADERS)
         species_names = services.species_names(cat)
+        newest = services.last_change_id(cat)
         if current is None:
             return ("Open an individual to see its photos.", [], _table([], services.SIGHTING_HEADERS),
                     gr.update(choices=[], value=[]), "", gr.update(choices=[], value=None), history,
-                    gr.update(choices=species_names, value=None))
+                    gr.update(choices=species_names, value=None), newest)
         view = services.open_individual(cat, current)
         targets = [(c.caption, c.id) for c in everyone if c.id != view.id]
         return (f"### {markdown_text(view.headline())}", [(c.path, c.caption) for c in view.images if c.path],
                 _table(view.sightings, services.SIGHTING_HEADERS),
                 gr.update(choices=services.image_choices(view), value=[]), view.name,
                 gr.update(choices=targets, value=None), history,
-                gr.update(choices=species_names, value=services.species_of_individual(cat, view.id)))
+                gr.update(choices=species_names, value=services.species_of_individual(cat, view.id)), newest)
 
     def render_all(search_text, current):
         return (*render_list(search_text, current), *render_detail(current))
@@ -137,8 +140,8 @@ def build(ctx: UIContext) -> None:
         return markdown_text(services.set_species(cat, current, name, user=user))
 
     @curator_action
-    def do_undo(user):
-        return markdown_text(services.undo_last(cat, user=user))
+    def do_undo(seen, user):
+        return markdown_text(services.undo_last(cat, user=user, seen_event_id=seen))
 
     ctx.changed(rename_button.click(do_rename, inputs=[open_id, new_name, ctx.user], outputs=[status],
                                     api_name="rename_individual"))
@@ -150,4 +153,9 @@ def build(ctx: UIContext) -> None:
                                    api_name="split_images"))
     ctx.changed(species_button.click(do_set_species, inputs=[open_id, species, ctx.user], outputs=[status],
                                      api_name="set_species"))
-    ctx.changed(undo_button.click(do_undo, inputs=[ctx.user], outputs=[status], api_name="undo_last_change"))
+    undo_click = undo_button.click(do_undo, inputs=[undo_seen, ctx.user], outputs=[status], api_name="undo_last_change")
+    ctx.changed(undo_click)
+    # refused (undone by someone else, or a newer change came): show the history as it is now, so that the next
+    # press undoes what the page shows
+    undo_click.failure(guarded_viewer(render_detail), inputs=[open_id], outputs=detail_outputs,
+                       show_progress="hidden", api_visibility="private")

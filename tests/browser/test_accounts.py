@@ -102,7 +102,7 @@ def test_the_api_needs_sign_in_checks_roles_and_takes_the_user_from_the_session(
 
     thumb = next((server.data_dir / "thumbs").rglob("*.*"))
     with httpx.Client(timeout=30) as anonymous:
-        kind, _ = _call(anonymous, server, "undo_last_change", [None])
+        kind, _ = _call(anonymous, server, "undo_last_change", [None, None])
         assert kind == "http 401"
         # the photos, the app's config and uploads are behind the door too
         assert anonymous.get(f"{server.url}gradio_api/file={thumb}").status_code == 401
@@ -111,7 +111,7 @@ def test_the_api_needs_sign_in_checks_roles_and_takes_the_user_from_the_session(
         wrong = anonymous.post(f"{server.url}login", data={"username": "cora", "password": "guess-guess"})
         assert wrong.status_code != 200 or not wrong.json().get("success")
     with closing(_client(server, "vera")) as viewer:
-        kind, payload = _call(viewer, server, "undo_last_change", [None])
+        kind, payload = _call(viewer, server, "undo_last_change", [None, None])
         assert kind == "error" and "vera is a viewer" in json.dumps(payload), payload
         kind, payload = _call(viewer, server, "compute_features", [])
         assert kind == "error" and "this needs the curator role" in json.dumps(payload), payload
@@ -120,9 +120,9 @@ def test_the_api_needs_sign_in_checks_roles_and_takes_the_user_from_the_session(
         assert viewer.get(f"{server.url}gradio_api/file={thumb}").status_code == 200
     assert _individual_id(server, "Amber") is not None  # the viewer changed nothing
     with closing(_client(server, "cora")) as curator:
-        # the attack from the issue: POST undo_last_change {"data": ["mallory"]}. The acting-user slot is a
+        # the attack from the issue: POST undo_last_change {"data": [null, "mallory"]}. The acting-user slot is a
         # server-side State, so the payload's value is never used: the session's name is recorded
-        kind, payload = _call(curator, server, "undo_last_change", ["mallory"])
+        kind, payload = _call(curator, server, "undo_last_change", [None, "mallory"])
         assert kind == "complete", payload
         kind, payload = _call(curator, server, "add_account", ["mallory", "password-123", "admin", None])
         assert kind == "error" and "cora is a curator; this needs the admin role" in json.dumps(payload), payload

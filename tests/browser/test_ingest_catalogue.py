@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from app.services import individual_cards, rename
+from db.session import open_catalogue
 from tests.browser.conftest import choose
 
 TIMEOUT_MS = 30_000
@@ -113,6 +115,22 @@ def test_upload_with_manifest_then_browse_rename_and_undo(rosette_server, page, 
     shot("markup-name")
     page.locator("#catalogue-undo").click()
     expect(headline).to_contain_text(f"{ayo}: 1 photo", timeout=TIMEOUT_MS)
+
+    # --- another curator renames Bela while this page shows the undo as the newest change: Undo here undoes
+    # nothing and names the newer change; the history is shown again and the next press undoes that change
+    other = open_catalogue(rosette_server.data_dir, migrate=False)
+    try:
+        bela_id = next(c.id for c in individual_cards(other) if c.name == bela)
+        rename(other, bela_id, "Bela Elsewhere", user="bia")
+    finally:
+        other.close()
+    page.locator("#catalogue-undo").click()
+    expect(page.get_by_text(re.compile("a newer change was made since you looked"))).to_be_visible(timeout=TIMEOUT_MS)
+    expect(page.locator("#catalogue-history")).to_contain_text(f"renamed {bela} to Bela Elsewhere", timeout=TIMEOUT_MS)
+    expect(headline).to_contain_text(f"{ayo}: 1 photo")  # nothing undone
+    page.locator("#catalogue-undo").click()
+    expect(page.locator("#catalogue-status")).to_contain_text(f"Undone: renamed {bela} to Bela Elsewhere.",
+                                                             timeout=TIMEOUT_MS)
 
     # --- a curator mistake shows a message, not a stack trace
     _textbox(page, "catalogue-new-name").fill(bela)
