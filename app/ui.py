@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import json
 import logging
 import os
 import pkgutil
@@ -46,7 +47,7 @@ from app import services  # noqa: E402
 from db.audit import acting_as  # noqa: E402
 from db.models import Role  # noqa: E402
 from db.session import Catalogue  # noqa: E402
-from db.users import PermissionDenied, require_role  # noqa: E402
+from db.users import ROLE_RANK, PermissionDenied, role_allows, require_role  # noqa: E402
 
 log = logging.getLogger("rosette.ui")
 
@@ -121,8 +122,6 @@ def curator_action(fn: Callable[..., Any] | None = None, *, role: Role | str = R
         return functools.partial(curator_action, role=role)
     needed = Role(role)
     if hasattr(fn, "__rosette_role__"):  # guarded twice: one guard over the handler, with the stricter role
-        from db.users import ROLE_RANK
-
         stricter = max(needed, fn.__rosette_role__, key=ROLE_RANK.__getitem__)
         return curator_action(fn.__rosette_handler__, role=stricter)
     captured = _POLICY
@@ -352,6 +351,54 @@ def identity_line() -> str:
             "<a href='logout' target='_self' id='rosette-sign-out'>Sign out</a>")
 
 
+LOCKED_CLASS = "rosette-locked"
+_LOCK_WORDS = {Role.curator: "Curators only: you are signed in as a viewer. An admin can give you the curator "
+                             "role (People tab, Accounts).",
+               Role.admin: "Admins only: an admin can do this, or give you the admin role (People tab, Accounts)."}
+
+
+@dataclass(frozen=True)
+class RoleLock:
+    """A button whose click handlers need more than the viewer role, and the role they need."""
+
+    button: gr.Button
+    needed: Role
+    classes: tuple[str, ...]
+
+
+def role_locks(demo: gr.Blocks) -> list[RoleLock]:
+    """Every button of ``demo`` with a guarded click handler that needs more than the viewer role (the
+    strictest of its handlers counts), read from the handlers themselves so a new tab needs no list."""
+    needed: dict[int, Role] = {}
+    for dep in demo.fns.values():
+        role = getattr(dep.fn, "__rosette_role__", None)
+        if role is None or role == Role.viewer:
+            continue
+        for block_id, event in dep.targets:
+            if event == "click" and isinstance(demo.blocks.get(block_id), gr.Button):
+                needed[block_id] = max(role, needed.get(block_id, role), key=ROLE_RANK.__getitem__)
+    return [RoleLock(demo.blocks[i], role, tuple(demo.blocks[i].elem_classes or ())) for i, role in needed.items()]
+
+
+def locked_for_role(locks: Sequence[RoleLock]) -> list[Any]:
+    """Inside a guarded call: the buttons the acting user's role does not allow are disabled and marked (the
+    page says why on hover); the others are left as their tab set them. The server refuses them anyway."""
+    role = acting_role()
+    return [gr.update() if role is not None and role_allows(role, lock.needed)
+            else gr.update(interactive=False, elem_classes=[*lock.classes, LOCKED_CLASS, f"rosette-needs-{lock.needed.value}"])
+            for lock in locks]
+
+
+# the browser side of a lock: a native tooltip saying why the button is disabled, kept up as Gradio redraws
+_LOCK_TITLES_JS = ("const words = " + json.dumps({f"rosette-needs-{r.value}": w for r, w in _LOCK_WORDS.items()}) + ";\n"
+                   """const label = () => { for (const [cls, text] of Object.entries(words))
+  document.querySelectorAll('.' + cls).forEach(b => { if (b.title !== text) b.title = text; }); };
+new MutationObserver(label).observe(document.body, {subtree: true, childList: true, attributes: true,
+                                                     attributeFilter: ['class']});
+label();
+""")
+
+
 def build_app(cat: Catalogue, *, single_user: str | None = None) -> gr.Blocks:
     """The whole Rosette UI over an open catalogue.
 
@@ -366,7 +413,7 @@ def build_app(cat: Catalogue, *, single_user: str | None = None) -> gr.Blocks:
     with gr.Blocks(title="Rosette", analytics_enabled=False, delete_cache=(3600, 86400)) as demo:
         with gr.Row(elem_id="rosette-header", equal_height=True):
             gr.Markdown("## Rosette\nWildlife re-identification catalogue", elem_id="rosette-title")
-            who = gr.HTML("", elem_id="rosette-identity")
+            who = gr.HTML("", elem_id="rosette-identity", js_on_load=None if single_user else _LOCK_TITLES_JS)
         user_state = gr.State(SessionUser())
         version = gr.State(0)
         ctx = UIContext(catalogue=cat, user=user_state, version=version, demo=demo)
@@ -392,4 +439,8 @@ def build_app(cat: Catalogue, *, single_user: str | None = None) -> gr.Blocks:
                         _error_panel(spec, f"{type(failed).__name__}: {failed}")
             ctx.tab = None
         gr.Markdown(services.provenance_line(cat), elem_id="rosette-provenance", elem_classes=["provenance"])
+        locks = role_locks(demo)
+        if locks and not single_user:  # a viewer sees the buttons that change things disabled, saying why
+            demo.load(guarded_viewer(functools.partial(locked_for_role, locks)), outputs=[lock.button for lock in locks],
+                      show_progress="hidden", api_visibility="private")
     return demo

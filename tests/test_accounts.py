@@ -213,6 +213,13 @@ def test_every_handler_the_app_registers_is_guarded(cat):
     roles = {f.api_name: f.fn.__rosette_role__ for f in fns if f.fn is not None}
     assert roles["decide_same"] == Role.curator and roles["undo_last_change"] == Role.curator
     assert roles["promote_model"] == Role.admin and roles["train_model"] == Role.admin
+    # a viewer sees every button whose handler needs more disabled: read from the handlers, strictest wins
+    from app.ui import role_locks
+
+    locks = {lock.button.elem_id: lock.needed for lock in role_locks(demo)}
+    assert locks["match-same"] == locks["catalogue-rename"] == locks["catalogue-undo"] == Role.curator
+    assert locks["accounts-add"] == Role.admin
+    assert not {"match-next", "audit-show", "catalogue-open"} & set(locks), locks  # reading stays open
     # the acting user is a server-side State: no public endpoint takes a user name
     info = demo.get_api_info()
     for name, endpoint in info["named_endpoints"].items():

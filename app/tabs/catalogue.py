@@ -124,34 +124,34 @@ def build(ctx: UIContext) -> None:
 
     @curator_action
     def do_rename(current, name, user):
-        return markdown_text(services.rename(cat, current, name, user=user))
+        return markdown_text(services.rename(cat, current, name, user=user)), services.last_change_id(cat)
 
     @curator_action
     def do_merge(current, target, user):
-        return markdown_text(services.merge(cat, current, target, user=user)), target
+        return markdown_text(services.merge(cat, current, target, user=user)), target, services.last_change_id(cat)
 
     @curator_action
     def do_split(image_ids, name, user):
         _new_id, message = services.split(cat, image_ids, new_name=name, user=user)
-        return markdown_text(message), ""
+        return markdown_text(message), "", services.last_change_id(cat)
 
     @curator_action
     def do_set_species(current, name, user):
-        return markdown_text(services.set_species(cat, current, name, user=user))
+        return markdown_text(services.set_species(cat, current, name, user=user)), services.last_change_id(cat)
 
     @curator_action
     def do_undo(seen, user):
         return markdown_text(services.undo_last(cat, user=user, seen_event_id=seen))
 
-    ctx.changed(rename_button.click(do_rename, inputs=[open_id, new_name, ctx.user], outputs=[status],
+    ctx.changed(rename_button.click(do_rename, inputs=[open_id, new_name, ctx.user], outputs=[status, undo_seen],
                                     api_name="rename_individual"))
-    ctx.changed(new_name.submit(do_rename, inputs=[open_id, new_name, ctx.user], outputs=[status],
+    ctx.changed(new_name.submit(do_rename, inputs=[open_id, new_name, ctx.user], outputs=[status, undo_seen],
                                 api_visibility="private"))
-    ctx.changed(merge_button.click(do_merge, inputs=[open_id, merge_target, ctx.user], outputs=[status, open_id],
+    ctx.changed(merge_button.click(do_merge, inputs=[open_id, merge_target, ctx.user], outputs=[status, open_id, undo_seen],
                                    api_name="merge_individuals"))
-    ctx.changed(split_button.click(do_split, inputs=[split_pick, split_name, ctx.user], outputs=[status, split_name],
+    ctx.changed(split_button.click(do_split, inputs=[split_pick, split_name, ctx.user], outputs=[status, split_name, undo_seen],
                                    api_name="split_images"))
-    ctx.changed(species_button.click(do_set_species, inputs=[open_id, species, ctx.user], outputs=[status],
+    ctx.changed(species_button.click(do_set_species, inputs=[open_id, species, ctx.user], outputs=[status, undo_seen],
                                      api_name="set_species"))
     undo_click = undo_button.click(do_undo, inputs=[undo_seen, ctx.user], outputs=[status], api_name="undo_last_change")
     ctx.changed(undo_click)

@@ -4,6 +4,7 @@ the acting user taken from the session (a forged name in the payload changes not
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import closing
 
@@ -155,7 +156,13 @@ def test_browser_sign_in_a_viewer_is_refused_a_curator_renames_and_the_audit_tab
     box = page.locator("#catalogue-new-name input, #catalogue-new-name textarea").first
     expect(box).to_have_value("ind01", timeout=TIMEOUT_MS)
     box.fill("Viewer rename")
-    page.locator("#catalogue-rename").click()
+    # the buttons that change things are disabled for a viewer, with a tooltip saying why (issue 14, item 1)
+    rename_button = page.locator("#catalogue-rename")
+    expect(rename_button).to_be_disabled(timeout=TIMEOUT_MS)
+    expect(rename_button).to_have_attribute("title", re.compile("Curators only"), timeout=TIMEOUT_MS)
+    expect(page.locator("#catalogue-open input, #catalogue-open textarea").first).to_be_enabled()  # reading is not
+    # Enter in the name box still asks the server, which refuses and says why
+    box.press("Enter")
     expect(page.get_by_text("vera is a viewer; this needs the curator role").first).to_be_visible(timeout=TIMEOUT_MS)
     shot("viewer-refused")
     assert _individual_id(server, "Viewer rename") is None

@@ -6,6 +6,7 @@ animals, three of them not assigned yet (they head the review queue).
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from pathlib import Path
@@ -57,8 +58,10 @@ def match_server(tmp_path_factory, nyala_dir, nyala_manifest):
     from db.users import add_user
 
     cat = open_catalogue(root / "rosette-data")
-    for name in ("ana", "ben"):  # two curators with their own accounts
+    for name in ("ana", "ben", "cid"):  # curators with their own accounts
         add_user(cat, name, PASSWORD, role="curator", by="setup")
+    add_user(cat, "vic", PASSWORD, role="viewer", by="setup")
+    add_user(cat, "ada", PASSWORD, role="admin", by="setup")
     cat.close()
     server = start_rosette(root / "rosette-data", sign_in=True)
     try:
@@ -223,3 +226,68 @@ def test_date_filter_narrows_the_candidates_and_clearing_it_restores_them(match_
     box.fill("")
     box.press("Enter")
     expect(cards).to_have_count(n_before, timeout=TIMEOUT_MS)
+
+
+def _visible_error_badges(pg) -> int:
+    """Gradio's red "Error" overlays shown on output components (a refused event draws one on each)."""
+    return pg.evaluate("""() => [...document.querySelectorAll('[data-testid="status-tracker"] .error')]
+        .filter(e => e.offsetParent !== null && getComputedStyle(e).visibility !== 'hidden').length""")
+
+
+def test_a_refused_decision_leaves_the_screen_as_it_was(match_server, playwright_driver, shot):
+    """A curator demoted to viewer while the review is open presses M: they are told why, and the photo, the
+    candidates, the facts and the header stay as they were, with no red Error badges (issue 14, item 1)."""
+    from playwright.sync_api import expect
+
+    from db.session import open_catalogue
+    from db.users import set_role
+    from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, VIEWPORT
+
+    browser = playwright_driver.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    try:
+        # a viewer sees the decision buttons disabled, saying why; the M key decides nothing
+        vic = browser.new_page(viewport=VIEWPORT)
+        sign_in(vic, match_server, "vic", PASSWORD)
+        vic.get_by_role("tab", name="Match review").click()
+        expect(vic.locator("#match-candidates .rz-card").first).to_be_visible(timeout=TIMEOUT_MS)
+        for button in ("match-same", "match-not", "match-unsure", "match-new", "match-undo"):
+            expect(vic.locator(f"#{button}")).to_be_disabled()
+        expect(vic.locator("#match-same")).to_have_attribute("title", re.compile("Curators only"))
+        expect(vic.locator("#match-next")).to_be_enabled()  # moving through the queue only reads
+        viewed = shown_query(vic)
+        vic.locator("#match-facts").click()
+        vic.keyboard.press("m")
+        time.sleep(1.0)
+        assert assignment(match_server.data_dir, viewed) is None and _visible_error_badges(vic) == 0
+        shot("viewer")
+
+        # a curator demoted while the review is open: the refusal leaves the screen as it was
+        cid = browser.new_page(viewport=VIEWPORT)
+        sign_in(cid, match_server, "cid", PASSWORD)
+        cid.get_by_role("tab", name="Match review").click()
+        expect(cid.locator("#match-candidates .rz-card").first).to_be_visible(timeout=TIMEOUT_MS)
+        query = shown_query(cid)
+        header = cid.locator("#match-header .rz-header, #match-header .prose").first.inner_text()
+        cat = open_catalogue(match_server.data_dir, migrate=False)
+        try:
+            set_role(cat, "cid", "viewer", by="ada")
+        finally:
+            cat.close()
+        cid.locator("#match-facts").click()
+        cid.keyboard.press("m")
+        expect(cid.get_by_text("cid is a viewer; this needs the curator role").first).to_be_visible(timeout=TIMEOUT_MS)
+        time.sleep(1.0)
+        shot("refused")
+        assert assignment(match_server.data_dir, query) is None
+        expect(cid.locator("#match-query img")).to_be_visible()
+        expect(cid.locator("#match-candidates .rz-card").first).to_be_visible()
+        assert shown_query(cid) == query
+        assert cid.locator("#match-header .rz-header, #match-header .prose").first.inner_text() == header
+        assert _visible_error_badges(cid) == 0
+    finally:
+        browser.close()
+        cat = open_catalogue(match_server.data_dir, migrate=False)
+        try:
+            set_role(cat, "cid", "curator", by="ada")
+        finally:
+            cat.close()
