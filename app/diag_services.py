@@ -53,6 +53,10 @@ FLAG_WORDS: dict[str, tuple[str, str]] = {
     "full_frame": ("The whole photo was taken as the animal.", "full-frame mask: foreground >= 95 % of the frame"),
     "multi_component": ("The mask is in several separate pieces.",
                         "multi-component mask: more than one 8-connected component holding >= 1 % of the mask"),
+    "short_of_box": ("The mask stops well short of the box you drew: head, neck, legs or tail are likely missing.",
+                     "partial mask: its bounding box spans < 75 % of the drawn box's width or height"),
+    "misses_clicks": ("A click on the animal lies outside the mask: part of the animal is likely missing.",
+                      "an animal click (label 1) falls on a background pixel of the mask"),
 }
 TIER_WORDS: dict[str, str] = {
     "aware": "tells an animal from its mirror image (left and right flanks look different to it)",

@@ -165,10 +165,13 @@ def mask_report(draft: MaskDraft) -> str:
         box = "a box" if draft.box else ("one box corner" if draft.corners else "no box")
         return (f"**No mask proposed yet.** Prompts: {n_pos} click(s) on the animal, {n_neg} on the background, "
                 f"{box}. Press “Make mask” (with no prompt, the masker uses the whole frame minus a small margin).")
-    q = mask_quality(draft.mask)
+    q = mask_quality(draft.mask, box=draft.box, points=draft.points or None, point_labels=draft.labels or None)
     who = describe_mask_source(draft.source, draft.details)
     status = "Stored mask" if draft.stored else "Proposed mask (not saved yet: press Accept to keep it)"
-    if q.solidity >= 0.85:
+    partial = bool({"short_of_box", "misses_clicks"} & set(q.flags))
+    if partial:
+        shape_words = "solid, but likely partial: see the warning below"
+    elif q.solidity >= 0.85:
         shape_words = "compact, clean outline"
     elif q.solidity >= 0.6:
         shape_words = "usual for a standing animal: legs, horns and tail make dents in the outline"
@@ -179,6 +182,10 @@ def mask_report(draft: MaskDraft) -> str:
              f"**{q.solidity:.2f}** ({shape_words}). Low values make training trust this photo less.",
              f"- {tip('Share of the photo covered', 'mask area fraction')}: {q.area_fraction:.0%}; "
              f"{tip('pieces', 'significant 8-connected components')}: {q.n_components}"]
+    if q.box_extent is not None:
+        lines.append(f"- {tip('Reach within the box you drew', 'mask bounding box / drawn box, per axis')}: "
+                     f"{q.box_extent[0]:.0%} of its width, {q.box_extent[1]:.0%} of its height; it comes close to "
+                     f"{q.box_sides_reached} of its 4 sides and fills {q.box_fill:.0%} of it.")
     for flag in q.flags:
         words, term = FLAG_WORDS.get(flag, (flag, flag))
         lines.append(f"- ⚠ {tip(words, term)}")

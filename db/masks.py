@@ -20,9 +20,9 @@ FLANKS = [f.value for f in Flank]
 def store_mask(cat: Catalogue, image_id: int, mask: np.ndarray, *, source: str, details: dict[str, Any] | None = None,
                user: str = "curator") -> dict[str, Any]:
     """Save ``mask`` for an image (replacing any previous one) and return its quality."""
-    from core.masking import encode_mask_png, mask_quality
+    from core.masking import encode_mask_png, mask_quality, prompt_of
 
-    quality = mask_quality(mask)
+    quality = mask_quality(mask, **prompt_of(details))  # a drawn box and clicks: is the mask likely partial?
     rel = cat.blobs.put(encode_mask_png(mask), kind="masks", ext=".png")
     with cat.unit_of_work() as s:
         img = get_image(s, image_id)

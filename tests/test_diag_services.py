@@ -147,6 +147,30 @@ def test_flags_are_explained_in_words():
     assert "No warnings" in text and "**1.00**" in text  # a filled square has solidity exactly 1
 
 
+def test_a_body_only_mask_in_a_drawn_box_is_called_likely_partial_and_stored_with_the_flag(cat):
+    """Issue 14, item 7: a GrabCut mask that kept only the body read "0.93 compact, clean outline, no warnings".
+    With the box the curator drew, the report says how far the mask reaches and warns; the stored flags agree."""
+    image_id = _ids(cat)[0]
+    h, w = mk.photo(cat, image_id).shape[:2]
+    box = (0.1 * w, 0.1 * h, 0.9 * w, 0.9 * h)
+    body = np.zeros((h, w), bool)
+    body[int(0.3 * h):int(0.6 * h), int(0.3 * w):int(0.7 * w)] = True  # half the box's width, under 40 % of its height
+    d = mk.MaskDraft(image_id=image_id, box=box, mask=body, source="grabcut",
+                     details={"prompt": {"box": list(box), "box_source": "given", "points": None, "point_labels": None}})
+    report = mk.mask_report(d)
+    assert "likely partial" in report and "clean outline" not in report and "No warnings" not in report
+    assert "head, neck, legs or tail are likely missing" in report
+    assert "50% of its width" in report and "0 of its 4 sides" in report
+    message = mk.accept_mask(cat, d, user="ana")
+    assert "Check it: The mask stops well short of the box you drew" in message
+    with cat.unit_of_work() as s:
+        assert s.get(Image, image_id).mask_flags == ["short_of_box"]
+    whole = np.zeros((h, w), bool)
+    whole[int(0.1 * h):int(0.9 * h), int(0.12 * w):int(0.88 * w)] = True
+    d.mask = whole
+    assert "No warnings" in mk.mask_report(d)
+
+
 def test_overlay_tints_inside_and_keeps_outside():
     rgb = np.full((40, 60, 3), 100, np.uint8)
     mask = np.zeros((40, 60), bool)

@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 from core.masking import (
+    prompt_of,
     MaskQuality,
     MaskResult,
     Masker,
@@ -112,6 +113,50 @@ def test_mask_quality_ignores_specks_below_the_component_fraction():
     q = mask_quality(m)
     assert q.n_components == 1 and "multi_component" not in q.flags
     assert mask_quality(m, min_component_fraction=0.0).n_components == 2
+
+
+def _animal_in_box() -> tuple[np.ndarray, tuple[float, float, float, float]]:
+    """A 200x200 frame with a whole animal: an ellipse filling the drawn box (10, 20)-(170, 120)."""
+    m = np.zeros((200, 200), np.uint8)
+    cv2.ellipse(m, (90, 70), (80, 50), 0, 0, 360, 1, -1)
+    return m.astype(bool), (10.0, 20.0, 170.0, 120.0)
+
+
+def test_a_whole_animal_fills_its_box_and_raises_no_partial_warning():
+    m, box = _animal_in_box()
+    q = mask_quality(m, box=box, points=[(90, 70)], point_labels=[1])
+    assert q.flags == [] and q.clicks_missed == 0
+    assert q.box_extent == (pytest.approx(161 / 160, abs=0.02), pytest.approx(101 / 100, abs=0.02))
+    assert q.box_sides_reached == 4
+    assert q.box_fill == pytest.approx(np.pi * 80 * 50 / (160 * 100), rel=0.03)  # ellipse / box = pi/4
+
+
+def test_a_body_only_mask_is_solid_but_flagged_short_of_its_box():
+    """The issue's case: GrabCut kept only the body (no head, neck or legs). Solidity stays high, so only the
+    box check can see it: the mask spans 60 % of the box's width and 50 % of its height."""
+    _, box = _animal_in_box()
+    body = np.zeros((200, 200), bool)
+    body[30:80, 50:146] = True  # 96 x 50 px inside the 160 x 100 box
+    q = mask_quality(body, box=box)
+    assert q.solidity == pytest.approx(1.0) and "short_of_box" in q.flags
+    assert q.box_extent == (pytest.approx(0.6), pytest.approx(0.5))
+    assert q.box_sides_reached == 0 and q.box_fill == pytest.approx(96 * 50 / (160 * 100))
+    assert mask_quality(body).flags == []  # without the box nothing can tell
+
+
+def test_an_animal_click_outside_the_mask_is_flagged_a_background_click_is_not():
+    m, box = _animal_in_box()
+    assert mask_quality(m, points=[(195, 195)], point_labels=[0]).flags == []
+    q = mask_quality(m, points=[(90, 70), (195, 195)], point_labels=[1, 1])
+    assert q.flags == ["misses_clicks"] and q.clicks_missed == 1
+
+
+def test_prompt_of_keeps_a_drawn_box_and_drops_the_default_one():
+    drawn = {"prompt": {"box": [1, 2, 3, 4], "box_source": "given", "points": [[2, 3]], "point_labels": [1]}}
+    assert prompt_of(drawn) == {"box": (1, 2, 3, 4), "points": [[2, 3]], "point_labels": [1]}
+    default = {"prompt": {"box": [0, 0, 9, 9], "box_source": "default: frame minus 0.05 of each side"}}
+    assert prompt_of(default)["box"] is None
+    assert prompt_of(None) == {"box": None, "points": None, "point_labels": None}
 
 
 # ----------------------------------------------------------------------------- PNG

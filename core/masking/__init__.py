@@ -171,12 +171,31 @@ def validate_prompts(
 
 @dataclass
 class MaskQuality:
-    """Summary of a mask: solidity, share of the frame, pieces and warning flags."""
+    """Summary of a mask: solidity, share of the frame, pieces, coverage of its prompt, and warning flags."""
 
     solidity: float
     area_fraction: float
     n_components: int
-    flags: list[str]  # subset of {"empty", "full_frame", "multi_component"}
+    flags: list[str]  # subset of QUALITY_FLAGS
+    box_extent: tuple[float, float] | None = None  # mask's bounding box over the prompted box, (width, height)
+    box_fill: float | None = None  # share of the prompted box the mask covers
+    box_sides_reached: int | None = None  # sides of the prompted box the mask comes within 5 % of
+    clicks_missed: int = 0  # clicks on the animal that fall outside the mask
+
+
+QUALITY_FLAGS = ("empty", "full_frame", "multi_component", "short_of_box", "misses_clicks")
+PARTIAL_EXTENT = 0.75  # a mask spanning less than this share of the box's width or height is likely partial
+
+
+def prompt_of(details: dict[str, Any] | None) -> dict[str, Any]:
+    """The prompt a masker recorded in its details, as ``mask_quality`` keywords: the box only when a person
+    drew it (a default "frame minus margin" box says nothing about where the animal ends), and the clicks."""
+    prompt = (details or {}).get("prompt") or {}
+    box = prompt.get("box")
+    if box is not None and str(prompt.get("box_source", "given")).startswith("default"):
+        box = None
+    return {"box": tuple(box) if box is not None else None, "points": prompt.get("points"),
+            "point_labels": prompt.get("point_labels")}
 
 
 def convex_hull_mask(mask: np.ndarray) -> np.ndarray:
@@ -203,16 +222,24 @@ def solidity(mask: np.ndarray) -> float:
 def mask_quality(
     mask: np.ndarray,
     *,
+    box: Sequence[float] | None = None,
+    points: Sequence[Sequence[float]] | None = None,
+    point_labels: Sequence[int] | None = None,
     full_frame_fraction: float = 0.95,
     min_component_fraction: float = 0.01,
+    partial_extent: float = PARTIAL_EXTENT,
 ) -> MaskQuality:
-    """Solidity, area fraction and significant 8-connected pieces of a mask, with flags.
+    """Solidity, area fraction and significant 8-connected pieces of a mask, its coverage of the prompt, with flags.
 
     - ``n_components``: 8-connected foreground components holding at least
       ``min_component_fraction`` of the foreground (specks below that do not count).
     - flags: ``empty`` (no foreground), ``full_frame`` (area fraction >=
       ``full_frame_fraction``: the masker probably took the whole photo),
-      ``multi_component`` (more than one significant component).
+      ``multi_component`` (more than one significant component),
+      ``short_of_box`` (with a drawn ``box`` (x0, y0, x1, y1): the mask's bounding box spans less than
+      ``partial_extent`` of the box's width or height, so head, legs or tail are likely missing; solidity
+      cannot see this, a body-only ellipse is very solid), ``misses_clicks`` (a click on the animal,
+      label 1 in ``point_labels``, lies outside the mask).
     """
     m = as_bool_mask(mask)
     area = int(m.sum())
@@ -229,7 +256,36 @@ def mask_quality(
         flags.append("full_frame")
     if n_comp > 1:
         flags.append("multi_component")
-    return MaskQuality(solidity=solidity(m), area_fraction=float(frac), n_components=n_comp, flags=flags)
+    extent = fill = sides = None
+    if box is not None and area:
+        h, w = m.shape
+        x0, x1 = sorted((float(np.clip(box[0], 0, w)), float(np.clip(box[2], 0, w))))
+        y0, y1 = sorted((float(np.clip(box[1], 0, h)), float(np.clip(box[3], 0, h))))
+        bw, bh = max(x1 - x0, 1.0), max(y1 - y0, 1.0)
+        inside = m[int(np.floor(y0)):int(np.ceil(y1)), int(np.floor(x0)):int(np.ceil(x1))]
+        fill = float(inside.sum() / (bw * bh)) if inside.size else 0.0
+        ys, xs = np.nonzero(inside)
+        if ys.size:
+            mx0, mx1 = xs.min() + np.floor(x0), xs.max() + 1 + np.floor(x0)
+            my0, my1 = ys.min() + np.floor(y0), ys.max() + 1 + np.floor(y0)
+            extent = (float((mx1 - mx0) / bw), float((my1 - my0) / bh))
+            tol_x, tol_y = max(2.0, 0.05 * bw), max(2.0, 0.05 * bh)
+            sides = int(mx0 - x0 <= tol_x) + int(x1 - mx1 <= tol_x) + int(my0 - y0 <= tol_y) + int(y1 - my1 <= tol_y)
+        else:
+            extent, sides = (0.0, 0.0), 0
+        if min(extent) < partial_extent:
+            flags.append("short_of_box")
+    missed = 0
+    if points is not None and area:
+        labels = list(point_labels) if point_labels is not None else [1] * len(points)
+        h, w = m.shape
+        for (x, y), label in zip(points, labels):
+            xi, yi = int(np.clip(round(float(x)), 0, w - 1)), int(np.clip(round(float(y)), 0, h - 1))
+            missed += int(label == 1 and not m[yi, xi])
+        if missed:
+            flags.append("misses_clicks")
+    return MaskQuality(solidity=solidity(m), area_fraction=float(frac), n_components=n_comp, flags=flags,
+                       box_extent=extent, box_fill=fill, box_sides_reached=sides, clicks_missed=missed)
 
 
 # --------------------------------------------------------------------------- PNG storage
