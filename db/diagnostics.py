@@ -1,7 +1,8 @@
 """Diagnostics runner: which evidence a model uses (DESIGN section 4, Axis 1,
 Axis 2, flank protocols), on a benchmark's test split, stored in ``evaluations``.
 
-Per run: masks are made for test photos that have none (with the named masker);
+Per run: masks are made for test photos that have none (with the named masker, kept in the cache
+unless the curator asks to keep them in the catalogue);
 embeddings of every variant go through the feature cache; inpainted backgrounds
 are made by the named inpainter for each seed and their mAP averaged.
 """
@@ -17,7 +18,7 @@ import numpy as np
 from db.benchmarks import load_benchmark
 from db.embeddings import embed_images, get_backbone, load_benchmark_fit_ids
 from db.evaluation import store_evaluation
-from db.masks import mask_images
+from db.masks import diagnostic_masks
 from db.session import Catalogue
 
 DIAGNOSTIC_VARIANTS = ("full_rgb", "foreground_only", "background_only", "background_inpainted", "silhouette", "mirror")
@@ -26,7 +27,10 @@ DIAGNOSTIC_VARIANTS = ("full_rgb", "foreground_only", "background_only", "backgr
 def run_diagnose(cat: Catalogue, *, backbone: str, benchmark: str, masker: str | None = None,
                  inpainter: str | None = None, seeds: tuple[int, ...] = (0,), user: str = "curator",
                  progress: Callable[[float, str], None] | None = None,
-                 should_cancel: Callable[[], bool] | None = None, store: bool = True) -> dict[str, Any]:
+                 should_cancel: Callable[[], bool] | None = None, store: bool = True,
+                 keep_masks: bool = False) -> dict[str, Any]:
+    """Diagnose ``backbone`` on ``benchmark``'s test photos. Photos without a catalogue mask are masked into the
+    diagnostic's cache, not the catalogue, unless ``keep_masks`` (see :func:`db.masks.diagnostic_masks`)."""
     from core.diagnostics import context_reliance, flank_protocols, laterality, map_by_variant, mirrored_query_ratio
     from core.inpainting import create_inpainter, default_inpainter_name
     from core.masking import default_masker_name
@@ -39,9 +43,9 @@ def run_diagnose(cat: Catalogue, *, backbone: str, benchmark: str, masker: str |
     data = load_benchmark(cat, benchmark, split="test")
     masker_name = masker or default_masker_name()
     report(0.0, f"masking test photos without a mask ({masker_name})")
-    mask_run = mask_images(cat, masker=masker_name, image_ids=data.image_ids, only_missing=True, user=user,
-                           should_cancel=should_cancel,
-                           progress=lambda d, t: report(0.25 * d / max(t, 1), f"masking {d}/{t}"))
+    sources, mask_run = diagnostic_masks(cat, data.image_ids, masker=masker_name, keep_in_catalogue=keep_masks,
+                                         user=user, should_cancel=should_cancel,
+                                         progress=lambda d, t: report(0.25 * d / max(t, 1), f"masking {d}/{t}"))
     model = get_backbone(cat, backbone, fit_image_ids=load_benchmark_fit_ids(cat, benchmark))
     inp_name = inpainter or default_inpainter_name()
     inp = create_inpainter(inp_name)
@@ -55,7 +59,7 @@ def run_diagnose(cat: Catalogue, *, backbone: str, benchmark: str, masker: str |
         lo, hi = 0.25 + 0.7 * i / len(steps), 0.25 + 0.7 * (i + 1) / len(steps)
         label = variant if variant != "background_inpainted" else f"{variant} (seed {seed})"
         emb = embed_images(cat, data.image_ids, backbone=model, variant=variant, inpainter=inp, seed=seed,
-                           should_cancel=should_cancel,
+                           should_cancel=should_cancel, sources=sources,
                            progress=lambda d, t, lo=lo, hi=hi, label=label: report(lo + (hi - lo) * d / max(t, 1), f"{label} {d}/{t}"))
         embeddings[variant if variant != "background_inpainted" else f"background_inpainted@{seed}"] = emb
 
@@ -93,7 +97,8 @@ def run_diagnose(cat: Catalogue, *, backbone: str, benchmark: str, masker: str |
         "cross_flank_with_same_sighting": flanks_with["cross_flank"],
         "per_image": {"image_ids": data.image_ids, "labels": data.labels,
                       **{k: lat_d[k] for k in ("mirror_sim", "nn_sim", "nn_index", "danger_margin") if k in lat_d}},
-        "masker": masker_name, "mask_run": {k: mask_run[k] for k in ("masked", "flagged", "todo")},
+        "masker": masker_name,
+        "mask_run": {k: mask_run[k] for k in ("masked", "cached", "flagged", "todo", "kept_in_catalogue")},
         "inpainter": inp.name, "inpainter_config": inp.config, "seeds": list(seeds),
         "model_config": model.config.to_dict(),
     }

@@ -62,12 +62,18 @@ def load_photo(cat: Catalogue, src: ImageSource) -> np.ndarray:
     return load_rgb(cat.blobs.path(src.blob_path))
 
 
+CACHED_MASK_PREFIX = "cache:"  # a mask_path under the cache folder: a diagnostic's mask, not the catalogue's
+
+
 def load_mask(cat: Catalogue, src: ImageSource, *, shape: tuple[int, int] | None = None) -> np.ndarray | None:
     from core.masking import decode_mask_png
 
     if not src.mask_path:
         return None
-    mask = decode_mask_png(cat.blobs.read(src.mask_path))
+    if src.mask_path.startswith(CACHED_MASK_PREFIX):
+        mask = decode_mask_png((cat.cache_dir / src.mask_path[len(CACHED_MASK_PREFIX):]).read_bytes())
+    else:
+        mask = decode_mask_png(cat.blobs.read(src.mask_path))
     if shape is not None and mask.shape != shape:
         import cv2
 
@@ -271,11 +277,19 @@ def ensure_model_row(cat: Catalogue, backbone: Any) -> Model:
 def embed_images(cat: Catalogue, image_ids: Sequence[int], *, backbone: Any, variant: str = "full_rgb",
                  inpainter: Any = None, seed: int = 0, batch_size: int = 32,
                  progress: Callable[[int, int], None] | None = None,
-                 should_cancel: Callable[[], bool] | None = None) -> np.ndarray:
-    """N x D embeddings of ``image_ids`` (in that order) for one variant, through the feature cache."""
+                 should_cancel: Callable[[], bool] | None = None,
+                 sources: Sequence[ImageSource] | None = None) -> np.ndarray:
+    """N x D embeddings of ``image_ids`` (in that order) for one variant, through the feature cache.
+
+    ``sources`` (one per id, in order) replaces the catalogue's view of the photos, e.g. with a diagnostic's
+    cached masks (:func:`db.masks.diagnostic_masks`)."""
     from core.features import extract_features
 
-    items = [variant_loader(cat, src, variant, inpainter=inpainter, seed=seed) for src in sources_for(cat, image_ids)]
+    if sources is None:
+        sources = sources_for(cat, image_ids)
+    elif [s.image_id for s in sources] != [int(i) for i in image_ids]:
+        raise ValueError("sources must be the photos of image_ids, in the same order")
+    items = [variant_loader(cat, src, variant, inpainter=inpainter, seed=seed) for src in sources]
     return extract_features(backbone, items, variant=variant, cache_dir=cat.cache_dir / "features",
                             batch_size=batch_size, progress=progress, should_cancel=should_cancel)
 

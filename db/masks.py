@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -10,7 +13,7 @@ import numpy as np
 from sqlalchemy import select
 
 from db.catalogue import CatalogueError, get_image, get_or_create_user
-from db.embeddings import ImageSource, load_photo, sources_for
+from db.embeddings import CACHED_MASK_PREFIX, ImageSource, load_photo, sources_for
 from db.models import Flank, Image
 from db.session import Catalogue
 
@@ -81,6 +84,63 @@ def mask_images(cat: Catalogue, *, masker: str | None = None, image_ids: Sequenc
             progress(n + 1, len(todo))
     return {"masker": name, "masked": done, "flagged": flagged, "errors": errors, "todo": len(todo),
             "summary": f"{done} of {len(todo)} photos masked with {name} ({flagged} flagged, {len(errors)} errors)"}
+
+
+def diagnostic_masks(cat: Catalogue, image_ids: Sequence[int], *, masker: str | None = None,
+                     keep_in_catalogue: bool = False, user: str = "curator",
+                     progress: Callable[[int, int], None] | None = None,
+                     should_cancel: Callable[[], bool] | None = None) -> tuple[list[ImageSource], dict[str, Any]]:
+    """The photos of ``image_ids`` with a mask each, for a diagnostic, and what was done to get them.
+
+    A photo with a catalogue mask keeps it. The others get a mask made by ``masker`` that stays in the
+    diagnostic's cache (``cache/masks/<masker>-<config>/<photo>/<png digest>.png``, made once, read again by
+    later runs), not in the catalogue: a diagnostic must not change what the curators keep (issue 14, item 9).
+    With ``keep_in_catalogue`` the masks are stored as catalogue masks instead, as ``rosette mask`` does."""
+    from core.masking import create_masker, default_masker_name, encode_mask_png, mask_quality
+
+    name = masker or default_masker_name()
+    if keep_in_catalogue:
+        run = mask_images(cat, masker=name, image_ids=image_ids, only_missing=True, user=user, progress=progress,
+                          should_cancel=should_cancel)
+        return sources_for(cat, image_ids), {**run, "cached": 0, "kept_in_catalogue": True}
+    sources = sources_for(cat, image_ids)
+    missing = [i for i, src in enumerate(sources) if not src.mask_path]
+    made = reused = flagged = 0
+    errors: list[dict[str, Any]] = []
+    if missing:
+        model = create_masker(name)
+        config = getattr(model, "options", None) or getattr(model, "info", None) or {}
+        digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        folder = f"masks/{name}-{digest}"
+        for n, i in enumerate(missing):
+            if should_cancel and should_cancel():
+                break
+            src = sources[i]
+            here = cat.cache_dir / folder / src.content_hash
+            found = sorted(here.glob("*.png")) if here.is_dir() else []
+            try:
+                if found:
+                    path, reused = found[0], reused + 1
+                else:
+                    mask = model.predict(load_photo(cat, src)).mask
+                    png = encode_mask_png(mask)
+                    path = here / f"{hashlib.sha256(png).hexdigest()[:32]}.png"
+                    here.mkdir(parents=True, exist_ok=True)
+                    tmp = path.with_suffix(".tmp")
+                    tmp.write_bytes(png)
+                    tmp.replace(path)
+                    made, flagged = made + 1, flagged + bool(mask_quality(mask).flags)
+                rel = path.relative_to(cat.cache_dir).as_posix()
+                sources[i] = dataclasses.replace(src, mask_path=f"{CACHED_MASK_PREFIX}{rel}",
+                                                 mask_source=f"{name} (diagnostic cache)")
+            except Exception as exc:  # one bad photo must not stop the diagnostic; its variants will say so
+                errors.append({"image_id": src.image_id, "error": str(exc)})
+            if progress:
+                progress(n + 1, len(missing))
+    summary = (f"{made} masks made and {reused} reused with {name} in the diagnostic cache "
+               f"(the catalogue's masks are unchanged)" if missing else "every photo has a catalogue mask")
+    return sources, {"masker": name, "masked": made, "cached": reused, "flagged": flagged, "errors": errors,
+                     "todo": len(missing), "kept_in_catalogue": False, "summary": summary}
 
 
 def set_flank(cat: Catalogue, image_id: int, flank: str, *, user: str = "curator", source: str = "curator") -> None:

@@ -176,7 +176,8 @@ def diagnose_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dic
     res = run_diagnose(cat, backbone=params.get("backbone", "efficientnet_lite0"), benchmark=params["benchmark"],
                        masker=params.get("masker"), inpainter=params.get("inpainter"),
                        seeds=tuple(params.get("seeds", (0,))), user=params.get("user", "curator"),
-                       progress=lambda f, m: ctx.progress(f, m), should_cancel=ctx.cancelled)
+                       progress=lambda f, m: ctx.progress(f, m), should_cancel=ctx.cancelled,
+                       keep_masks=bool(params.get("keep_masks", False)))
     ctx.check_cancelled()
     return {"evaluation_id": res["evaluation_id"], "bg_fg": res["bg_fg"], "mirror_tier": res["mirror_tier"],
             "summary": f"{res['model']} on {res['benchmark']}: BG/FG {res['bg_fg']}, mirror tier {res['mirror_tier']}"}

@@ -443,6 +443,44 @@ def test_a_real_diagnose_run_renders(cat):
     assert ds.fmt(result["mirror_sim_mean"]) in text and result["mirror_tier"] in text
 
 
+def test_diagnose_masks_photos_in_its_cache_and_leaves_the_catalogue_alone(cat):
+    """Issue 14, item 9: training's diagnostics silently added 86 GrabCut masks to the catalogue. Masks made for a
+    diagnostic now stay in its cache (made once, reused), and only --keep-masks stores them."""
+    from sqlalchemy import func, select
+
+    from db import embeddings
+    from db.benchmarks import create_benchmark, load_benchmark
+    from db.diagnostics import run_diagnose
+    from db.models import Image
+
+    create_benchmark(cat, "tiny", split="identity", test_fraction=0.67, seed=0, user="ana")
+    test = load_benchmark(cat, "tiny", split="test")
+
+    def catalogue_masks() -> int:
+        with cat.unit_of_work() as s:
+            return s.scalar(select(func.count(Image.id)).where(Image.mask_path.is_not(None)))
+
+    assert catalogue_masks() == 0
+    embeddings._BACKBONES[(str(cat.data_dir), "test_halves", None)] = HalvesBackbone()
+    try:
+        first = run_diagnose(cat, backbone="test_halves", benchmark="tiny", masker="grabcut", inpainter="opencv",
+                             user="ana", store=False)
+        assert catalogue_masks() == 0  # the catalogue is as the curators left it
+        assert first["mask_run"] == {"masked": len(test), "cached": 0, "flagged": first["mask_run"]["flagged"],
+                                     "todo": len(test), "kept_in_catalogue": False}
+        cached = sorted((cat.cache_dir / "masks").rglob("*.png"))
+        assert len(cached) == len(test)
+        again = run_diagnose(cat, backbone="test_halves", benchmark="tiny", masker="grabcut", inpainter="opencv",
+                             user="ana", store=False)
+        assert again["mask_run"]["masked"] == 0 and again["mask_run"]["cached"] == len(test)
+        assert again["map_macro_by_variant"] == first["map_macro_by_variant"]  # the same masks, the same numbers
+        kept = run_diagnose(cat, backbone="test_halves", benchmark="tiny", masker="grabcut", inpainter="opencv",
+                            user="ana", store=False, keep_masks=True)
+        assert kept["mask_run"]["kept_in_catalogue"] and catalogue_masks() == len(test)
+    finally:
+        embeddings._BACKBONES.pop((str(cat.data_dir), "test_halves", None), None)
+
+
 def test_the_two_background_ratios_are_read_together_in_a_sentence():
     """'Background vs coat 0.812 (LOW)' beside 'Background + outline vs coat 1.171 (HIGH)' is explained, not left
     to the curator (issue 14, item 8)."""

@@ -12,6 +12,9 @@ def register(sub) -> None:
                    help="a backbone registry name or a trained model (rosette models list)")
     p.add_argument("--benchmark", required=True)
     p.add_argument("--masker", default=None, help="for test photos without a mask (default: sam2 if configured, else grabcut)")
+    p.add_argument("--keep-masks", action="store_true",
+                   help="store the masks made for photos without one in the catalogue (default: the diagnostic's "
+                        "cache only, so the catalogue's masks are left as the curators made them)")
     p.add_argument("--inpainter", default=None, help="opencv | diffusers (default: diffusers if configured, else opencv)")
     p.add_argument("--seeds", default="0", help="comma-separated inpainting seeds, e.g. 0,1,2")
     p.add_argument("--json", action="store_true")
@@ -20,6 +23,13 @@ def register(sub) -> None:
 
 def _fmt(x) -> str:
     return "n/a" if x is None else (f"{x:.4f}" if isinstance(x, float) else str(x))
+
+
+def _masks_words(run: dict) -> str:
+    if not run.get("todo"):
+        return "every test photo had a catalogue mask"
+    where = "stored in the catalogue" if run.get("kept_in_catalogue") else "kept in the diagnostic's cache only"
+    return f"{run['masked']} made, {run.get('cached', 0)} reused for photos without one, {where}"
 
 
 def run(args, ctx) -> int:
@@ -35,7 +45,8 @@ def run(args, ctx) -> int:
 
     res = run_diagnose(ctx.catalogue, backbone=args.backbone or active_model_name(ctx.catalogue),
                        benchmark=args.benchmark, masker=args.masker,
-                       inpainter=args.inpainter, seeds=seeds, user=ctx.user, progress=progress)
+                       inpainter=args.inpainter, seeds=seeds, user=ctx.user, progress=progress,
+                       keep_masks=args.keep_masks)
     if sys.stderr.isatty():
         print(file=sys.stderr)
     if args.json:
@@ -59,6 +70,6 @@ def run(args, ctx) -> int:
     rows.append(("cross-flank mAP macro with same-sighting photos", _fmt(res["cross_flank_with_same_sighting"]["map_macro"])))
     print_table(rows, ["diagnostic", "value"])
     print(f"model {res['model']}, benchmark {res['benchmark']} test split ({res['n_images']} photos); "
-          f"masks: {res['masker']}; backgrounds: {res['inpainter']} seeds {res['seeds']}; "
+          f"masks: {res['masker']} ({_masks_words(res['mask_run'])}); backgrounds: {res['inpainter']} seeds {res['seeds']}; "
           f"stored as evaluation {res['evaluation_id']}")
     return 0
