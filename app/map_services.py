@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import html
 import json
+from collections import Counter
 from typing import Any
+
+from plotly.colors import qualitative
 
 from db.session import Catalogue
 
 MAX_SELECTION_SHOWN = 60
+PALETTE = tuple(qualitative.Dark24) + tuple(qualitative.Light24)  # 48 distinguishable colours, then they repeat
+LEGEND_SHOWN = 40
 
 
 def map_payload(cat: Catalogue, model: str, colour_by: str, *, species_id: int | None = None) -> dict[str, Any] | None:
@@ -30,9 +35,31 @@ def map_payload(cat: Catalogue, model: str, colour_by: str, *, species_id: int |
                for p in pts]
         codes = {v: i for i, v in enumerate(sorted(set(raw)))}
         labels, values = raw, [codes[v] for v in raw]
-    return {"x": [round(p["x"], 4) for p in pts], "y": [round(p["y"], 4) for p in pts], "id": [p["id"] for p in pts],
-            "label": labels, "value": values, "thumb": [p["thumb"] for p in pts], "poincare": m["poincare"],
-            "model": model, "colour_by": colour_by, "categorical": colour_by != "solidity"}
+    payload = {"x": [round(p["x"], 4) for p in pts], "y": [round(p["y"], 4) for p in pts], "id": [p["id"] for p in pts],
+               "label": labels, "value": values, "thumb": [p["thumb"] for p in pts], "poincare": m["poincare"],
+               "model": model, "colour_by": colour_by, "categorical": colour_by != "solidity"}
+    if payload["categorical"]:  # one colour per category, named in the legend (most photos first)
+        payload["colour"] = [PALETTE[v % len(PALETTE)] for v in values]
+        counts = Counter(labels)
+        payload["legend"] = [{"name": name, "colour": PALETTE[codes[name] % len(PALETTE)], "n": n}
+                             for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return payload
+
+
+def legend_html(payload: dict[str, Any]) -> str:
+    """The map's colour legend: a swatch, name and photo count per category (or the solidity scale in words)."""
+    if not payload.get("categorical"):
+        return ("<div class='map-legend' id='map-legend'>Colour: mask solidity, from dark purple (ragged outline) to "
+                "yellow (solid); the darkest points, below the scale, have no mask.</div>")
+    entries = payload.get("legend", [])
+    items = "".join(f"<span class='map-key' data-name='{html.escape(e['name'], quote=True)}'>"
+                    f"<span class='map-swatch' style='background:{e['colour']}'></span>"
+                    f"{html.escape(e['name'])} ({e['n']})</span>" for e in entries[:LEGEND_SHOWN])
+    more = f" <span class='map-more'>and {len(entries) - LEGEND_SHOWN} more</span>" if len(entries) > LEGEND_SHOWN else ""
+    repeat = (f" Colours repeat after {len(PALETTE)} categories: hover a point for its name."
+              if len(entries) > len(PALETTE) else "")
+    return (f"<div class='map-legend' id='map-legend'><b>Colour: {html.escape(payload['colour_by'])}</b>{repeat} "
+            f"{items}{more}</div>")
 
 
 def map_html(payload: dict[str, Any] | None, *, note: str = "") -> str:
@@ -43,7 +70,8 @@ def map_html(payload: dict[str, Any] | None, *, note: str = "") -> str:
                 + ("<b>Compute map</b>." if text.endswith("press ") else "") + "</div>")
     data = json.dumps(payload, separators=(",", ":")).replace("</", "<\\/")
     return (f"<div class='map-root' id='map-root' data-n='{len(payload['id'])}'><div class='map-plot' "
-            f"id='map-plot'></div><script type='application/json' class='map-data'>{data}</script></div>")
+            f"id='map-plot'></div>{legend_html(payload)}"
+            f"<script type='application/json' class='map-data'>{data}</script></div>")
 
 
 def map_wait_note(cat: Catalogue, model: str) -> str:
@@ -93,12 +121,33 @@ def selection(cat: Catalogue, ids: list[int]) -> tuple[list[tuple[str, str]], st
             items.append((path, f"#{i} · {name or 'no individual'}"))
     who = sorted({r[3] or "no individual" for r in rows})
     more = f" (showing {MAX_SELECTION_SHOWN})" if len(rows) > MAX_SELECTION_SHOWN else ""
-    return items, (f"**{len(rows)} photos selected**{more}: {', '.join(who[:12])}{' …' if len(who) > 12 else ''}."
-                   " Assign them to an individual below, or open one in Match review by its number.")
+    named = [w for w in who if w != "no individual"]
+    warn = (f" ⚠ They belong to {len(named)} different individuals: assigning moves them all to one."
+            if len(named) > 1 else "")
+    return items, (f"**{len(rows)} photos selected**{more}: {html.escape(', '.join(who[:12]))}"
+                   f"{' …' if len(who) > 12 else ''}.{warn}"
+                   " Assign them to an individual below (a new one if you tick “Create it if new”), or open one in "
+                   "Match review by its number.")
 
 
-def assign_selection(cat: Catalogue, ids: list[int], individual: str | None, *, user: str) -> str:
-    """Assign the selected photos to an existing individual (by name), each an undoable change."""
+def selection_owners(cat: Catalogue, ids: list[int]) -> list[str]:
+    """The individuals the selected photos belong to now, by name ("no individual" for unassigned ones)."""
+    from sqlalchemy import select
+
+    from db.models import Image, Individual
+
+    with cat.unit_of_work() as s:
+        rows = s.execute(select(Individual.name).select_from(Image)
+                         .outerjoin(Individual, Image.individual_id == Individual.id)
+                         .where(Image.id.in_([int(i) for i in ids]))).scalars().all()
+    return sorted({r or "no individual" for r in rows})
+
+
+def assign_selection(cat: Catalogue, ids: list[int], individual: str | None, *, user: str,
+                     create_new: bool = False) -> str:
+    """Assign the selected photos to an individual by name, each an undoable change. A name no individual has
+    is refused unless ``create_new``, which makes that individual first. Photos taken from several individuals
+    are named in the message, so a curator sees what a wide lasso swept up."""
     from db import catalogue as ops
 
     if not ids:
@@ -106,14 +155,25 @@ def assign_selection(cat: Catalogue, ids: list[int], individual: str | None, *, 
     name = (individual or "").strip()
     if not name:
         raise ValueError("Type the name of the individual to assign them to.")
-    moved = 0
+    owners = [o for o in selection_owners(cat, ids) if o not in ("no individual", name)]
+    moved, created = 0, False
     with cat.unit_of_work() as s:
         ind = ops.find_individual_by_name(s, name)
         if ind is None:
-            raise ValueError(f"no individual named {name!r}")
+            if not create_new:
+                raise ValueError(f"No individual is named {name!r}. Tick “Create it if new” to make a new "
+                                 f"individual with these {len(ids)} photos.")
+            ind, created = ops.create_individual(s, name, user=user), True
+            s.flush()
         for i in ids:
             if ops.get_image(s, int(i)).individual_id != ind.id:
                 ops.assign_image(s, int(i), ind.id, user=user)
                 moved += 1
         s.commit()
-    return f"{moved} photo(s) assigned to {name} (each is an undoable change in the Catalogue tab)."
+    text = (f"{'Created ' + name + ' and assigned' if created else 'Assigned'} {moved} photo(s) to {name} "
+            "(each is an undoable change in the Catalogue tab).")
+    if len(owners) > 1:
+        text += f" Check this: they came from {len(owners)} individuals ({', '.join(owners[:8])}{' …' if len(owners) > 8 else ''})."
+    elif owners:
+        text += f" They were {owners[0]}'s."
+    return text

@@ -98,6 +98,43 @@ def test_embedding_map_job_and_payload(loop):
     items, text = mp.selection(loop, ind["id"][:5])
     assert len(items) == 5 and "5 photos selected" in text
 
+    # the colour legend names each individual with its colour and photo count (issue 14, item 4)
+    legend = {e["name"]: e for e in ind["legend"]}
+    assert len(legend) == 8 and sum(e["n"] for e in legend.values()) == 48
+    for label, colour in zip(ind["label"], ind["colour"]):
+        assert legend[label]["colour"] == colour  # a point and its legend entry share the colour
+    assert len({e["colour"] for e in legend.values()}) == 8
+    assert all(f"{name} ({e['n']})" in html for name, e in legend.items())
+    assert "mask solidity" in mp.map_html(mp.map_payload(loop, "efficientnet_lite0", "solidity"))
+
+
+def test_map_assign_can_create_an_individual_and_warns_about_mixed_selections(loop):
+    """Issue 14, item 4: Assign could not create a new individual, and a lasso over two animals moved them all
+    silently."""
+    from app import map_services as mp
+    from db.models import Image, Individual
+
+    with loop.unit_of_work() as s:
+        rows = s.query(Image.id, Image.individual_id).filter(Image.individual_id.is_not(None)).order_by(Image.id).all()
+    by_ind: dict[int, list[int]] = {}
+    for image_id, ind in rows:
+        by_ind.setdefault(ind, []).append(image_id)
+    (a, a_photos), (b, b_photos) = list(by_ind.items())[:2]
+    mixed = a_photos[:2] + b_photos[:1]
+    _, text = mp.selection(loop, mixed)
+    assert "belong to 2 different individuals" in text
+    with pytest.raises(ValueError, match="Tick “Create it if new”"):
+        mp.assign_selection(loop, mixed, "Zafira", user="ana")
+    message = mp.assign_selection(loop, mixed, "Zafira", user="ana", create_new=True)
+    assert message.startswith("Created Zafira and assigned 3 photo(s) to Zafira")
+    assert "they came from 2 individuals" in message
+    with loop.unit_of_work() as s:
+        zafira = s.query(Individual).filter_by(name="Zafira").one()
+        assert sorted(i for (i,) in s.query(Image.id).filter(Image.individual_id == zafira.id)) == sorted(mixed)
+    # assigning to an existing name with the box ticked reuses it, and a single source is named plainly
+    again = mp.assign_selection(loop, a_photos[2:3], "Zafira", user="ana", create_new=True)
+    assert again.startswith("Assigned 1 photo(s) to Zafira") and "were " in again
+
 
 def test_lorentz_points_map_onto_the_poincare_disk():
     import torch

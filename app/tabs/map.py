@@ -23,6 +23,10 @@ WEBGL_FROM = 1000  # points; below this the plot is SVG (crisper, and hover work
 CSS = """
 .map-plot { width: 100%; min-height: 560px; }
 .map-empty { padding: 2rem; color: var(--body-text-color-subdued); }
+.map-legend { display: flex; flex-wrap: wrap; gap: 4px 14px; align-items: center; padding: 6px 4px;
+              font-size: var(--text-sm); }
+.map-key { display: inline-flex; align-items: center; gap: 5px; white-space: nowrap; }
+.map-swatch { display: inline-block; width: 12px; height: 12px; border-radius: 50%; border: 1px solid #0003; }
 """
 MAP_JS = """
 const PLOTLY_URL = %(plotly)s;
@@ -54,8 +58,8 @@ function draw() {
   ensurePlotly(() => {
     const gl = d.id.length >= WEBGL_FROM;
     const trace = {type: gl ? 'scattergl' : 'scatter', mode: 'markers', x: d.x, y: d.y, text: d.label,
-      hoverinfo: 'text', marker: {size: gl ? 4 : 8, color: d.value, opacity: 0.85,
-      colorscale: d.categorical ? 'Jet' : 'Viridis', showscale: !d.categorical}};
+      hoverinfo: 'text', marker: {size: gl ? 4 : 8, color: d.categorical ? d.colour : d.value, opacity: 0.85,
+      colorscale: 'Viridis', showscale: !d.categorical}};
     const layout = {dragmode: 'select', height: 560, margin: {l: 30, r: 10, t: 40, b: 30}, hovermode: 'closest',
       title: {text: d.model + (d.poincare ? ' (Poincaré disk)' : '') + ' · coloured by ' + d.colour_by,
               font: {size: 14}},
@@ -106,6 +110,8 @@ def build(ctx: UIContext) -> None:
     with gr.Row(equal_height=True):
         target = gr.Textbox(label="Assign the selected photos to", placeholder="individual's name", max_lines=1,
                             elem_id="map-assign-name", scale=3)
+        create_new = gr.Checkbox(label="Create it if new", value=False, elem_id="map-assign-new", scale=1,
+                                 info="a name no individual has makes a new individual with these photos")
         assign = gr.Button("Assign", elem_id="map-assign", scale=0, min_width=110)
 
     def show(model_name, colour_by):
@@ -124,13 +130,13 @@ def build(ctx: UIContext) -> None:
         return ids, items, text
 
     @curator_action
-    def do_assign(ids, name, user):
-        return mp.assign_selection(cat, ids, name, user=curator_name(user))
+    def do_assign(ids, name, new, user):
+        return mp.assign_selection(cat, ids, name, user=curator_name(user), create_new=bool(new))
 
     ctx.on_refresh(guarded_viewer(show), inputs=[model, colour], outputs=[plot, status], on_tab_select=True)
     gr.on([model.input, colour.input, show_button.click], guarded_viewer(show), inputs=[model, colour],
           outputs=[plot, status], api_visibility="private")
     compute.click(queue, inputs=[model, ctx.user], outputs=[status], api_name="compute_map")
     plot.click(pick, outputs=[selected, gallery, summary], api_visibility="private")
-    ctx.changed(assign.click(do_assign, inputs=[selected, target, ctx.user], outputs=[status],
+    ctx.changed(assign.click(do_assign, inputs=[selected, target, create_new, ctx.user], outputs=[status],
                              api_name="assign_selection"))

@@ -119,6 +119,15 @@ def test_map_hover_shows_a_thumbnail_and_a_box_opens_the_photos(server, page, sh
         const t = gd.data[0];
         return [bb.left + xa.l2p(t.x[0]), bb.top + ya.l2p(t.y[0])];
     }""")
+    # the colour legend: a swatch per individual, coloured as its points are (issue 14, item 4)
+    legend = page.locator("#map-legend")
+    expect(legend).to_contain_text("Colour: individual")
+    first_key = legend.locator(".map-key").first
+    swatch = first_key.locator(".map-swatch").evaluate("e => getComputedStyle(e).backgroundColor")
+    point_colours = page.evaluate("() => [...new Set(document.getElementById('map-plot').data[0].marker.color)]")
+    assert legend.locator(".map-key").count() == len(point_colours) >= 2
+    hexes = {tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in point_colours}
+    assert tuple(int(v) for v in re.findall(r"\d+", swatch)[:3]) in hexes
     page.mouse.move(x, y)
     tip = page.locator("#map-tip")
     expect(tip).to_be_visible(timeout=10_000)
@@ -133,6 +142,7 @@ def test_map_hover_shows_a_thumbnail_and_a_box_opens_the_photos(server, page, sh
     n = int(re.search(r"(\d+) photos selected", page.locator("#map-selection").inner_text()).group(1))
     assert n >= 40
     expect(page.locator("#map-gallery img").first).to_be_visible(timeout=20_000)
+    expect(page.locator("#map-selection")).to_contain_text("different individuals")  # the wide box swept several
     shot("map-selection")
     assert page.external_requests == []
 
