@@ -312,12 +312,16 @@ def history_rows(cat: Catalogue, *, individual_id: int | None = None, limit: int
 class ImportOutcome:
     rows: list[list[str]]  # under REPORT_HEADERS
     counts: dict[str, int]
+    features_job: int | None = None  # the background job computing match-review features of the new photos
 
     @property
     def summary(self) -> str:
         shown = [f"{n} {status if status != 'error' else ('errors' if n != 1 else 'error')}"
                  for status, n in self.counts.items() if n]
-        return " · ".join(shown) if shown else "nothing to import"
+        text = " · ".join(shown) if shown else "nothing to import"
+        if self.features_job is not None:
+            text += f" · their features for match review are being computed in the background (job #{self.features_job})"
+        return text
 
 
 def upload_path(f: object) -> str:
@@ -375,7 +379,23 @@ def import_uploads(cat: Catalogue, files: Sequence[object] | None, *, manifest: 
 
     report = ingest_uploads(cat, paths, manifest=upload_path(manifest) if manifest else None, user=user,
                             progress=progress, should_cancel=should_cancel)
-    return ImportOutcome(rows=[[str(c) for c in row] for row in report.rows()], counts=dict(report.counts))
+    warm = warm_features(cat, user=user) if report.counts.get("imported") else None
+    return ImportOutcome(rows=[[str(c) for c in row] for row in report.rows()], counts=dict(report.counts),
+                         features_job=warm)
+
+
+def warm_features(cat: Catalogue, *, user: str) -> int | None:
+    """Queue the active model's features of every photo in the background (the ``embed`` job), so the first
+    Match review opening after an import finds them instead of computing them while the curator waits. Returns
+    the job id, or None when such a job is already waiting (it will include the new photos)."""
+    from db.models import JobStatus
+    from db.species import active_model_name
+    from jobs.queue import list_jobs, submit
+
+    model = active_model_name(cat)
+    waiting = any(j.status == JobStatus.queued and (j.params or {}).get("backbone") == model
+                  for j in list_jobs(cat, limit=50, kind="embed"))
+    return None if waiting else submit(cat, "embed", {"backbone": model, "user": user})
 
 
 # --------------------------------------------------------------------------- provenance

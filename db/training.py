@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from sqlalchemy import select
 
+from core.progress import PhaseClock, duration_words
 from core.training import TrainConfig
 from db.catalogue import CatalogueError
 from db.models import Image, Individual, Model, ModelStatus, Sighting
@@ -280,9 +281,10 @@ def train_model(cat: Catalogue, *, backbone: str = "efficientnet_lite0", config:
 
     if config.blocks == 0:
         hooks.progress(0.02, f"caching {config.views} views of {len(tr)} training photos")
+        caching_clock = PhaseClock("caching views")
         views = _cached_views(cat, base, lambda j: photo(int(tr[j])), [tset.content_hashes[i] for i in tr],
                               kind=kind, views=config.views, seed=config.seed, should_stop=hooks.should_stop,
-                              progress=lambda d, t: hooks.progress(0.02 + 0.18 * d / t, f"caching views {d}/{t}"))
+                              progress=lambda d, t: hooks.progress(0.02 + 0.18 * d / t, caching_clock.words(d, t)))
         mirror_feats = embed_features(base, [mirror_of(int(i)) for i in tr], kind=kind) \
             if loss_needs["mirror"] else None
         dist_feats = embed_features(base, [distractor_of(int(i)) for i in tr], kind=kind)[:, None] \
@@ -356,9 +358,13 @@ def train_model(cat: Catalogue, *, backbone: str = "efficientnet_lite0", config:
     n_batches = max(1, int(np.ceil(len(tr) / (min(config.identities_per_batch, len(names)) * config.per_identity))))
     steps_per_epoch = config.steps_per_epoch or n_batches
 
+    training_clock = PhaseClock("training steps")
+
     def on_step(epoch: int, step: int, loss: float) -> None:
         frac = 0.2 + 0.7 * ((epoch - 1) + step / steps_per_epoch) / total_epochs
-        hooks.progress(frac, f"epoch {epoch}/{total_epochs}, step {step}/{steps_per_epoch}, loss {loss:.4f}")
+        left = training_clock.seconds_left((epoch - 1) * steps_per_epoch + step, total_epochs * steps_per_epoch)
+        hooks.progress(frac, f"epoch {epoch}/{total_epochs}, step {step}/{steps_per_epoch}, loss {loss:.4f}"
+                             + (f" (training about {duration_words(left)} left)" if left is not None else ""))
 
     def on_epoch(st: TrainState, row: dict[str, Any], is_best: bool) -> None:
         hooks.metric(row)

@@ -35,6 +35,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from core.progress import PhaseClock
 from db.models import Job, JobStatus, utcnow
 from db.session import Catalogue
 
@@ -269,9 +270,11 @@ class JobContext:
     def callback(self, *, start: float = 0.0, end: float = 1.0, label: str = "") -> Callable[[int, int], None]:
         """A ``progress(done, total)`` callback for core pipelines, mapped onto [start, end]."""
 
+        clock = PhaseClock(label)
+
         def report(done: int, total: int) -> None:
             frac = start + (end - start) * (done / total if total else 1.0)
-            self.progress(frac, f"{label} {done}/{total}".strip())
+            self.progress(frac, clock.words(done, total))  # this step's share done and its time left
 
         return report
 

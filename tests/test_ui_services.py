@@ -176,6 +176,13 @@ def test_import_uploads_matches_manifest_by_original_name(cat, nyala_dir, nyala_
     for r in rows:
         expected[r["identity"]] = expected.get(r["identity"], 0) + 1
     assert {c.name: c.n_images for c in services.individual_cards(cat)} == expected
+    # the new photos' features for match review are computed ahead, in the background (issue 14, item 10)
+    from jobs.queue import get_job
+
+    job = get_job(cat, outcome.features_job)
+    assert job.kind == "embed" and job.status.value == "queued" and job.params["backbone"] == "efficientnet_lite0"
+    assert f"being computed in the background (job #{job.id})" in outcome.summary
+    assert services.warm_features(cat, user="bia") is None  # one waiting job covers later imports too
 
 
 @pytest.mark.slow  # imports every tab module, some of which load torch

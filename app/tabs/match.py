@@ -42,6 +42,10 @@ KEYS_HELP = ("<div class='rz-keys' style='font-size:var(--text-sm);color:var(--b
              "Click a candidate to compare it (the top one is chosen by default).</div>")
 SPOTS_HINT = ("*Matched spots:* press **Show matched spots** (key S) to see which coat spots of the photo and the "
               "chosen candidate match, joined by lines.")
+# what the grid says until the queue is loaded: the first opening may compute features (not "nothing waiting")
+LOADING_QUEUE = ("<div class='rz-empty' id='match-loading'>Loading the review queue… The first time, the photos' "
+                 "features are computed (about a second per photo on this machine); imports start this in the "
+                 "background, so it is usually ready.</div>")
 EMPTY_QUEUE = ("Nothing is waiting for review. Pick a photo in <b>Open a photo</b>, upload a new one, "
                "or press <b>Reload queue</b> after importing photos.")
 
@@ -261,7 +265,7 @@ def build(ctx: UIContext) -> None:
                                        buttons=["fullscreen"])
         with gr.Column(scale=6, min_width=420):
             header = gr.HTML("", elem_id="match-header", js_on_load=None)
-            candidates = gr.HTML(candidates_html(None, None), elem_id="match-candidates", css_template=GRID_CSS,
+            candidates = gr.HTML(LOADING_QUEUE, elem_id="match-candidates", css_template=GRID_CSS,
                                  js_on_load=PICK_JS, min_height=200)
     with gr.Accordion("Match a new photo (upload)", open=False, elem_id="match-upload-box"):
         upload = gr.File(label="Photo", file_count="single", file_types=["image"], elem_id="match-upload", height=110)
