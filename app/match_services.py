@@ -123,6 +123,8 @@ class QueryPhoto:
     decided: str | None = None  # the standing decision on this photo, in words, if any
     decided_id: int | None = None  # its id: a decision records it, so a later one by someone else is noticed
     decision_version: int = 0  # the photo's version when shown: a decision claims it (compare-and-set)
+    camera: str | None = None
+    observer: str | None = None
 
     def facts(self) -> list[tuple[str, str]]:
         """(label, value) lines shown next to the photo."""
@@ -133,6 +135,8 @@ class QueryPhoto:
             ("Sighting", self.sighting or "none"),
             ("Date", self.date or "unknown"),
             ("Place", self.place or "unknown"),
+            *([("Camera", self.camera)] if self.camera else []),
+            *([("Observer", self.observer)] if self.observer else []),
             ("Mask", f"from {self.mask_source}" if self.mask_path else "none"),
         ] + ([("Decided", self.decided)] if self.decided else [])
 
@@ -165,7 +169,8 @@ def query_photo(cat: Catalogue, image_id: int) -> QueryPhoto:
                           flank=_enum_value(im.flank), sighting=sg.key if sg else None,
                           date=(sg.date if sg and sg.date else None) or im.exif_time, place=place,
                           individual_id=im.individual_id, individual_name=name,
-                          mask_path=cat.blobs.existing(im.mask_path), mask_source=im.mask_source)
+                          mask_path=cat.blobs.existing(im.mask_path), mask_source=im.mask_source,
+                          camera=sg.camera if sg else None, observer=sg.observer if sg else None)
 
 
 def query_picture(photo: QueryPhoto, *, outline: bool) -> str | np.ndarray:

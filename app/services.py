@@ -37,7 +37,7 @@ from db.models import EventKind, IdentityEvent, Image, Individual, Sighting
 from db.session import Catalogue
 
 HISTORY_HEADERS = ["When (UTC)", "Who", "What"]
-SIGHTING_HEADERS = ["Sighting", "Date", "Place", "Photos"]
+SIGHTING_HEADERS = ["Sighting", "Date", "Place", "Camera", "Observer", "Photos"]
 REPORT_HEADERS = ["File", "Result", "Details"]
 
 
@@ -147,7 +147,8 @@ def open_individual(cat: Catalogue, individual_id: int) -> IndividualView:
                                    sighting=sg.key if sg else None, date=date, mask_source=im.mask_source))
             if sg is not None:
                 per_sighting[sg.id] = per_sighting.get(sg.id, 0) + 1
-        rows = [[sightings[k].key, sightings[k].date or "", sightings[k].place or "", n]
+        rows = [[sightings[k].key, sightings[k].date or "", sightings[k].place or "", sightings[k].camera or "",
+                 sightings[k].observer or "", n]
                 for k, n in sorted(per_sighting.items(), key=lambda kv: (sightings[kv[0]].date or "", kv[0]))]
         return IndividualView(id=ind.id, name=ind.name, active=ind.active, merged_into=merged_into,
                               images=cards, sightings=rows)
@@ -364,7 +365,7 @@ IMPORT_STOPS = StopRequests()
 
 def import_uploads(cat: Catalogue, files: Sequence[object] | None, *, manifest: object | None = None,
                    user: str, progress: Callable[[int, int], None] | None = None,
-                   should_cancel: Callable[[], bool] | None = None) -> ImportOutcome:
+                   should_cancel: Callable[[], bool] | None = None, update_metadata: bool = False) -> ImportOutcome:
     """Import uploaded photos / zips (and an optional manifest CSV) and report per file.
 
     Gradio stores each upload as ``<upload dir>/<hash>/<original file name>``, so
@@ -378,7 +379,7 @@ def import_uploads(cat: Catalogue, files: Sequence[object] | None, *, manifest: 
     from db.ingest import ingest_uploads
 
     report = ingest_uploads(cat, paths, manifest=upload_path(manifest) if manifest else None, user=user,
-                            progress=progress, should_cancel=should_cancel)
+                            progress=progress, should_cancel=should_cancel, update_metadata=update_metadata)
     warm = warm_features(cat, user=user) if report.counts.get("imported") else None
     return ImportOutcome(rows=[[str(c) for c in row] for row in report.rows()], counts=dict(report.counts),
                          features_job=warm)

@@ -42,6 +42,7 @@ from db.models import (
     Job,
     MatchDecision,
     Model,
+    Sighting,
     Species,
     User,
     utcnow,
@@ -94,6 +95,9 @@ AUDITED: dict[type, Audited] = {
     Image: Audited("photo", {"flank": "flank", "flank_source": "flank", "mask_path": "mask", "mask_source": "mask",
                              "species_id": "species", "individual_id": "assign", "sighting_id": "sighting"},
                    on_insert="import", insert_fields=("original_name", "content_hash", "individual_id")),
+    # a sighting's facts changed by a re-import with "update metadata" (new sightings come with their photos)
+    Sighting: Audited("sighting", {f: "metadata" for f in ("date", "place", "lat", "lon", "camera", "observer")},
+                      on_insert=None, on_delete=None),
     IdentityEvent: Audited("history", {"undone_at": "undone"}, on_insert="event",
                            insert_fields=("kind", "individual_id", "other_individual_id")),
     MatchDecision: Audited("decision", {"undone_at": "undo"}, on_insert="add",

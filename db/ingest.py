@@ -49,6 +49,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from core.images import IMAGE_EXTENSIONS, MAX_PIXELS, DecodedImage, ImageDecodeError, decode_image, extension_for, make_thumbnail
+from db.audit import acting_as
 from db.catalogue import CatalogueError, find_individual_by_name, get_or_create_individual, get_or_create_user
 from db.models import DEFAULT_SPECIES_ID, EventKind, Flank, IdentityEvent, Image, Individual, Sighting, utcnow
 from db.storage import sha256_bytes
@@ -692,13 +693,28 @@ def _entries_for_path(path: Path, fmt: str) -> tuple[list[_Entry], list[_Tree], 
 # --------------------------------------------------------------------------- importing
 
 
+METADATA_FIELDS = ("date", "place", "lat", "lon", "camera", "observer")
+
+
+def metadata_changes(sighting: Sighting, facts: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(field, catalogue value, import value) for each sighting fact the import gives differently."""
+    return [(a, getattr(sighting, a), facts[a]) for a in METADATA_FIELDS
+            if facts.get(a) is not None and getattr(sighting, a) != facts[a]]
+
+
+def _shown(value: Any) -> str:
+    return "(none)" if value is None else repr(value) if isinstance(value, str) else str(value)
+
+
 class _Importer:
     """Runs entries through decode -> blobs -> rows, one transaction per file."""
 
-    def __init__(self, cat, *, user: str, dry_run: bool, origin: str, max_pixels: int = MAX_PIXELS) -> None:
+    def __init__(self, cat, *, user: str, dry_run: bool, origin: str, max_pixels: int = MAX_PIXELS,
+                 update_metadata: bool = False) -> None:
         self.cat = cat
         self.user = user
         self.dry_run = dry_run
+        self.update_metadata = update_metadata  # replace a known photo's sighting facts with the import's
         self.origin = origin
         self.max_pixels = max_pixels
         self.seen: dict[str, str] = {}  # content hash -> first name in this run (dry run)
@@ -960,6 +976,15 @@ class _Importer:
                 notes.append(f"its flank is {img.flank.value}, the import says {e.flank.value}: not changed")
         if e.sighting and img.sighting_id is None:
             changes.append(f"sighting {e.sighting['key']}")
+        sighting = session.get(Sighting, img.sighting_id) if e.sighting and img.sighting_id is not None else None
+        metadata = metadata_changes(sighting, e.sighting) if sighting is not None else []
+        if metadata:
+            words = ", ".join(f"{a} {_shown(old)} -> {_shown(new)}" for a, old, new in metadata)
+            if self.update_metadata:
+                changes.append(f"metadata of sighting {sighting.key}: {words}")
+            else:
+                notes.append(f"the import has other metadata ({words}): not changed; import again with "
+                             "“update metadata of existing photos” to apply it")
         base = f"already in the catalogue as image #{img.id}"
         same_as = img.original_name if img.original_name != e.name else None
         if same_as:
@@ -976,6 +1001,9 @@ class _Importer:
                 img.flank, img.flank_source = e.flank, "manifest"
             if e.sighting and img.sighting_id is None:
                 img.sighting = self._sighting(session, e.sighting, None)
+            if self.update_metadata:  # an audited change of the sighting (db.audit: sighting.metadata)
+                for attr, _old, value in metadata:
+                    setattr(sighting, attr, value)
             session.flush()
             self._commit(session)
         except Exception as exc:
@@ -991,8 +1019,13 @@ class _Importer:
 
         When ``should_cancel()`` turns true the import stops between two files: what was
         imported stays (each file is its own transaction) and the rest is reported as skipped,
-        so running the same import again picks up where it stopped.
+        so running the same import again picks up where it stopped. Every change is audited as this import's user.
         """
+        with acting_as(self.user):
+            return self._run(entries, progress=progress, should_cancel=should_cancel, lookahead=lookahead)
+
+    def _run(self, entries: Sequence[_Entry], *, progress: Progress | None, should_cancel: Callable[[], bool] | None,
+             lookahead: int) -> list[IngestItemResult]:
         results: list[IngestItemResult] = []
         total = len(entries)
         with self.cat.unit_of_work() as session:
@@ -1087,14 +1120,16 @@ def _finish(report: IngestReport, t0: float) -> IngestReport:
 
 def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, dry_run: bool = False,
                 progress: Progress | None = None, should_cancel: Callable[[], bool] | None = None,
-                max_pixels: int = MAX_PIXELS) -> IngestReport:
+                max_pixels: int = MAX_PIXELS, update_metadata: bool = False) -> IngestReport:
     """Import a file, folder, zip, manifest CSV or Kaggle layout; one report line per file.
 
     ``format`` is one of FORMATS (auto-detected when None). With ``dry_run``
     every file is read and decoded but nothing is written (database or disk).
     ``progress(done, total)`` is called after each file. Raises IngestError /
     FileNotFoundError only when the import cannot start at all; a manifest that
-    lacks required columns gives a report with that single error.
+    lacks required columns gives a report with that single error. With ``update_metadata`` the sighting facts
+    (date, place, position, camera, observer) of photos already catalogued are replaced by the import's
+    (an audited change); without it they are reported and left alone.
     """
     t0 = time.perf_counter()
     p = Path(path).expanduser()
@@ -1113,7 +1148,8 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
             return _finish(report, t0)
         report.format = layout
         problems = [pr for t in trees for pr in t.problems]
-        importer = _Importer(cat, user=user, dry_run=dry_run, origin=f"{layout}:{p.name}", max_pixels=max_pixels)
+        importer = _Importer(cat, user=user, dry_run=dry_run, origin=f"{layout}:{p.name}", max_pixels=max_pixels,
+                             update_metadata=update_metadata)
         report.items.extend(problems)
         report.items.extend(importer.run(entries, progress=progress, should_cancel=should_cancel))
     finally:
@@ -1124,7 +1160,7 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
 
 def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | None = None, user: str,
                    dry_run: bool = False, progress: Progress | None = None,
-                   should_cancel: Callable[[], bool] | None = None) -> IngestReport:
+                   should_cancel: Callable[[], bool] | None = None, update_metadata: bool = False) -> IngestReport:
     """Import files uploaded through the UI: photos and/or zips, with an optional manifest CSV.
 
     The manifest gives identity / flank / sighting by *original file name*
@@ -1185,7 +1221,7 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
                 target.identity = identity or target.identity
                 target.flank = flank or target.flank
                 target.sighting = sighting or target.sighting
-        importer = _Importer(cat, user=user, dry_run=dry_run, origin="upload")
+        importer = _Importer(cat, user=user, dry_run=dry_run, origin="upload", update_metadata=update_metadata)
         report.items.extend(importer.run(entries, progress=progress, should_cancel=should_cancel))
     finally:
         for t in trees:

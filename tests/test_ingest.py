@@ -412,6 +412,52 @@ def test_manifest_fills_in_missing_facts_and_reports_conflicts(cat, tmp_path):
     assert names[imgs["a.jpg"].individual_id] == "Tico" and imgs["a.jpg"].flank == Flank.left
 
 
+def test_reimport_reports_new_metadata_and_updates_it_only_when_asked(cat, tmp_path):
+    """Issue 14, item 6: importing a manifest again with date, place or camera for photos already catalogued said
+    "duplicate" and dropped the new facts. Now the difference is reported; with update_metadata it is applied to
+    the photo's sighting as an audited change, and the CLI takes --update-metadata."""
+    from db.audit import audit_rows
+
+    root = tmp_path / "d"
+    write(root / "a.jpg", jpeg(1))
+    header = ["filename", "identity", "sighting", "date", "place", "camera", "observer"]
+    write_csv(root / "manifest.csv", header, [["a.jpg", "Tico", "s1", "2024-05-01", "Porto Jofre", "", ""]])
+    ingest_path(cat, root / "manifest.csv", user="ana")
+    write_csv(root / "manifest.csv", header,
+              [["a.jpg", "Tico", "s1", "2024-05-02", "Porto Jofre", "CAM-7", "Rita"]])
+    told = ingest_path(cat, root / "manifest.csv", user="bo")
+    item = told.items[0]
+    assert item.status == "duplicate" and "the import has other metadata" in item.message
+    assert "date '2024-05-01' -> '2024-05-02'" in item.message and "camera (none) -> 'CAM-7'" in item.message
+    with cat.unit_of_work() as s:
+        sg = s.scalar(select(Sighting).where(Sighting.key == "s1"))
+        assert (sg.date, sg.camera, sg.observer) == ("2024-05-01", None, None)  # reported, not applied
+
+    updated = ingest_path(cat, root / "manifest.csv", user="bo", update_metadata=True)
+    assert updated.items[0].status == "updated" and "metadata of sighting s1" in updated.items[0].message
+    with cat.unit_of_work() as s:
+        sg = s.scalar(select(Sighting).where(Sighting.key == "s1"))
+        assert (sg.date, sg.place, sg.camera, sg.observer) == ("2024-05-02", "Porto Jofre", "CAM-7", "Rita")
+    rows = audit_rows(cat, action="sighting.metadata")
+    assert [(r.user, r.target) for r in rows] == [("bo", "sighting#1")]
+    assert rows[0].details == {"date": ["2024-05-01", "2024-05-02"], "camera": [None, "CAM-7"], "observer": [None, "Rita"]}
+    # the same manifest again: nothing differs, a plain duplicate
+    assert ingest_path(cat, root / "manifest.csv", user="bo", update_metadata=True).items[0].status == "duplicate"
+    # the shell: --update-metadata
+    write_csv(root / "manifest.csv", header, [["a.jpg", "Tico", "s1", "2024-05-02", "Porto Jofre", "CAM-9", "Rita"]])
+    assert cli_main(["--data-dir", str(cat.data_dir), "--user", "cy", "import", str(root / "manifest.csv"),
+                     "--update-metadata"]) == 0
+    with cat.unit_of_work() as s:
+        assert s.scalar(select(Sighting.camera).where(Sighting.key == "s1")) == "CAM-9"
+        image_id, individual_id = s.execute(select(Image.id, Image.individual_id)).one()
+    # camera and observer are shown in the Catalogue's sightings and in Match review's facts
+    from app import match_services, services
+
+    assert services.open_individual(cat, individual_id).sightings == [["s1", "2024-05-02", "Porto Jofre", "CAM-9", "Rita", 1]]
+    facts = dict(match_services.query_photo(cat, image_id).facts())
+    assert facts["Camera"] == "CAM-9" and facts["Observer"] == "Rita"
+
+
 def test_dry_run_writes_nothing(cat, tmp_path, data_dir):
     write(tmp_path / "seed.jpg", jpeg(99))
     ingest_path(cat, tmp_path / "seed.jpg", user="ana")

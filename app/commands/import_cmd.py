@@ -27,6 +27,9 @@ def register(sub) -> None:
     p.add_argument("--format", choices=FORMATS, default=None, help="how to read PATH (default: detected)")
     p.add_argument("--dry-run", action="store_true", help="check every file and report, write nothing")
     p.add_argument("--all", action="store_true", dest="show_all", help="list every file, also on big imports")
+    p.add_argument("--update-metadata", action="store_true",
+                   help="for photos already in the catalogue, replace their sighting's date, place, position, camera "
+                        "and observer with the manifest's (audited); without it differences are only reported")
     p.set_defaults(func=run)
 
 
@@ -51,7 +54,7 @@ def run(args, ctx) -> int:
     from db.ingest import ingest_path
 
     report = ingest_path(ctx.catalogue, args.path, format=args.format, user=ctx.user, dry_run=args.dry_run,
-                         progress=_progress_printer(sys.stderr))
+                         progress=_progress_printer(sys.stderr), update_metadata=args.update_metadata)
     print(f"import of {report.source} as {report.format}")
     if args.show_all or len(report.items) <= FULL_TABLE_MAX:
         rows = report.rows()

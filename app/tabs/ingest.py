@@ -31,6 +31,11 @@ def build(ctx: UIContext) -> None:
             manifest = gr.File(label="Manifest CSV (optional)", file_count="single", file_types=[".csv"],
                                elem_id="ingest-manifest", height=120)
             gr.Markdown(MANIFEST_HELP, elem_classes=["help-text"])
+            update_metadata = gr.Checkbox(label="Update metadata of existing photos", value=False,
+                                          elem_id="ingest-update-metadata",
+                                          info="photos already in the catalogue take the manifest's date, place, "
+                                               "camera and observer (an audited change); otherwise differences are "
+                                               "only reported")
     with gr.Row():
         import_button = gr.Button("Import", variant="primary", elem_id="ingest-import", scale=4)
         stop_button = gr.Button("Stop import", elem_id="ingest-stop", scale=1, min_width=120)
@@ -39,20 +44,21 @@ def build(ctx: UIContext) -> None:
                           label="Import report", elem_id="ingest-report", max_height=420)
 
     @curator_action
-    def run_import(uploaded, manifest_file, user, request: gr.Request, progress=gr.Progress()):
+    def run_import(uploaded, manifest_file, update, user, request: gr.Request, progress=gr.Progress()):
         def step(done: int, total: int) -> None:
             progress((done, total), desc="Importing photos", unit="photos")
 
         key = getattr(request, "session_hash", None)
         services.IMPORT_STOPS.clear(key)
         outcome = services.import_uploads(cat, uploaded, manifest=manifest_file, user=user, progress=step,
-                                          should_cancel=services.IMPORT_STOPS.checker(key))
+                                          should_cancel=services.IMPORT_STOPS.checker(key),
+                                          update_metadata=bool(update))
         stopped = outcome.counts.get("skipped", 0) and services.IMPORT_STOPS.checker(key)()
         services.IMPORT_STOPS.clear(key)
         head = "**Import stopped:**" if stopped else "**Import finished:**"
         return f"{head} {outcome.summary}", outcome.rows
 
-    event = import_button.click(run_import, inputs=[files, manifest, ctx.user], outputs=[summary, report],
+    event = import_button.click(run_import, inputs=[files, manifest, update_metadata, ctx.user], outputs=[summary, report],
                                 api_name="import_photos", concurrency_limit=1)
     ctx.changed(event)
 
