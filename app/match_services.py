@@ -299,13 +299,14 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
                     f"{result.model_name}: {result.model_provenance}")
     else:
         cal = calibrator_for(cat, result.model_name, species_id=species_id) if result.candidates else None
-        probs = cal.probability([c.score for c in result.candidates]) if cal is not None \
-            else [None] * len(result.candidates)
+        probs = cal.probability([c.score for c in result.candidates], [c.rank for c in result.candidates]) \
+            if cal is not None else [None] * len(result.candidates)
         if cal is not None:
             calibrated = True
             parts = ", ".join(f"{n} {what}" for what, n in cal.sources.items() if n)
-            cal_note = (f"probability calibrated (isotonic) on {cal.n_outcomes} outcomes ({parts}) "
-                        f"for {result.model_name}")
+            rough = " — rough: few outcomes yet" if cal.n_outcomes < 50 else ""
+            cal_note = (f"probability calibrated by {cal.describe()} on {cal.n_outcomes} outcomes ({parts}) "
+                        f"for {result.model_name}{rough}")
     cards = [CandidateCard(rank=c.rank, image_id=c.image_id, individual_id=c.individual_id,
                            individual_name=c.individual_name, score=c.score, flank=c.flank, sighting=c.sighting,
                            same_sighting=c.same_sighting, thumb=cat.blobs.existing(c.thumb_path) or cat.blobs.existing(c.blob_path),

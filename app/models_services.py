@@ -117,10 +117,10 @@ def calibration_view(cat: Catalogue, model: str | None, species: str | None) -> 
     rep = calibration_report(cat, model, species_id=sid)
     fig = go.Figure()
     if rep is None:
-        return (f"{model} cannot be calibrated yet: it needs at least 10 same / not-the-same decisions (or a "
-                "benchmark of this species) with both outcomes among them.", fig)
+        return (f"{model} cannot be calibrated yet: it needs a few same / not-the-same decisions with both outcomes "
+                "among them (or a benchmark, or two identified individuals of this species).", fig)
     fig.add_trace(go.Scatter(x=rep["curve"]["score"], y=rep["curve"]["probability"], mode="lines",
-                             name="score → probability (isotonic)"))
+                             name=f"score → probability ({rep['method']}, top candidate)"))
     rel = rep["reliability_on_decisions"]
     if rel and rel["bins"]:
         fig.add_trace(go.Scatter(x=[b["predicted"] for b in rel["bins"]], y=[b["observed"] for b in rel["bins"]],
@@ -131,8 +131,8 @@ def calibration_view(cat: Catalogue, model: str | None, species: str | None) -> 
                       legend={"orientation": "h", "y": -0.3})
     sources = ", ".join(f"{n} {what}" for what, n in rep["sources"].items())
     ece = f"; expected calibration error on the decisions {rel['ece']:.3f}" if rel else ""
-    return (f"**{model}**: calibrated on {rep['n_outcomes']} outcomes ({sources}), {rep['n_positive']} of them the "
-            f"same animal{ece}.", fig)
+    return (f"**{model}**: calibrated by {rep['method']} on {rep['n_outcomes']} outcomes ({sources}), "
+            f"{rep['n_positive']} of them the same animal{ece}.", fig)
 
 
 def retrain_status(cat: Catalogue, species: str | None) -> str:

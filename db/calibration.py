@@ -1,5 +1,6 @@
-"""Calibrated confidence per model and species, from the curators' same / not-same decisions, topped up with
-a benchmark's top-5 candidate pairs while decisions are few (what a curator sees in match review)."""
+"""Calibrated confidence per model and species, from the curators' same / not-same decisions, topped up while
+decisions are few with a benchmark's top-5 candidate pairs or, before any benchmark exists, the top-5 pairs of the
+catalogue's own identified photos (what a curator sees in match review)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.calibration import Calibrator, fit_calibrator
+from core.calibration import Calibrator, fit_match_calibrator
 from db.models import DEFAULT_SPECIES_ID, DecisionKind, Image, MatchDecision, Species
 from db.session import Catalogue
 
@@ -17,10 +18,12 @@ DEFAULT_NEW_THRESHOLD = 0.5
 _CACHE: dict[tuple, Calibrator] = {}
 
 
-def decision_outcomes(cat: Catalogue, model: str, *, species_id: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(scores shown, outcome) of standing same / not-same decisions made with ``model``."""
+def decision_outcomes(cat: Catalogue, model: str, *, species_id: int | None = None,
+                      with_ranks: bool = False) -> tuple[np.ndarray, ...]:
+    """(scores shown, outcome[, rank shown]) of standing same / not-same decisions made with ``model``."""
     with cat.unit_of_work() as s:
-        q = (select(MatchDecision.score, MatchDecision.decision).join(Image, Image.id == MatchDecision.query_image_id)
+        q = (select(MatchDecision.score, MatchDecision.decision, MatchDecision.rank)
+             .join(Image, Image.id == MatchDecision.query_image_id)
              .where(MatchDecision.model_name == model, MatchDecision.undone_at.is_(None),
                     MatchDecision.score.is_not(None),
                     MatchDecision.decision.in_([DecisionKind.same, DecisionKind.not_same])))
@@ -29,25 +32,61 @@ def decision_outcomes(cat: Catalogue, model: str, *, species_id: int | None = No
         rows = s.execute(q).all()
     scores = np.array([r[0] for r in rows], dtype=np.float64)
     outcomes = np.array([1 if r[1] == DecisionKind.same else 0 for r in rows], dtype=np.int64)
-    return scores, outcomes
+    if not with_ranks:
+        return scores, outcomes
+    return scores, outcomes, np.array([r[2] if r[2] else 1 for r in rows], dtype=np.float64)
 
 
-def benchmark_outcomes(cat: Catalogue, model: str, benchmark: str, *, top_k: int = 5) -> tuple[np.ndarray, np.ndarray]:
-    """(score, same?) of each test query's top-``k`` candidates (same-sighting photos excluded)."""
+def top_k_outcomes(sim: np.ndarray, valid: np.ndarray, labels: list[Any], *,
+                   top_k: int = 5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(score, same?, rank) of each query's top-``k`` valid candidates in a query x gallery score matrix."""
+    sim = np.where(valid, np.asarray(sim, dtype=np.float64), -np.inf)
+    labels_arr = np.asarray(labels, dtype=object)
+    k = min(top_k, max(1, sim.shape[1] - 1))
+    top = np.argsort(-sim, axis=1)[:, :k]
+    scores, same, ranks = [], [], []
+    for q in range(sim.shape[0]):
+        for rank, g in enumerate(top[q], start=1):
+            if np.isfinite(sim[q, g]):
+                scores.append(sim[q, g])
+                same.append(int(labels_arr[q] == labels_arr[g]))
+                ranks.append(rank)
+    return np.array(scores), np.array(same), np.array(ranks, dtype=np.float64)
+
+
+def benchmark_outcomes(cat: Catalogue, model: str, benchmark: str, *, top_k: int = 5,
+                       with_ranks: bool = False) -> tuple[np.ndarray, ...]:
+    """(score, same?[, rank]) of each test query's top-``k`` candidates (same-sighting photos excluded)."""
     from db.compare import test_split_scores
 
     data, _, sim, valid = test_split_scores(cat, model, benchmark)
-    sim = np.where(valid, sim.astype(np.float64), -np.inf)
-    labels = np.asarray(data.labels)
-    k = min(top_k, max(1, sim.shape[1] - 1))
-    top = np.argsort(-sim, axis=1)[:, :k]
-    scores, same = [], []
-    for q in range(sim.shape[0]):
-        for g in top[q]:
-            if np.isfinite(sim[q, g]):
-                scores.append(sim[q, g])
-                same.append(int(labels[q] == labels[g]))
-    return np.array(scores), np.array(same)
+    scores, same, ranks = top_k_outcomes(sim, valid, data.labels, top_k=top_k)
+    return (scores, same, ranks) if with_ranks else (scores, same)
+
+
+CATALOGUE_PAIRS_MAX_PHOTOS = 3000  # the identified photos scored all-vs-all for the catalogue's own pairs
+
+
+def catalogue_outcomes(cat: Catalogue, model: str, *, species_id: int, top_k: int = 5) -> tuple[np.ndarray, ...]:
+    """(score, same?, rank) of the top-``k`` candidates of each identified photo among the other identified
+    photos (same-sighting photos excluded): what the catalogue itself knows before any benchmark exists."""
+    from core.metrics import all_vs_all_valid
+    from core.similarity import pairwise_scores
+    from db.embeddings import embed_images, gallery_image_ids, get_backbone
+
+    ids = gallery_image_ids(cat, species_id=species_id)[:CATALOGUE_PAIRS_MAX_PHOTOS]
+    with cat.unit_of_work() as s:
+        rows = {r.id: r for r in s.execute(select(Image.id, Image.individual_id, Image.sighting_id)
+                                           .where(Image.id.in_(ids))).all()}
+    labels = [rows[i].individual_id for i in ids]
+    if len(set(labels)) < 2 or len(ids) < 3:
+        return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0)
+    backbone = get_backbone(cat, model)
+    emb = embed_images(cat, ids, backbone=backbone)
+    sim = pairwise_scores(emb, emb, metric=backbone.config.metric)
+    sightings = [rows[i].sighting_id for i in ids]
+    valid = all_vs_all_valid(len(ids), sightings=sightings if any(sightings) else None)
+    return top_k_outcomes(sim, valid, labels, top_k=top_k)
 
 
 def _species_benchmark(cat: Catalogue, species_id: int) -> str | None:
@@ -60,24 +99,41 @@ def _species_benchmark(cat: Catalogue, species_id: int) -> str | None:
 
 def calibrator_for(cat: Catalogue, model: str, *, species_id: int = DEFAULT_SPECIES_ID,
                    benchmark: str | None = None) -> Calibrator | None:
-    """The calibrator of ``model`` for a species: its decisions, plus benchmark top-5 pairs while there are
-    fewer than :data:`ENOUGH_DECISIONS`. None when neither gives enough outcomes."""
-    scores, outcomes = decision_outcomes(cat, model, species_id=species_id)
+    """The calibrator of ``model`` for a species (core.calibration.fit_match_calibrator: Platt on score and
+    rank while outcomes are few): its decisions, topped up while there are fewer than :data:`ENOUGH_DECISIONS`
+    with benchmark top-5 pairs, or the catalogue's own identified photos' top-5 pairs when no benchmark exists.
+    None when nothing gives a usable fit."""
+    scores, outcomes, ranks = decision_outcomes(cat, model, species_id=species_id, with_ranks=True)
     bench = benchmark or (_species_benchmark(cat, species_id) if scores.size < ENOUGH_DECISIONS else None)
-    key = (str(cat.data_dir), model, species_id, scores.size, float(scores.sum()) if scores.size else 0.0, bench)
+    few = scores.size < ENOUGH_DECISIONS
+    n_identified = _identified_photos(cat, species_id) if few and not bench else 0
+    key = (str(cat.data_dir), model, species_id, scores.size, float(scores.sum()) if scores.size else 0.0, bench,
+           n_identified)
     if key in _CACHE:
         return _CACHE[key]
     sources = {"decisions": int(scores.size)}
-    if bench and scores.size < ENOUGH_DECISIONS:
-        bs, bo = benchmark_outcomes(cat, model, bench)
-        scores, outcomes = np.concatenate([scores, bs]), np.concatenate([outcomes, bo])
-        sources[f"benchmark {bench} top-5 pairs"] = int(bs.size)
+    extra = None
+    if few and bench:
+        extra, label = benchmark_outcomes(cat, model, bench, with_ranks=True), f"benchmark {bench} top-5 pairs"
+    elif few and n_identified:
+        extra, label = catalogue_outcomes(cat, model, species_id=species_id), "identified photos' top-5 pairs"
+    if extra is not None and extra[0].size:
+        scores, outcomes, ranks = (np.concatenate([a, b]) for a, b in zip((scores, outcomes, ranks), extra))
+        sources[label] = int(extra[0].size)
     try:
-        cal = fit_calibrator(scores, outcomes, sources=sources)
+        cal = fit_match_calibrator(scores, outcomes, ranks=ranks, sources=sources)
     except ValueError:
         return None
     _CACHE[key] = cal
     return cal
+
+
+def _identified_photos(cat: Catalogue, species_id: int) -> int:
+    from sqlalchemy import func
+
+    with cat.unit_of_work() as s:
+        return int(s.scalar(select(func.count(Image.id)).where(Image.individual_id.is_not(None),
+                                                              Image.species_id == species_id)) or 0)
 
 
 def new_individual_threshold(cat: Catalogue, species_id: int = DEFAULT_SPECIES_ID) -> float:
@@ -111,9 +167,14 @@ def calibration_report(cat: Catalogue, model: str, *, species_id: int = DEFAULT_
     cal = calibrator_for(cat, model, species_id=species_id)
     if cal is None:
         return None
-    scores, outcomes = decision_outcomes(cat, model, species_id=species_id)
-    grid = np.linspace(float(cal.model.X_min_), float(cal.model.X_max_), 50)
-    rel = reliability(cal.probability(scores), outcomes) if scores.size else None
+    scores, outcomes, ranks = decision_outcomes(cat, model, species_id=species_id, with_ranks=True)
+    if cal.method == "isotonic":
+        grid = np.linspace(float(cal.model.X_min_), float(cal.model.X_max_), 50)
+    else:  # the top candidate's curve (rank 1) over the scores seen
+        lo, hi = (float(scores.min()), float(scores.max())) if scores.size else (-1.0, 1.0)
+        grid = np.linspace(lo, hi if hi > lo else lo + 1.0, 50)
+    rel = reliability(cal.probability(scores, ranks), outcomes) if scores.size else None
     return {"model": model, "n_outcomes": cal.n_outcomes, "n_positive": cal.n_positive, "sources": cal.sources,
+            "method": cal.describe(),
             "curve": {"score": grid.tolist(), "probability": cal.probability(grid).tolist()},
             "reliability_on_decisions": rel}

@@ -1,11 +1,12 @@
-"""Calibrated confidence: isotonic, monotone, within [0, 1], from decisions (benchmark pairs while few)."""
+"""Calibrated confidence: Platt (score and rank) and isotonic, monotone, within [0, 1], from decisions (benchmark
+or the catalogue's own pairs while few); candidates told apart (issue 14, item 3)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from core.calibration import fit_calibrator, reliability
+from core.calibration import PLATT, fit_calibrator, fit_match_calibrator, fit_platt, reliability, spread
 from db.benchmarks import create_benchmark
 from db.calibration import (calibration_report, calibrator_for, new_individual_threshold,
                             set_new_individual_threshold)
@@ -62,11 +63,99 @@ def test_db_calibrator_uses_decisions_and_benchmark_pairs_while_few(tmp_path):
         s.commit()
     cal = calibrator_for(cat, "efficientnet_lite0")
     assert cal.sources == {"decisions": 60} and cal.n_outcomes == 60
-    assert cal.probability([0.95])[0] == pytest.approx(1.0) and cal.probability([0.2])[0] == pytest.approx(0.0)
+    assert cal.method == PLATT  # 60 outcomes: Platt, smooth
+    assert cal.probability([0.95])[0] > 0.95 and cal.probability([0.2])[0] < 0.05
     report = calibration_report(cat, "efficientnet_lite0")
-    assert report["n_outcomes"] == 60 and report["reliability_on_decisions"]["ece"] == pytest.approx(0.0)
+    assert report["n_outcomes"] == 60 and report["reliability_on_decisions"]["ece"] < 0.1
+    assert report["method"] == "Platt scaling (logistic on score)"  # every decision here was at rank 1
     assert new_individual_threshold(cat) == 0.5
     assert set_new_individual_threshold(cat, 0.3) == 0.3 and new_individual_threshold(cat) == 0.3
     with pytest.raises(ValueError, match="between 0 and 1"):
         set_new_individual_threshold(cat, 1.5)
     cat.close()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_platt_is_monotone_bounded_and_close_to_the_truth(seed, dtype):
+    rng = np.random.default_rng(seed)
+    scores = rng.uniform(0, 1, 800).astype(dtype)
+    true_p = 1 / (1 + np.exp(-(scores - 0.6) * 12))
+    outcomes = (rng.uniform(0, 1, 800) < true_p).astype(int)
+    cal = fit_platt(scores, outcomes)
+    grid = np.linspace(-0.5, 1.5, 201)
+    p = cal.probability(grid)
+    assert np.all(np.diff(p) > 0) and p.min() > 0 and p.max() < 1  # strictly rising: no flat stretches
+    assert cal.probability([0.6])[0] == pytest.approx(0.5, abs=0.08)
+    assert cal.probability([0.9])[0] == pytest.approx(1 / (1 + np.exp(-3.6)), abs=0.06)
+
+
+def test_six_close_candidates_read_as_six_probabilities_not_one():
+    """The issue's case: after a promotion six candidates scored 0.860 to 0.778 all read "67% same animal" because
+    the isotonic curve is flat across that range. Platt tells them apart, in the same order."""
+    rng = np.random.default_rng(4)
+    band = np.sort(rng.uniform(0.76, 0.88, 30))  # in the band the outcomes do not rise: isotonic pools it
+    scores = np.concatenate([rng.uniform(0.3, 0.77, 60), band, rng.uniform(0.87, 0.95, 30)])
+    outcomes = np.concatenate([np.zeros(60, int), np.r_[np.ones(20, int), np.zeros(10, int)], np.ones(30, int)])
+    shown = np.array([0.860, 0.845, 0.830, 0.812, 0.795, 0.778])
+    iso = fit_calibrator(scores, outcomes).probability(shown)
+    assert np.unique(np.round(iso, 2)).size == 1  # the complaint: one "67%"-like number for six candidates
+    platt = fit_platt(scores, outcomes).probability(shown)
+    assert np.unique(np.round(platt, 2)).size == 6 and np.all(np.diff(platt) < 0)
+    assert spread([iso])["all_equal"] == 1.0 and spread([platt])["all_equal"] == 0.0
+
+
+def test_rank_lowers_the_probability_and_a_wrong_signed_rank_is_dropped():
+    rng = np.random.default_rng(0)
+    ranks = np.tile(np.arange(1, 6), 100).astype(float)
+    scores = rng.uniform(0.5, 0.9, 500)
+    outcomes = (rng.uniform(0, 1, 500) < np.where(ranks == 1, scores, scores / 3)).astype(int)  # rank 1 is right more
+    cal = fit_platt(scores, outcomes, ranks=ranks)
+    assert cal.uses_rank
+    same_score = cal.probability([0.8] * 5, [1, 2, 3, 4, 5])
+    assert np.all(np.diff(same_score) < 0)  # at one score, a lower rank reads lower
+    listed = cal.probability([0.85, 0.84, 0.80, 0.70, 0.69], [1, 2, 3, 4, 5])
+    assert np.all(np.diff(listed) < 0)  # a ranked list keeps its order
+    # outcomes that say "lower ranks are more often right": the rank would reorder candidates, so it is dropped
+    backwards = (rng.uniform(0, 1, 500) < np.where(ranks == 5, 0.9, 0.1)).astype(int)
+    cal = fit_platt(scores, backwards, ranks=ranks)
+    assert not cal.uses_rank
+
+
+def test_a_probability_from_the_first_decisions_and_none_from_outcomes_that_do_not_rise():
+    cal = fit_match_calibrator([0.9, 0.8, 0.4, 0.3], [1, 1, 0, 0])
+    assert cal.method == PLATT and cal.n_outcomes == 4
+    p = cal.probability([0.9, 0.35])
+    assert p[0] > 0.5 > p[1]
+    with pytest.raises(ValueError, match="do not rise with the score"):
+        fit_platt([0.9, 0.8, 0.4, 0.3], [0, 0, 1, 1])
+    with pytest.raises(ValueError, match="at least 4"):
+        fit_platt([0.9, 0.1], [1, 0])
+
+
+def test_spread_hand_worked():
+    """Query A: 0.5 and 0.7 (std 0.1); query B: 0.3 and 0.3 (std 0, all equal); single-candidate queries skipped."""
+    s = spread([[0.5, 0.7], [0.3, 0.3], [0.9]])
+    assert s["mean_std"] == pytest.approx(0.05) and s["all_equal"] == pytest.approx(0.5) and s["n_queries"] == 2
+
+
+def test_before_any_benchmark_the_catalogues_own_pairs_give_a_probability(tmp_path):
+    """No benchmark and no decisions: the identified photos' top-5 pairs are what the probability rests on."""
+    from app import match_services as ms
+    from db.ingest import ingest_path
+
+    manifest = make_reid_set(tmp_path / "photos", individuals=5, photos_each=4, seed=2)
+    cat = open_catalogue(tmp_path / "data")
+    try:
+        ingest_path(cat, manifest, format="manifest", user="ana")
+        cal = calibrator_for(cat, "efficientnet_lite0")
+        assert cal is not None and cal.sources["decisions"] == 0
+        assert cal.sources["identified photos' top-5 pairs"] > 0
+        with cat.unit_of_work() as s:
+            query = s.query(Image.id).order_by(Image.id).first()[0]
+        view = ms.match_query(cat, query, model_name="efficientnet_lite0")
+        probs = [c.probability for c in view.candidates]
+        assert all(p is not None for p in probs) and all(a >= b for a, b in zip(probs, probs[1:]))
+        assert "identified photos' top-5 pairs" in view.calibration_note and "Platt" in view.calibration_note
+    finally:
+        cat.close()
