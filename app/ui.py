@@ -399,6 +399,36 @@ label();
 """)
 
 
+# One message at a time per screen: when a status line of a tab (a ``*-status`` element) shows a new message, the
+# tab's other status lines that showed one earlier are folded away (class status-stale), so an old "Saved" never
+# reads as the answer to the latest click (issue 14, item 11). A line's first text (a standing hint) is not a
+# message and is left alone.
+STATUS_SWEEP_JS = """
+const LINES = '.status-line[id$="-status"]';  // the answers to clicks (summaries and notices are not swept)
+const said = new WeakMap();
+const textOf = (line) => { const p = line.querySelector('.prose'); return p ? p.textContent.trim() : ''; };
+const sweep = () => {
+  document.querySelectorAll(LINES).forEach((line) => {
+    const text = textOf(line);
+    if (!said.has(line)) { said.set(line, text); return; }
+    if (text === said.get(line)) return;
+    said.set(line, text);
+    line.dataset.fresh = text ? '1' : '';
+    line.classList.remove('status-stale');
+    if (!text) return;
+    const panel = line.closest('[role="tabpanel"]') || document.body;
+    panel.querySelectorAll(LINES).forEach((other) => {
+      if (other !== line && other.dataset.fresh === '1') { other.classList.add('status-stale'); other.dataset.fresh = ''; }
+    });
+  });
+};
+let queued = false;  // one sweep per animation frame, however many mutations came
+new MutationObserver(() => { if (!queued) { queued = true; requestAnimationFrame(() => { queued = false; sweep(); }); } })
+  .observe(document.body, {subtree: true, childList: true, characterData: true});
+sweep();
+"""
+
+
 def build_app(cat: Catalogue, *, single_user: str | None = None) -> gr.Blocks:
     """The whole Rosette UI over an open catalogue.
 
@@ -413,7 +443,8 @@ def build_app(cat: Catalogue, *, single_user: str | None = None) -> gr.Blocks:
     with gr.Blocks(title="Rosette", analytics_enabled=False, delete_cache=(3600, 86400)) as demo:
         with gr.Row(elem_id="rosette-header", equal_height=True):
             gr.Markdown("## Rosette\nWildlife re-identification catalogue", elem_id="rosette-title")
-            who = gr.HTML("", elem_id="rosette-identity", js_on_load=None if single_user else _LOCK_TITLES_JS)
+            who = gr.HTML("", elem_id="rosette-identity",
+                          js_on_load=STATUS_SWEEP_JS + ("" if single_user else _LOCK_TITLES_JS))
         user_state = gr.State(SessionUser())
         version = gr.State(0)
         ctx = UIContext(catalogue=cat, user=user_state, version=version, demo=demo)

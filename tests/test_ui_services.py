@@ -82,7 +82,7 @@ def test_open_individual_lists_photos_with_flank_sighting_date_and_sightings(cat
     first = view.images[0].caption
     assert "left flank" in first and "sighting s1" in first and "2024-05-01" in first
     assert "flank not set" in view.images[2].caption
-    assert view.sightings == [["s1", "2024-05-01", "Porto Jofre", 2], ["s2", "2024-06-02", "", 1]]
+    assert view.sightings == [["s1", "2024-05-01", "Porto Jofre", "", "", 2], ["s2", "2024-06-02", "", "", "", 1]]
     assert [v for _label, v in services.image_choices(view)] == two_animals["photos"][:3]
 
 

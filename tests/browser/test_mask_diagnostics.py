@@ -159,5 +159,17 @@ def test_mask_a_photo_then_diagnose_it(nyala_server, page, shot):
     expect(page.locator("#diag-mirror-plot")).to_contain_text("strong shortcut")
     shot("benchmark-diagnosis")
 
+    # --- one answer at a time: a new status line in the Mask tab folds the older one away (issue 14, item 11)
+    page.get_by_role("tab", name="Mask", exact=True).click()
+    expect(status).to_contain_text(f"Photo #{image_id}: flank set to left.")
+    expect(status).to_be_visible()
+    page.locator("#mask-all").click()
+    expect(page.locator("#mask-all-status")).to_contain_text("Queued job", timeout=TIMEOUT_MS)
+    expect(status).to_be_hidden(timeout=TIMEOUT_MS)
+    page.locator("#mask-flank").get_by_text("right", exact=True).click()
+    expect(status).to_contain_text(f"Photo #{image_id}: flank set to right.", timeout=TIMEOUT_MS)
+    expect(status).to_be_visible()
+    expect(page.locator("#mask-all-status")).to_be_hidden(timeout=TIMEOUT_MS)
+
     expect(page.get_by_text("Traceback")).to_have_count(0)
     assert page.external_requests == [], f"the page tried to reach the internet: {page.external_requests}"
