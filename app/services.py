@@ -399,6 +399,21 @@ def warm_features(cat: Catalogue, *, user: str) -> int | None:
     return None if waiting else submit(cat, "embed", {"backbone": model, "user": user})
 
 
+# --------------------------------------------------------------------------- catalogue export
+
+
+def export_catalogue(cat: Catalogue, *, user: str, include_inactive: bool = False) -> tuple[str, str]:
+    """The catalogue as a zip of CSVs and per-individual sheets under the data folder's exports; returns
+    (its path, what it holds in words)."""
+    from db.catalogue_export import export_catalogue as write_export
+
+    user = curator_name(user)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    done = write_export(cat, cat.data_dir / "exports" / f"catalogue-{stamp}.zip", user=user,
+                        include_inactive=include_inactive)
+    return str(done.path), done.summary + "."
+
+
 # --------------------------------------------------------------------------- provenance
 
 

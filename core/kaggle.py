@@ -55,6 +55,12 @@ def is_formula(text: str) -> bool:
     return False
 
 
+def defuse_cell(text: object) -> str:
+    """A cell safe to open in a spreadsheet: a formula-like one (:func:`is_formula`) gets a leading quote."""
+    s = "" if text is None else str(text)
+    return "'" + s if is_formula(s) else s
+
+
 class KaggleFormatError(ValueError):
     """A Kaggle CSV or image folder does not follow the expected format (message: file, line, problem)."""
 

@@ -32,7 +32,7 @@ from typing import Any
 from sqlalchemy import event, insert, inspect, select
 from sqlalchemy.orm import Session
 
-from core.kaggle import is_formula
+from core.kaggle import defuse_cell
 from db.models import (
     AuditEvent,
     Benchmark,
@@ -341,8 +341,7 @@ def audit_users(cat) -> list[str]:
 
 def _cell(value: Any) -> str:
     """A CSV cell a spreadsheet shows as text: a formula-like cell gets a leading apostrophe (OWASP advice)."""
-    text = str(value)
-    return "'" + text if is_formula(text) else text
+    return defuse_cell(str(value))
 
 
 def audit_csv(rows: list[AuditRow]) -> str:

@@ -247,3 +247,48 @@ def test_markdown_text_shows_user_strings_literally():
     assert markdown_text("<img src=x onerror=alert(1)>") == "&lt;img src=x onerror=alert\\(1\\)&gt;"
     assert markdown_text("Amber_2 *big* [x](y) #1") == "Amber\\_2 \\*big\\* \\[x\\]\\(y\\) \\#1"
     assert markdown_text("Tawny Ayo's") == "Tawny Ayo's"  # quotes need nothing: no entity to break
+
+
+def test_catalogue_export_has_the_csvs_sheets_and_defused_cells(cat, two_animals, tmp_path):
+    """Issue 14, everyday features: individuals, photos, sightings and decisions as CSV, formula-like cells
+    defused, and a per-individual sheet with its best photos beside it; the same from the shell."""
+    import csv
+    import io
+    import zipfile
+
+    from app.cli import main as cli
+
+    services.rename(cat, two_animals["Bela"], "=HYPERLINK(\"http://x\")", user="ana")  # a hostile name
+    path, message = services.export_catalogue(cat, user="ana")
+    assert message == f"Exported 2 individuals, 4 photos, 2 sightings and 0 decisions to {Path(path).name}."
+    assert Path(path).parent == cat.data_dir / "exports"
+    with zipfile.ZipFile(path) as zf:
+        names = set(zf.namelist())
+
+        def rows(member: str) -> list[dict[str, str]]:
+            return list(csv.DictReader(io.StringIO(zf.read(member).decode())))
+
+        individuals = {r["individual_id"]: r for r in rows("individuals.csv")}
+        assert individuals[str(two_animals["Ayo"])]["photos"] == "3"
+        assert individuals[str(two_animals["Ayo"])]["sightings"] == "2"
+        assert individuals[str(two_animals["Ayo"])]["first_seen"] == "2024-05-01"
+        assert individuals[str(two_animals["Ayo"])]["last_seen"] == "2024-06-02"
+        assert individuals[str(two_animals["Bela"])]["name"] == "'=HYPERLINK(\"http://x\")"  # text, not a formula
+        photos = rows("photos.csv")
+        assert len(photos) == 4 and {p["sighting"] for p in photos} == {"s1", "s2", ""}
+        assert next(p for p in photos if p["sighting"] == "s1")["place"] == "Porto Jofre"
+        sightings = {r["sighting"]: r for r in rows("sightings.csv")}
+        assert sightings["s1"]["photos"] == "2" and sightings["s2"]["photos"] == "1"
+        assert rows("decisions.csv") == []
+        sheet = next(n for n in names if n.startswith(f"sheets/{two_animals['Ayo']:05d}-Ayo"))
+        page = zf.read(sheet).decode()
+        assert "<h1>Ayo</h1>" in page and "3 photos · 2 sightings · seen 2024-05-01 to 2024-06-02" in page
+        pictures = [n for n in names if n.startswith("sheets/img/")]
+        assert len(pictures) == 4 and page.count("<img ") == 3  # Ayo's three, each file in the zip
+        bela_sheet = next(n for n in names if n.startswith(f"sheets/{two_animals['Bela']:05d}-"))
+        assert "&lt;" not in bela_sheet and "=HYPERLINK" in zf.read(bela_sheet).decode()  # escaped in HTML
+        assert "README.txt" in names
+    out = tmp_path / "cat.zip"
+    assert cli(["--data-dir", str(cat.data_dir), "export-catalogue", "--out", str(out)]) == 0
+    with zipfile.ZipFile(out) as zf:
+        assert {"individuals.csv", "photos.csv", "sightings.csv", "decisions.csv"} <= set(zf.namelist())

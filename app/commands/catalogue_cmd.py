@@ -30,6 +30,11 @@ def register(sub) -> None:
     p.add_argument("--individual", default=None, help="id or name")
     p.add_argument("--limit", type=int, default=30)
     p.set_defaults(func=run_history)
+    p = sub.add_parser("export-catalogue", help="individuals, photos, sightings and decisions as CSV, with a "
+                                                "sheet per individual, in one zip")
+    p.add_argument("--out", required=True, help="the zip to write")
+    p.add_argument("--include-inactive", action="store_true", help="also individuals merged away or retired")
+    p.set_defaults(func=run_export_catalogue)
     p = sub.add_parser("flank", help="set the flank label of a photo")
     p.add_argument("image_id", type=int)
     p.add_argument("flank", choices=["left", "right", "front", "other", "unknown"])
@@ -135,4 +140,12 @@ def run_flank(args, ctx) -> int:
 
     set_flank(ctx.catalogue, args.image_id, args.flank, user=ctx.user)
     print(f"photo {args.image_id}: flank set to {args.flank}")
+    return 0
+
+
+def run_export_catalogue(args, ctx) -> int:
+    from db.catalogue_export import export_catalogue
+
+    done = export_catalogue(ctx.catalogue, args.out, user=ctx.user, include_inactive=args.include_inactive)
+    print(done.summary)
     return 0

@@ -69,6 +69,11 @@ def build(ctx: UIContext) -> None:
         status = gr.Markdown(elem_id="catalogue-status", elem_classes=["status-line"])
     # the change this page shows as the newest: Undo undoes that one and no other (app.services.undo_last)
     undo_seen = gr.State(None)
+    with gr.Row(equal_height=True):
+        export_button = gr.Button("Export the catalogue (CSV + sheets)", elem_id="catalogue-export", scale=0,
+                                  min_width=280, size="md")
+        export_file = gr.File(label="Catalogue export", elem_id="catalogue-export-file", interactive=False, scale=2,
+                              height=90)
     changes = gr.Dataframe(headers=services.HISTORY_HEADERS, value=[], interactive=False, wrap=True,
                            label="Recent changes (newest first; Undo reverses the newest one not yet undone)",
                            elem_id="catalogue-history", max_height=320)
@@ -153,6 +158,12 @@ def build(ctx: UIContext) -> None:
                                    api_name="split_images"))
     ctx.changed(species_button.click(do_set_species, inputs=[open_id, species, ctx.user], outputs=[status, undo_seen],
                                      api_name="set_species"))
+    @curator_action(role=Role.viewer)
+    def do_export(user):
+        path, message = services.export_catalogue(cat, user=user)
+        return path, markdown_text(message)
+
+    export_button.click(do_export, inputs=[ctx.user], outputs=[export_file, status], api_name="export_catalogue")
     undo_click = undo_button.click(do_undo, inputs=[undo_seen, ctx.user], outputs=[status], api_name="undo_last_change")
     ctx.changed(undo_click)
     # refused (undone by someone else, or a newer change came): show the history as it is now, so that the next

@@ -132,6 +132,11 @@ def test_upload_with_manifest_then_browse_rename_and_undo(rosette_server, page, 
     expect(page.locator("#catalogue-status")).to_contain_text(f"Undone: renamed {bela} to Bela Elsewhere.",
                                                              timeout=TIMEOUT_MS)
 
+    # --- the whole catalogue as CSV and sheets, downloadable
+    page.locator("#catalogue-export").click()
+    expect(page.locator("#catalogue-status")).to_contain_text("Exported 2 individuals, 2 photos", timeout=TIMEOUT_MS)
+    expect(page.locator('#catalogue-export-file a[href$=".zip"]')).to_have_count(1, timeout=TIMEOUT_MS)
+
     # --- a curator mistake shows a message, not a stack trace
     _textbox(page, "catalogue-new-name").fill(bela)
     page.locator("#catalogue-rename").click()

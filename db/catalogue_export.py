@@ -1,0 +1,159 @@
+"""The catalogue as files a project can keep or share: one zip with individuals, photos, sightings and decisions
+as CSV (formula-like cells defused, so a name such as ``=HYPERLINK(...)`` is text in a spreadsheet), a sheet per
+individual (HTML, with its best photos beside it), and a README saying what made it."""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import zipfile
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from core.kaggle import defuse_cell
+from db.models import Image, Individual, MatchDecision, Sighting, Species
+from db.session import Catalogue
+
+INDIVIDUAL_COLUMNS = ("individual_id", "name", "species", "active", "merged_into_id", "photos", "sightings",
+                      "first_seen", "last_seen", "notes")
+PHOTO_COLUMNS = ("image_id", "original_name", "content_hash", "individual_id", "individual", "species", "flank",
+                 "sighting", "date", "place", "camera", "observer", "mask_source", "solidity", "width", "height")
+SIGHTING_COLUMNS = ("sighting_id", "sighting", "date", "place", "lat", "lon", "camera", "observer", "photos")
+DECISION_COLUMNS = ("decision_id", "at_utc", "user", "decision", "query_image_id", "candidate_image_id",
+                    "candidate_individual_id", "model", "score", "rank", "undone_at_utc")
+BEST_PHOTOS = 6
+
+
+@dataclass(frozen=True)
+class CatalogueExport:
+    path: Path
+    counts: dict[str, int]
+
+    @property
+    def summary(self) -> str:
+        c = self.counts
+        return (f"Exported {c['individuals']} individuals, {c['photos']} photos, {c['sightings']} sightings and "
+                f"{c['decisions']} decisions to {self.path.name}")
+
+
+def _csv(columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([defuse_cell(v) for v in row])
+    return out.getvalue()
+
+
+def _best(photos: list[tuple[Image, Sighting | None]]) -> list[tuple[Image, Sighting | None]]:
+    """An individual's photos to show first: masked ones with the cleanest outline, a known flank, then larger."""
+    return sorted(photos, key=lambda p: (p[0].solidity is None, -(p[0].solidity or 0.0),
+                                         p[0].flank.value in ("unknown", "other"), -(p[0].width * p[0].height),
+                                         p[0].id))[:BEST_PHOTOS]
+
+
+def _sheet(ind: Individual, species: str, photos: list[tuple[Image, Sighting | None]], pictures: dict[int, str]) -> str:
+    e = html.escape
+    dates = sorted(s.date for _, s in photos if s is not None and s.date)
+    cards = "".join(
+        f"<figure><img src='{e(pictures[img.id])}' alt='photo {img.id}'><figcaption>#{img.id} · {e(img.flank.value)}"
+        f"{' · ' + e(s.key) if s is not None else ''}{' · ' + e(s.date) if s is not None and s.date else ''}"
+        f"</figcaption></figure>"
+        for img, s in _best(photos) if img.id in pictures)
+    return (f"<!doctype html><meta charset='utf-8'><title>{e(ind.name)}</title>"
+            "<style>body{font-family:system-ui,sans-serif;margin:2rem}figure{display:inline-block;margin:0 1rem 1rem 0;"
+            "text-align:center}img{max-width:240px;max-height:200px;display:block}figcaption{font-size:.85rem}</style>"
+            f"<h1>{e(ind.name)}</h1><p>Species {e(species)} · {len(photos)} photo{'s' if len(photos) != 1 else ''} · "
+            f"{len({s.id for _, s in photos if s is not None})} sightings"
+            + (f" · seen {e(dates[0])} to {e(dates[-1])}" if dates else "")
+            + (f"</p><p>{e(ind.notes)}" if ind.notes else "") + f"</p><h2>Best photos</h2>{cards}")
+
+
+def _sheet_name(ind: Individual) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in ind.name)[:60]
+    return f"sheets/{ind.id:05d}-{safe}.html"
+
+
+def export_catalogue(cat: Catalogue, out: Path, *, user: str = "curator", include_inactive: bool = False) -> CatalogueExport:
+    """Write the catalogue zip to ``out`` (written to a temporary name, then moved: a reader never sees half)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = Path(out)
+    with cat.unit_of_work() as s:
+        species = dict(s.execute(select(Species.id, Species.name)).all())
+        individuals = list(s.scalars(select(Individual).order_by(Individual.id)))
+        sightings = {sg.id: sg for sg in s.scalars(select(Sighting))}
+        images = list(s.scalars(select(Image).order_by(Image.id)))
+        decisions = list(s.scalars(select(MatchDecision).order_by(MatchDecision.id)))
+        s.expunge_all()
+    if not include_inactive:
+        individuals = [i for i in individuals if i.active]
+    by_individual: dict[int, list[tuple[Image, Sighting | None]]] = defaultdict(list)
+    photos_per_sighting: dict[int, int] = defaultdict(int)
+    for img in images:
+        sg = sightings.get(img.sighting_id) if img.sighting_id else None
+        if img.individual_id is not None:
+            by_individual[img.individual_id].append((img, sg))
+        if sg is not None:
+            photos_per_sighting[sg.id] += 1
+    names = {i.id: i.name for i in individuals}
+
+    def when(t: datetime | None) -> str:
+        return t.replace(tzinfo=timezone.utc).isoformat(timespec="seconds") if t else ""
+
+    ind_rows = []
+    for ind in individuals:
+        mine = by_individual.get(ind.id, [])
+        dates = sorted(sg.date for _, sg in mine if sg is not None and sg.date)
+        ind_rows.append((ind.id, ind.name, species.get(ind.species_id, ""), ind.active, ind.merged_into_id or "",
+                         len(mine), len({sg.id for _, sg in mine if sg is not None}),
+                         dates[0] if dates else "", dates[-1] if dates else "", ind.notes or ""))
+    photo_rows = [(img.id, img.original_name, img.content_hash, img.individual_id or "",
+                   names.get(img.individual_id, "") if img.individual_id else "", species.get(img.species_id, ""),
+                   img.flank.value, sg.key if sg else "", (sg.date if sg else None) or img.exif_time or "",
+                   (sg.place if sg else "") or "", (sg.camera if sg else "") or "", (sg.observer if sg else "") or "",
+                   img.mask_source or "", "" if img.solidity is None else f"{img.solidity:.3f}", img.width, img.height)
+                  for img in images for sg in [sightings.get(img.sighting_id) if img.sighting_id else None]]
+    sighting_rows = [(sg.id, sg.key, sg.date or "", sg.place or "", "" if sg.lat is None else sg.lat,
+                      "" if sg.lon is None else sg.lon, sg.camera or "", sg.observer or "", photos_per_sighting[sg.id])
+                     for sg in sorted(sightings.values(), key=lambda x: x.id)]
+    decision_rows = [(d.id, when(d.created_at), d.user, getattr(d.decision, "value", d.decision), d.query_image_id,
+                      d.candidate_image_id or "", d.candidate_individual_id or "", d.model_name or "",
+                      "" if d.score is None else f"{d.score:.6f}", d.rank or "", when(d.undone_at))
+                     for d in decisions]
+    try:
+        rosette_version = version("rosette")
+    except PackageNotFoundError:  # pragma: no cover - a bare checkout
+        rosette_version = "dev"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".part")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("individuals.csv", _csv(INDIVIDUAL_COLUMNS, ind_rows))
+        zf.writestr("photos.csv", _csv(PHOTO_COLUMNS, photo_rows))
+        zf.writestr("sightings.csv", _csv(SIGHTING_COLUMNS, sighting_rows))
+        zf.writestr("decisions.csv", _csv(DECISION_COLUMNS, decision_rows))
+        for ind in individuals:
+            pictures: dict[int, str] = {}
+            for img, _ in _best(by_individual.get(ind.id, [])):
+                src = cat.blobs.existing(img.thumb_path) or cat.blobs.existing(img.blob_path)
+                if src:
+                    name = f"sheets/img/{img.content_hash[:16]}{Path(src).suffix.lower()}"
+                    if name not in zf.namelist():
+                        zf.write(src, arcname=name)
+                    pictures[img.id] = name[len("sheets/"):]
+            zf.writestr(_sheet_name(ind), _sheet(ind, species.get(ind.species_id, ""), by_individual.get(ind.id, []),
+                                                 pictures))
+        zf.writestr("README.txt", (
+            f"Rosette {rosette_version} catalogue export, made {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by "
+            f"{user} from {cat.data_dir}.\n\nindividuals.csv, photos.csv, sightings.csv, decisions.csv: one row each "
+            "(cells a spreadsheet would run as formulas start with an apostrophe).\nsheets/: one page per "
+            f"individual with its best {BEST_PHOTOS} photos (masked, cleanest outline first).\n"))
+    tmp.replace(out)
+    return CatalogueExport(path=out, counts={"individuals": len(individuals), "photos": len(images),
+                                             "sightings": len(sightings), "decisions": len(decisions)})
