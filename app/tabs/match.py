@@ -38,7 +38,8 @@ element.addEventListener('click', (e) => {
 KEYS_HELP = ("<div class='rz-keys' style='font-size:var(--text-sm);color:var(--body-text-color-subdued)'>"
              "Keys: <kbd>M</kbd> same individual · <kbd>N</kbd> not the same · <kbd>U</kbd> unsure · "
              "<kbd>I</kbd> new individual · <kbd>Z</kbd> undo · <kbd>←</kbd>/<kbd>→</kbd> previous / next photo · "
-             "<kbd>F</kbd> accept the suggested flank · <kbd>S</kbd> show the matched spots. "
+             "<kbd>F</kbd> accept the suggested flank · <kbd>S</kbd> show the matched spots · <kbd>?</kbd> all keys. "
+             "Wheel over a photo zooms both photos together, drag pans them, a double click shows them whole. "
              "Click a candidate to compare it (the top one is chosen by default).</div>")
 SPOTS_HINT = ("*Matched spots:* press **Show matched spots** (key S) to see which coat spots of the photo and the "
               "chosen candidate match, joined by lines.")

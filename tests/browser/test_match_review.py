@@ -167,7 +167,33 @@ def test_confirm_top_candidate_by_button_and_key_then_undo(match_server, page, s
                                                                   timeout=TIMEOUT_MS)
     wait_for(lambda: assignment(data, first_query) is None, what="the first decision to be undone")
 
-    # --- 5. the Catalogue tab reflects the restored state
+    # --- 5. ? shows every key, Escape hides it; the photo and the candidate zoom and pan together
+    page.locator("#match-facts").click()
+    page.keyboard.press("?")
+    helper = page.locator("#rosette-keys-help")
+    expect(helper).to_be_visible()
+    expect(helper).to_contain_text("same individual as the chosen candidate")
+    expect(helper).to_contain_text("zoom the photo and the candidate together")
+    page.keyboard.press("Escape")
+    expect(helper).to_be_hidden()
+    query_img, cand_img = page.locator("#match-query img"), page.locator("#match-compare img")
+    expect(cand_img).to_be_visible(timeout=TIMEOUT_MS)
+    box = query_img.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.wheel(0, -200)
+    page.mouse.wheel(0, -200)
+    wait_for(lambda: float(query_img.get_attribute("data-zoom") or 1) > 1.2, what="the photo to zoom")
+    assert query_img.get_attribute("data-zoom") == cand_img.get_attribute("data-zoom")
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] / 2 + 40, box["y"] + box["height"] / 2 + 10, steps=4)
+    page.mouse.up()
+    moved = query_img.evaluate("e => e.style.transform")
+    assert "translate(40px, 10px)" in moved and cand_img.evaluate("e => e.style.transform") == moved
+    query_img.dblclick()
+    wait_for(lambda: query_img.get_attribute("data-zoom") == "1", what="the zoom to reset")
+    assert cand_img.evaluate("e => e.style.transform") == ""
+
+    # --- 6. the Catalogue tab reflects the restored state
     page.get_by_role("tab", name="Catalogue").click()
     expect(page.locator("#catalogue-history")).to_contain_text("undid", timeout=TIMEOUT_MS)
     shot("after-undo")
