@@ -469,6 +469,46 @@ def decide(cat: Catalogue, view: MatchView | None, decision: str, *, user: str, 
     return DecisionOutcome(decision_id=dec.id, message=text)
 
 
+def decide_sighting(cat: Catalogue, view: MatchView | None, *, user: str, rank: int | None = None) -> DecisionOutcome:
+    """Bulk review: the shown photo and every other photo of its sighting that is still undecided are the chosen
+    candidate's individual. The shown photo is decided as a plain "same" (with its score); each sibling gets a
+    "same" decision of its own (no score: the model did not rank it), claimed like any decision, so a sibling
+    another curator decided meanwhile is skipped and named, never overwritten. Undo takes them back one by one."""
+    from db.matching import record_decision
+
+    user = curator_name(user)
+    if view is None:
+        raise CatalogueError("Open a photo to match first.")
+    cand = view.candidate(rank)
+    if cand is None:
+        raise CatalogueError("There is no candidate to compare with.")
+    with cat.unit_of_work() as s:
+        sighting_id = s.scalar(select(Image.sighting_id).where(Image.id == view.query.image_id))
+        if sighting_id is None:
+            raise CatalogueError(f"Photo #{view.query.image_id} belongs to no sighting: decide it on its own.")
+        decided = set(s.scalars(select(MatchDecision.query_image_id).where(MatchDecision.undone_at.is_(None))))
+        siblings = [i for i, ind in s.execute(select(Image.id, Image.individual_id)
+                                              .where(Image.sighting_id == sighting_id, Image.id != view.query.image_id)
+                                              .order_by(Image.id)).all()
+                    if ind is None and i not in decided]
+    first = decide(cat, view, "same", user=user, rank=rank)
+    done, skipped = [view.query.image_id], []
+    for image_id in siblings:
+        try:
+            record_decision(cat, query_image_id=image_id, decision="same", user=user,
+                            candidate_image_id=cand.image_id, model_name=view.model_name,
+                            seen_individual_id=None, seen_decision_id=None)
+            done.append(image_id)
+        except CatalogueError as exc:  # ConflictError included: decided by someone else meanwhile
+            skipped.append(f"#{image_id} ({exc})")
+    text = (f"Recorded: the {len(done)} photo{'s' if len(done) != 1 else ''} of sighting {view.query.sighting} "
+            f"({', '.join(f'#{i}' for i in done)}) are {cand.individual_name} (candidate {cand.rank}, score "
+            f"{cand.score:.3f} for #{view.query.image_id}). Undo takes them back one at a time.")
+    if skipped:
+        text += f" Skipped: {'; '.join(skipped)}."
+    return DecisionOutcome(decision_id=first.decision_id, message=text)
+
+
 def undo_last_decision(cat: Catalogue, *, user: str) -> tuple[int, str]:
     """Undo this curator's latest decision; returns (its query photo id, message)."""
     from db.matching import undo_decision

@@ -208,6 +208,46 @@ def split(cat: Catalogue, image_ids: Sequence[int], *, new_name: str | None = No
         return new.id, f"Split {n} photo{'s' if n != 1 else ''} out into the new individual {new.name}."
 
 
+def move_photos(cat: Catalogue, image_ids: Sequence[int], target_id: int | None, *, user: str) -> str:
+    """Move the chosen photos of the open individual to another one, each an undoable change (one transaction)."""
+    from db.catalogue import assign_image
+
+    ids = [int(i) for i in image_ids or []]
+    if not ids:
+        raise CatalogueError("Tick the photos to move first.")
+    if target_id is None:
+        raise CatalogueError("Choose the individual to move them to.")
+    user = curator_name(user)
+    with cat.unit_of_work() as s:
+        target = get_individual(s, int(target_id))
+        moved = 0
+        for i in ids:
+            if s.get(Image, i) is None:
+                raise CatalogueError(f"There is no photo #{i} in the catalogue.")
+            if s.get(Image, i).individual_id != target.id:
+                assign_image(s, i, target.id, user=user)
+                moved += 1
+        s.commit()
+        return (f"Moved {moved} photo{'s' if moved != 1 else ''} to {target.name} (each one is an undoable change).")
+
+
+def set_flanks(cat: Catalogue, image_ids: Sequence[int], flank: str | None, *, user: str) -> str:
+    """Set the flank of every chosen photo at once."""
+    from db.masks import set_flank
+
+    from db.masks import FLANKS
+
+    ids = [int(i) for i in image_ids or []]
+    if not ids:
+        raise CatalogueError("Tick the photos whose flank to set first.")
+    if flank not in FLANKS:
+        raise CatalogueError(f"Choose the flank first ({', '.join(FLANKS)}).")
+    user = curator_name(user)
+    for i in ids:
+        set_flank(cat, i, flank, user=user)
+    return f"Flank set to {flank} for {len(ids)} photo{'s' if len(ids) != 1 else ''}."
+
+
 def undo_last(cat: Catalogue, *, user: str, seen_event_id: int | None = None) -> str:
     """Undo the most recent identity change that is not undone yet.
 

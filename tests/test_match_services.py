@@ -432,3 +432,41 @@ def test_match_query_and_queue_with_the_real_backbone_then_evaluate_through_a_jo
     (row,) = bs.evaluation_rows(cat, benchmark="small")
     assert row.model == "efficientnet_lite0" and 0.0 <= row.map_macro <= 1.0
     assert "config " in row.provenance and "config unknown" not in row.provenance
+
+
+def test_bulk_review_confirms_a_whole_sighting_and_skips_photos_decided_by_others(cat):
+    """Issue 14, everyday features: confirm all photos of one sighting as one individual in one step."""
+    from db import catalogue as ops
+    from db.matching import record_decision
+
+    query = _unassigned(cat)[0]
+    with cat.unit_of_work() as s:
+        others = list(s.scalars(select(Image).join(Individual, Image.individual_id == Individual.id)
+                                .where(Individual.name == "Cleo").order_by(Image.id)))[:3]
+        for im in others:  # three more photos of the query's sighting, not identified yet
+            s.get(Image, im.id).sighting_id = query.sighting_id
+            ops.assign_image(s, im.id, None, user="seed")
+        s.commit()
+    sib = [im.id for im in others]
+    # another curator already decided the last sibling: it is left alone
+    record_decision(cat, query_image_id=sib[2], decision="unsure", user="ben", candidate_image_id=sib[0])
+    view = hand_view(cat, query.id, ["Amber", "Bruno"])
+    outcome = ms.decide_sighting(cat, view, user="ana", rank=1)
+    assert outcome.message.startswith(f"Recorded: the 3 photos of sighting {view.query.sighting} "
+                                      f"(#{query.id}, #{sib[0]}, #{sib[1]}) are Amber (candidate 1")
+    amber = _individual_id(cat, "Amber")
+    with cat.unit_of_work() as s:
+        assert [s.get(Image, i).individual_id for i in (query.id, *sib)] == [amber, amber, amber, None]
+        mine = s.scalars(select(MatchDecision).where(MatchDecision.user == "ana",
+                                                     MatchDecision.undone_at.is_(None))).all()
+        assert sorted(d.query_image_id for d in mine) == sorted([query.id, *sib[:2]])
+        assert [d.score is None for d in sorted(mine, key=lambda d: d.id)] == [False, True, True]  # only the shown one
+    # undo takes them back one at a time, newest first
+    image_id, _ = ms.undo_last_decision(cat, user="ana")
+    assert image_id == sib[1]
+    # a photo with no sighting is refused with a message
+    with cat.unit_of_work() as s:
+        s.get(Image, sib[1]).sighting_id = None
+        s.commit()
+    with pytest.raises(CatalogueError, match="belongs to no sighting"):
+        ms.decide_sighting(cat, hand_view(cat, sib[1], ["Amber"]), user="ana")

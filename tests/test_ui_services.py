@@ -292,3 +292,20 @@ def test_catalogue_export_has_the_csvs_sheets_and_defused_cells(cat, two_animals
     assert cli(["--data-dir", str(cat.data_dir), "export-catalogue", "--out", str(out)]) == 0
     with zipfile.ZipFile(out) as zf:
         assert {"individuals.csv", "photos.csv", "sightings.csv", "decisions.csv"} <= set(zf.namelist())
+
+
+def test_ticked_photos_move_together_and_take_one_flank(cat, two_animals):
+    """Issue 14, everyday features: select several photos in the Catalogue to move them or set their flank."""
+    ayo_photos = [p for p in two_animals["photos"][:3]]
+    message = services.move_photos(cat, ayo_photos[:2], two_animals["Bela"], user="ana")
+    assert message == "Moved 2 photos to Bela (each one is an undoable change)."
+    assert {c.name: c.n_images for c in services.individual_cards(cat)} == {"Ayo": 1, "Bela": 3}
+    assert services.undo_last(cat, user="ana").startswith("Undone: assigned photo")  # one photo back
+    assert {c.name: c.n_images for c in services.individual_cards(cat)} == {"Ayo": 2, "Bela": 2}
+    assert services.set_flanks(cat, ayo_photos, "left", user="ana") == "Flank set to left for 3 photos."
+    with cat.unit_of_work() as s:
+        assert {s.get(Image, i).flank.value for i in ayo_photos} == {"left"}
+    with pytest.raises(CatalogueError, match="Tick the photos"):
+        services.move_photos(cat, [], two_animals["Bela"], user="ana")
+    with pytest.raises(CatalogueError, match="Choose the flank"):
+        services.set_flanks(cat, ayo_photos, "sideways", user="ana")

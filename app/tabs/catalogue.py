@@ -57,12 +57,18 @@ def build(ctx: UIContext) -> None:
                                           info="Type a new name to add a species; its photos move with it.")
                     species_button = gr.Button("Set species", elem_id="catalogue-set-species")
             with gr.Group(elem_id="catalogue-split-box"):
-                split_pick = gr.CheckboxGroup(label="Photos to split out into a new individual", choices=[],
+                split_pick = gr.CheckboxGroup(label="Tick photos to split out, move, or set their flank", choices=[],
                                               elem_id="catalogue-split-pick")
                 with gr.Row(equal_height=True):
                     split_name = gr.Textbox(label="New individual's name", placeholder="leave empty for an automatic name",
                                             max_lines=1, elem_id="catalogue-split-name", scale=3)
                     split_button = gr.Button("Split out", elem_id="catalogue-split", scale=1)
+                with gr.Row(equal_height=True):
+                    bulk_flank = gr.Dropdown(["left", "right", "front", "other", "unknown"], value=None,
+                                             label="Flank of the ticked photos", elem_id="catalogue-bulk-flank", scale=2)
+                    bulk_flank_button = gr.Button("Set flank", elem_id="catalogue-set-flanks", scale=1)
+                    move_button = gr.Button("Move ticked photos to “Merge into”", elem_id="catalogue-move",
+                                            scale=2)
     with gr.Row(equal_height=True):
         undo_button = gr.Button("Undo last change", elem_id="catalogue-undo", scale=0, min_width=220,
                                 variant="secondary", size="md")
@@ -90,7 +96,7 @@ def build(ctx: UIContext) -> None:
         return ([(c.thumb, c.caption) for c in pictured], [c.id for c in pictured], services.catalogue_summary(cat),
                 gr.update(choices=choices, value=value))
 
-    def render_detail(current):
+    def render_detail(current, ticked=None):
         everyone = services.individual_cards(cat)
         history = _table(services.history_rows(cat), services.HISTORY_HEADERS)
         species_names = services.species_names(cat)
@@ -101,16 +107,18 @@ def build(ctx: UIContext) -> None:
                     gr.update(choices=species_names, value=None), newest)
         view = services.open_individual(cat, current)
         targets = [(c.caption, c.id) for c in everyone if c.id != view.id]
+        choices = services.image_choices(view)
+        still_here = [i for i in (ticked or []) if any(i == c for _, c in choices)]  # ticks survive a refresh
         return (f"### {markdown_text(view.headline())}", [(c.path, c.caption) for c in view.images if c.path],
                 _table(view.sightings, services.SIGHTING_HEADERS),
-                gr.update(choices=services.image_choices(view), value=[]), view.name,
+                gr.update(choices=choices, value=still_here), view.name,
                 gr.update(choices=targets, value=None), history,
                 gr.update(choices=species_names, value=services.species_of_individual(cat, view.id)), newest)
 
-    def render_all(search_text, current):
-        return (*render_list(search_text, current), *render_detail(current))
+    def render_all(search_text, current, ticked):
+        return (*render_list(search_text, current), *render_detail(current, ticked))
 
-    ctx.on_refresh(render_all, inputs=[search, open_id], outputs=list_outputs + detail_outputs)
+    ctx.on_refresh(render_all, inputs=[search, open_id, split_pick], outputs=list_outputs + detail_outputs)
     search.change(guarded_viewer(render_list), inputs=[search, open_id], outputs=list_outputs,
                   trigger_mode="always_last", show_progress="hidden", api_visibility="private")
 
@@ -141,6 +149,14 @@ def build(ctx: UIContext) -> None:
         return markdown_text(message), "", services.last_change_id(cat)
 
     @curator_action
+    def do_move(image_ids, target, user):
+        return markdown_text(services.move_photos(cat, image_ids, target, user=user)), services.last_change_id(cat)
+
+    @curator_action
+    def do_set_flanks(image_ids, flank, user):
+        return markdown_text(services.set_flanks(cat, image_ids, flank, user=user))
+
+    @curator_action
     def do_set_species(current, name, user):
         return markdown_text(services.set_species(cat, current, name, user=user)), services.last_change_id(cat)
 
@@ -164,9 +180,13 @@ def build(ctx: UIContext) -> None:
         return path, markdown_text(message)
 
     export_button.click(do_export, inputs=[ctx.user], outputs=[export_file, status], api_name="export_catalogue")
+    ctx.changed(move_button.click(do_move, inputs=[split_pick, merge_target, ctx.user], outputs=[status, undo_seen],
+                                  api_name="move_photos"))
+    ctx.changed(bulk_flank_button.click(do_set_flanks, inputs=[split_pick, bulk_flank, ctx.user], outputs=[status],
+                                        api_name="set_flanks"))
     undo_click = undo_button.click(do_undo, inputs=[undo_seen, ctx.user], outputs=[status], api_name="undo_last_change")
     ctx.changed(undo_click)
     # refused (undone by someone else, or a newer change came): show the history as it is now, so that the next
     # press undoes what the page shows
-    undo_click.failure(guarded_viewer(render_detail), inputs=[open_id], outputs=detail_outputs,
+    undo_click.failure(guarded_viewer(render_detail), inputs=[open_id, split_pick], outputs=detail_outputs,
                        show_progress="hidden", api_visibility="private")

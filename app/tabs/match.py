@@ -243,6 +243,7 @@ def build(ctx: UIContext) -> None:
                 not_button = gr.Button("Not the same (N)", elem_id="match-not")
                 unsure_button = gr.Button("Unsure (U)", elem_id="match-unsure")
                 new_button = gr.Button("New individual (I)", elem_id="match-new")
+                sighting_button = gr.Button("Same, with its whole sighting", elem_id="match-same-sighting")
             with gr.Row(equal_height=True):
                 prev_button = gr.Button("← Previous", elem_id="match-prev", size="sm")
                 next_button = gr.Button("Next →", elem_id="match-next", size="sm")
@@ -353,7 +354,8 @@ def build(ctx: UIContext) -> None:
     def on_decide(kind, view, selected, name, user, queue, pos, model_name, flank, show_outline,
                   progress=gr.Progress()):
         try:
-            outcome = ms.decide(cat, view, kind, user=user, rank=selected, new_name=name)
+            outcome = ms.decide_sighting(cat, view, user=user, rank=selected) if kind == "sighting" \
+                else ms.decide(cat, view, kind, user=user, rank=selected, new_name=name)
         except ConflictError as exc:  # another curator decided this photo meanwhile: show it as it is now
             return (pos, *show(view.query.image_id, model_name, flank, show_outline, queue, pos, progress),
                     gr.skip(), f"**Not recorded:** {exc}. The photo is shown again as it is now.")
@@ -497,7 +499,8 @@ def build(ctx: UIContext) -> None:
         button.click(guarded_viewer(lambda *a, _d=delta: on_move(_d, *a)),
                      inputs=[queue_state, pos_state, model, filters_state, outline],
                      outputs=[pos_state, *screen, status], api_visibility="private")
-    for button, kind in ((same_button, "same"), (not_button, "not"), (unsure_button, "unsure"), (new_button, "new")):
+    for button, kind in ((same_button, "same"), (not_button, "not"), (unsure_button, "unsure"), (new_button, "new"),
+                         (sighting_button, "sighting")):
         ctx.changed(button.click(
             curator_action(lambda *a, _k=kind: on_decide(_k, *a)),
             inputs=[view_state, selected_state, new_name, ctx.user, queue_state, pos_state, model, filters_state,

@@ -206,6 +206,21 @@ def test_demo_catalogue_merge_and_split_with_undo(demo_server, page, shot):
     expect(headline).to_contain_text("nyala_61: 6 photos", timeout=TIMEOUT_MS)
     expect(page.locator("#catalogue-summary")).to_contain_text("10 individuals · 60 photos")
 
+    # --- tick two photos: set their flank together, move them to another individual, undo one move
+    expect(picks).to_have_count(6, timeout=TIMEOUT_MS)
+    picks.nth(0).click()
+    picks.nth(1).click()
+    choose(page, "catalogue-bulk-flank", "front")
+    page.locator("#catalogue-set-flanks").click()
+    expect(status).to_contain_text("Flank set to front for 2 photos.", timeout=TIMEOUT_MS)
+    choose(page, "catalogue-merge-target", "nyala_60 (")
+    page.locator("#catalogue-move").click()
+    expect(status).to_contain_text("Moved 2 photos to nyala_60", timeout=TIMEOUT_MS)
+    expect(headline).to_contain_text("nyala_61: 4 photos", timeout=TIMEOUT_MS)
+    page.locator("#catalogue-undo").click()
+    expect(status).to_contain_text("Undone: assigned photo", timeout=TIMEOUT_MS)
+    expect(headline).to_contain_text("nyala_61: 5 photos", timeout=TIMEOUT_MS)
+
     # --- search narrows the overview
     _textbox(page, "catalogue-search").fill("nyala_9")
     expect(overview.locator("img")).to_have_count(2, timeout=TIMEOUT_MS)
