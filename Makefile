@@ -33,6 +33,7 @@ browser:
 	  echo "warning: /usr/bin/chromium is missing; the browser tests will fail (apt-get install chromium)"
 
 test: $(STAMP) browser
+	$(VENV)/bin/lint-imports
 	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(PY) -m pytest -q tests
 
 bench: $(STAMP)

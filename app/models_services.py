@@ -79,11 +79,11 @@ def compare_models(cat: Catalogue, a: str | None, b: str | None, benchmark: str 
 
 
 def promote(cat: Catalogue, name: str | None, species: str | None, *, user: str) -> str:
-    from db.species import promote_model
+    from jobs.actions import promote as promote_and_queue
 
     if not name:
         raise ValueError("Choose a model to promote.")
-    res = promote_model(cat, name, species=species or None, user=user)
+    res = promote_and_queue(cat, name, species=species or None, user=user)
     return (f"{res['model']} is now the active model for {res['species']} (was {res['previous']}). Its features "
             f"are being computed for every photo (job #{res['job_id']}); match review switches to it when done.")
 

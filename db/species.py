@@ -133,10 +133,12 @@ def active_model_name(cat: Catalogue, species: str | int | None = None) -> str:
     return name or DEFAULT_MODEL
 
 
-def promote_model(cat: Catalogue, name: str, *, species: str | int | None = None, user: str = "curator",
-                  queue_embedding: bool = True) -> dict[str, Any]:
-    """Make ``name`` the active model of ``species`` (its own species for a trained model, else the default);
-    queue a re-embedding of that species' photos. Returns {model, species, previous, job_id}."""
+def promote_model(cat: Catalogue, name: str, *, species: str | int | None = None,
+                  user: str = "curator") -> dict[str, Any]:
+    """Make ``name`` the active model of ``species`` (its own species for a trained model, else the default).
+    Returns {model, species, species_id, previous, follow_up}: ``follow_up`` lists the jobs the promotion needs
+    (re-embedding the species' photos; a fused pipeline's keypoints) as {kind, params}, for the caller to queue
+    (``jobs.actions.promote``): the store does not reach up into the job queue."""
     from db.embeddings import get_backbone
 
     get_backbone(cat, name)  # loads (and registers) it: a model whose weights are missing cannot be promoted
@@ -161,21 +163,16 @@ def promote_model(cat: Catalogue, name: str, *, species: str | int | None = None
                 others = others.where(Species.active_model_id == previous.id)
             if not s.scalar(others):
                 previous.status = ModelStatus.candidate
+        matcher = ((model.config or {}).get("pipeline") or {}).get("matcher") if model.head == "pipeline" else None
         s.commit()
         result = {"model": name, "species": sp.name, "species_id": sp.id,
-                  "previous": previous.name if previous else DEFAULT_MODEL, "job_id": None}
-    if queue_embedding:
-        from jobs.queue import submit
-
-        result["job_id"] = submit(cat, "embed", {"backbone": name, "species": result["species_id"], "user": user,
-                                                 "reason": f"promotion of {name} for {result['species']}"})
-        with cat.unit_of_work() as s:
-            row = s.scalar(select(Model).where(Model.name == name))
-            matcher = ((row.config or {}).get("pipeline") or {}).get("matcher") if row is not None \
-                and row.head == "pipeline" else None
-        if matcher:  # a fused pipeline also needs every photo's keypoints before review
-            result["keypoints_job_id"] = submit(cat, "keypoints", {"matcher": matcher, "species": result["species_id"],
-                                                                   "image_ids": None, "user": user})
+                  "previous": previous.name if previous else DEFAULT_MODEL}
+    follow_up = [{"kind": "embed", "params": {"backbone": name, "species": result["species_id"], "user": user,
+                                              "reason": f"promotion of {name} for {result['species']}"}}]
+    if matcher:  # a fused pipeline also needs every photo's keypoints before review
+        follow_up.append({"kind": "keypoints", "params": {"matcher": matcher, "species": result["species_id"],
+                                                          "image_ids": None, "user": user}})
+    result["follow_up"] = follow_up
     return result
 
 

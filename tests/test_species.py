@@ -17,6 +17,7 @@ from db.models import Image, Individual, JobStatus, Sighting
 from db.session import open_catalogue
 from db.species import active_model_name, archive_model, list_species, model_status, promote_model
 from jobs import queue
+from jobs.actions import promote
 from tests.synthetic_reid import make_reid_set
 
 
@@ -115,7 +116,7 @@ def test_promote_makes_a_model_active_for_its_species_and_queues_embedding(two_s
     job = queue.submit_and_run(cat, "train", {"source": "catalogue", "head": "supcon", "epochs": 2, "views": 2,
                                              "name": "promo-model", "diagnose": False})
     assert job.status == JobStatus.succeeded, job.message
-    res = promote_model(cat, "promo-model", species="nyala", user="ana")
+    res = promote(cat, "promo-model", species="nyala", user="ana")  # the store promotes, jobs queue the re-embedding
     assert res["previous"] == "efficientnet_lite0" and res["job_id"]
     assert active_model_name(cat, "nyala") == "promo-model" and active_model_name(cat, "lion") == "efficientnet_lite0"
     status = model_status(cat)
@@ -135,7 +136,12 @@ def test_promote_makes_a_model_active_for_its_species_and_queues_embedding(two_s
     assert cli(["--data-dir", str(cat.data_dir), "models", "promote", "no-such-model"]) == 1
     assert "unknown backbone or trained model" in capsys.readouterr().err
     # promoting the default back: the trained model returns to candidate, then it can be archived
-    promote_model(cat, "efficientnet_lite0", species="nyala", queue_embedding=False)
+    jobs_before = len(queue.list_jobs(cat, limit=500))
+    back = promote_model(cat, "efficientnet_lite0", species="nyala")  # the store only: it says what is needed
+    assert back["follow_up"] == [{"kind": "embed", "params": {
+        "backbone": "efficientnet_lite0", "species": back["species_id"], "user": "curator",
+        "reason": "promotion of efficientnet_lite0 for nyala"}}]
+    assert len(queue.list_jobs(cat, limit=500)) == jobs_before  # and queues nothing (db never imports jobs)
     assert model_status(cat)["promo-model"]["status"] == "candidate"
     archive_model(cat, "promo-model")
     assert model_status(cat)["promo-model"]["status"] == "archived"

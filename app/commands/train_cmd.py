@@ -201,9 +201,9 @@ def models_overview(cat) -> list[dict]:
 
 
 def run_models_promote(args, ctx) -> int:
-    from db.species import promote_model
+    from jobs.actions import promote
 
-    res = promote_model(ctx.catalogue, args.name, species=args.species, user=ctx.user)
+    res = promote(ctx.catalogue, args.name, species=args.species, user=ctx.user)
     print(f"{res['model']} is now the active model for {res['species']} (was {res['previous']}); "
           f"re-embedding the species' photos as job {res['job_id']}")
     return 0

@@ -46,7 +46,7 @@ def spots_server(tmp_path_factory) -> Iterator[RosetteServer]:
         report = ingest_path(cat, photos / "manifest.csv", format="manifest", user="seed")
         assert report.counts.get("imported") == len(PHOTOS), report.summary()
         register_pipeline(cat)
-        promote_model(cat, PIPELINE, queue_embedding=False)
+        promote_model(cat, PIPELINE)  # the store only: nothing is queued
     finally:
         cat.close()
     server = start_rosette(root / "rosette-data")
