@@ -7,7 +7,8 @@ import time
 from typing import Any
 
 from db.session import Catalogue
-from jobs.queue import HEAVY, JobContext, register_job_kind
+from jobs.context import JobContext
+from jobs.registry import HEAVY, register_job_kind
 
 
 def _sleep(params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:

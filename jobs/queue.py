@@ -25,19 +25,20 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
 import traceback
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select, update
 
-from core.progress import PhaseClock
+import jobs.kinds  # noqa: F401  (registers the built-in job kinds; it imports the registry, never this module)
 from db.models import Job, JobStatus, utcnow
 from db.session import Catalogue
+# the registry and the handler's context live in their own modules (jobs.kinds imports them, not this one);
+# their names are re-exported here, where callers have always found them
+from jobs.context import JobCancelled, JobContext, job_dir  # noqa: F401
+from jobs.registry import _HANDLERS, _KIND_QUEUE, HEAVY, LIGHT, QUEUES, JobHandler, register_job_kind  # noqa: F401
 
 TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.queued: frozenset({JobStatus.running, JobStatus.cancelled}),
@@ -48,8 +49,6 @@ TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.cancelled: frozenset({JobStatus.queued}),  # retry
 }
 TERMINAL = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled})
-LIGHT, HEAVY = "light", "heavy"
-QUEUES = (LIGHT, HEAVY)
 STALE_AFTER_S = 600.0  # no progress for this long: the job is hung or its worker is gone
 HEARTBEAT_EVERY_S = 5.0
 DEFAULT_MAX_ATTEMPTS = 2
@@ -63,37 +62,13 @@ class InvalidTransition(JobError):
     pass
 
 
-class JobCancelled(Exception):
-    """Raised inside a handler (via ``ctx.check_cancelled()``) to stop a job the curator cancelled."""
-
-
-JobHandler = Callable[[Catalogue, dict[str, Any], "JobContext"], dict[str, Any] | None]
-_HANDLERS: dict[str, JobHandler] = {}
-_KIND_QUEUE: dict[str, str] = {}
-
-
-def register_job_kind(kind: str, *, queue: str = LIGHT) -> Callable[[JobHandler], JobHandler]:
-    """Decorator: register a handler for ``kind`` on the ``light`` or ``heavy`` queue."""
-    if queue not in QUEUES:
-        raise ValueError(f"queue must be one of {QUEUES}, got {queue!r}")
-
-    def decorator(fn: JobHandler) -> JobHandler:
-        if kind in _HANDLERS:
-            raise ValueError(f"job kind {kind!r} is already registered")
-        _HANDLERS[kind] = fn
-        _KIND_QUEUE[kind] = queue
-        return fn
-
-    return decorator
-
-
 def list_job_kinds() -> list[str]:
     _load_kinds()
     return sorted(_HANDLERS)
 
 
 def _load_kinds() -> None:
-    import jobs.kinds  # noqa: F401  (registers the built-in kinds)
+    """The built-in kinds register themselves when ``jobs.kinds`` is imported (at the top of this module)."""
 
 
 def get_handler(kind: str) -> JobHandler:
@@ -134,13 +109,6 @@ def transition(cat: Catalogue, job_id: int, new: JobStatus, *, expect: Iterable[
         res = s.execute(update(Job).where(Job.id == job_id, Job.status == old).values(status=new, **fields))
         s.commit()
         return res.rowcount == 1
-
-
-def job_dir(cat: Catalogue, job_id: int) -> Path:
-    """``<data_dir>/jobs/<id>/``: log.txt, metrics.jsonl, checkpoints/ (created on demand)."""
-    d = cat.data_dir / "jobs" / str(int(job_id))
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 def worker_name() -> str:
@@ -218,65 +186,6 @@ def retry(cat: Catalogue, job_id: int) -> None:
                       cancel_requested=False, error=None, progress=0.0, message="queued again", started_at=None,
                       finished_at=None, worker=None, pid=None, max_attempts=max(job.max_attempts, job.attempts + 1)):
         raise JobError(f"job {job_id} changed while it was being retried; look again")
-
-
-@dataclass
-class JobContext:
-    """Handed to a running handler: progress, log, metrics, checkpoints and cancellation."""
-
-    cat: Catalogue
-    job_id: int
-    _dir: Path | None = field(default=None, repr=False)
-
-    @property
-    def dir(self) -> Path:
-        if self._dir is None:
-            self._dir = job_dir(self.cat, self.job_id)
-        return self._dir
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        d = self.dir / "checkpoints"
-        d.mkdir(parents=True, exist_ok=True)
-        return d
-
-    def progress(self, fraction: float, message: str | None = None) -> None:
-        """Report progress (0..1); this is what beats the heartbeat."""
-        fields: dict[str, Any] = {"progress": max(0.0, min(1.0, float(fraction))), "heartbeat_at": utcnow()}
-        if message is not None:
-            fields["message"] = message
-        with self.cat.unit_of_work() as s:
-            s.execute(update(Job).where(Job.id == self.job_id, Job.status == JobStatus.running).values(**fields))
-            s.commit()
-
-    def log(self, text: str) -> None:
-        """Append a time-stamped line to the job's ``log.txt``."""
-        with open(self.dir / "log.txt", "a", encoding="utf-8") as fh:
-            fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
-
-    def metric(self, row: dict[str, Any]) -> None:
-        """Append one JSON row (step, epoch, losses, validation metrics) to ``metrics.jsonl``."""
-        with open(self.dir / "metrics.jsonl", "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row, default=float) + "\n")
-
-    def cancelled(self) -> bool:
-        with self.cat.unit_of_work() as s:
-            return bool(s.scalar(select(Job.cancel_requested).where(Job.id == self.job_id)))
-
-    def check_cancelled(self) -> None:
-        if self.cancelled():
-            raise JobCancelled()
-
-    def callback(self, *, start: float = 0.0, end: float = 1.0, label: str = "") -> Callable[[int, int], None]:
-        """A ``progress(done, total)`` callback for core pipelines, mapped onto [start, end]."""
-
-        clock = PhaseClock(label)
-
-        def report(done: int, total: int) -> None:
-            frac = start + (end - start) * (done / total if total else 1.0)
-            self.progress(frac, clock.words(done, total))  # this step's share done and its time left
-
-        return report
 
 
 def read_metrics(cat: Catalogue, job_id: int) -> list[dict[str, Any]]:
