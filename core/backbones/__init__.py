@@ -247,7 +247,8 @@ def weights_available(name: str) -> bool:
         except Exception:  # noqa: BLE001 - a missing package means no weights
             return False
     try:
-        from core.backbones.hub import HUB_MODELS, find_local_file
+        from core.backbones.hub import HUB_MODELS  # lazy: hub imports torch and this package
+        from core.backbones.weights import find_local_file
 
         spec = HUB_MODELS.get(name)
         return spec is not None and find_local_file(spec.repo_id, spec.files) is not None

@@ -39,8 +39,6 @@ sane and the position embeddings are resampled by timm on load. Pass
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +49,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.backbones import BackboneConfig, UnknownComponentError, WeightsNotFoundError
-from core.backbones.timm_backbones import TorchBackbone, fold_batchnorm_, sha256_file, weights_help
+from core.backbones.timm_backbones import TorchBackbone, fold_batchnorm_, sha256_file
+from core.backbones.weights import find_local_config, find_local_file, weights_help
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -87,77 +86,6 @@ HUB_MODELS: dict[str, HubSpec] = {
     "dinov2-vitl14": HubSpec("timm/vit_large_patch14_dinov2.lvd142m", "timm", "vit_large_patch14_dinov2.lvd142m",
                              224, IMAGENET_MEAN, IMAGENET_STD, "bicubic", "token"),
 }
-
-
-# --------------------------------------------------------------------------- finding files
-
-def _weights_root() -> Path | None:
-    root = os.environ.get("ROSETTE_WEIGHTS_DIR")
-    return Path(root).expanduser() if root else None
-
-
-def _candidate_dirs(repo_id: str | None, extra_dirs: Sequence[str] = ()) -> list[Path]:
-    root = _weights_root()
-    if root is None:
-        return []
-    names: list[str] = []
-    if repo_id:
-        names += [repo_id, repo_id.replace("/", "--"), repo_id.split("/")[-1]]
-    names += list(extra_dirs)
-    out: list[Path] = []
-    for n in names:
-        d = root / n
-        if d not in out:
-            out.append(d)
-    return out
-
-
-def find_local_file(repo_id: str | None, filenames: Sequence[str], *,
-                    weights_path: str | os.PathLike[str] | None = None,
-                    extra_dirs: Sequence[str] = ()) -> Path | None:
-    """First of ``filenames`` found locally for ``repo_id`` (see the module docstring for the order), or None."""
-    if weights_path is not None:
-        p = Path(weights_path).expanduser()
-        if p.is_file():
-            return p
-        if p.is_dir():
-            for name in filenames:
-                if (p / name).is_file():
-                    return p / name
-        return None
-    for d in _candidate_dirs(repo_id, extra_dirs):
-        for name in filenames:
-            if (d / name).is_file():
-                return d / name
-    if repo_id:
-        try:
-            from huggingface_hub import try_to_load_from_cache
-        except ImportError:  # pragma: no cover - huggingface_hub is a dependency
-            return None
-        for name in filenames:
-            try:
-                hit = try_to_load_from_cache(repo_id, name)
-            except Exception:  # malformed repo id or cache: treat as not cached
-                hit = None
-            if isinstance(hit, str) and os.path.isfile(hit):
-                return Path(hit)
-    return None
-
-
-def find_local_config(repo_id: str, *, weights_path: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
-    """The repo's ``config.json`` if it is on this machine (next to ``weights_path`` or as for weights)."""
-    path: Path | None = None
-    if weights_path is not None:
-        p = Path(weights_path).expanduser()
-        folder = p if p.is_dir() else p.parent
-        if (folder / "config.json").is_file():
-            path = folder / "config.json"
-    if path is None:
-        path = find_local_file(repo_id, ("config.json",))
-    if path is None:
-        return None
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
 
 
 def _missing_weights(name: str, spec: HubSpec) -> WeightsNotFoundError:

@@ -40,6 +40,7 @@ from PIL import Image
 from torch import nn
 
 from core.backbones import BackboneConfig
+from core.backbones.weights import find_local_file, weights_help
 
 PIL_FILTERS = {
     "nearest": Image.Resampling.NEAREST,
@@ -294,7 +295,6 @@ def find_timm_weights(architecture: str, pretrained_cfg: dict[str, Any], *,
     ``$ROSETTE_WEIGHTS_DIR/<architecture>/``, the Hugging Face cache of the cfg's
     ``hf_hub_id`` and the torch hub checkpoint cache of its ``url``. Never downloads.
     """
-    from core.backbones.hub import find_local_file
 
     hub_id = pretrained_cfg.get("hf_hub_id")
     names = ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin")
@@ -310,23 +310,6 @@ def find_timm_weights(architecture: str, pretrained_cfg: dict[str, Any], *,
         if hub_dir.is_file():
             return hub_dir
     return None
-
-
-def weights_help(what: str, *, repo_id: str | None, files: Sequence[str], env_dirs: Sequence[str]) -> str:
-    """The message shown when weights are missing: which repo, where to put files, offline flags."""
-    root = os.environ.get("ROSETTE_WEIGHTS_DIR") or "<ROSETTE_WEIGHTS_DIR>"
-    lines = [f"no pretrained weights for {what} on this machine (Rosette never downloads weights by itself)."]
-    lines.append("Provide them in one of these ways:")
-    if repo_id:
-        lines.append(f"  - with internet: `huggingface-cli download {repo_id}` (fills the Hugging Face cache, "
-                     f"~/.cache/huggingface/hub or $HF_HOME/hub), then run with HF_HUB_OFFLINE=1;")
-        lines.append(f"  - or copy the repo files ({', '.join(files)}) to {root}/{repo_id}/ "
-                     f"(`huggingface-cli download {repo_id} --local-dir {root}/{repo_id}`) and set ROSETTE_WEIGHTS_DIR;")
-    for d in env_dirs:
-        lines.append(f"  - or put the weight file in {root}/{d}/;")
-    lines.append("  - or pass weights_path=<file or folder> when creating the backbone;")
-    lines.append("  - or use pretrained=False for random weights (tests only: the scores are meaningless).")
-    return "\n".join(lines)
 
 
 def create_timm_backbone(architecture: str, *, pretrained: bool = True, device: str | None = None,
