@@ -26,6 +26,7 @@ MIN_OUTCOMES = 10  # isotonic
 MIN_PLATT_OUTCOMES = 4  # Platt: a rough curve from the first few decisions, said to be rough
 ISOTONIC_FROM = 2000  # match review switches to isotonic only when its steps are this well supported
 PLATT = "platt"
+ENOUGH_DECISIONS = 50  # from this many decided pairs on, the curators' decisions alone are trusted
 ISOTONIC = "isotonic"
 
 

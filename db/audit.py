@@ -33,6 +33,7 @@ from sqlalchemy import event, insert, inspect, select
 from sqlalchemy.orm import Session
 
 from core.kaggle import defuse_cell
+from db.catalogue import check_date
 from db.models import (
     AuditEvent,
     Benchmark,
@@ -296,8 +297,6 @@ def readable_details(details: Any) -> str:
 
 
 def _parse_day(text: str | None, what: str) -> datetime | None:
-    from db.matching import check_date
-
     text = check_date(text, what=what)
     return datetime.fromisoformat(text) if text else None
 

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from core.splits import check_split_kind, is_column_split, make_split_any
 from db.catalogue import CatalogueError
+from db.embeddings import all_image_ids
 from db.models import Benchmark, BenchmarkImage, Image, Individual, Sighting
 from db.session import Catalogue
 
@@ -173,3 +174,14 @@ def load_benchmark(cat: Catalogue, name: str, *, split: str = "test") -> Benchma
 def split_counts(data: BenchmarkData) -> dict[str, int]:
     return {"images": len(data), "identities": len(set(data.labels)),
             "left": int(np.sum(np.array(data.flanks) == "left")), "right": int(np.sum(np.array(data.flanks) == "right"))}
+
+
+def load_benchmark_fit_ids(cat: Catalogue, benchmark: str) -> list[int]:
+    """Photos a fitted backbone (sift_vlad) may learn from: a seeded sample (up to 200) of the benchmark's train
+    split; for a test-only benchmark, catalogue photos outside its test split. Never its test photos."""
+    ids = load_benchmark(cat, benchmark, split="train").image_ids
+    if not ids:
+        test = set(load_benchmark(cat, benchmark, split="test").image_ids)
+        ids = [i for i in all_image_ids(cat) if i not in test]
+    rng = np.random.default_rng(0)
+    return sorted(rng.choice(ids, size=min(200, len(ids)), replace=False).tolist()) if ids else []

@@ -9,11 +9,10 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.calibration import Calibrator, fit_match_calibrator
+from core.calibration import ENOUGH_DECISIONS, Calibrator, fit_match_calibrator
 from db.models import DEFAULT_SPECIES_ID, DecisionKind, Image, MatchDecision, Species
 from db.session import Catalogue
 
-ENOUGH_DECISIONS = 50  # below this, benchmark pairs are added
 DEFAULT_NEW_THRESHOLD = 0.5
 _CACHE: dict[tuple, Calibrator] = {}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -294,6 +295,17 @@ def _undo_decision_of(session: Session, ev: IdentityEvent, *, user: str) -> None
             IdentityEvent.undone_at.is_(None))) if empty else None
         if create_ev is not None:
             undo_event(session, create_ev.id, user=user)
+
+
+def check_date(value: str | None, *, what: str) -> str | None:
+    """A ``YYYY-MM-DD`` filter bound, or None when blank; anything else is refused clearly."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    try:
+        return date.fromisoformat(value).isoformat()
+    except ValueError:
+        raise CatalogueError(f"{what} must be a date like 2024-05-31, not {value!r}") from None
 
 
 def last_undoable_event(session: Session) -> IdentityEvent | None:

@@ -25,8 +25,8 @@ def test_split_scores(cat: Catalogue, model: str, benchmark: str) -> tuple[Any, 
     same-sighting pairs excluded. Shared by the comparison and the calibration's benchmark pairs."""
     from core.metrics import all_vs_all_valid
     from core.similarity import pairwise_scores
-    from db.benchmarks import load_benchmark
-    from db.embeddings import embed_images, get_backbone, load_benchmark_fit_ids
+    from db.benchmarks import load_benchmark, load_benchmark_fit_ids
+    from db.embeddings import embed_images, get_backbone
 
     from db.spots import load_pipeline, pipeline_similarity
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from db.benchmarks import load_benchmark
-from db.embeddings import embed_images, get_backbone, load_benchmark_fit_ids
+from db.benchmarks import load_benchmark, load_benchmark_fit_ids
+from db.embeddings import embed_images, get_backbone
 from db.evaluation import store_evaluation
 from db.masks import diagnostic_masks
 from db.session import Catalogue

@@ -310,16 +310,3 @@ def all_image_ids(cat: Catalogue, *, species_id: int | None = None) -> list[int]
         if species_id is not None:
             q = q.where(Image.species_id == species_id)
         return list(s.scalars(q))
-
-
-def load_benchmark_fit_ids(cat: Catalogue, benchmark: str) -> list[int]:
-    """Photos a fitted backbone (sift_vlad) may learn from: a seeded sample (up to 200) of the benchmark's train
-    split; for a test-only benchmark, catalogue photos outside its test split. Never its test photos."""
-    from db.benchmarks import load_benchmark
-
-    ids = load_benchmark(cat, benchmark, split="train").image_ids
-    if not ids:
-        test = set(load_benchmark(cat, benchmark, split="test").image_ids)
-        ids = [i for i in all_image_ids(cat) if i not in test]
-    rng = np.random.default_rng(0)
-    return sorted(rng.choice(ids, size=min(200, len(ids)), replace=False).tolist()) if ids else []

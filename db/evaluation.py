@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from db.benchmarks import load_benchmark
-from db.embeddings import embed_images, get_backbone, load_benchmark_fit_ids
+from db.benchmarks import load_benchmark, load_benchmark_fit_ids
+from db.embeddings import embed_images, get_backbone
 from db.models import Benchmark, Evaluation, Model
 from db.session import Catalogue
 

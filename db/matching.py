@@ -17,9 +17,10 @@ import numpy as np
 from sqlalchemy import select, update
 
 from db import catalogue as ops
-from db.catalogue import CatalogueError, ConflictError
+from db.catalogue import CatalogueError, ConflictError, check_date  # noqa: F401  (check_date: also read from here)
 from db.embeddings import embed_images, get_backbone
-from db.models import DecisionKind, Image, Individual, MatchDecision, Model, Sighting, utcnow
+from db.photos import image_rows
+from db.models import DecisionKind, Image, MatchDecision, Model, utcnow
 from db.session import Catalogue
 
 DECISIONS = {d.value: d for d in DecisionKind}
@@ -56,35 +57,10 @@ class MatchResult:
     query_spot_note: str | None = None  # e.g. the query has no mask / no spot evidence
 
 
-def _image_rows(cat: Catalogue, ids: list[int]) -> dict[int, tuple]:
-    with cat.unit_of_work() as s:
-        rows = s.execute(
-            select(Image.id, Image.individual_id, Individual.name, Image.flank, Sighting.key, Image.thumb_path,
-                   Image.blob_path, Image.sighting_id, Sighting.place, Sighting.date, Image.exif_time)
-            .outerjoin(Individual, Image.individual_id == Individual.id)
-            .outerjoin(Sighting, Image.sighting_id == Sighting.id)
-            .where(Image.id.in_(ids))
-        ).all()
-    return {r[0]: r for r in rows}
-
-
 def gallery_for(cat: Catalogue, *, species_id: int | None = None) -> list[int]:
     from db.embeddings import gallery_image_ids
 
     return gallery_image_ids(cat, species_id=species_id)
-
-
-def check_date(value: str | None, *, what: str) -> str | None:
-    """A ``YYYY-MM-DD`` filter bound, or None when blank; anything else is refused clearly."""
-    from datetime import date
-
-    value = (value or "").strip()
-    if not value:
-        return None
-    try:
-        return date.fromisoformat(value).isoformat()
-    except ValueError:
-        raise CatalogueError(f"{what} must be a date like 2024-05-31, not {value!r}") from None
 
 
 def passes_place_and_date(place: str | None, day: str | None, *, place_filter: str | None = None,
@@ -118,7 +94,7 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = "e
     from db.species import species_of_image
 
     gallery = [i for i in gallery_for(cat, species_id=species_of_image(cat, query_image_id)) if i != query_image_id]
-    rows = _image_rows(cat, gallery + [query_image_id])
+    rows = image_rows(cat, gallery + [query_image_id])
     if query_image_id not in rows:
         raise CatalogueError(f"no image with id {query_image_id}")
     q = rows[query_image_id]
@@ -342,7 +318,7 @@ def review_queue(cat: Catalogue, *, model_name: str = "efficientnet_lite0", limi
     sp_gallery = np.array([species[i] for i in gallery])
     sim[sp_pending[:, None] != sp_gallery[None, :]] = -np.inf  # candidates come from the photo's own species
     best = sim.argmax(axis=1)
-    rows = _image_rows(cat, gallery)
+    rows = image_rows(cat, gallery)
     owner = dict((r[0], r[1]) for r in all_rows)
     items = [QueueItem(i, float(sim[n, best[n]]) if np.isfinite(sim[n, best[n]]) else 0.0,
                        rows[gallery[best[n]]][2] if np.isfinite(sim[n, best[n]]) else None, owner.get(i) is not None)

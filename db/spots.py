@@ -21,16 +21,18 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.calibration import Calibrator
+from core.calibration import ENOUGH_DECISIONS, Calibrator
 from core.spots import LocalFeatures, LocalMatcher, features_cache_path, load_features, save_features
 from core.spots.fusion import GLOBAL, calibrator_from_dict, calibrator_to_dict, fit_scorer_calibrations, \
     fused_similarity
 from core.spots.pipeline import LNBNN, VERIFICATION, PipelineSettings, spot_scores_all_vs_all
 from core.spots.requests import KeypointsRequest, SpotEvaluationRequest
+from db.benchmarks import load_benchmark, load_benchmark_fit_ids
 from db.catalogue import CatalogueError
-from db.embeddings import embed_images, get_backbone, load_benchmark_fit_ids, load_mask, load_photo, \
+from db.embeddings import embed_images, get_backbone, load_mask, load_photo, \
     masked_content_key, sources_for
 from db.models import Image, Model, ModelStatus
+from db.photos import image_rows
 from db.session import Catalogue
 
 PIPELINE_HEAD = "pipeline"
@@ -211,7 +213,6 @@ def calibration_image_ids(cat: Catalogue, benchmark: str, *, limit: int = CALIBR
                           exclude: Sequence[int] = ()) -> list[int]:
     """A seeded sample of whole identities from the benchmark's train split, about ``limit`` photos, leaving
     out ``exclude`` (the photos a trained global model learned from: on them its scores are overconfident)."""
-    from db.benchmarks import load_benchmark
 
     data = load_benchmark(cat, benchmark, split="train")
     if not data.image_ids:
@@ -299,7 +300,6 @@ def _score_set(cat: Catalogue, image_ids: list[int], labels: list[str], sighting
 
 
 def _set_of(cat: Catalogue, image_ids: list[int], benchmark: str) -> tuple[list[str], list[str | None], list[str]]:
-    from db.benchmarks import load_benchmark
 
     data = load_benchmark(cat, benchmark, split="all")
     pos = {i: n for n, i in enumerate(data.image_ids)}
@@ -323,7 +323,6 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
     top-K, and report the pipeline's metrics with every component beside it (global alone, + verification,
     + LNBNN, LNBNN alone, all fused). Registers the pipeline as a candidate model and stores the evaluation."""
     from core.metrics import retrieval_metrics
-    from db.benchmarks import load_benchmark
     from db.evaluation import store_evaluation
 
     t0 = time.perf_counter()
@@ -440,10 +439,9 @@ def verify_candidates(cat: Catalogue, query_id: int, candidate_ids: Sequence[int
     verified against the query, opposite flanks (left vs right) not compared (match review, the single-photo
     check, the matched-spots view of a pair)."""
     from core.spots.pipeline import cross_flank, verify_one
-    from db.matching import _image_rows
 
     ids = [int(query_id), *(int(c) for c in candidate_ids)]
-    rows = _image_rows(cat, ids)
+    rows = image_rows(cat, ids)
     missing = [i for i in ids if i not in rows]
     if missing:
         raise CatalogueError(f"There is no photo #{missing[0]} in the catalogue.")
@@ -629,15 +627,13 @@ def decided_pairs(cat: Catalogue, *, species_id: int | None = None) -> list[tupl
 def with_decision_calibration(cat: Catalogue, pipeline: StoredPipeline, *, species_id: int | None = None
                               ) -> StoredPipeline:
     """The pipeline with its global and inlier calibrations refitted on the curators' decided pairs once there
-    are at least ``db.calibration.ENOUGH_DECISIONS`` of them with both outcomes (LNBNN, which scores a photo
+    are at least ``core.calibration.ENOUGH_DECISIONS`` of them with both outcomes (LNBNN, which scores a photo
     against a whole gallery, keeps the benchmark calibration); otherwise the pipeline as stored."""
     from dataclasses import replace
 
     from core.calibration import fit_calibrator
     from core.similarity import paired_scores
     from core.spots.pipeline import cross_flank, verify_one
-    from db.calibration import ENOUGH_DECISIONS
-    from db.matching import _image_rows
 
     pairs = decided_pairs(cat, species_id=species_id)
     same = [y for _, _, y in pairs]
@@ -660,7 +656,7 @@ def with_decision_calibration(cat: Catalogue, pipeline: StoredPipeline, *, speci
     if VERIFICATION in pipeline.settings.scorers:
         matcher = matcher_for(pipeline)
         feats = features_for(cat, ids, matcher=matcher)
-        rows = _image_rows(cat, ids)
+        rows = image_rows(cat, ids)
         flank = [getattr(rows[i][3], "value", rows[i][3]) for i in ids]
         cross = cross_flank(flank)
         inliers, use = [], []

@@ -356,7 +356,7 @@ def test_sift_vlad_codebook_is_keyed_by_its_fit_set(tmp_path):
     cat = open_catalogue(tmp_path / "data")
     create_benchmark(cat, "a", manifest=manifest, split="identity", test_fraction=0.3, seed=0)
     create_benchmark(cat, "b", manifest=manifest, split="identity", test_fraction=0.3, seed=1)
-    from db.embeddings import load_benchmark_fit_ids
+    from db.benchmarks import load_benchmark_fit_ids
 
     fit_a, fit_b = load_benchmark_fit_ids(cat, "a"), load_benchmark_fit_ids(cat, "b")
     assert set(fit_a) != set(fit_b)
