@@ -40,9 +40,11 @@ def submit_spot_evaluation(cat: Catalogue, request: SpotEvaluationRequest, *, us
 
 def launch_spot_evaluation(cat: Catalogue, request: SpotEvaluationRequest, *, user: str) -> tuple[int, str]:
     """Queue the evaluation of ``request`` (the Benchmarks tab's form); returns (job id, message)."""
-    from app.benchmark_services import benchmark_names
+    from db.benchmarks import list_benchmarks
 
-    if request.benchmark not in benchmark_names(cat):
+    with cat.unit_of_work() as s:
+        known = {b.name for b in list_benchmarks(s)}
+    if request.benchmark not in known:
         raise CatalogueError(f"There is no benchmark named {request.benchmark!r}.")
     job_id = submit_spot_evaluation(cat, request, user=user)
     scorers = " + ".join(request.settings().scorers)

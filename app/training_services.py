@@ -62,7 +62,7 @@ def train_defaults(cat: Catalogue) -> TrainDefaults:
 def launch_training(cat: Catalogue, *, backbone: str, head: str, blocks: str, epochs: float | int | None,
                     training_set: str, device: str, user: str) -> tuple[int, str]:
     """Queue a training job (heavy queue); returns (job id, message)."""
-    from app.commands.train_cmd import parse_blocks
+    from core.training import parse_blocks  # lazy: core.training imports torch
     from core.heads import head_spec
     from jobs.queue import submit
 

@@ -81,6 +81,19 @@ class TrainConfig:
         return d
 
 
+def parse_blocks(text: str | int) -> int:
+    """How many backbone blocks to fine-tune, as typed: a number (0 = the head only) or 'all' (:data:`ALL_BLOCKS`)."""
+    if str(text).lower() == "all":
+        return ALL_BLOCKS
+    try:
+        n = int(text)
+    except ValueError:
+        raise ValueError(f"--blocks must be a number or 'all', got {text!r}") from None
+    if n < 0:
+        raise ValueError("--blocks must be 0 (head only), a positive number, or 'all'")
+    return n
+
+
 def resolve_device(device: str | None) -> torch.device:
     """``auto`` -> CUDA when available, else CPU; ``cuda`` on a machine without one is a clear error."""
     device = (device or "auto").lower()

@@ -147,7 +147,7 @@ def test_the_first_admin_takes_a_free_name(data_dir):
 
 @pytest.fixture()
 def guard(people, monkeypatch):
-    from app import ui
+    from app import ui_base as ui  # the guard's module (app.ui, the shell, re-exports it)
 
     monkeypatch.setattr(ui, "_POLICY", ui.AccessPolicy(catalogue=people))
     return ui

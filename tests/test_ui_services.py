@@ -221,7 +221,7 @@ def test_a_broken_tab_becomes_an_error_tab(cat, monkeypatch):
 def test_curator_action_turns_domain_errors_into_messages(monkeypatch):
     import gradio as gr
 
-    from app import ui
+    from app import ui_base as ui  # the guard's module (app.ui, the shell, re-exports it)
     from app.ui import curator_action
 
     monkeypatch.setattr(ui, "_POLICY", ui.AccessPolicy(catalogue=None, single_user="ana"))

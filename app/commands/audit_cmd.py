@@ -20,7 +20,7 @@ def register(sub) -> None:
 
 
 def run(args, ctx) -> int:
-    from app.cli import print_table, printable
+    from app.console import print_table, printable
     from db.audit import audit_csv, audit_rows, verify_chain
 
     if args.what == "verify":

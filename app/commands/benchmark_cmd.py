@@ -39,7 +39,7 @@ def run_create(args, ctx) -> int:
 
 
 def run_list(args, ctx) -> int:
-    from app.cli import print_table
+    from app.console import print_table
     from db.benchmarks import list_benchmarks
 
     with ctx.catalogue.unit_of_work() as s:

@@ -53,7 +53,7 @@ def _individual_id(session, ref: str) -> int:
 
 
 def run_list(args, ctx) -> int:
-    from app.cli import print_table
+    from app.console import print_table
     from db.catalogue import list_individuals
 
     with ctx.catalogue.unit_of_work() as s:
@@ -123,7 +123,7 @@ def run_undo(args, ctx) -> int:
 
 
 def run_history(args, ctx) -> int:
-    from app.cli import print_table
+    from app.console import print_table
     from db.catalogue import history
 
     with ctx.catalogue.unit_of_work() as s:

@@ -16,7 +16,7 @@ def register(sub) -> None:
 
 
 def run(args, ctx) -> int:
-    from app.cli import print_table
+    from app.console import print_table
     from db.compare import compare
 
     res = compare(ctx.catalogue, args.a.split(","), args.b.split(","), benchmark=args.benchmark, alpha=args.alpha)

@@ -33,7 +33,7 @@ def _masks_words(run: dict) -> str:
 
 
 def run(args, ctx) -> int:
-    from app.cli import print_table
+    from app.console import print_table
     from db.diagnostics import run_diagnose
 
     def progress(frac: float, msg: str) -> None:

@@ -38,7 +38,7 @@ def progress_printer(label: str):
 
 
 def run(args, ctx) -> int:
-    from app.cli import print_table
+    from app.console import print_table
     from db.evaluation import run_evaluation
     from db.spots import is_pipeline
 
@@ -73,7 +73,7 @@ COMPONENT_WORDS = {"global": "global model alone", "global+verification": "+ spo
 
 
 def run_spots(args, ctx) -> int:
-    from app.cli import print_table
+    from app.console import print_table
     from app.spots_services import SpotEvaluationRequest, evaluate_spots
 
     if args.variant != "full_rgb" or args.rerank != "none":

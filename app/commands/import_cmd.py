@@ -50,7 +50,7 @@ def _progress_printer(stream):
 
 
 def run(args, ctx) -> int:
-    from app.cli import print_table
+    from app.console import print_table
     from db.ingest import ingest_path
 
     report = ingest_path(ctx.catalogue, args.path, format=args.format, user=ctx.user, dry_run=args.dry_run,

@@ -36,7 +36,7 @@ def run_worker(args, ctx) -> int:
 
 
 def run_jobs(args, ctx) -> int:
-    from app.cli import print_table
+    from app.console import print_table
     from jobs import queue
 
     cat = ctx.catalogue

@@ -65,7 +65,7 @@ def run_calibration(args, ctx) -> int:
 def run_flank_suggest(args, ctx) -> int:
     from sqlalchemy import select
 
-    from app.cli import print_table
+    from app.console import print_table
     from db.flank import accept_flank_suggestion, suggest_flanks
     from db.models import Flank, Image
 

@@ -31,7 +31,7 @@ def register(sub) -> None:
 
 
 def run_match(args, ctx) -> int:
-    from app.cli import print_table
+    from app.console import print_table
     from db.matching import rank_candidates
 
     res = rank_candidates(ctx.catalogue, args.image_id, model_name=args.model, k=args.k, flank_filter=args.flank,

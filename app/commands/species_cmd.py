@@ -27,7 +27,7 @@ def register(sub) -> None:
 
 
 def run_list(args, ctx) -> int:
-    from app.cli import print_table
+    from app.console import print_table
     from db.species import list_species
 
     rows = list_species(ctx.catalogue)

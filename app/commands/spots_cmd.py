@@ -34,7 +34,7 @@ def register(sub) -> None:
 
 
 def run_matchers(args, ctx) -> int:
-    from app.cli import print_table
+    from app.console import print_table
     from app.spots_services import matcher_rows
 
     rows = matcher_rows()

@@ -12,7 +12,7 @@ def register(sub) -> None:
 
 
 def run(args, ctx) -> int:
-    from app.cli import print_table
+    from app.console import print_table
     from db.catalogue import catalogue_stats
 
     with ctx.catalogue.unit_of_work() as session:

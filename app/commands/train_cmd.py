@@ -46,20 +46,9 @@ def register(sub) -> None:
     ar.set_defaults(func=run_models_archive)
 
 
-def parse_blocks(text: str) -> int:
-    if str(text).lower() == "all":
-        return -1
-    try:
-        n = int(text)
-    except ValueError:
-        raise ValueError(f"--blocks must be a number or 'all', got {text!r}") from None
-    if n < 0:
-        raise ValueError("--blocks must be 0 (head only), a positive number, or 'all'")
-    return n
-
-
 def train_params(args, user: str) -> dict:
     from core.heads import head_spec
+    from core.training import parse_blocks  # lazy, as every ML import of the CLI: core.training imports torch
 
     head_spec(args.head)  # unknown heads fail before anything is queued
     params = {"head": args.head, "loss": args.loss, "backbone": args.backbone, "benchmark": args.benchmark,
@@ -145,7 +134,7 @@ def _fmt(v) -> str:
 
 
 def print_training_table(res: dict) -> None:
-    from app.cli import print_table
+    from app.console import print_table
 
     ev = res.get("evaluation") or {}
     rt = res.get("runtime") or {}
@@ -218,7 +207,7 @@ def run_models_archive(args, ctx) -> int:
 
 
 def run_models_list(args, ctx) -> int:
-    from app.cli import print_table
+    from app.console import print_table
 
     rows = models_overview(ctx.catalogue)
     if args.json:

@@ -60,7 +60,7 @@ def run_add(args, ctx) -> int:
 
 
 def run_list(args, ctx) -> int:
-    from app.cli import print_table
+    from app.console import print_table
     from db.users import list_users
 
     rows = [(a.name, a.role.value if a.can_sign_in else "-", "yes" if a.can_sign_in and a.active else

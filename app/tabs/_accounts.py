@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from app import accounts_services as acc
-from app.ui import UIContext, acting_role, curator_action
+from app.ui_base import UIContext, acting_role, curator_action
 from db.models import Role
 
 HELP = """\

@@ -9,7 +9,7 @@ import pandas as pd
 from app import benchmark_services as bs
 from app import match_services as ms
 from app import spots_services as sp
-from app.ui import UIContext, curator_action, guarded_viewer
+from app.ui_base import UIContext, curator_action, guarded_viewer
 
 TITLE = "Benchmarks"
 ORDER = 40

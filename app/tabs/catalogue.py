@@ -6,7 +6,7 @@ import gradio as gr
 import pandas as pd
 
 from app import services
-from app.ui import UIContext, curator_action, guarded_viewer, markdown_text
+from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text
 from db.models import Role
 
 TITLE = "Catalogue"

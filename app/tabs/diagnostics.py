@@ -6,7 +6,7 @@ import gradio as gr
 import pandas as pd
 
 from app import diag_services as ds
-from app.ui import UIContext, curator_action, guarded_viewer
+from app.ui_base import UIContext, curator_action, guarded_viewer
 from db.models import Role
 
 TITLE = "Diagnostics"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from app import export_services as es
-from app.ui import guarded_viewer, UIContext, curator_action
+from app.ui_base import guarded_viewer, UIContext, curator_action
 from db.models import Role
 
 TITLE = "Export"

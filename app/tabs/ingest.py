@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from app import services
-from app.ui import UIContext, curator_action
+from app.ui_base import UIContext, curator_action
 
 TITLE = "Ingest"
 ORDER = 10

@@ -19,7 +19,7 @@ from app import jobs_services as js
 from app import match_services as ms
 from app import training_services as ts
 from app.services import curator_name
-from app.ui import UIContext, curator_action, guarded_viewer
+from app.ui_base import UIContext, curator_action, guarded_viewer
 from db.models import Role
 
 TITLE = "Jobs"

@@ -12,7 +12,7 @@ import gradio as gr
 from app import map_services as mp
 from app import match_services as ms
 from app.services import curator_name
-from app.ui import UIContext, curator_action, guarded_viewer, plotly_js_path
+from app.ui_base import UIContext, curator_action, guarded_viewer, plotly_js_path
 from db.embedding_map import COLOUR_BY
 from db.models import Role
 

@@ -8,7 +8,7 @@ from app import diag_services as ds
 from app import flank_services as fs
 from app import mask_services as mk
 from app.services import curator_name
-from app.ui import guarded_viewer, ASSETS_DIR, UIContext, curator_action
+from app.ui_base import guarded_viewer, ASSETS_DIR, UIContext, curator_action
 from db.models import Role
 
 KEYS_JS = (ASSETS_DIR / "keys.js").read_text(encoding="utf-8") if (ASSETS_DIR / "keys.js").exists() else None

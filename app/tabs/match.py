@@ -19,7 +19,7 @@ import gradio as gr
 from app import flank_services as fs
 from app import match_services as ms
 from app.services import curator_name
-from app.ui import guarded_viewer, ASSETS_DIR, UIContext, curator_action
+from app.ui_base import guarded_viewer, ASSETS_DIR, UIContext, curator_action
 from db.catalogue import ConflictError
 from db.models import Role
 

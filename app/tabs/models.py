@@ -8,7 +8,7 @@ import gradio as gr
 
 from app import models_services as mv
 from app.services import curator_name
-from app.ui import UIContext, curator_action, guarded_viewer
+from app.ui_base import UIContext, curator_action, guarded_viewer
 from db.leaderboard import SORT_KEYS
 from db.models import Role
 

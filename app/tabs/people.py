@@ -6,7 +6,7 @@ import gradio as gr
 
 from app import audit_services as au
 from app.tabs import _accounts
-from app.ui import UIContext, guarded_viewer
+from app.ui_base import UIContext, guarded_viewer
 
 TITLE = "People"
 ORDER = 70

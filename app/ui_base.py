@@ -1,0 +1,223 @@
+"""What every tab builds on: who is acting and whether they may (:func:`curator_action`), the context a tab is
+built with (:class:`UIContext`), the assets folder, and escaping a user's text for Markdown. The app shell
+(``app.ui``) imports the tabs; the tabs import this module, never the shell.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+import typing
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import gradio as gr  # noqa: E402
+
+from db.audit import acting_as  # noqa: E402
+from db.models import Role  # noqa: E402
+from db.session import Catalogue  # noqa: E402
+from db.users import ROLE_RANK, PermissionDenied, require_role  # noqa: E402
+
+log = logging.getLogger("rosette.ui")
+
+ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
+STYLE_CSS = ASSETS_DIR / "style.css"
+# Blob kinds under the data directory that the browser may load (content-addressed, never modified).
+SERVED_KINDS = ("images", "thumbs", "masks", "inpainted", "variants", "exports")
+
+
+# --------------------------------------------------------------------------- who is acting, and may they
+
+
+class ActingUser(str):
+    """The signed-in person's name as a handler receives it; only :func:`curator_action` makes these."""
+
+
+class SessionUser:
+    """What ``ctx.user`` (a ``gr.State``) holds: a placeholder the guard replaces with the signed-in name.
+
+    A State lives on the server: Gradio fills a State input from the session and ignores whatever a client sends
+    in its slot, so nobody can send a name in its place.
+    """
+
+    def __deepcopy__(self, memo: dict) -> SessionUser:  # gr.State copies its value per session
+        return self
+
+    def __repr__(self) -> str:
+        return "<the signed-in user>"
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    """How the server knows who is acting: the signed-in account (Gradio's login), or one fixed admin in
+    loopback-only single-user mode."""
+
+    catalogue: Catalogue | None
+    single_user: str | None = None
+
+    def actor(self, request: Any, needed: Role) -> str:
+        """The acting user's name, or ``PermissionDenied`` if their role does not allow ``needed``."""
+        if self.single_user:
+            return self.single_user
+        name = getattr(request, "username", None)
+        if self.catalogue is None:
+            raise PermissionDenied("This server has no catalogue to check accounts against.")
+        require_role(self.catalogue, name, needed)
+        return str(name)
+
+
+_POLICY: AccessPolicy | None = None  # set by build_app (one app per process)
+_ACTOR: ContextVar[str | None] = ContextVar("rosette_ui_actor", default=None)
+
+
+def _as_actor(value: Any, name: str) -> Any:
+    return ActingUser(name) if isinstance(value, SessionUser) else value
+
+
+def curator_action(fn: Callable[..., Any] | None = None, *, role: Role | str = Role.curator) -> Any:
+    """Guard a handler: check the signed-in user's role, hand it their name, and turn errors into messages.
+
+    Gradio passes the request first (the wrapper's signature starts with ``_rosette_request: gr.Request``;
+    a handler's own ``gr.Request`` parameter still gets it too); the role of
+    ``request.username`` is read from the catalogue on every call (a role change applies at once) and must allow
+    ``role`` (default curator: a handler not marked ``role=Role.viewer`` is refused to viewers). Every
+    ``ctx.user`` input arrives as the signed-in name, and every change made inside is audited under it. A
+    guarded handler called from inside another runs as the same user, checked again for its own role.
+
+    ``CatalogueError``, ``ValueError`` and ``FileNotFoundError`` carry messages written for curators and are
+    shown as they are; anything else is logged with its traceback on the server and shown as one line.
+    """
+    if fn is None:
+        return functools.partial(curator_action, role=role)
+    needed = Role(role)
+    if hasattr(fn, "__rosette_role__"):  # guarded twice: one guard over the handler, with the stricter role
+        stricter = max(needed, fn.__rosette_role__, key=ROLE_RANK.__getitem__)
+        return curator_action(fn.__rosette_handler__, role=stricter)
+    captured = _POLICY
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        nested = _ACTOR.get()
+        try:
+            if nested is None:  # called by Gradio: the request comes first
+                request, args = (args[0] if args else None), args[1:]
+                policy = captured or _POLICY
+                if policy is None:
+                    raise PermissionDenied("This handler runs only inside the Rosette app.")
+                name = policy.actor(request, needed)
+            else:
+                name = nested
+                policy = captured or _POLICY
+                if policy is not None and not policy.single_user:
+                    require_role(policy.catalogue, name, needed)
+            args = tuple(_as_actor(a, name) for a in args)
+            kwargs = {k: _as_actor(v, name) for k, v in kwargs.items()}
+            token = _ACTOR.set(name)
+            try:
+                with acting_as(name):
+                    return fn(*args, **kwargs)
+            finally:
+                _ACTOR.reset(token)
+        except gr.Error:
+            raise
+        except PermissionDenied as exc:
+            raise gr.Error(str(exc), title="Not allowed", print_exception=False) from None
+        except (ValueError, FileNotFoundError) as exc:
+            raise gr.Error(str(exc), title="Could not do that", print_exception=False) from None
+        except Exception as exc:  # noqa: BLE001 - a curator must never see a stack trace
+            log.exception("handler %s failed", getattr(fn, "__name__", fn))
+            raise gr.Error(f"Something went wrong ({type(exc).__name__}: {exc}). The details are in the server log.",
+                           title="Unexpected error", print_exception=False) from None
+
+    # Gradio reads the signature to inject the request: put it first, before the handler's own parameters.
+    positional_or_keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    request_param = inspect.Parameter("_rosette_request", positional_or_keyword, annotation=gr.Request)
+    params = [p.replace(kind=positional_or_keyword) if p.kind == p.POSITIONAL_ONLY else p
+              for p in inspect.signature(fn).parameters.values()]
+    wrapper.__signature__ = inspect.Signature([request_param, *params])
+    wrapper.__annotations__ = {**_resolved_hints(fn), "_rosette_request": gr.Request}
+    wrapper.__rosette_role__ = needed
+    wrapper.__rosette_handler__ = fn
+    return wrapper
+
+
+def _resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The handler's annotations as objects (Gradio must see gr.EventData / gr.Progress on the wrapper)."""
+    try:
+        return dict(typing.get_type_hints(fn))
+    except Exception:  # noqa: BLE001 - unresolvable hints: keep them as written
+        return dict(getattr(fn, "__annotations__", {}))
+
+
+def guarded_viewer(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``curator_action(fn, role=Role.viewer)``: for handlers that only read or only change the screen."""
+    return curator_action(fn, role=Role.viewer)
+
+
+# --------------------------------------------------------------------------- shared context
+
+
+def _bump(version: int | None) -> int:
+    return (version or 0) + 1
+
+
+@dataclass
+class UIContext:
+    """What every tab gets: the catalogue, who is curating, and the shared refresh hooks."""
+
+    catalogue: Catalogue
+    user: gr.State  # an input for every handler that records a change: arrives as the signed-in name
+    version: gr.State  # bumped after every change to the catalogue
+    demo: gr.Blocks
+    tab: gr.Tab | None = None  # the tab currently being built
+    tabs: dict[str, gr.Tab] = field(default_factory=dict)
+
+    def changed(self, event: Any) -> Any:
+        """Chain after ``event``: when it succeeds, tell every tab the catalogue changed."""
+        return event.success(guarded_viewer(_bump), inputs=self.version, outputs=self.version,
+                             show_progress="hidden", api_visibility="private")
+
+    def on_refresh(self, fn: Callable[..., Any], inputs: Sequence[Any] | None = None,
+                   outputs: Sequence[Any] | None = None, *, on_tab_select: bool = True) -> Any:
+        """Run ``fn`` on page load, after every catalogue change, and (by default) when this tab is selected."""
+        triggers = [self.demo.load, self.version.change]
+        if on_tab_select and self.tab is not None:
+            triggers.append(self.tab.select)
+        return gr.on(triggers, guarded_viewer(fn), inputs=list(inputs or []), outputs=list(outputs or []),
+                     show_progress="hidden", api_visibility="private")
+
+
+_MARKDOWN_SPECIALS = "\\`*_{}[]()#+-.!|~>"
+
+
+def markdown_text(text: object) -> str:
+    """A user's string (a name, a place) as literal text inside Markdown: HTML characters become entities, so
+    ``<img onerror=...>`` is shown, never drawn, and Markdown's own characters are backslash-escaped."""
+    import html
+
+    out = html.escape(str(text), quote=False)
+    return "".join("\\" + ch if ch in _MARKDOWN_SPECIALS else ch for ch in out)
+
+
+def plotly_js_path() -> Path:
+    """plotly.js as shipped inside the plotly package (served locally: the page works offline)."""
+    import plotly
+
+    return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+
+
+def acting_role() -> Role | None:
+    """The role of the person acting in the current guarded call (admin in single-user mode)."""
+    from db.users import role_of
+
+    policy, name = _POLICY, _ACTOR.get()
+    if policy is not None and policy.single_user:
+        return Role.admin
+    return role_of(policy.catalogue, name) if policy and policy.catalogue and name else None
