@@ -73,7 +73,13 @@
     apply();
   };
   const reset = () => { view.scale = 1; view.x = 0; view.y = 0; apply(); };
-  const over = (t) => !!t && ZOOMED.some((id) => t.closest && t.closest(`#${id}`)) && t.tagName === "IMG";
+  // anywhere on the picture of either photo (Gradio wraps the <img> in a button and may lay a layer over it),
+  // not on its small icon buttons (fullscreen)
+  const over = (t) => {
+    if (!t || !t.closest || t.closest("[aria-label], .icon-button, .icon-buttons")) return false;
+    const box = ZOOMED.map((id) => t.closest(`#${id}`)).find(Boolean);
+    return !!box && !!box.querySelector("img");
+  };
   document.addEventListener("wheel", (e) => {
     if (!over(e.target)) return;
     e.preventDefault();

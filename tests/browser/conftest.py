@@ -204,10 +204,13 @@ def settled_text(locator, *, timeout_s: float = 20.0) -> str:
     import time
 
     timer = re.compile(r"^\s*(processing\s*\|?\s*)?\d+(\.\d+)?s(\s*/\s*\d+(\.\d+)?s)?\s*$", re.IGNORECASE)
+    # a gr.Progress overlay: "48/48 photos | 0.3s" and "Computing photo features - 100.0%"
+    progress = re.compile(r"(\|\s*\d+(\.\d+)?s\s*$)|(\s-\s*\d+(\.\d+)?%\s*$)")
     deadline = time.monotonic() + timeout_s
     while True:
         text = locator.inner_text()
-        if not any(timer.match(line) for line in text.splitlines()) or time.monotonic() > deadline:
+        pending = any(timer.match(line) or progress.search(line) for line in text.splitlines())
+        if not pending or time.monotonic() > deadline:
             return text
         time.sleep(0.1)
 
