@@ -29,6 +29,7 @@ says how to provide them.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,6 +39,7 @@ import numpy as np
 import torch
 from PIL import Image
 from torch import nn
+from torch.nn.utils.fusion import fuse_conv_bn_weights
 
 from core.backbones import BackboneConfig
 from core.backbones.weights import find_local_file, weights_help
@@ -232,7 +234,8 @@ class _DropAct(nn.Module):
 def fold_batchnorm_(model: nn.Module) -> int:
     """Fold eval-mode BatchNorm into the preceding conv for timm EfficientNet-family blocks, in place.
 
-    w' = w * g, b' = (b - running_mean) * g + beta with g = gamma / sqrt(running_var + eps).
+    w' = w * g, b' = (b - running_mean) * g + beta with g = gamma / sqrt(running_var + eps)
+    (``torch.nn.utils.fusion.fuse_conv_bn_weights``).
     Returns the number of folded pairs. Only for inference (the model must not be trained afterwards).
     """
     folded = 0
@@ -244,12 +247,10 @@ def fold_batchnorm_(model: nn.Module) -> int:
                 continue
             if bn.running_mean is None or bn.running_var is None or conv.out_channels != bn.num_features:
                 continue
-            gamma = bn.weight if bn.weight is not None else torch.ones_like(bn.running_var)
-            beta = bn.bias if bn.bias is not None else torch.zeros_like(bn.running_mean)
-            g = gamma / torch.sqrt(bn.running_var + bn.eps)
-            conv.weight.copy_(conv.weight * g.view(-1, 1, 1, 1))
-            bias = conv.bias if conv.bias is not None else torch.zeros_like(bn.running_mean)
-            conv.bias = nn.Parameter((bias - bn.running_mean) * g + beta, requires_grad=False)
+            weight, bias = fuse_conv_bn_weights(conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.eps,
+                                                bn.weight, bn.bias)
+            conv.weight = nn.Parameter(weight.detach(), requires_grad=False)
+            conv.bias = nn.Parameter(bias.detach(), requires_grad=False)
             if hasattr(bn, "act") and hasattr(bn, "drop"):
                 setattr(module, bn_name, _DropAct(bn.drop, bn.act))
             else:
@@ -260,15 +261,10 @@ def fold_batchnorm_(model: nn.Module) -> int:
 
 # --------------------------------------------------------------------------- weights on disk
 
-def sha256_file(path: str | os.PathLike[str], *, chunk: int = 1 << 20) -> str:
-    """Hex SHA-256 of a file, streamed."""
-    import hashlib
-
-    h = hashlib.sha256()
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex SHA-256 of a file, streamed (``hashlib.file_digest``)."""
     with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _timm_pretrained_cfg(architecture: str) -> dict[str, Any]:
