@@ -1,4 +1,4 @@
-"""Shortcut diagnostics of DESIGN section 4: context reliance, laterality, flank protocols.
+"""Shortcut diagnostics of docs/DESIGN.md section 4: context reliance, laterality, flank protocols.
 
 Scores come from :mod:`core.similarity` with the model's own metric: cosine for
 Euclidean heads (rows are L2-normalised here first), exp(-d) for Lorentz heads
@@ -27,7 +27,7 @@ from core.metrics import (
 )
 from core.similarity import METRICS, l2_normalize, paired_scores, pairwise_scores
 
-# variant names (DESIGN "Image variants"); bg_silhouette is an alias of background_only
+# variant names (docs/DESIGN.md section 4, "Image variants"); bg_silhouette is an alias of background_only
 FOREGROUND = "foreground_only"
 BACKGROUND_INPAINTED = "background_inpainted"
 BACKGROUND_ONLY = "background_only"

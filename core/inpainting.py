@@ -54,7 +54,7 @@ __all__ = [
 INPAINT_MODEL_ENV = "ROSETTE_INPAINT_MODEL"
 VEGETATION_PROMPT = "natural vegetation, grass, bushes, trees, dappled light"
 DEFAULT_DILATE_PX = 8
-#: The seeds the evaluation runner draws per image (DESIGN: three seeds).
+#: The seeds the evaluation runner draws per image (docs/DESIGN.md section 4: three seeds).
 DEFAULT_SEEDS = (0, 1, 2)
 
 

@@ -3,7 +3,7 @@
 Registry (the name is what the database stores): ``supcon``, ``triplet``,
 ``arcface`` (sub-center), ``lorentz``, ``nearid``. Built on
 pytorch-metric-learning (pml) and geoopt wherever they have the piece; the
-formulas (DESIGN section 4):
+formulas (docs/DESIGN.md section 4):
 
 - ``supcon``: pml ``SupConLoss``, temperature tau = 0.1:
   L = mean_i  -1/|P(i)| sum_{p in P(i)} log( exp(s_ip/tau) / sum_{a != i} exp(s_ia/tau) ), s = cosine.

@@ -1,4 +1,4 @@
-"""Retrieval metrics over a query x gallery score matrix (DESIGN section 4).
+"""Retrieval metrics over a query x gallery score matrix (docs/DESIGN.md section 4).
 
 Everything here reads only a score matrix ``similarity`` (higher = more alike,
 as returned by :func:`core.similarity.pairwise_scores`), a relevance matrix or

@@ -1,4 +1,4 @@
-"""Train/test splits for re-ID benchmarks (DESIGN section 4, "Splits and sightings").
+"""Train/test splits for re-ID benchmarks (docs/DESIGN.md section 4, "Splits and sightings").
 
 - identity-disjoint (open set): a seeded random ``test_fraction`` of the
   *identities* goes to test with all their photos; test animals are new.

@@ -1,4 +1,4 @@
-"""Statistics for comparing models on one benchmark (DESIGN section 4, "Comparing two models").
+"""Statistics for comparing models on one benchmark (docs/DESIGN.md section 4, "Comparing two models").
 
 - Per seed: paired Wilcoxon signed-rank test on per-query values (e.g. AP of each
   query) of model A vs model B, ``scipy.stats.wilcoxon`` (zero differences dropped,

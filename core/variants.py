@@ -1,4 +1,4 @@
-"""Image variants of one photo and its animal mask (DESIGN section 4, "Image variants").
+"""Image variants of one photo and its animal mask (docs/DESIGN.md section 4, "Image variants").
 
 With photo I (HxWx3 uint8) and foreground mask M (HxW bool):
 

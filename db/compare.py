@@ -1,4 +1,4 @@
-"""Compare two models on one benchmark with paired statistics (DESIGN section 4, "Comparing two models").
+"""Compare two models on one benchmark with paired statistics (docs/DESIGN.md section 4, "Comparing two models").
 
 Both models embed the benchmark's test split; every query's AP, hit@1 and hit@5 are computed under the
 benchmark protocol (all-vs-all, same-sighting photos excluded). Per endpoint: a paired Wilcoxon signed-rank

@@ -1,4 +1,4 @@
-"""Diagnostics runner: which evidence a model uses (DESIGN section 4, Axis 1,
+"""Diagnostics runner: which evidence a model uses (docs/DESIGN.md section 4, Axis 1,
 Axis 2, flank protocols), on a benchmark's test split, stored in ``evaluations``.
 
 Per run: masks are made for test photos that have none (with the named masker, kept in the cache

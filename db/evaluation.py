@@ -42,7 +42,7 @@ def run_evaluation(cat: Catalogue, *, backbone: str, benchmark: str, variant: st
                    rerank: str = "none", inpainter: Any = None, masker: str | None = None,
                    progress: Callable[[int, int], None] | None = None,
                    should_cancel: Callable[[], bool] | None = None, store: bool = True) -> dict[str, Any]:
-    """Evaluate ``backbone`` on the test split of ``benchmark`` (all-vs-all, DESIGN section 4).
+    """Evaluate ``backbone`` on the test split of ``benchmark`` (all-vs-all, docs/DESIGN.md section 4).
 
     The headline figures exclude gallery photos from the query's own sighting;
     ``with_same_sighting`` holds the figures with them (their gap is a context-leakage signal).

@@ -1,5 +1,5 @@
 """Kaggle-format submission: embed each distinct image of ``test.csv`` once and
-write ``row_id,similarity`` in input order (DESIGN section 4, "Kaggle format")."""
+write ``row_id,similarity`` in input order (docs/DESIGN.md section 4, "Kaggle format")."""
 
 from __future__ import annotations
 

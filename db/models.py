@@ -1,4 +1,4 @@
-"""SQLAlchemy 2.0 typed models of the Rosette catalogue (DESIGN section 3).
+"""SQLAlchemy 2.0 typed models of the Rosette catalogue (docs/DESIGN.md section 3).
 
 Every table a curator's number can be traced through lives here: individuals,
 sightings, images (with content hash, mask provenance and flank), identity

@@ -1,4 +1,4 @@
-"""Match review tab: the screen curators live in (DESIGN section 7).
+"""Match review tab: the screen curators live in (docs/DESIGN.md section 7).
 
 The photo to identify is large on the left with its flank, sighting, date and
 place (and its mask outline when it has a mask); the ranked candidates are a
