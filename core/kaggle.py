@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import numpy as np
 
+from core.csv_safety import is_formula
 from core.similarity import METRICS, l2_normalize, paired_scores, pairwise_scores
 
 TEST_COLUMNS = ("row_id", "query_image", "gallery_image")
@@ -37,28 +38,6 @@ SUBMISSION_COLUMNS = ("row_id", "similarity")
 
 #: How many missing files / bad rows an error message lists before "... and N more".
 MAX_LISTED = 10
-
-
-def is_formula(text: str) -> bool:
-    """A cell a spreadsheet would run as a formula: starts with =, @, a tab or a line break, or with + / -
-    without being a plain number (so "-1" and "+2.5" stay allowed, "-2+3" does not)."""
-    t = str(text)
-    if not t:
-        return False
-    if t[0] in "=@\t\r":
-        return True
-    if t[0] in "+-":
-        try:
-            float(t)
-        except ValueError:
-            return True
-    return False
-
-
-def defuse_cell(text: object) -> str:
-    """A cell safe to open in a spreadsheet: a formula-like one (:func:`is_formula`) gets a leading quote."""
-    s = "" if text is None else str(text)
-    return "'" + s if is_formula(s) else s
 
 
 class KaggleFormatError(ValueError):

@@ -32,7 +32,7 @@ from typing import Any
 from sqlalchemy import event, insert, inspect, select
 from sqlalchemy.orm import Session
 
-from core.kaggle import defuse_cell
+from core.csv_safety import defuse_cell
 from db.catalogue import check_date
 from db.models import (
     AuditEvent,

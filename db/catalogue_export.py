@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from core.kaggle import defuse_cell
+from core.csv_safety import defuse_cell
 from db.models import Image, Individual, MatchDecision, Sighting, Species
 from db.session import Catalogue
 
