@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
+from core.backbones import DEFAULT_BACKBONE
 from app.services import curator_name
 from core.spots.verify import SpotStatus
 from db.models import Image, Individual
 from db.session import Catalogue
 
-DEFAULT_BACKBONE = "efficientnet_lite0"
 
 #: Curator words for each image variant (the registry name goes in the tooltip).
 VARIANT_WORDS: dict[str, str] = {

@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
+from core.backbones import DEFAULT_BACKBONE
 from app.services import curator_name, upload_path
 from db.catalogue import CatalogueError
 from db.models import Evaluation, Image, Individual, JobStatus, MatchDecision, Sighting
 from db.session import Catalogue
 
-DEFAULT_MODEL = "efficientnet_lite0"
+DEFAULT_MODEL = DEFAULT_BACKBONE
 CANDIDATES_SHOWN = 12
 QUEUE_LIMIT = 500
 

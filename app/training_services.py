@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from core.backbones import DEFAULT_BACKBONE
 from db.catalogue import CatalogueError
 from db.session import Catalogue
 
@@ -19,7 +20,7 @@ HEAD_LABELS = {
     "lorentz": "Lorentz / hyperbolic (scores exp(-distance))",
     "nearid": "NearID (needs masks: other animals pasted on this photo's background)",
 }
-TRAINABLE_BACKBONES = ("efficientnet_lite0",)
+TRAINABLE_BACKBONES = (DEFAULT_BACKBONE,)
 
 
 @dataclass
@@ -55,7 +56,7 @@ def train_defaults(cat: Catalogue) -> TrainDefaults:
     return TrainDefaults(
         backbones=list(TRAINABLE_BACKBONES), heads=[(HEAD_LABELS.get(h, h), h) for h in list_heads()],
         blocks=BLOCK_CHOICES, benchmarks=benches, training_sets=sets,
-        devices=["auto", "cpu"] + (["cuda"] if cuda else []), backbone="efficientnet_lite0", head="supcon",
+        devices=["auto", "cpu"] + (["cuda"] if cuda else []), backbone=DEFAULT_BACKBONE, head="supcon",
         block="4" if cuda else "0", epochs=30, training_set=sets[0][1], device="auto")
 
 

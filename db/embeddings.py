@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
+from core.backbones import DEFAULT_BACKBONE
 from db.catalogue import CatalogueError
 from db.models import Image, Individual, Model, ModelStatus
 from db.session import Catalogue
@@ -265,7 +266,7 @@ def ensure_model_row(cat: Catalogue, backbone: Any) -> Model:
         if model is None:
             model = Model(name=cfg.name, backbone=cfg.name, head=None, config=cfg.to_dict(),
                           checkpoint_hash=cfg.weights_sha256,
-                          status=ModelStatus.active if cfg.name == "efficientnet_lite0" else ModelStatus.candidate)
+                          status=ModelStatus.active if cfg.name == DEFAULT_BACKBONE else ModelStatus.candidate)
             s.add(model)
         elif model.config != cfg.to_dict():
             model.config = cfg.to_dict()

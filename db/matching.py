@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select, update
 
+from core.backbones import DEFAULT_BACKBONE
 from db import catalogue as ops
 from db.catalogue import CatalogueError, ConflictError, check_date  # noqa: F401  (check_date: also read from here)
 from db.embeddings import embed_images, get_backbone
@@ -78,7 +79,7 @@ def passes_place_and_date(place: str | None, day: str | None, *, place_filter: s
     return True
 
 
-def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = "efficientnet_lite0", k: int = 12,
+def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = DEFAULT_BACKBONE, k: int = 12,
                     flank_filter: str = "any", place: str | None = None, date_from: str | None = None,
                     date_to: str | None = None, per_individual: bool = True, progress=None) -> MatchResult:
     """Top-``k`` gallery candidates for a query photo, scored by ``model_name``.
@@ -291,7 +292,7 @@ class QueueItem:
     assigned: bool
 
 
-def review_queue(cat: Catalogue, *, model_name: str = "efficientnet_lite0", limit: int = 200,
+def review_queue(cat: Catalogue, *, model_name: str = DEFAULT_BACKBONE, limit: int = 200,
                  progress=None) -> list[QueueItem]:
     """Photos with no standing decision, most confident top match first (unassigned photos first)."""
     from core.similarity import pairwise_scores

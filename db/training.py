@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from sqlalchemy import select
 
+from core.backbones import DEFAULT_BACKBONE
 from core.progress import PhaseClock, duration_words
 from core.training import TrainConfig
 from db.catalogue import CatalogueError
@@ -199,7 +200,7 @@ def check_model_name(cat: Catalogue, name: str) -> None:
             raise CatalogueError(f"a model named {name!r} exists; choose another name")
 
 
-def train_model(cat: Catalogue, *, backbone: str = "efficientnet_lite0", config: TrainConfig,
+def train_model(cat: Catalogue, *, backbone: str = DEFAULT_BACKBONE, config: TrainConfig,
                 source: str = "benchmark", benchmark: str | None = None, image_ids: Sequence[int] | None = None,
                 name: str | None = None, device: str = "auto", hooks: TrainingHooks,
                 species_id: int | None = None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from core.backbones import DEFAULT_BACKBONE
 from db.session import Catalogue
 from jobs.context import JobContext
 from jobs.registry import HEAVY, register_job_kind
@@ -69,7 +70,7 @@ def train_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[s
     hooks = TrainingHooks(folder=ctx.dir, progress=lambda f, m: (ctx.progress(0.9 * f, m), ctx.check_cancelled()),
                           log=ctx.log, metric=ctx.metric, should_stop=ctx.cancelled, job_id=ctx.job_id,
                           extra={"name": params.get("name")})
-    trained = train_model(cat, backbone=params.get("backbone", "efficientnet_lite0"), config=config,
+    trained = train_model(cat, backbone=params.get("backbone", DEFAULT_BACKBONE), config=config,
                           source=params.get("source", "benchmark"), benchmark=params.get("benchmark"),
                           name=params.get("name"), device=params.get("device", "auto"), hooks=hooks,
                           species_id=params.get("species"))
@@ -139,7 +140,7 @@ def retrain_params(cat: Catalogue, *, species_id: int = 1, user: str = "curator"
     with cat.unit_of_work() as s:
         row = s.scalar(select(Model).where(Model.name == active))
         recipe = dict(((row.training_config or {}).get("train_config") or {}) if row else {})
-        backbone = row.backbone if row is not None and row.head else "efficientnet_lite0"
+        backbone = row.backbone if row is not None and row.head else DEFAULT_BACKBONE
         bench = s.scalar(select(Benchmark.name).where(
             (Benchmark.species_id == species_id) | Benchmark.species_id.is_(None),
             Benchmark.split_kind.in_(["identity", "sighting"])).order_by(Benchmark.id.desc()))
@@ -159,7 +160,7 @@ def evaluate_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dic
     """Benchmark evaluation: params backbone, benchmark, variant, rerank."""
     from db.evaluation import run_evaluation
 
-    res = run_evaluation(cat, backbone=params.get("backbone", "efficientnet_lite0"), benchmark=params["benchmark"],
+    res = run_evaluation(cat, backbone=params.get("backbone", DEFAULT_BACKBONE), benchmark=params["benchmark"],
                          variant=params.get("variant", "full_rgb"), rerank=params.get("rerank", "none"),
                          progress=ctx.callback(end=0.95, label="embedding"), should_cancel=ctx.cancelled)
     ctx.check_cancelled()
@@ -174,7 +175,7 @@ def diagnose_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dic
     """Diagnostics: params backbone, benchmark, masker, inpainter, seeds."""
     from db.diagnostics import run_diagnose
 
-    res = run_diagnose(cat, backbone=params.get("backbone", "efficientnet_lite0"), benchmark=params["benchmark"],
+    res = run_diagnose(cat, backbone=params.get("backbone", DEFAULT_BACKBONE), benchmark=params["benchmark"],
                        masker=params.get("masker"), inpainter=params.get("inpainter"),
                        seeds=tuple(params.get("seeds", (0,))), user=params.get("user", "curator"),
                        progress=lambda f, m: ctx.progress(f, m), should_cancel=ctx.cancelled,
@@ -203,7 +204,7 @@ def embed_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[s
     from db.embeddings import all_image_ids, embed_images, get_backbone
 
     ids = all_image_ids(cat, species_id=params.get("species"))
-    backbone = get_backbone(cat, params.get("backbone", "efficientnet_lite0"))
+    backbone = get_backbone(cat, params.get("backbone", DEFAULT_BACKBONE))
     emb = embed_images(cat, ids, backbone=backbone, variant=params.get("variant", "full_rgb"),
                        progress=ctx.callback(label="embedding"), should_cancel=ctx.cancelled)
     return {"images": len(ids), "dim": int(emb.shape[1]) if emb.ndim == 2 else 0,
@@ -218,7 +219,7 @@ def export_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[
 
     try:
         return export_kaggle(cat, test_csv=params["test_csv"], images_dir=params["images_dir"],
-                             model=params.get("model", "efficientnet_lite0"), out=params["out"],
+                             model=params.get("model", DEFAULT_BACKBONE), out=params["out"],
                              variant=params.get("variant", "full_rgb"), progress=ctx.callback(label="embedding"),
                              should_cancel=ctx.cancelled)
     finally:

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import sys
 
+from core.backbones import DEFAULT_BACKBONE
+
 
 def register(sub) -> None:
     p = sub.add_parser("eval", help="all-vs-all retrieval evaluation of a backbone on a benchmark's test split")
-    p.add_argument("--backbone", "--model", dest="backbone", default="efficientnet_lite0",
+    p.add_argument("--backbone", "--model", dest="backbone", default=DEFAULT_BACKBONE,
                    help="a backbone registry name or a trained model (rosette models list)")
     p.add_argument("--benchmark", required=True)
     p.add_argument("--variant", default="full_rgb")

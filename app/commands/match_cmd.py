@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 
+from core.backbones import DEFAULT_BACKBONE
+
 
 def register(sub) -> None:
     p = sub.add_parser("match", help="rank gallery candidates for a photo")
     p.add_argument("image_id", type=int)
-    p.add_argument("--model", default="efficientnet_lite0")
+    p.add_argument("--model", default=DEFAULT_BACKBONE)
     p.add_argument("-k", type=int, default=10)
     p.add_argument("--flank", choices=["any", "same", "cross"], default="any")
     p.add_argument("--place", default=None, help="only gallery photos whose sighting place contains this text")

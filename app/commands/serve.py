@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-DEFAULT_BACKBONE = "efficientnet_lite0"
+from core.backbones import DEFAULT_BACKBONE
 
 
 def register(sub) -> None:

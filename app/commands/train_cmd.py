@@ -6,12 +6,14 @@ import json
 import sys
 import time
 
+from core.backbones import DEFAULT_BACKBONE
+
 
 def register(sub) -> None:
     p = sub.add_parser("train", help="train a head (and optionally the last backbone blocks) from identities")
     p.add_argument("--head", default="supcon", help="supcon (default), triplet, arcface, lorentz or nearid")
     p.add_argument("--loss", default=None, help="loss registry name (default: the head's own)")
-    p.add_argument("--backbone", default="efficientnet_lite0")
+    p.add_argument("--backbone", default=DEFAULT_BACKBONE)
     p.add_argument("--benchmark", default=None,
                    help="train on this benchmark's train split and evaluate on its test split")
     p.add_argument("--source", choices=["benchmark", "catalogue"], default=None,
