@@ -21,7 +21,7 @@ from sqlalchemy import select
 from core.backbones import DEFAULT_BACKBONE
 from app.services import curator_name, upload_path
 from db.catalogue import CatalogueError
-from db.models import Evaluation, Image, Individual, JobStatus, MatchDecision, Sighting
+from db.models import DecisionKind, Evaluation, Image, Individual, JobStatus, MatchDecision, Sighting
 from db.session import Catalogue
 
 DEFAULT_MODEL = DEFAULT_BACKBONE
@@ -31,7 +31,7 @@ QUEUE_LIMIT = 500
 # (label a curator reads, value rank_candidates takes)
 FLANK_FILTERS: list[tuple[str, str]] = [("All flanks", "any"), ("Same flank only", "same"),
                                         ("Opposite flank only", "cross")]
-DECISION_WORDS = {"same": "same individual", "not": "not the same", "unsure": "unsure", "new": "new individual"}
+DECISION_WORDS = {kind.value: kind.words for kind in DecisionKind}  # one vocabulary: db.models.DecisionKind
 # Variants an evaluation job can run without an inpainter (background_inpainted needs one: use Diagnostics).
 def _utc(t: datetime | None) -> str:
     return t.replace(tzinfo=timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if t else ""

@@ -63,7 +63,7 @@ def train_defaults(cat: Catalogue) -> TrainDefaults:
 def launch_training(cat: Catalogue, *, backbone: str, head: str, blocks: str, epochs: float | int | None,
                     training_set: str, device: str, user: str) -> tuple[int, str]:
     """Queue a training job (heavy queue); returns (job id, message)."""
-    from core.training import parse_blocks  # lazy: core.training imports torch
+    from core.training import TrainConfig, parse_blocks  # lazy: core.training imports torch
     from core.heads import head_spec
     from jobs.queue import submit
 
@@ -86,7 +86,9 @@ def launch_training(cat: Catalogue, *, backbone: str, head: str, blocks: str, ep
         raise CatalogueError(f"unknown device {device!r}")
     params = {"backbone": backbone, "head": head, "blocks": parse_blocks(blocks), "epochs": n_epochs,
               "source": source, "benchmark": benchmark, "device": device, "user": user}
-    job_id = submit(cat, "train", {k: v for k, v in params.items() if v is not None})
+    params = {k: v for k, v in params.items() if v is not None}
+    TrainConfig.from_params(params)  # refused here, before anything is queued
+    job_id = submit(cat, "train", params)
     where = f"benchmark {benchmark}'s train split" if benchmark else "the catalogue's confirmed individuals"
     return job_id, (f"Training job #{job_id} queued: {HEAD_LABELS.get(head, head).split(' (')[0]} on {backbone}, "
                     f"{'head only' if blocks == '0' else 'blocks ' + blocks}, {n_epochs} epochs, from {where}.")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -59,6 +59,14 @@ class TrainConfig:
     val_per_identity: int = 2
     val_min_photos: int = 4
     steps_per_epoch: int | None = None  # default ceil(n_train / batch)
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> TrainConfig:
+        """The config of a job's (or a recipe's) params: its fields that are set, the rest default; other keys (the
+        backbone, the data source, who asked) are not the training config's. Validated, so a bad value is refused
+        when the job is asked for, not when a worker starts it."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in params.items() if k in names and v is not None})
 
     def __post_init__(self) -> None:
         if self.epochs < 1:

@@ -59,6 +59,15 @@ class DecisionKind(str, enum.Enum):
     unsure = "unsure"
     new_individual = "new"
 
+    @property
+    def words(self) -> str:
+        """The decision as a curator reads it (match review, the CLI, the audit trail)."""
+        return DECISION_WORDS[self]
+
+
+DECISION_WORDS = {DecisionKind.same: "same individual", DecisionKind.not_same: "not the same",
+                  DecisionKind.unsure: "unsure", DecisionKind.new_individual: "new individual"}
+
 
 class ModelStatus(str, enum.Enum):
     candidate = "candidate"

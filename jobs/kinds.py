@@ -4,6 +4,7 @@ with ``ctx`` progress / cancellation wired in, and returns a JSON result."""
 from __future__ import annotations
 
 import time
+from dataclasses import fields
 from typing import Any
 
 from core.backbones import DEFAULT_BACKBONE
@@ -51,10 +52,6 @@ def sleep_heavy_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> 
     return _sleep(params, ctx)
 
 
-TRAIN_CONFIG_KEYS = ("head", "loss", "blocks", "epochs", "identities_per_batch", "per_identity", "lr", "backbone_lr",
-                     "weight_decay", "views", "patience", "seed", "anti_symmetry", "anti_symmetry_tau", "out_dim",
-                     "val_per_identity", "val_min_photos", "steps_per_epoch")
-
 
 @register_job_kind("train", queue=HEAVY)
 def train_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
@@ -66,7 +63,7 @@ def train_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[s
     from core.training import TrainConfig
     from db.training import TrainingHooks, train_model
 
-    config = TrainConfig(**{k: params[k] for k in TRAIN_CONFIG_KEYS if params.get(k) is not None})
+    config = TrainConfig.from_params(params)
     hooks = TrainingHooks(folder=ctx.dir, progress=lambda f, m: (ctx.progress(0.9 * f, m), ctx.check_cancelled()),
                           log=ctx.log, metric=ctx.metric, should_stop=ctx.cancelled, job_id=ctx.job_id,
                           extra={"name": params.get("name")})
@@ -124,6 +121,7 @@ def retrain_params(cat: Catalogue, *, species_id: int = 1, user: str = "curator"
     (unless ``force``), rather than queueing a full training run."""
     from sqlalchemy import select
 
+    from core.training import TrainConfig  # lazy, as the other ML imports here: it imports torch
     from db.catalogue import CatalogueError
     from db.models import Benchmark, Model
     from db.species import active_model_name
@@ -144,7 +142,7 @@ def retrain_params(cat: Catalogue, *, species_id: int = 1, user: str = "curator"
         bench = s.scalar(select(Benchmark.name).where(
             (Benchmark.species_id == species_id) | Benchmark.species_id.is_(None),
             Benchmark.split_kind.in_(["identity", "sighting"])).order_by(Benchmark.id.desc()))
-    params = {k: recipe[k] for k in TRAIN_CONFIG_KEYS if recipe.get(k) is not None}
+    params = {f.name: recipe[f.name] for f in fields(TrainConfig) if recipe.get(f.name) is not None}
     params.setdefault("head", "supcon")
     params.update({"backbone": backbone, "source": "catalogue", "species": species_id, "benchmark": bench,
                    "compare_with": active, "user": user, "reason": "retrain from new decisions"})

@@ -291,6 +291,15 @@ def test_cli_train_wait_json_and_models_list(syn, capsys):
     n_jobs = len(queue.list_jobs(cat, limit=1000))
     assert cli(["--data-dir", str(cat.data_dir), "train", "--head", "cosface", "--benchmark", "syn"]) == 1
     assert "unknown head" in capsys.readouterr().err and len(queue.list_jobs(cat, limit=1000)) == n_jobs
+    # a bad value is refused before anything is queued, not later in the worker (issue 15)
+    assert cli(["--data-dir", str(cat.data_dir), "train", "--benchmark", "syn", "--epochs", "0"]) == 1
+    assert "epochs must be at least 1" in capsys.readouterr().err and len(queue.list_jobs(cat, limit=1000)) == n_jobs
+    from app.training_services import launch_training
+
+    with pytest.raises(ValueError, match="Epochs must be between 1 and 1000"):
+        launch_training(cat, backbone="efficientnet_lite0", head="supcon", blocks="0", epochs=0,
+                        training_set="benchmark:syn", device="cpu", user="ana")
+    assert len(queue.list_jobs(cat, limit=1000)) == n_jobs
 
 
 def test_trained_model_name_must_be_new_and_checkpoint_intact(syn):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from core.backbones import DEFAULT_BACKBONE
+from db.models import DecisionKind
 
 
 def register(sub) -> None:
@@ -21,7 +22,7 @@ def register(sub) -> None:
     p.set_defaults(func=run_match)
     p = sub.add_parser("decide", help="record a match decision: same | not | unsure | new")
     p.add_argument("image_id", type=int)
-    p.add_argument("decision", choices=["same", "not", "unsure", "new"])
+    p.add_argument("decision", choices=[kind.value for kind in DecisionKind])
     p.add_argument("--candidate", type=int, default=None, help="candidate photo id (needed for same/not/unsure)")
     p.add_argument("--model", default=None, help="model whose ranking was reviewed")
     p.add_argument("--name", default=None, help="name for a new individual")

@@ -50,7 +50,7 @@ def register(sub) -> None:
 
 def train_params(args, user: str) -> dict:
     from core.heads import head_spec
-    from core.training import parse_blocks  # lazy, as every ML import of the CLI: core.training imports torch
+    from core.training import TrainConfig, parse_blocks  # lazy, as every ML import of the CLI: it imports torch
 
     head_spec(args.head)  # unknown heads fail before anything is queued
     params = {"head": args.head, "loss": args.loss, "backbone": args.backbone, "benchmark": args.benchmark,
@@ -61,7 +61,9 @@ def train_params(args, user: str) -> dict:
               "user": user}
     if params["source"] == "benchmark" and not args.benchmark:
         raise ValueError("--source benchmark needs --benchmark NAME")
-    return {k: v for k, v in params.items() if v is not None}
+    params = {k: v for k, v in params.items() if v is not None}
+    TrainConfig.from_params(params)  # a bad value (--epochs 0) is refused here, before anything is queued
+    return params
 
 
 def wait_for_job(cat, job_id: int, *, quiet: bool) -> None:
