@@ -487,11 +487,10 @@ def decide_sighting(cat: Catalogue, view: MatchView | None, *, user: str, rank: 
         sighting_id = s.scalar(select(Image.sighting_id).where(Image.id == view.query.image_id))
         if sighting_id is None:
             raise CatalogueError(f"Photo #{view.query.image_id} belongs to no sighting: decide it on its own.")
-        decided = set(s.scalars(select(MatchDecision.query_image_id).where(MatchDecision.undone_at.is_(None))))
-        siblings = [i for i, ind in s.execute(select(Image.id, Image.individual_id)
-                                              .where(Image.sighting_id == sighting_id, Image.id != view.query.image_id)
-                                              .order_by(Image.id)).all()
-                    if ind is None and i not in decided]
+        standing = select(MatchDecision.query_image_id).where(MatchDecision.undone_at.is_(None))
+        siblings = list(s.scalars(select(Image.id).where(
+            Image.sighting_id == sighting_id, Image.id != view.query.image_id, Image.individual_id.is_(None),
+            Image.id.not_in(standing)).order_by(Image.id)))
     first = decide(cat, view, "same", user=user, rank=rank)
     done, skipped = [view.query.image_id], []
     for image_id in siblings:

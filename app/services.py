@@ -222,9 +222,10 @@ def move_photos(cat: Catalogue, image_ids: Sequence[int], target_id: int | None,
         target = get_individual(s, int(target_id))
         moved = 0
         for i in ids:
-            if s.get(Image, i) is None:
+            photo = s.get(Image, i)
+            if photo is None:
                 raise CatalogueError(f"There is no photo #{i} in the catalogue.")
-            if s.get(Image, i).individual_id != target.id:
+            if photo.individual_id != target.id:
                 assign_image(s, i, target.id, user=user)
                 moved += 1
         s.commit()

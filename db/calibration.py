@@ -36,11 +36,13 @@ def decision_outcomes(cat: Catalogue, model: str, *, species_id: int | None = No
     return scores, outcomes, np.array([r[2] if r[2] else 1 for r in rows], dtype=np.float64)
 
 
-def top_k_outcomes(sim: np.ndarray, valid: np.ndarray, labels: list[Any], *,
-                   top_k: int = 5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(score, same?, rank) of each query's top-``k`` valid candidates in a query x gallery score matrix."""
+def top_k_outcomes(sim: np.ndarray, valid: np.ndarray, labels: list[Any], *, top_k: int = 5,
+                   query_labels: list[Any] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(score, same?, rank) of each query's top-``k`` valid candidates in a query x gallery score matrix;
+    ``labels`` are the gallery's, ``query_labels`` the rows' (default: the same, for an all-vs-all matrix)."""
     sim = np.where(valid, np.asarray(sim, dtype=np.float64), -np.inf)
     labels_arr = np.asarray(labels, dtype=object)
+    query_arr = labels_arr if query_labels is None else np.asarray(query_labels, dtype=object)
     k = min(top_k, max(1, sim.shape[1] - 1))
     top = np.argsort(-sim, axis=1)[:, :k]
     scores, same, ranks = [], [], []
@@ -48,7 +50,7 @@ def top_k_outcomes(sim: np.ndarray, valid: np.ndarray, labels: list[Any], *,
         for rank, g in enumerate(top[q], start=1):
             if np.isfinite(sim[q, g]):
                 scores.append(sim[q, g])
-                same.append(int(labels_arr[q] == labels_arr[g]))
+                same.append(int(query_arr[q] == labels_arr[g]))
                 ranks.append(rank)
     return np.array(scores), np.array(same), np.array(ranks, dtype=np.float64)
 

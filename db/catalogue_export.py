@@ -138,14 +138,16 @@ def export_catalogue(cat: Catalogue, out: Path, *, user: str = "curator", includ
         zf.writestr("photos.csv", _csv(PHOTO_COLUMNS, photo_rows))
         zf.writestr("sightings.csv", _csv(SIGHTING_COLUMNS, sighting_rows))
         zf.writestr("decisions.csv", _csv(DECISION_COLUMNS, decision_rows))
+        written: set[str] = set()
         for ind in individuals:
             pictures: dict[int, str] = {}
             for img, _ in _best(by_individual.get(ind.id, [])):
                 src = cat.blobs.existing(img.thumb_path) or cat.blobs.existing(img.blob_path)
                 if src:
                     name = f"sheets/img/{img.content_hash[:16]}{Path(src).suffix.lower()}"
-                    if name not in zf.namelist():
+                    if name not in written:
                         zf.write(src, arcname=name)
+                        written.add(name)
                     pictures[img.id] = name[len("sheets/"):]
             zf.writestr(_sheet_name(ind), _sheet(ind, species.get(ind.species_id, ""), by_individual.get(ind.id, []),
                                                  pictures))

@@ -42,6 +42,7 @@ def run() -> list[dict]:
     from core.backbones import DEFAULT_BACKBONE
     from core.calibration import fit_calibrator, fit_platt, reliability, spread
     from db.benchmarks import create_benchmark
+    from db.calibration import top_k_outcomes
     from db.compare import test_split_scores
     from db.session import open_catalogue
 
@@ -63,16 +64,9 @@ def run() -> list[dict]:
 
     def outcomes(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
         """The top-5 (score, same?, rank) of these queries against every test photo, and per query (score, rank)."""
-        s_all, y_all, r_all = [], [], []
-        for q in rows:
-            row = np.where(valid[q], sim[q].astype(np.float64), -np.inf)
-            top = np.argsort(-row)[:5]
-            top = top[np.isfinite(row[top])]
-            s_all.append(row[top])
-            y_all.append((labels[top] == labels[q]).astype(int))
-            r_all.append(np.arange(1, len(top) + 1, dtype=np.float64))
-        return (np.concatenate(s_all), np.concatenate(y_all), np.concatenate(r_all),
-                [np.column_stack([s, r]) for s, r in zip(s_all, r_all)])
+        s, y, r = top_k_outcomes(sim[rows], valid[rows], list(labels), query_labels=list(labels[rows]), top_k=5)
+        starts = np.flatnonzero(r == 1)  # each query's list starts at rank 1
+        return s, y, r, [np.column_stack(pair) for pair in zip(np.split(s, starts[1:]), np.split(r, starts[1:]))]
 
     fs, fy, fr, _ = outcomes(fit_q)
     ts, ty, tr, per_query = outcomes(test_q)
