@@ -3,21 +3,44 @@
 Global options come before the subcommand (``rosette --data-dir DIR import ...``).
 Each subcommand lives in its own module under ``app/commands/`` exposing
 ``register(subparsers)``; that function sets ``func(args, ctx) -> int`` as the
-handler via ``parser.set_defaults(func=...)``.
+handler via ``parser.set_defaults(func=...)``. The modules are listed in :data:`COMMANDS` (adding a command means
+adding its module there).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import pkgutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-import app.commands
+from app.commands import (
+    audit_cmd,
+    backup_cmd,
+    benchmark_cmd,
+    catalogue_cmd,
+    compare_cmd,
+    diagnose_cmd,
+    doctor_cmd,
+    eval_cmd,
+    export_cmd,
+    import_cmd,
+    jobs_cmd,
+    loop_cmd,
+    mask_cmd,
+    match_cmd,
+    serve,
+    species_cmd,
+    spots_cmd,
+    stats,
+    train_cmd,
+    users_cmd,
+)
 from app.console import print_table, printable  # noqa: F401  (the commands' output helpers, also read from here)
+
+COMMANDS = (audit_cmd, backup_cmd, benchmark_cmd, catalogue_cmd, compare_cmd, diagnose_cmd, doctor_cmd, eval_cmd, export_cmd, import_cmd, jobs_cmd, loop_cmd, mask_cmd, match_cmd, serve, species_cmd, spots_cmd, stats, train_cmd, users_cmd)
+"""Every subcommand's module, in the order their help lists them."""
 
 
 @dataclass
@@ -49,10 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="open the catalogue read-only (also chosen by itself when it cannot be written)")
     parser.add_argument("--user", default="curator", help="name recorded with every change (default: curator)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(app.commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"app.commands.{info.name}")
-        if hasattr(module, "register"):
-            module.register(sub)
+    for module in COMMANDS:
+        module.register(sub)
     return parser
 
 

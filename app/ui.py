@@ -2,9 +2,9 @@
 
 A tab module exposes ``TITLE: str``, ``ORDER: int`` and ``build(ctx: UIContext)``;
 ``build`` is called inside ``with gr.Tab(TITLE):`` and creates the tab's
-components and events. Tabs are found by listing ``app/tabs`` so adding a
-screen means adding one module. A tab that fails to import or build is replaced
-by a tab showing the error, and the rest of the app still works.
+components and events. The tab modules are listed in :data:`TABS`, so adding a
+screen means adding one module and naming it there. A tab that fails to build is
+replaced by a tab showing the error, and the rest of the app still works.
 
 Cross-tab refresh is one shared ``gr.State`` counter, ``ctx.version``: a
 handler that changes the catalogue is chained with ``ctx.changed(event)``, and
@@ -24,11 +24,9 @@ browser may load pictures from (the database files are blocked).
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import logging
 import os
-import pkgutil
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,8 +37,21 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr  # noqa: E402
 
-import app.tabs  # noqa: E402
-from app import services, ui_base  # noqa: E402
+from app.tabs import (  # noqa: E402
+    benchmarks,
+    catalogue,
+    diagnostics,
+    export,
+    ingest,
+    jobs,
+    map,
+    mask,
+    match,
+    models,
+    people,
+)
+from app import ui_base  # noqa: E402
+from jobs.actions import catalogue as services  # noqa: E402
 # what every tab builds on lives in app.ui_base (the tabs import it, not this module); re-exported here
 from app.ui_base import (  # noqa: E402, F401
     ASSETS_DIR,
@@ -65,6 +76,10 @@ log = logging.getLogger("rosette.ui")
 # --------------------------------------------------------------------------- tab discovery
 
 
+TABS = (ingest, catalogue, match, mask, benchmarks, export, models, map, diagnostics, jobs, people)
+"""Every tab's module; :func:`discover_tabs` orders them by their ``ORDER``."""
+
+
 @dataclass
 class TabModule:
     name: str
@@ -75,19 +90,9 @@ class TabModule:
 
 
 def discover_tabs() -> list[TabModule]:
-    """Every module in ``app/tabs`` as a tab, by ``ORDER`` then title; import errors become error tabs."""
-    found: list[TabModule] = []
-    for info in pkgutil.iter_modules(app.tabs.__path__):
-        if info.name.startswith("_"):
-            continue
-        try:
-            module = importlib.import_module(f"app.tabs.{info.name}")
-            found.append(TabModule(name=info.name, title=str(getattr(module, "TITLE", info.name.title())),
-                                   order=int(getattr(module, "ORDER", 100)), build=getattr(module, "build")))
-        except Exception as exc:  # noqa: BLE001 - one broken tab must not take the app down
-            log.error("tab module app.tabs.%s failed to import:\n%s", info.name, traceback.format_exc())
-            found.append(TabModule(name=info.name, title=info.name.replace("_", " ").title(), order=1000,
-                                   build=None, error=f"{type(exc).__name__}: {exc}"))
+    """Every module in :data:`TABS` as a tab, by ``ORDER`` then title."""
+    found = [TabModule(name=module.__name__.rsplit(".", 1)[-1], title=str(getattr(module, "TITLE", "")),
+                       order=int(getattr(module, "ORDER", 100)), build=module.build) for module in TABS]
     return sorted(found, key=lambda t: (t.order, t.title))
 
 

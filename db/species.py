@@ -138,7 +138,7 @@ def promote_model(cat: Catalogue, name: str, *, species: str | int | None = None
     """Make ``name`` the active model of ``species`` (its own species for a trained model, else the default).
     Returns {model, species, species_id, previous, follow_up}: ``follow_up`` lists the jobs the promotion needs
     (re-embedding the species' photos; a fused pipeline's keypoints) as {kind, params}, for the caller to queue
-    (``jobs.actions.promote``): the store does not reach up into the job queue."""
+    (``jobs.actions.promote.promote``): the store does not reach up into the job queue."""
     from db.embeddings import get_backbone
 
     get_backbone(cat, name)  # loads (and registers) it: a model whose weights are missing cannot be promoted

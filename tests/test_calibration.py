@@ -141,7 +141,7 @@ def test_spread_hand_worked():
 
 def test_before_any_benchmark_the_catalogues_own_pairs_give_a_probability(tmp_path):
     """No benchmark and no decisions: the identified photos' top-5 pairs are what the probability rests on."""
-    from app import match_services as ms
+    from jobs.actions import match as ms
     from db.ingest import ingest_path
 
     manifest = make_reid_set(tmp_path / "photos", individuals=5, photos_each=4, seed=2)

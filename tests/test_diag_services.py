@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from app import diag_services as ds
-from app import mask_services as mk
+from jobs.actions import diagnostics as ds
+from jobs.actions import masks as mk
 from db.models import Flank, Image, Job
 from db.session import open_catalogue
 from tests.nyala_subset import nyala_subset, write_subset
@@ -484,7 +484,7 @@ def test_diagnose_masks_photos_in_its_cache_and_leaves_the_catalogue_alone(cat):
 def test_the_two_background_ratios_are_read_together_in_a_sentence():
     """'Background vs coat 0.812 (LOW)' beside 'Background + outline vs coat 1.171 (HIGH)' is explained, not left
     to the curator (issue 14, item 8)."""
-    from app.diag_services import context_sentence
+    from jobs.actions.diagnostics import context_sentence
 
     text = context_sentence({"bg_fg": 0.812, "bg_fg_band": "LOW", "bg_sil_fg": 1.171, "bg_sil_fg_band": "HIGH"})
     assert "81%" in text and "117%" in text and "outline" in text and "shape" in text

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app import export_services as es
+from jobs.actions import export as es
 from db.catalogue import CatalogueError
 from db.session import open_catalogue
 from jobs.worker import run_one

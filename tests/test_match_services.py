@@ -7,9 +7,9 @@ import shutil
 import pytest
 from sqlalchemy import select
 
-from app import benchmark_services as bs
-from app import jobs_services as js
-from app import match_services as ms
+from jobs.actions import benchmarks as bs
+from jobs.actions import jobs as js
+from jobs.actions import match as ms
 from db.catalogue import CatalogueError, ConflictError
 from db.models import DecisionKind, Image, Individual, Job, JobStatus, MatchDecision
 from db.session import open_catalogue

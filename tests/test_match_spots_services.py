@@ -1,4 +1,4 @@
-"""Spot evidence in match review and diagnostics (app.match_services, app.tabs.match, app.diag_services): a fused
+"""Spot evidence in match review and diagnostics (jobs.actions.match, app.tabs.match, jobs.actions.diagnostics): a fused
 pipeline's cards (fused probability, matched spots, spot status), the matched-spots view of a pair and the
 single-photo spot check -- on a small catalogue of synthetic spotted animals."""
 
@@ -13,8 +13,8 @@ import pytest
 from PIL import Image as PILImage
 from sqlalchemy import select
 
-from app import diag_services as ds
-from app import match_services as ms
+from jobs.actions import diagnostics as ds
+from jobs.actions import match as ms
 from db.models import Image
 from db.session import open_catalogue
 from tests.test_spots import spot_photo, spotted_animal
@@ -183,7 +183,7 @@ def test_matcher_choices_list_pipelines_but_not_archived_ones(cat):
 
 
 def test_matched_spots_of_a_rotated_copy_and_of_another_animal(cat):
-    from app.spots_services import MatchedSpotsRequest, matched_spots
+    from jobs.actions.spots import MatchedSpotsRequest, matched_spots
     from core.spots.draw import DRAW_HEIGHT
 
     photo = ids(cat)

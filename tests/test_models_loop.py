@@ -78,7 +78,7 @@ def test_retrain_counts_new_decisions_and_compares_with_the_active_model(loop):
 
 
 def test_embedding_map_job_and_payload(loop):
-    from app import map_services as mp
+    from jobs.actions import map as mp
     from db.embedding_map import load_map
 
     assert load_map(loop, "efficientnet_lite0") is None  # not computed yet
@@ -111,7 +111,7 @@ def test_embedding_map_job_and_payload(loop):
 def test_map_assign_can_create_an_individual_and_warns_about_mixed_selections(loop):
     """Issue 14, item 4: Assign could not create a new individual, and a lasso over two animals moved them all
     silently."""
-    from app import map_services as mp
+    from jobs.actions import map as mp
     from db.models import Image, Individual
 
     with loop.unit_of_work() as s:
@@ -169,7 +169,7 @@ def test_flank_classifier_on_orientation_features():
 
 
 def test_flank_suggestion_for_an_unlabelled_photo_and_accept(loop):
-    from app import flank_services as fs
+    from jobs.actions import flanks as fs
 
     with loop.unit_of_work() as s:
         img = s.query(Image).order_by(Image.id.desc()).first()
@@ -226,7 +226,7 @@ def test_retrain_with_nothing_new_is_refused(tmp_path, capsys):
     """No identity confirmed since the active model was trained: the Models tab's Retrain and `rosette retrain`
     say so and queue nothing; `--force` still retrains (issue 14, item 5)."""
     from app.cli import main as cli
-    from app.models_services import retrain
+    from jobs.actions.models import retrain
     from db.session import open_catalogue
 
     data = tmp_path / "empty"
@@ -243,7 +243,7 @@ def test_retrain_with_nothing_new_is_refused(tmp_path, capsys):
 def test_the_map_says_what_its_job_waits_for_and_never_waits_behind_training(tmp_path):
     """Map jobs run on the light queue (a training run never holds them up) and the empty map says 'queued
     behind job #N' instead of 'No map yet' while they wait (issue 14, item 4)."""
-    from app.map_services import map_html, map_wait_note, queue_map
+    from jobs.actions.map import map_html, map_wait_note, queue_map
     from db.session import open_catalogue
     from jobs.queue import LIGHT, queue_of
 

@@ -3,7 +3,7 @@ diagnostics' tier colours, calibrated probabilities and the new-individual sugge
 
 from __future__ import annotations
 
-from app import match_services as ms
+from jobs.actions import match as ms
 from app.tabs.match import candidates_html, header_html
 from core.diagnostics import TIER_BANDS, tier_colour
 from db.session import open_catalogue

@@ -17,7 +17,7 @@ from db.models import Image, Individual, JobStatus, Sighting
 from db.session import open_catalogue
 from db.species import active_model_name, archive_model, list_species, model_status, promote_model
 from jobs import queue
-from jobs.actions import promote
+from jobs.actions.promote import promote
 from tests.synthetic_reid import make_reid_set
 
 
@@ -153,7 +153,7 @@ def test_promote_makes_a_model_active_for_its_species_and_queues_embedding(two_s
 
 
 def test_setting_a_species_from_the_catalogue_tab_and_undoing_it(tmp_path):
-    from app import services
+    from jobs.actions import catalogue as services
     from db.models import Image as Img
 
     manifest = make_reid_set(tmp_path / "photos", individuals=2, photos_each=2, seed=15)

@@ -1,4 +1,4 @@
-"""Fused spot-evidence pipelines in the catalogue (db.spots, app.spots_services, the CLI): evaluation, the
+"""Fused spot-evidence pipelines in the catalogue (db.spots, jobs.actions.spots, the CLI): evaluation, the
 stored pipeline model, compare, export, keypoint jobs and bad input -- on synthetic spotted animals."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from PIL import Image as PILImage
 
 from app.cli import main as cli
-from app.spots_services import (KeypointsRequest, MatchedSpotsRequest, SpotEvaluationRequest, evaluate_spots,
+from jobs.actions.spots import (KeypointsRequest, MatchedSpotsRequest, SpotEvaluationRequest, evaluate_spots,
                                 extract_keypoints, matched_spots)
 from core.spots import MatcherUnavailableError
 from db.spots import features_for, get_matcher, is_pipeline, load_pipeline
@@ -182,7 +182,7 @@ def test_requests_refuse_bad_settings(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
     with pytest.raises(MatcherUnavailableError, match="not on this machine"):
         SpotEvaluationRequest(benchmark="b", matcher="loftr")
-    from app.spots_services import available_matchers
+    from jobs.actions.spots import available_matchers
 
     assert "sift" in available_matchers() and "loftr" not in available_matchers()
 

@@ -294,7 +294,7 @@ def test_cli_train_wait_json_and_models_list(syn, capsys):
     # a bad value is refused before anything is queued, not later in the worker (issue 15)
     assert cli(["--data-dir", str(cat.data_dir), "train", "--benchmark", "syn", "--epochs", "0"]) == 1
     assert "epochs must be at least 1" in capsys.readouterr().err and len(queue.list_jobs(cat, limit=1000)) == n_jobs
-    from app.training_services import launch_training
+    from jobs.actions.training import launch_training
 
     with pytest.raises(ValueError, match="Epochs must be between 1 and 1000"):
         launch_training(cat, backbone="efficientnet_lite0", head="supcon", blocks="0", epochs=0,
@@ -384,8 +384,8 @@ def test_trained_model_in_pickers_and_every_command(syn, tmp_path, capsys):
     diagnose --model and export-kaggle --model."""
     import csv
 
-    from app import diag_services as ds
-    from app import match_services as ms
+    from jobs.actions import diagnostics as ds
+    from jobs.actions import match as ms
 
     cat, manifest = syn
     if not (cat.data_dir / "models" / "syn-cli.pt").exists():

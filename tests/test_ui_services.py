@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from app import services
+from jobs.actions import catalogue as services
 from db import catalogue as cat_ops
 from db.catalogue import CatalogueError
 from db.models import Flank, Image, Sighting

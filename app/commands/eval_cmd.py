@@ -76,7 +76,7 @@ COMPONENT_WORDS = {"global": "global model alone", "global+verification": "+ spo
 
 def run_spots(args, ctx) -> int:
     from app.console import print_table
-    from app.spots_services import SpotEvaluationRequest, evaluate_spots
+    from jobs.actions.spots import SpotEvaluationRequest, evaluate_spots
 
     if args.variant != "full_rgb" or args.rerank != "none":
         raise ValueError("--verify evaluates full photos without re-ranking; drop --variant / --rerank")

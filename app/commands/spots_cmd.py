@@ -35,7 +35,7 @@ def register(sub) -> None:
 
 def run_matchers(args, ctx) -> int:
     from app.console import print_table
-    from app.spots_services import matcher_rows
+    from jobs.actions.spots import matcher_rows
 
     rows = matcher_rows()
     if args.json:
@@ -46,7 +46,7 @@ def run_matchers(args, ctx) -> int:
 
 
 def run_extract(args, ctx) -> int:
-    from app.spots_services import KeypointsRequest, extract_keypoints, submit_keypoints
+    from jobs.actions.spots import KeypointsRequest, extract_keypoints, submit_keypoints
     from db.species import find_species
 
     species = None
@@ -67,7 +67,7 @@ def run_extract(args, ctx) -> int:
 def run_show(args, ctx) -> int:
     from PIL import Image as PILImage
 
-    from app.spots_services import MatchedSpotsRequest, matched_spots
+    from jobs.actions.spots import MatchedSpotsRequest, matched_spots
 
     res = matched_spots(ctx.catalogue, MatchedSpotsRequest(query_image_id=args.query, candidate_image_id=args.candidate,
                                                            pipeline=args.pipeline, matcher=args.matcher))

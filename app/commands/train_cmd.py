@@ -194,7 +194,7 @@ def models_overview(cat) -> list[dict]:
 
 
 def run_models_promote(args, ctx) -> int:
-    from jobs.actions import promote
+    from jobs.actions.promote import promote
 
     res = promote(ctx.catalogue, args.name, species=args.species, user=ctx.user)
     print(f"{res['model']} is now the active model for {res['species']} (was {res['previous']}); "

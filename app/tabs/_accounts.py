@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app import accounts_services as acc
+from jobs.actions import accounts as acc
 from app.ui_base import UIContext, acting_role, curator_action
 from db.models import Role
 

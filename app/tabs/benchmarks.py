@@ -6,9 +6,9 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from app import benchmark_services as bs
-from app import match_services as ms
-from app import spots_services as sp
+from jobs.actions import benchmarks as bs
+from jobs.actions import match as ms
+from jobs.actions import spots as sp
 from app.ui_base import UIContext, curator_action, guarded_viewer
 
 TITLE = "Benchmarks"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from app import services
+from jobs.actions import catalogue as services
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text
 from db.models import Role
 
@@ -73,7 +73,7 @@ def build(ctx: UIContext) -> None:
         undo_button = gr.Button("Undo last change", elem_id="catalogue-undo", scale=0, min_width=220,
                                 variant="secondary", size="md")
         status = gr.Markdown(elem_id="catalogue-status", elem_classes=["status-line"])
-    # the change this page shows as the newest: Undo undoes that one and no other (app.services.undo_last)
+    # the change this page shows as the newest: Undo undoes that one and no other (jobs.actions.catalogue.undo_last)
     undo_seen = gr.State(None)
     with gr.Row(equal_height=True):
         export_button = gr.Button("Export the catalogue (CSV + sheets)", elem_id="catalogue-export", scale=0,

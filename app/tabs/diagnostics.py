@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from app import diag_services as ds
+from jobs.actions import diagnostics as ds
 from app.ui_base import UIContext, curator_action, guarded_viewer
 from db.models import Role
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app import export_services as es
+from jobs.actions import export as es
 from app.ui_base import guarded_viewer, UIContext, curator_action
 from db.models import Role
 
@@ -20,7 +20,7 @@ similarity, higher = more alike (Lorentz models: exp(-distance)). Rows are writt
 
 def _models(cat) -> list[str]:
     """The active model first, then trained models and backbones (what match review offers)."""
-    from app import match_services as ms
+    from jobs.actions import match as ms
 
     active = ms.active_model(cat)
     return [active] + [n for n in ms.matcher_choices(cat) if n != active]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app import services
+from jobs.actions import catalogue as services
 from app.ui_base import UIContext, curator_action
 
 TITLE = "Ingest"

@@ -15,10 +15,10 @@ import html
 
 import gradio as gr
 
-from app import jobs_services as js
-from app import match_services as ms
-from app import training_services as ts
-from app.services import curator_name
+from jobs.actions import jobs as js
+from jobs.actions import match as ms
+from jobs.actions import training as ts
+from jobs.actions.catalogue import curator_name
 from app.ui_base import UIContext, curator_action, guarded_viewer
 from db.models import Role
 

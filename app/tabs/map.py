@@ -9,9 +9,9 @@ import json
 
 import gradio as gr
 
-from app import map_services as mp
-from app import match_services as ms
-from app.services import curator_name
+from jobs.actions import map as mp
+from jobs.actions import match as ms
+from jobs.actions.catalogue import curator_name
 from app.ui_base import UIContext, curator_action, guarded_viewer, plotly_js_path
 from db.embedding_map import COLOUR_BY
 from db.models import Role

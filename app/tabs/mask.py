@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app import diag_services as ds
-from app import flank_services as fs
-from app import mask_services as mk
-from app.services import curator_name
+from jobs.actions import diagnostics as ds
+from jobs.actions import flanks as fs
+from jobs.actions import masks as mk
+from jobs.actions.catalogue import curator_name
 from app.ui_base import guarded_viewer, ASSETS_DIR, UIContext, curator_action
 from db.models import Role
 

@@ -16,9 +16,9 @@ from urllib.parse import quote
 
 import gradio as gr
 
-from app import flank_services as fs
-from app import match_services as ms
-from app.services import curator_name
+from jobs.actions import flanks as fs
+from jobs.actions import match as ms
+from jobs.actions.catalogue import curator_name
 from app.ui_base import guarded_viewer, ASSETS_DIR, UIContext, curator_action
 from db.catalogue import ConflictError
 from db.models import Role

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app import models_services as mv
-from app.services import curator_name
+from jobs.actions import models as mv
+from jobs.actions.catalogue import curator_name
 from app.ui_base import UIContext, curator_action, guarded_viewer
 from db.leaderboard import SORT_KEYS
 from db.models import Role

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app import audit_services as au
+from jobs.actions import audit as au
 from app.tabs import _accounts
 from app.ui_base import UIContext, guarded_viewer
 

@@ -48,7 +48,7 @@ def _umap_rows() -> tuple[list[dict], dict]:
 
 def _render_rows(maps: dict) -> list[dict]:
     """Time Plotly.newPlot of the Map tab's own script on a page with n points, in headless chromium."""
-    from app.map_services import map_html
+    from jobs.actions.map import map_html
     from app.tabs.map import MAP_JS, WEBGL_FROM
     from app.ui import plotly_js_path
 
@@ -94,7 +94,7 @@ def _promotion_rows() -> list[dict]:
     from db.benchmarks import create_benchmark
     from db.matching import review_queue
     from db.session import open_catalogue
-    from jobs.actions import promote
+    from jobs.actions.promote import promote
     from jobs import queue
 
     with tempfile.TemporaryDirectory(prefix="rosette-bench-promote-") as tmp:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.services import individual_cards, rename
+from jobs.actions.catalogue import individual_cards, rename
 from db.session import open_catalogue
 from tests.browser.conftest import choose
 

@@ -79,7 +79,7 @@ def compare_models(cat: Catalogue, a: str | None, b: str | None, benchmark: str 
 
 
 def promote(cat: Catalogue, name: str | None, species: str | None, *, user: str) -> str:
-    from jobs.actions import promote as promote_and_queue
+    from jobs.actions.promote import promote as promote_and_queue
 
     if not name:
         raise ValueError("Choose a model to promote.")

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from app.match_services import DEFAULT_MODEL, _enum_value, _utc  # noqa: F401
-from app.services import curator_name
+from jobs.actions.match import DEFAULT_MODEL, _enum_value, _utc  # noqa: F401
+from jobs.actions.catalogue import curator_name
 from db.catalogue import CatalogueError
 from db.evaluation import RERANK_METHODS
 from db.models import Evaluation

@@ -1,5 +1,5 @@
 """What the Diagnostics tab calls: a few lines each over ``db`` and ``core`` (the Mask tab's are in
-``app.mask_services``).
+``jobs.actions.masks``).
 
 Diagnostics tab, one photo (:func:`diagnose_image`): the six image variants of
 the photo with, for each, the model's score against the photo's own individual,
@@ -25,7 +25,7 @@ import numpy as np
 from sqlalchemy import select
 
 from core.backbones import DEFAULT_BACKBONE
-from app.services import curator_name
+from jobs.actions.catalogue import curator_name
 from core.spots.verify import SpotStatus
 from db.models import Image, Individual
 from db.session import Catalogue

@@ -8,7 +8,7 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
-from app.services import upload_path
+from jobs.actions.catalogue import upload_path
 from db.catalogue import CatalogueError
 from db.models import JobStatus
 from db.session import Catalogue

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from app.diag_services import FLAG_WORDS, describe_mask_source, masker_in_use, tip  # noqa: F401  (shared words)
-from app.services import curator_name
+from jobs.actions.diagnostics import FLAG_WORDS, describe_mask_source, masker_in_use, tip  # noqa: F401  (shared words)
+from jobs.actions.catalogue import curator_name
 from db.catalogue import CatalogueError
 from db.models import Image, Individual
 from db.session import Catalogue

@@ -1,7 +1,7 @@
 """The functions the Match review tab calls, each a few lines over ``db`` / ``jobs`` (the Benchmarks and Jobs
-tabs have theirs in ``app.benchmark_services`` and ``app.jobs_services``).
+tabs have theirs in ``jobs.actions.benchmarks`` and ``jobs.actions.jobs``).
 
-Like :mod:`app.services`, every function does one thing and returns plain data
+Like :mod:`jobs.actions.catalogue`, every function does one thing and returns plain data
 (dataclasses, rows, curator-readable messages) that a tab only renders.
 Curator-caused problems (nothing to undo, a photo decided by someone else
 meanwhile, a taken benchmark name ...) are raised as ``CatalogueError`` /
@@ -19,7 +19,7 @@ import numpy as np
 from sqlalchemy import select
 
 from core.backbones import DEFAULT_BACKBONE
-from app.services import curator_name, upload_path
+from jobs.actions.catalogue import curator_name, upload_path
 from db.catalogue import CatalogueError
 from db.models import DecisionKind, Evaluation, Image, Individual, JobStatus, MatchDecision, Sighting
 from db.session import Catalogue
@@ -362,7 +362,7 @@ class SpotsView:
 def candidate_spots(cat: Catalogue, view: MatchView | None, rank: int | None) -> SpotsView:
     """The matched spots between the shown query and the candidate at ``rank`` (the top one by default), under
     the view's pipeline when it ranked with one, else with the default local matcher."""
-    from app.spots_services import MatchedSpotsRequest, matched_spots
+    from jobs.actions.spots import MatchedSpotsRequest, matched_spots
 
     if view is None:
         raise CatalogueError("Open a photo to match first.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.match_services import DEFAULT_MODEL, _utc  # noqa: F401
+from jobs.actions.match import DEFAULT_MODEL, _utc  # noqa: F401
 from db.catalogue import CatalogueError
 from db.models import Job, JobStatus
 from db.session import Catalogue
