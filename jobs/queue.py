@@ -38,7 +38,16 @@ from db.session import Catalogue
 # the registry and the handler's context live in their own modules (jobs.kinds imports them, not this one);
 # their names are re-exported here, where callers have always found them
 from jobs.context import JobCancelled, JobContext, job_dir  # noqa: F401
-from jobs.registry import _HANDLERS, _KIND_QUEUE, HEAVY, LIGHT, QUEUES, JobHandler, register_job_kind  # noqa: F401
+from jobs.registry import (  # noqa: F401
+    _HANDLERS,
+    _KIND_QUEUE,
+    HEAVY,
+    LIGHT,
+    QUEUES,
+    JobHandler,
+    load_extra_job_kinds,
+    register_job_kind,
+)
 
 TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.queued: frozenset({JobStatus.running, JobStatus.cancelled}),
@@ -68,7 +77,9 @@ def list_job_kinds() -> list[str]:
 
 
 def _load_kinds() -> None:
-    """The built-in kinds register themselves when ``jobs.kinds`` is imported (at the top of this module)."""
+    """The built-in kinds register themselves when ``jobs.kinds`` is imported (at the top of this module); the
+    modules named in ``$ROSETTE_JOB_KINDS`` are imported here."""
+    load_extra_job_kinds()
 
 
 def get_handler(kind: str) -> JobHandler:

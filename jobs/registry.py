@@ -1,8 +1,12 @@
 """The job kinds: a handler per kind, registered with its queue (``light`` for short work, ``heavy`` for
-training, embedding and evaluation). ``jobs.kinds`` registers the built-in ones; tests register their own."""
+training, embedding and evaluation). ``jobs.kinds`` registers the built-in ones; the modules named in
+``ROSETTE_JOB_KINDS`` (comma-separated, e.g. the tests' ``tests.job_kinds``) register more, in the server and in the
+worker's child processes alike."""
 
 from __future__ import annotations
 
+import importlib
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +15,7 @@ from db.session import Catalogue
 if TYPE_CHECKING:  # only for the handler's signature
     from jobs.context import JobContext
 
+EXTRA_KINDS_ENV = "ROSETTE_JOB_KINDS"
 LIGHT, HEAVY = "light", "heavy"
 QUEUES = (LIGHT, HEAVY)
 
@@ -32,3 +37,13 @@ def register_job_kind(kind: str, *, queue: str = LIGHT) -> Callable[[JobHandler]
         return fn
 
     return decorator
+
+
+def load_extra_job_kinds() -> None:
+    """Import the modules named in ``$ROSETTE_JOB_KINDS`` so that their kinds register (once: imports are cached).
+    A name that cannot be imported is an error that says which."""
+    for name in filter(None, (n.strip() for n in os.environ.get(EXTRA_KINDS_ENV, "").split(","))):
+        try:
+            importlib.import_module(name)  # a plugin named at run time: cannot be a top-level import
+        except ImportError as exc:
+            raise ImportError(f"{EXTRA_KINDS_ENV} names {name!r}, which cannot be imported: {exc}") from exc

@@ -11,6 +11,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+# the queue tests' own job kinds (sleep, sleep_heavy): registered in this process by the fixture below, and in
+# the worker's child processes, which inherit this variable
+os.environ["ROSETTE_JOB_KINDS"] = "tests.job_kinds"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_NYALA_DIR = REPO_ROOT.parent / "shared" / "data" / "nyala"
@@ -64,3 +67,11 @@ def data_dir(tmp_path: Path) -> Path:
     d = tmp_path / "rosette-data"
     d.mkdir()
     return d
+
+
+@pytest.fixture(autouse=True, scope="session")
+def test_job_kinds():
+    """Registers ``tests/job_kinds.py`` (the ``sleep`` and ``sleep_heavy`` kinds) for the whole run."""
+    from jobs.registry import load_extra_job_kinds
+
+    load_extra_job_kinds()

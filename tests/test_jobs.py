@@ -11,12 +11,14 @@ import sys
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from db.models import Job, JobStatus, utcnow
 from db.session import open_catalogue
 from jobs import queue
+from jobs.registry import load_extra_job_kinds
 from jobs.worker import run_one, start_worker_thread, work_loop
 
 
@@ -305,3 +307,20 @@ def test_a_jobs_steps_report_their_own_share_and_time_left(cat, monkeypatch):
     assert seen == ["embedding photos 0/40 (0% of this step)",
                     "embedding photos 10/40 (25% of this step, about 30 s left)",
                     "embedding photos 20/40 (50% of this step, about 20 s left)"]
+
+
+def test_the_test_job_kinds_are_not_in_the_production_registry():
+    """sleep / sleep_heavy come from tests/job_kinds.py via ROSETTE_JOB_KINDS; without it they are unknown."""
+    env = {k: v for k, v in os.environ.items() if k != "ROSETTE_JOB_KINDS"}
+    code = "from jobs.queue import list_job_kinds; print(','.join(list_job_kinds()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True,
+                         cwd=Path(__file__).resolve().parent.parent).stdout.strip().split(",")
+    assert "train" in out and "embed" in out
+    assert "sleep" not in out and "sleep_heavy" not in out
+    assert {"sleep", "sleep_heavy"} <= set(queue.list_job_kinds())  # registered here, by the conftest fixture
+
+
+def test_an_unimportable_job_kinds_module_is_named(monkeypatch):
+    monkeypatch.setenv("ROSETTE_JOB_KINDS", "tests.job_kinds, no_such_module_here")
+    with pytest.raises(ImportError, match="ROSETTE_JOB_KINDS names 'no_such_module_here'"):
+        load_extra_job_kinds()
