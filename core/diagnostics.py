@@ -348,3 +348,80 @@ def flank_protocols(
         out[f"{name}_flank"] = res.to_dict()
     out["cross_within_ratio"] = _ratio(results["cross"].map_macro, results["within"].map_macro)
     return out
+
+
+# --- a benchmark's diagnosis, and one photo's -------------------------------------------
+
+#: The variants a benchmark diagnosis embeds (``background_inpainted`` once per inpainting seed).
+DIAGNOSTIC_VARIANTS = ("full_rgb", "foreground_only", "background_only", "background_inpainted", "silhouette", "mirror")
+#: Key of the embeddings of ``background_inpainted`` made with one seed: ``background_inpainted@<seed>``.
+INPAINTED_AT = BACKGROUND_INPAINTED + "@"
+
+
+def diagnose_embeddings(
+    embeddings: Mapping[str, np.ndarray],
+    labels: Sequence,
+    flanks: Sequence,
+    *,
+    metric: str = "cosine",
+    sightings: Sequence | None = None,
+) -> dict:
+    """The figures of a benchmark diagnosis from each variant's embeddings of the same photos (in order):
+    macro mAP by variant (``background_inpainted@<seed>`` averaged over the seeds), Axis 1 context reliance,
+    Axis 2 laterality and the mirrored-query ratio on foreground cutouts, and the flank protocols on whole
+    photos without and with same-sighting photos. ``per_image`` holds the per-photo laterality numbers."""
+    per_seed = {k: v for k, v in embeddings.items() if k.startswith(INPAINTED_AT)}
+    plain = {k: v for k, v in embeddings.items() if not k.startswith(INPAINTED_AT)}
+    maps = map_by_variant(plain, labels, metric=metric, sightings=sightings)
+    bg_maps = map_by_variant(per_seed, labels, metric=metric, sightings=sightings)
+    maps[BACKGROUND_INPAINTED] = float(np.mean(list(bg_maps.values())))
+    axis1 = context_reliance(maps)
+    lat = laterality(embeddings[FOREGROUND], embeddings["mirror"], labels, metric=metric)
+    mq = mirrored_query_ratio(embeddings[FOREGROUND], embeddings["mirror"], labels, metric=metric,
+                              sightings=sightings)
+    sim_full = pairwise_scores(embeddings["full_rgb"], embeddings["full_rgb"], metric=metric)
+    flank_res = flank_protocols(sim_full, labels, flanks, sightings=sightings, exclude_same_sighting=True)
+    flanks_with = flank_protocols(sim_full, labels, flanks, sightings=sightings, exclude_same_sighting=False)
+    lat_d = lat.to_dict(per_image=True)
+    return {
+        "bg_fg": axis1["bg_fg"], "bg_fg_band": axis1["bg_fg_band"],
+        "bg_sil_fg": axis1["bg_sil_fg"], "bg_sil_fg_band": axis1["bg_sil_fg_band"],
+        "map_macro_by_variant": maps,
+        "map_macro_background_inpainted_by_seed": {k.split("@")[1]: v for k, v in bg_maps.items()},
+        "mirror_sim_mean": lat_d["mirror_sim_mean"], "mirror_sim_std": lat_d["mirror_sim_std"],
+        "mirror_tier": lat_d["mirror_tier"], "danger_margin_positive": lat_d["danger_margin_positive"],
+        "mirrored_query_ratio": mq.get("ratio") if isinstance(mq, dict) else mq,
+        "mirrored_query": mq,
+        "within_flank": flank_res["within_flank"], "cross_flank": flank_res["cross_flank"],
+        "cross_within_ratio": flank_res.get("cross_within_ratio"),
+        "within_flank_with_same_sighting": flanks_with["within_flank"],
+        "cross_flank_with_same_sighting": flanks_with["cross_flank"],
+        "per_image": {k: lat_d[k] for k in ("mirror_sim", "nn_sim", "nn_index", "danger_margin") if k in lat_d},
+    }
+
+
+def own_variant_scores(variant_embeddings: Mapping[str, np.ndarray], gallery: np.ndarray, *,
+                       metric: str = "cosine") -> dict[str, float]:
+    """own_score(v) = max over the gallery rows y of s(e_v(x), y): how strongly each variant of one photo x
+    alone still points to its own individual (the gallery: whole photos of that individual)."""
+    names = list(variant_embeddings)
+    sim = scores(np.stack([variant_embeddings[v] for v in names]), gallery, metric=metric)
+    return {v: float(sim[k].max()) for k, v in enumerate(names)}
+
+
+def photo_mirror_check(
+    foreground: np.ndarray,
+    mirror: np.ndarray,
+    query_label: str,
+    *,
+    metric: str = "cosine",
+    gallery: np.ndarray | None = None,
+    gallery_labels: Sequence | None = None,
+) -> tuple[float, float | None, float | None, int | None]:
+    """(mirror_sim, nn_sim, danger_margin, nn_index) of one photo: s(e_fg(x), e_mirror(x)), and with a gallery of
+    other individuals the best score of the mirrored photo against it (None, None, None without a gallery)."""
+    if gallery is None:
+        return float(scores(foreground[None], mirror[None], metric=metric)[0, 0]), None, None, None
+    lat = laterality(foreground[None], mirror[None], [query_label], metric=metric, gallery=gallery,
+                     gallery_labels=gallery_labels)
+    return float(lat.mirror_sim[0]), float(lat.nn_sim[0]), float(lat.danger_margin[0]), int(lat.nn_index[0])

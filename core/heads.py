@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.lorentz import expmap0
 from core.registry import Registry
 
 
@@ -98,7 +99,6 @@ class LorentzHead(nn.Module):
             self.mlp = nn.Sequential(nn.Linear(self.in_dim, hidden), nn.GELU(), nn.Linear(hidden, int(out_dim)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from core.lorentz import expmap0
 
         pooled = self.pool(x) if x.ndim == 3 else x
         return expmap0(self.mlp(pooled))

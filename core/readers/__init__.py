@@ -1,0 +1,68 @@
+"""Reading what an import brings: files, folders, zips, CSV manifests, Kaggle layouts (pure: files in, entries out).
+
+Formats (:func:`detect_format` picks one; ``--format`` overrides):
+
+- ``file``: one photo.
+- ``folder``: every photo under a folder. Photos inside sub-folders belong to the
+  individual named by their *first-level* sub-folder (folder-per-identity
+  layout); photos at the top level stay unassigned (flat layout).
+- ``zip``: the same inside a zip archive. A single wrapper folder enclosing
+  everything is ignored (what "compress folder" makes), so a zip of *one*
+  individual's folder imports unassigned: zip several folders or add a manifest. A zip holding ``train.csv`` (Kaggle) or ``manifest.csv``
+  is read as that layout.
+- ``manifest``: a CSV ``filename,identity[,flank,sighting,date,lat,lon,camera,observer]``
+  (extra columns ignored; ``file``/``image`` and ``individual``/``ground_truth``
+  accepted as column aliases). Files are looked up next to the CSV, then in its
+  ``images/`` folder, then by unique file name anywhere below it. Photos the
+  manifest does not list are not imported.
+- ``kaggle``: ``train.csv`` (``filename,ground_truth``) and optional ``test.csv``
+  (``row_id,query_image,gallery_image`` or ``filename``); images next to the CSVs or in
+  ``train/``, ``test/`` or ``images/``. RGBA PNGs keep their alpha as the mask.
+
+Each reader turns its source into :class:`Entry` objects (a name, how to read the bytes, and the facts the source
+states: identity, flank, sighting, species), and :func:`prepare_entry` reads, hashes and decodes one. Client paths
+are never trusted: zip members with ``..`` or absolute paths, links leaving the folder and manifest rows pointing
+outside it are refused. Storing the photos is the store's part (``db.ingest``).
+"""
+
+from __future__ import annotations
+
+from core.readers.base import (
+    MAX_FILE_BYTES,
+    Entry,
+    IngestError,
+    ManifestError,
+    ReadError,
+    Tree,
+    file_reader,
+    tree_reader,
+    unsafe_reason,
+)
+from core.readers.detect import FORMATS, detect_format, entries_for_path, tree_entries
+from core.readers.folder import FolderTree, folder_entries
+from core.readers.kaggle import KAGGLE_TEST, KAGGLE_TRAIN, kaggle_entries
+from core.readers.manifest import (
+    FLANK_WORDS,
+    MANIFEST_COLUMNS,
+    MANIFEST_NAME,
+    MANIFEST_REQUIRED,
+    ManifestRow,
+    manifest_entries,
+    map_columns,
+    parse_flank,
+    read_csv,
+    row_facts,
+)
+from core.readers.prepare import Prepared, decode_prepared, describe, prepare_entry, short_error
+from core.readers.report import STATUSES, IngestItemResult, IngestReport
+from core.readers.uploads import Upload, upload_entries
+from core.readers.zipped import ZipTree
+
+__all__ = [
+    "FLANK_WORDS", "FORMATS", "KAGGLE_TEST", "KAGGLE_TRAIN", "MANIFEST_COLUMNS", "MANIFEST_NAME", "MANIFEST_REQUIRED",
+    "MAX_FILE_BYTES", "STATUSES", "Entry", "FolderTree", "IngestError", "IngestItemResult", "IngestReport",
+    "ManifestError", "ManifestRow", "Prepared", "ReadError", "Tree", "Upload", "ZipTree", "decode_prepared",
+    "describe", "detect_format", "entries_for_path", "file_reader", "folder_entries", "kaggle_entries",
+    "manifest_entries", "map_columns", "parse_flank", "prepare_entry", "read_csv", "row_facts", "short_error",
+    "tree_entries", "tree_reader", "unsafe_reason", "upload_entries",
+]

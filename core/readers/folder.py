@@ -1,0 +1,93 @@
+"""A folder of photos: :class:`FolderTree` (links leaving the folder are not followed) and the folder-per-identity
+layout (:func:`folder_entries`): photos inside sub-folders belong to the individual named by their *first-level*
+sub-folder; photos at the top level stay unassigned."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+
+from core.images import IMAGE_EXTENSIONS
+from core.readers.base import Entry, ReadError, Tree, hidden, read_limited, tree_reader, unsafe_reason
+from core.readers.report import IngestItemResult
+
+
+class FolderTree(Tree):
+    """Files under a folder; links that resolve outside the folder are not followed."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.real_root = self.root.resolve()
+        self.label = str(root)
+        self.problems = []
+        self._files: list[str] | None = None
+
+    def _inside(self, p: Path) -> bool:
+        try:
+            real = p.resolve()
+        except OSError:
+            return False
+        return real == self.real_root or self.real_root in real.parents
+
+    def files(self) -> list[str]:
+        if self._files is None:
+            out: list[str] = []
+            for dirpath, dirnames, filenames in os.walk(self.root, followlinks=False):
+                d = Path(dirpath)
+                kept = []
+                for dn in sorted(dirnames):
+                    rel = (d / dn).relative_to(self.root).as_posix()
+                    if hidden(rel):
+                        continue
+                    if (d / dn).is_symlink():
+                        self.problems.append(IngestItemResult(rel, "skipped", "a link to another folder; links are not followed"))
+                        continue
+                    kept.append(dn)
+                dirnames[:] = kept
+                for fn in sorted(filenames):
+                    p = d / fn
+                    rel = p.relative_to(self.root).as_posix()
+                    if hidden(rel):
+                        continue
+                    if p.is_symlink() and not self._inside(p):
+                        self.problems.append(IngestItemResult(rel, "error", "refused: a link pointing outside the folder; links leaving the folder are not followed"))
+                        continue
+                    out.append(rel)
+            self._files = sorted(out)
+        return self._files
+
+    def has(self, rel: str) -> bool:
+        if unsafe_reason(rel):
+            return False
+        p = self.root / rel
+        return p.is_file() and self._inside(p)
+
+    def read(self, rel: str) -> bytes:
+        if unsafe_reason(rel):
+            raise ReadError("refused: the path leads outside the folder")
+        p = self.root / rel
+        if not self._inside(p):
+            raise ReadError("refused: a link pointing outside the folder; links leaving the folder are not followed")
+        try:
+            with open(p, "rb") as fh:
+                return read_limited(fh, name=rel)
+        except FileNotFoundError:
+            raise ReadError("the file disappeared before it could be read") from None
+        except OSError as exc:
+            raise ReadError(f"could not be read ({exc.strerror or exc})") from None
+
+
+def folder_entries(tree: Tree, *, display_prefix: str = "") -> list[Entry]:
+    """Photos of a folder tree: sub-folder (first level) = identity; top-level photos unassigned."""
+    entries: list[Entry] = []
+    for rel in tree.files():
+        name = display_prefix + rel
+        ext = PurePosixPath(rel).suffix.lower()
+        if ext not in IMAGE_EXTENSIONS:
+            what = f"'{ext}'" if ext else "no extension"
+            entries.append(Entry(name, error=f"not a photo file type ({what}); skipped", error_status="skipped"))
+            continue
+        parts = rel.split("/")
+        identity = parts[0].strip() if len(parts) > 1 else None
+        entries.append(Entry(name, read=tree_reader(tree, rel), identity=identity or None))
+    return entries

@@ -1,0 +1,267 @@
+"""A fused pipeline as the catalogue stores it, and the work done with one that needs no catalogue.
+
+A *pipeline* is a global model's top-K shortlist re-scored with spot evidence: :class:`StoredPipeline` holds its
+:class:`~core.spots.pipeline.PipelineSettings`, the matcher's config and the fitted calibration of every scorer
+with what it rests on (stored in a ``models`` row's ``config``: :func:`pipeline_config` /
+:meth:`StoredPipeline.from_config`). Here: the pipeline's name, the calibration sample of a benchmark's train
+split, the metrics of each component on a scored set, the fused scores of given pairs (Kaggle export), the
+re-ranking of one query's shortlist (match review), and the calibration refitted on the curators' decided pairs.
+The catalogue side (storing, loading, embedding photos, extracting keypoints) lives in ``db.spots``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.calibration import Calibrator, fit_calibrator
+from core.images import decode_image
+from core.metrics import retrieval_metrics
+from core.spots import LocalFeatures, LocalMatcher, features_cache_path, load_features, save_features
+from core.spots.fusion import GLOBAL, calibrator_from_dict, calibrator_to_dict, fuse_probabilities, fused_similarity
+from core.spots.pipeline import LNBNN, VERIFICATION, PipelineSettings, SpotScores, cross_flank, verify_one
+from core.spots.verify import STATUS_WORDS, Verification
+
+PIPELINE_HEAD = "pipeline"
+COMPONENTS = {  # what the evaluation reports besides the pipeline itself: name -> scorers fused
+    "global": (GLOBAL,),
+    "global+verification": (GLOBAL, VERIFICATION),
+    "global+lnbnn": (GLOBAL, LNBNN),
+    "fused": (GLOBAL, VERIFICATION, LNBNN),
+}
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class StoredPipeline:
+    """A fused pipeline as stored in its model row."""
+
+    name: str
+    global_model: str
+    settings: PipelineSettings
+    matcher_config: dict[str, Any]
+    calibrators: dict[str, Calibrator]
+    calibration_source: dict[str, Any] = field(default_factory=dict)
+    status: str = "candidate"
+
+    def provenance(self) -> str:
+        cal = ", ".join(f"{k}: {c.n_outcomes} pairs" for k, c in self.calibrators.items())
+        return (f"{self.name} = {self.global_model} top-{self.settings.shortlist} shortlist + {self.settings.matcher} "
+                f"spots ({', '.join(self.settings.scorers)}), matcher config {self.matcher_config.get('fingerprint')}, "
+                f"isotonic calibration ({cal}) on {self.calibration_source.get('what', 'benchmark pairs')}")
+
+    @classmethod
+    def from_config(cls, name: str, cfg: dict[str, Any], *, status: str) -> StoredPipeline:
+        """The pipeline a model row's ``config`` (see :func:`pipeline_config`) describes."""
+        return cls(name=name, global_model=str(cfg["global_model"]),
+                   settings=PipelineSettings.from_dict(cfg["pipeline"]), matcher_config=cfg["matcher"],
+                   calibrators={k: calibrator_from_dict(v) for k, v in (cfg.get("calibration") or {}).items()},
+                   calibration_source=cfg.get("calibration_source") or {}, status=status)
+
+
+def pipeline_config(name: str, *, global_model: str, global_config: dict[str, Any], settings: PipelineSettings,
+                    matcher: LocalMatcher, calibrators: dict[str, Calibrator],
+                    calibration_source: dict[str, Any]) -> dict[str, Any]:
+    """The ``config`` a pipeline's model row holds."""
+    return {"name": name, "kind": "pipeline", "global_model": global_model, "global_config": global_config,
+            "pipeline": settings.to_dict(), "matcher": matcher.config.to_dict(),
+            "calibration": {k: calibrator_to_dict(c) for k, c in calibrators.items()},
+            "calibration_source": calibration_source, "metric": "probability",
+            "weight_source": f"{global_config.get('weight_source', '')} + {matcher.config.weight_source}"}
+
+
+def pipeline_name(global_model: str, settings: PipelineSettings) -> str:
+    parts = [global_model, settings.matcher]
+    if settings.lnbnn:
+        parts.append("lnbnn")
+    name = "+".join(parts)
+    if not settings.verification:
+        name += "-noverify"
+    if settings.shortlist != PipelineSettings().shortlist:
+        name += f"-k{settings.shortlist}"
+    return name
+
+
+def spot_summary(features: Sequence[LocalFeatures], *, min_keypoints: int) -> dict[str, Any]:
+    n = np.array([f.n for f in features], dtype=np.float64)
+    return {"photos": len(features), "keypoints_mean": float(n.mean()) if n.size else 0.0,
+            "keypoints_median": float(np.median(n)) if n.size else 0.0,
+            "masked_share": float(np.mean([f.masked for f in features])) if features else 0.0,
+            "no_spot_evidence": int(sum(not f.enough(min_keypoints) for f in features))}
+
+
+def calibration_sample(image_ids: Sequence[int], labels: Sequence[str], *, limit: int, seed: int = 0,
+                       exclude: Sequence[int] = ()) -> list[int]:
+    """A seeded sample of whole identities, about ``limit`` photos (in the given order), leaving out ``exclude``;
+    an identity with one photo left gives no same pair and is never chosen."""
+    skip = {int(i) for i in exclude}
+    by_id: dict[str, list[int]] = {}
+    for i, lab in zip(image_ids, labels):
+        if i not in skip:
+            by_id.setdefault(lab, []).append(i)
+    by_id = {k: v for k, v in by_id.items() if len(v) >= 2}  # an animal with one photo gives no same pair
+    order = np.random.default_rng(seed).permutation(sorted(by_id))
+    chosen: list[int] = []
+    for lab in order:
+        if len(chosen) >= limit:
+            break
+        chosen.extend(by_id[str(lab)])
+    keep = set(chosen)
+    return [i for i in image_ids if i in keep]
+
+
+def fuse_scores(spots: SpotScores, valid: np.ndarray, calibrators: dict[str, Calibrator], scorers: Sequence[str], *,
+                shortlist: int) -> np.ndarray:
+    """The fused all-vs-all score matrix of ``scorers`` (each with its calibrator) on a scored set."""
+    raw, applies = spots.restricted(scorers)
+    return fused_similarity(spots.raw[GLOBAL], valid, shortlist=shortlist, raw=raw,
+                            calibrators={k: calibrators[k] for k in scorers}, applies=applies)
+
+
+def component_metrics(spots: SpotScores, valid: np.ndarray, labels: Sequence[str],
+                      calibrators: dict[str, Calibrator], *, shortlist: int) -> dict[str, Any]:
+    """Retrieval metrics of every :data:`COMPONENTS` entry whose scorers are all calibrated, and of LNBNN alone."""
+    g = spots.raw[GLOBAL]
+
+    def metrics_of(sim: np.ndarray) -> dict[str, Any]:
+        return retrieval_metrics(sim, labels, labels, valid=valid).to_dict()
+
+    components: dict[str, Any] = {}
+    for comp, scorers in COMPONENTS.items():
+        if comp == "global":
+            components[comp] = metrics_of(g)
+            continue
+        if not all(s in calibrators for s in scorers):
+            continue
+        components[comp] = metrics_of(fuse_scores(spots, valid, calibrators, scorers, shortlist=shortlist))
+    components["lnbnn_alone"] = metrics_of(np.where(valid, spots.raw[LNBNN] + 1e-9 * g, -np.inf))
+    return components
+
+
+def file_features(paths: Sequence[Path], keys: Sequence[str], *, matcher: LocalMatcher, cache_dir: Path,
+                  progress: Progress | None = None) -> list[LocalFeatures]:
+    """Keypoints of image files (a Kaggle test folder): the RGBA alpha is the mask (the whole photo when there is
+    none), cached under ``cache_dir`` per (``key``: the file's content, matcher config)."""
+    fp = matcher.config.fingerprint()
+    out: list[LocalFeatures] = []
+    for n, (path, key) in enumerate(zip(paths, keys)):
+        cache = features_cache_path(cache_dir, fp, f"{key}-alpha")
+        f = load_features(cache)
+        if f is None:
+            decoded = decode_image(path.read_bytes(), name=path.name)
+            mask = decoded.alpha > 127 if decoded.alpha is not None else None
+            f = matcher.extract(np.asarray(decoded.image), mask if mask is not None and mask.any() else None)
+            save_features(cache, f)
+        out.append(f)
+        if progress is not None:
+            progress(n + 1, len(paths))
+    return out
+
+
+def fuse_pairs(pipeline: StoredPipeline, pairs: Sequence[tuple[int, int]], global_scores: np.ndarray,
+               features: Sequence[LocalFeatures], *, matcher: LocalMatcher,
+               progress: Progress | None = None) -> tuple[np.ndarray, dict[str, int]]:
+    """Fused probability of each (a, b) pair of positions into ``features`` given its global score: the mean
+    of the calibrated global probability and, where both photos have keypoints, the calibrated inlier count.
+    Every pair counts as shortlisted (a submission scores the pairs it is given); LNBNN, which needs a
+    gallery, takes no part. Returns the scores and how many pairs had spot evidence."""
+    cals = pipeline.calibrators
+    probs = {GLOBAL: cals[GLOBAL].probability(np.asarray(global_scores, np.float64))}
+    inliers = np.full(len(pairs), np.nan)
+    if VERIFICATION in pipeline.settings.scorers and VERIFICATION in cals:
+        done: dict[tuple[int, int], float] = {}
+        for t, (a, b) in enumerate(pairs):
+            key = (min(a, b), max(a, b))
+            if key not in done:  # each unordered pair verified once
+                v = verify_one(matcher, features[key[0]], features[key[1]], pipeline.settings)
+                done[key] = float(v.n_inliers) if v.has_evidence else np.nan
+            inliers[t] = done[key]
+            if progress is not None and (t % 500 == 0 or t + 1 == len(pairs)):
+                progress(t + 1, len(pairs))
+        probs[VERIFICATION] = np.where(np.isfinite(inliers), cals[VERIFICATION].probability(np.nan_to_num(inliers)),
+                                       np.nan)
+    fused = fuse_probabilities(probs)  # NaN (no spot evidence) takes no part
+    with_evidence = int(np.isfinite(inliers).sum())
+    return fused.astype(np.float32), {"pairs": len(pairs), "with_spot_evidence": with_evidence}
+
+
+def uses_lnbnn(pipeline: StoredPipeline, query: LocalFeatures) -> bool:
+    """Whether LNBNN votes take part in re-ranking a query with these keypoints."""
+    return (LNBNN in pipeline.settings.scorers and LNBNN in pipeline.calibrators
+            and query.enough(pipeline.settings.min_keypoints))
+
+
+def rerank_shortlist(pipeline: StoredPipeline, ranked: list[tuple[float, int, Any]], query: LocalFeatures,
+                     checks: Sequence[Verification], lnbnn_votes: np.ndarray | None = None
+                     ) -> tuple[list[tuple[float, int, dict[str, Any]]], str | None]:
+    """Re-rank one query's global ranking (score, gallery position, _) by the pipeline: its top-K shortlist (whose
+    spot verifications are ``checks``, in order) gets the fused calibrated probability (global + the spot scorers
+    that apply; LNBNN's ``lnbnn_votes`` per gallery position when :func:`uses_lnbnn`), the rest keep the global
+    order below it. Returns the new ranking with per-candidate spot facts, and a note about the query's evidence."""
+    k = pipeline.settings.shortlist
+    short, rest = ranked[:k], ranked[k:]
+    cals = pipeline.calibrators
+    evidence = np.array([v.has_evidence for v in checks], dtype=bool)
+    probs = {GLOBAL: cals[GLOBAL].probability([sc for sc, _, _ in short]) if short else np.zeros(0)}
+    if VERIFICATION in pipeline.settings.scorers and VERIFICATION in cals:
+        probs[VERIFICATION] = cals[VERIFICATION].probability([v.n_inliers for v in checks]) if checks else np.zeros(0)
+    if lnbnn_votes is not None:
+        probs[LNBNN] = cals[LNBNN].probability([lnbnn_votes[j] for _, j, _ in short]) if short else np.zeros(0)
+    # the spot scorers apply where the pair could be judged on spots (the same rule as in evaluation)
+    fused = fuse_probabilities(probs, {name: evidence for name in probs if name != GLOBAL})
+    out: list[tuple[float, int, dict[str, Any]]] = [
+        (float(fused[t]), j, {"global_score": float(score), "inliers": int(v.n_inliers), "spot_status": v.status,
+                              "spot_probability": float(probs[VERIFICATION][t])
+                              if VERIFICATION in probs and v.has_evidence else None})
+        for t, ((score, j, _), v) in enumerate(zip(short, checks))]
+    out.sort(key=lambda r: (-r[0], -r[2]["global_score"], r[1]))
+    for score, j, _ in rest:
+        out.append((float(cals[GLOBAL].probability([score])[0]) - 1.0, j,
+                    {"global_score": float(score), "inliers": None, "spot_status": "outside_shortlist"}))
+    note = None
+    if not query.enough(pipeline.settings.min_keypoints):
+        note = (f"{STATUS_WORDS['no_keypoints']}: candidates are ranked by the global model alone")
+    elif not query.masked:
+        note = "this photo has no mask: its spots come from the whole photo, background included"
+    return out, note
+
+
+def decided_pair_inliers(matcher: LocalMatcher, features: Sequence[LocalFeatures], flanks: Sequence[str | None],
+                         a_idx: Sequence[int], b_idx: Sequence[int], settings: PipelineSettings
+                         ) -> tuple[list[float], list[bool]]:
+    """(inlier count, has spot evidence) of each pair (a_idx[t], b_idx[t]) of positions into ``features``
+    (opposite flanks are not compared)."""
+    cross = cross_flank(flanks)
+    inliers, use = [], []
+    for a, b in zip(a_idx, b_idx):
+        v = verify_one(matcher, features[a], features[b], settings, cross=bool(cross[a, b]))
+        inliers.append(float(v.n_inliers))
+        use.append(v.has_evidence)
+    return inliers, use
+
+
+def with_refitted_calibration(pipeline: StoredPipeline, global_scores: np.ndarray, same: Sequence[int], *,
+                              inliers: tuple[list[float], list[bool]] | None = None) -> StoredPipeline:
+    """The pipeline with its global calibration (and its inlier calibration, given each decided pair's
+    ``inliers`` and whether it had spot evidence) refitted on the curators' decided pairs (``same``: 1 same, 0 not);
+    an inlier calibration with too few pairs with spot evidence keeps the benchmark's."""
+    calibrators = dict(pipeline.calibrators)
+    y = np.asarray(same)
+    source = f"{len(y)} curator decisions"
+    calibrators[GLOBAL] = fit_calibrator(global_scores, y, sources={source: len(y)})
+    if inliers is not None:
+        use_arr = np.asarray(inliers[1], bool)
+        try:
+            calibrators[VERIFICATION] = fit_calibrator(np.asarray(inliers[0])[use_arr], y[use_arr],
+                                                       sources={source: int(use_arr.sum())})
+        except ValueError:
+            pass  # too few decided pairs with spot evidence: keep the benchmark calibration
+    return replace(pipeline, calibrators=calibrators,
+                   calibration_source={**pipeline.calibration_source,
+                                       "what": f"{source} (global, inliers); LNBNN: "
+                                               f"{pipeline.calibration_source.get('what', 'benchmark pairs')}"})
