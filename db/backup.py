@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from db.session import Catalogue
+from db.audit import reanchor_head
+from db.session import Catalogue, open_catalogue
 
 COPIED = ("images", "thumbs", "masks", "inpainted", "variants", "models", "jobs", "exports")
 DB_NAME = "catalogue.db"
@@ -93,9 +94,7 @@ def restore(src: str | Path, data_dir: str | Path, *, force: bool = False) -> di
     for kind in COPIED:
         if (src / kind).is_dir():
             shutil.copytree(src / kind, data_dir / kind, dirs_exist_ok=True)
-    from db.session import open_catalogue
 
-    from db.audit import reanchor_head
 
     cat = open_catalogue(data_dir)  # migrates an older backup to the current schema
     try:

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from core.splits import check_split_kind, is_column_split, make_split_any
 from db.catalogue import CatalogueError
 from db.embeddings import all_image_ids
+from db.ingest import ingest_path
 from db.models import Benchmark, BenchmarkImage, Image, Individual, Sighting
 from db.session import Catalogue
 
@@ -63,7 +64,6 @@ def _manifest_members(cat: Catalogue, manifest: Path, *, user: str,
     with cat.unit_of_work() as s:
         known = dict(s.execute(select(Image.content_hash, Image.id)).all())
     if any(h not in known for h, _ in resolved):
-        from db.ingest import ingest_path
 
         ingest_path(cat, manifest, format="manifest", user=user)
         with cat.unit_of_work() as s:

@@ -9,8 +9,12 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.calibration import ENOUGH_DECISIONS, Calibrator, fit_match_calibrator
-from db.models import DEFAULT_SPECIES_ID, DecisionKind, Image, MatchDecision, Species
+from core.calibration import ENOUGH_DECISIONS, Calibrator, fit_match_calibrator, reliability
+from core.metrics import all_vs_all_valid
+from core.similarity import pairwise_scores
+from db.compare import test_split_scores
+from db.embeddings import embed_images, gallery_image_ids, get_backbone
+from db.models import DEFAULT_SPECIES_ID, Benchmark, DecisionKind, Image, MatchDecision, Species
 from db.session import Catalogue
 
 DEFAULT_NEW_THRESHOLD = 0.5
@@ -58,8 +62,6 @@ def top_k_outcomes(sim: np.ndarray, valid: np.ndarray, labels: list[Any], *, top
 def benchmark_outcomes(cat: Catalogue, model: str, benchmark: str, *, top_k: int = 5,
                        with_ranks: bool = False) -> tuple[np.ndarray, ...]:
     """(score, same?[, rank]) of each test query's top-``k`` candidates (same-sighting photos excluded)."""
-    from db.compare import test_split_scores
-
     data, _, sim, valid = test_split_scores(cat, model, benchmark)
     scores, same, ranks = top_k_outcomes(sim, valid, data.labels, top_k=top_k)
     return (scores, same, ranks) if with_ranks else (scores, same)
@@ -71,10 +73,6 @@ CATALOGUE_PAIRS_MAX_PHOTOS = 3000  # the identified photos scored all-vs-all for
 def catalogue_outcomes(cat: Catalogue, model: str, *, species_id: int, top_k: int = 5) -> tuple[np.ndarray, ...]:
     """(score, same?, rank) of the top-``k`` candidates of each identified photo among the other identified
     photos (same-sighting photos excluded): what the catalogue itself knows before any benchmark exists."""
-    from core.metrics import all_vs_all_valid
-    from core.similarity import pairwise_scores
-    from db.embeddings import embed_images, gallery_image_ids, get_backbone
-
     ids = gallery_image_ids(cat, species_id=species_id)[:CATALOGUE_PAIRS_MAX_PHOTOS]
     with cat.unit_of_work() as s:
         rows = {r.id: r for r in s.execute(select(Image.id, Image.individual_id, Image.sighting_id)
@@ -91,7 +89,6 @@ def catalogue_outcomes(cat: Catalogue, model: str, *, species_id: int, top_k: in
 
 
 def _species_benchmark(cat: Catalogue, species_id: int) -> str | None:
-    from db.models import Benchmark
 
     with cat.unit_of_work() as s:
         return s.scalar(select(Benchmark.name).where(
@@ -163,8 +160,6 @@ def set_new_individual_threshold(cat: Catalogue, value: float, species_id: int =
 def calibration_report(cat: Catalogue, model: str, *, species_id: int = DEFAULT_SPECIES_ID) -> dict[str, Any] | None:
     """What the Models tab shows: the reliability diagram on the outcomes the calibrator rests on
     (in-sample), how many decisions and benchmark pairs, and the curve score -> probability."""
-    from core.calibration import reliability
-
     cal = calibrator_for(cat, model, species_id=species_id)
     if cal is None:
         return None

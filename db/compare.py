@@ -14,7 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from core.metrics import all_vs_all_valid, average_precision, first_hit_rank, relevance
+from core.similarity import pairwise_scores
+from db.benchmarks import load_benchmark, load_benchmark_fit_ids
+from db.embeddings import embed_images, get_backbone
 from db.session import Catalogue
+from db.spots import load_pipeline, pipeline_similarity
 
 ENDPOINTS = ("map", "cmc1", "cmc5")
 PRIMARY = "cmc1"
@@ -23,12 +28,6 @@ PRIMARY = "cmc1"
 def test_split_scores(cat: Catalogue, model: str, benchmark: str) -> tuple[Any, Any, np.ndarray, np.ndarray]:
     """(test split, model, all-vs-all score matrix, valid mask) under the benchmark protocol: self and
     same-sighting pairs excluded. Shared by the comparison and the calibration's benchmark pairs."""
-    from core.metrics import all_vs_all_valid
-    from core.similarity import pairwise_scores
-    from db.benchmarks import load_benchmark, load_benchmark_fit_ids
-    from db.embeddings import embed_images, get_backbone
-
-    from db.spots import load_pipeline, pipeline_similarity
 
     data = load_benchmark(cat, benchmark, split="test")
     pipeline = load_pipeline(cat, model)
@@ -55,8 +54,6 @@ class _PipelineAsModel:
 
 def per_query_values(cat: Catalogue, model: str, benchmark: str) -> dict[str, Any]:
     """Per-query AP, hit@1, hit@5 of ``model`` on the test split (NaN for queries without a positive)."""
-    from core.metrics import average_precision, first_hit_rank, relevance
-
     data, backbone, sim, valid = test_split_scores(cat, model, benchmark)
     rel = relevance(data.labels, data.labels)
     ap = average_precision(sim, rel, valid=valid)

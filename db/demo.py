@@ -12,7 +12,8 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from db.ingest import IngestReport, ingest_path
+from core.readers import IngestReport
+from db.ingest import ingest_path
 from db.models import Image
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "assets" / "demo"

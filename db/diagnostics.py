@@ -14,14 +14,27 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from sqlalchemy import select
 
+from core.diagnostics import (
+    DIAGNOSTIC_VARIANTS,
+    INPAINTED_AT,
+    diagnose_embeddings,
+    own_variant_scores,
+    photo_mirror_check,
+)
+from core.inpainting import create_inpainter, default_inpainter_name
+from core.masking import default_masker_name
+from core.variants import VARIANTS
 from db.benchmarks import load_benchmark, load_benchmark_fit_ids
-from db.embeddings import embed_images, get_backbone
+from db.catalogue import CatalogueError
+from db.embeddings import embed_images, get_backbone, sources_for, variant_loader
 from db.evaluation import store_evaluation
 from db.masks import diagnostic_masks
+from db.models import Image, Individual
 from db.session import Catalogue
 
-DIAGNOSTIC_VARIANTS = ("full_rgb", "foreground_only", "background_only", "background_inpainted", "silhouette", "mirror")
+__all__ = ["DIAGNOSTIC_VARIANTS", "PhotoDiagnosis", "diagnose_photo", "run_diagnose"]  # the variants: core.diagnostics
 
 
 def run_diagnose(cat: Catalogue, *, backbone: str, benchmark: str, masker: str | None = None,
@@ -30,11 +43,8 @@ def run_diagnose(cat: Catalogue, *, backbone: str, benchmark: str, masker: str |
                  should_cancel: Callable[[], bool] | None = None, store: bool = True,
                  keep_masks: bool = False) -> dict[str, Any]:
     """Diagnose ``backbone`` on ``benchmark``'s test photos. Photos without a catalogue mask are masked into the
-    diagnostic's cache, not the catalogue, unless ``keep_masks`` (see :func:`db.masks.diagnostic_masks`)."""
-    from core.diagnostics import context_reliance, flank_protocols, laterality, map_by_variant, mirrored_query_ratio
-    from core.inpainting import create_inpainter, default_inpainter_name
-    from core.masking import default_masker_name
-    from core.similarity import pairwise_scores
+    diagnostic's cache, not the catalogue, unless ``keep_masks`` (see :func:`db.masks.diagnostic_masks`); the
+    figures come from :func:`core.diagnostics.diagnose_embeddings`."""
 
     def report(frac: float, msg: str) -> None:
         if progress:
@@ -61,42 +71,19 @@ def run_diagnose(cat: Catalogue, *, backbone: str, benchmark: str, masker: str |
         emb = embed_images(cat, data.image_ids, backbone=model, variant=variant, inpainter=inp, seed=seed,
                            should_cancel=should_cancel, sources=sources,
                            progress=lambda d, t, lo=lo, hi=hi, label=label: report(lo + (hi - lo) * d / max(t, 1), f"{label} {d}/{t}"))
-        embeddings[variant if variant != "background_inpainted" else f"background_inpainted@{seed}"] = emb
+        embeddings[variant if variant != "background_inpainted" else f"{INPAINTED_AT}{seed}"] = emb
 
     report(0.96, "computing diagnostics")
-    per_seed = {k: v for k, v in embeddings.items() if k.startswith("background_inpainted@")}
-    plain = {k: v for k, v in embeddings.items() if not k.startswith("background_inpainted@")}
-    maps = map_by_variant(plain, data.labels, metric=metric, sightings=sightings)
-    bg_maps = map_by_variant(per_seed, data.labels, metric=metric, sightings=sightings)
-    maps["background_inpainted"] = float(np.mean(list(bg_maps.values())))
-    axis1 = context_reliance(maps)
-    lat = laterality(embeddings["foreground_only"], embeddings["mirror"], data.labels, metric=metric)
-    mq = mirrored_query_ratio(embeddings["foreground_only"], embeddings["mirror"], data.labels, metric=metric,
-                              sightings=sightings)
-    sim_full = pairwise_scores(embeddings["full_rgb"], embeddings["full_rgb"], metric=metric)
-    flanks = flank_protocols(sim_full, data.labels, data.flanks, sightings=sightings, exclude_same_sighting=True)
-    flanks_with = flank_protocols(sim_full, data.labels, data.flanks, sightings=sightings, exclude_same_sighting=False)
-    lat_d = lat.to_dict(per_image=True)
+    figures = diagnose_embeddings(embeddings, data.labels, data.flanks, metric=metric, sightings=sightings)
+    per_image = figures.pop("per_image")
     result: dict[str, Any] = {
         "model": model.config.name,
         "benchmark": data.name,
         "variant": "all",
         "n_images": len(data),
         "metric": metric,
-        "bg_fg": axis1["bg_fg"], "bg_fg_band": axis1["bg_fg_band"],
-        "bg_sil_fg": axis1["bg_sil_fg"], "bg_sil_fg_band": axis1["bg_sil_fg_band"],
-        "map_macro_by_variant": maps,
-        "map_macro_background_inpainted_by_seed": {k.split("@")[1]: v for k, v in bg_maps.items()},
-        "mirror_sim_mean": lat_d["mirror_sim_mean"], "mirror_sim_std": lat_d["mirror_sim_std"],
-        "mirror_tier": lat_d["mirror_tier"], "danger_margin_positive": lat_d["danger_margin_positive"],
-        "mirrored_query_ratio": mq.get("ratio") if isinstance(mq, dict) else mq,
-        "mirrored_query": mq,
-        "within_flank": flanks["within_flank"], "cross_flank": flanks["cross_flank"],
-        "cross_within_ratio": flanks.get("cross_within_ratio"),
-        "within_flank_with_same_sighting": flanks_with["within_flank"],
-        "cross_flank_with_same_sighting": flanks_with["cross_flank"],
-        "per_image": {"image_ids": data.image_ids, "labels": data.labels,
-                      **{k: lat_d[k] for k in ("mirror_sim", "nn_sim", "nn_index", "danger_margin") if k in lat_d}},
+        **figures,
+        "per_image": {"image_ids": data.image_ids, "labels": data.labels, **per_image},
         "masker": masker_name,
         "mask_run": {k: mask_run[k] for k in ("masked", "cached", "flagged", "todo", "kept_in_catalogue")},
         "inpainter": inp.name, "inpainter_config": inp.config, "seeds": list(seeds),
@@ -134,9 +121,6 @@ class PhotoDiagnosis:
 
 
 def _photo_facts(cat: Catalogue, image_id: int) -> dict[str, Any]:
-    from db.catalogue import CatalogueError
-    from db.models import Image, Individual
-
     with cat.unit_of_work() as s:
         img = s.get(Image, int(image_id))
         if img is None:
@@ -164,14 +148,9 @@ def diagnose_photo(cat: Catalogue, image_id: int, *, model: Any, inpainter: Any,
       g(y) = e_foreground_only(y) when y has a mask, else e_full_rgb(y) (counted in
       ``other_cutouts`` so the panel can say how fair the comparison was).
     - danger_margin = nn_sim - mirror_sim (> 0: the mirrored photo looks more like another animal).
+
+    The scores come from :func:`core.diagnostics.own_variant_scores` and :func:`core.diagnostics.photo_mirror_check`.
     """
-    from sqlalchemy import select
-
-    from core.diagnostics import laterality, scores
-    from core.variants import VARIANTS
-    from db.embeddings import embed_images, sources_for, variant_loader
-    from db.models import Image, Individual
-
     def report(frac: float, msg: str) -> None:
         if progress:
             progress(frac, msg)
@@ -205,8 +184,7 @@ def diagnose_photo(cat: Catalogue, image_id: int, *, model: Any, inpainter: Any,
     if own:
         report(0.65, f"comparing with {len(own)} photo(s) of the same individual")
         g = embed_images(cat, [r.id for r in own], backbone=model, variant="full_rgb")
-        sim = scores(np.stack([emb[v] for v in VARIANTS]), g, metric=metric)
-        own_scores = {v: float(sim[k].max()) for k, v in enumerate(VARIANTS)}
+        own_scores = own_variant_scores({v: emb[v] for v in VARIANTS}, g, metric=metric)
 
     # other individuals: the mirrored cut-out against their cut-outs (full photos where no mask exists)
     others = [r for r in rows if r.individual_id != facts["individual_id"]]
@@ -223,13 +201,12 @@ def diagnose_photo(cat: Catalogue, image_id: int, *, model: Any, inpainter: Any,
         if whole:
             parts.append(embed_images(cat, [r.id for r in whole], backbone=model, variant="full_rgb"))
         ordered = cut + whole
-        lat = laterality(emb["foreground_only"][None], emb["mirror"][None], [query_label], metric=metric,
-                         gallery=np.concatenate(parts), gallery_labels=[f"individual {r.individual_id}" for r in ordered])
-        mirror_sim = float(lat.mirror_sim[0])
-        nn_sim, margin = float(lat.nn_sim[0]), float(lat.danger_margin[0])
-        nn_row = ordered[int(lat.nn_index[0])]
+        mirror_sim, nn_sim, margin, nn_index = photo_mirror_check(
+            emb["foreground_only"], emb["mirror"], query_label, metric=metric, gallery=np.concatenate(parts),
+            gallery_labels=[f"individual {r.individual_id}" for r in ordered])
+        nn_row = ordered[int(nn_index)]
     else:
-        mirror_sim = float(scores(emb["foreground_only"][None], emb["mirror"][None], metric=metric)[0, 0])
+        mirror_sim = photo_mirror_check(emb["foreground_only"], emb["mirror"], query_label, metric=metric)[0]
     report(1.0, "done")
     return PhotoDiagnosis(
         image_id=src.image_id, name=facts["name"], individual=facts["individual"], mask_source=facts["mask_source"],

@@ -10,6 +10,9 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
+from core.features import atomic_write
+from core.projection import project_2d
+from db.embeddings import all_image_ids, embed_images, get_backbone
 from db.models import Image, Individual, MatchDecision, Species
 from db.session import Catalogue
 
@@ -17,7 +20,6 @@ COLOUR_BY = ("individual", "flank", "solidity", "species", "undecided")
 
 
 def _photo_ids(cat: Catalogue, species_id: int | None) -> list[int]:
-    from db.embeddings import all_image_ids
 
     return all_image_ids(cat, species_id=species_id)
 
@@ -32,8 +34,6 @@ def compute_map(cat: Catalogue, model: str, *, species_id: int | None = None, pr
     """Embed the photos (feature cache), project to 2-D, save; returns {path, n, seconds_umap, poincare}."""
     import time
 
-    from core.projection import project_2d
-    from db.embeddings import embed_images, get_backbone
 
     backbone = get_backbone(cat, model)
     ids = _photo_ids(cat, species_id)
@@ -43,7 +43,6 @@ def compute_map(cat: Catalogue, model: str, *, species_id: int | None = None, pr
     t0 = time.perf_counter()
     xy = project_2d(emb, metric=backbone.config.metric, seed=seed)
     secs = time.perf_counter() - t0
-    from core.features import atomic_write
 
     path = map_path(cat, backbone.config.fingerprint(), ids)
     atomic_write(path, lambda fh: np.savez(fh, ids=np.array(ids, dtype=np.int64), xy=xy,
@@ -54,8 +53,6 @@ def compute_map(cat: Catalogue, model: str, *, species_id: int | None = None, pr
 
 def load_map(cat: Catalogue, model: str, *, species_id: int | None = None) -> dict[str, Any] | None:
     """The stored map of the current photo set (None when it must be computed), with per-photo facts."""
-    from db.embeddings import get_backbone
-
     ids = _photo_ids(cat, species_id)
     path = map_path(cat, get_backbone(cat, model).config.fingerprint(), ids)
     if not path.exists():

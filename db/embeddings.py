@@ -17,7 +17,11 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.backbones import DEFAULT_BACKBONE
+from core.backbones import BACKBONES, DEFAULT_BACKBONE, create_backbone
+from core.features import extract_features
+from core.images import load_rgb
+from core.masking import decode_mask_png
+from core.variants import MASK_FREE_VARIANTS, make_variant
 from db.catalogue import CatalogueError
 from db.models import Image, Individual, Model, ModelStatus
 from db.session import Catalogue
@@ -58,7 +62,6 @@ def sources_for(cat: Catalogue, image_ids: Sequence[int]) -> list[ImageSource]:
 
 
 def load_photo(cat: Catalogue, src: ImageSource) -> np.ndarray:
-    from core.images import load_rgb
 
     return load_rgb(cat.blobs.path(src.blob_path))
 
@@ -67,7 +70,6 @@ CACHED_MASK_PREFIX = "cache:"  # a mask_path under the cache folder: a diagnosti
 
 
 def load_mask(cat: Catalogue, src: ImageSource, *, shape: tuple[int, int] | None = None) -> np.ndarray | None:
-    from core.masking import decode_mask_png
 
     if not src.mask_path:
         return None
@@ -85,8 +87,6 @@ def load_mask(cat: Catalogue, src: ImageSource, *, shape: tuple[int, int] | None
 def inpainted_background(cat: Catalogue, src: ImageSource, rgb: np.ndarray, mask: np.ndarray, *,
                          inpainter: Any, seed: int = 0) -> np.ndarray:
     """The photo with the animal removed and filled in, cached on disk per (image, mask, inpainter, seed)."""
-    from core.images import load_rgb
-
     key = _fingerprint_dict(inpainter.config)
     path = cat.cache_dir / "inpainted" / key / f"{src.content_hash}_{_mask_digest(src.mask_path)}_s{seed}.png"
     if path.exists():
@@ -114,8 +114,6 @@ def _fingerprint_dict(d: dict[str, Any]) -> str:
 def variant_loader(cat: Catalogue, src: ImageSource, variant: str, *, inpainter: Any = None,
                    seed: int = 0) -> tuple[str, Callable[[], np.ndarray]]:
     """(cache key, loader) for one image and variant, as ``core.features.extract_features`` expects."""
-    from core.variants import MASK_FREE_VARIANTS, make_variant
-
     if variant in MASK_FREE_VARIANTS:
         return src.content_hash, lambda: load_photo(cat, src)
     if not src.mask_path:
@@ -166,8 +164,6 @@ def _fitted_backbone(cat: Catalogue, name: str, fit_image_ids: Sequence[int] | N
     reused for another; without ``fit_image_ids`` (match review) the catalogue's codebook is fitted once on
     a seeded sample and kept. Fewer than :data:`MIN_CODEBOOK_PHOTOS` photos are refused.
     """
-    from core.backbones import create_backbone
-
     pointer = _catalogue_codebook_pointer(cat, name)
     if fit_image_ids is None and pointer.exists():
         fit_hash = pointer.read_text().strip()
@@ -221,8 +217,6 @@ def get_backbone(cat: Catalogue, name: str, *, fit_image_ids: Sequence[int] | No
     (default: a seeded sample of up to 200 catalogue photos, fitted once) and the fit is saved under
     ``<data_dir>/models`` keyed by the exact photo set.
     """
-    from core.backbones import BACKBONES, create_backbone
-
     if name not in BACKBONES:
         with cat.unit_of_work() as s:  # a fused pipeline (db.spots): its global model embeds
             pipeline_global = s.scalar(select(Model.backbone).where(Model.name == name, Model.head == "pipeline"))
@@ -284,8 +278,6 @@ def embed_images(cat: Catalogue, image_ids: Sequence[int], *, backbone: Any, var
 
     ``sources`` (one per id, in order) replaces the catalogue's view of the photos, e.g. with a diagnostic's
     cached masks (:func:`db.masks.diagnostic_masks`)."""
-    from core.features import extract_features
-
     if sources is None:
         sources = sources_for(cat, image_ids)
     elif [s.image_id for s in sources] != [int(i) for i in image_ids]:

@@ -1,41 +1,23 @@
 """Benchmark evaluation runner: embed a benchmark's test split with a backbone,
 score all-vs-all, compute the metrics and store them in ``evaluations`` with
-the exact model config, so every number shown can be traced back."""
+the exact model config, so every number shown can be traced back. The maths over the embeddings
+(:func:`core.evaluation.evaluate_embeddings`) are pure functions in core."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from sqlalchemy import select
 
+from core.evaluation import RERANK_METHODS, evaluate_embeddings, similarity_for
 from db.benchmarks import load_benchmark, load_benchmark_fit_ids
 from db.embeddings import embed_images, get_backbone
 from db.models import Benchmark, Evaluation, Model
 from db.session import Catalogue
 
-def _rerank_methods() -> tuple[str, ...]:
-    from core.rerank import rerankers
-
-    return ("none", *(n for n in rerankers.names() if n != "none"))
-
-
-RERANK_METHODS = _rerank_methods()  # the one list of re-ranking names: core.rerank's registry
-
-
-def similarity_for(emb: np.ndarray, *, metric: str = "cosine", rerank: str = "none",
-                   valid: np.ndarray | None = None) -> np.ndarray:
-    """All-vs-all score matrix, optionally re-ranked (k-reciprocal or average query expansion);
-    ``valid`` marks the pairs re-ranking may use as neighbours (e.g. not from the same sighting)."""
-    from core.similarity import pairwise_scores
-
-    sim = pairwise_scores(emb, emb, metric=metric)
-    if rerank in ("none", "", None):
-        return sim
-    from core.rerank import all_vs_all_rerank
-
-    return all_vs_all_rerank(sim, method=rerank, valid=valid)
+__all__ = ["RERANK_METHODS", "evaluate_embeddings", "list_evaluations", "run_evaluation", "similarity_for",
+           "store_evaluation"]  # the array maths live in core.evaluation; re-exported for their older importers
 
 
 def run_evaluation(cat: Catalogue, *, backbone: str, benchmark: str, variant: str = "full_rgb",
@@ -68,23 +50,6 @@ def run_evaluation(cat: Catalogue, *, backbone: str, benchmark: str, variant: st
         result["evaluation_id"] = store_evaluation(cat, result, kind="retrieval", masker=masker,
                                                    inpainter=getattr(inpainter, "name", None))
     return result
-
-
-def evaluate_embeddings(emb: np.ndarray, labels: list[str], sightings: list[str | None], *,
-                        metric: str = "cosine", rerank: str = "none") -> dict[str, Any]:
-    from core.metrics import all_vs_all_metrics, all_vs_all_valid, retrieval_metrics
-
-    has_sightings = any(s for s in sightings)
-    valid = all_vs_all_valid(len(labels), sightings=sightings if has_sightings else None, exclude_same_sighting=True)
-    sim = similarity_for(emb, metric=metric, rerank=rerank, valid=valid)
-    main = retrieval_metrics(sim, labels, labels, valid=valid)  # the same mask re-ranking used
-    if not labels:
-        raise ValueError("the benchmark's test split is empty")
-    out = main.to_dict()
-    out["same_sighting_excluded"] = has_sightings
-    if has_sightings:
-        out["with_same_sighting"] = all_vs_all_metrics(sim, labels, exclude_same_sighting=False).to_dict()
-    return out
 
 
 def store_evaluation(cat: Catalogue, result: dict[str, Any], *, kind: str, masker: str | None = None,

@@ -11,9 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from core.features import extract_features
+from core.images import decode_image
+from core.kaggle import check_images_exist, distinct_images, read_test_csv, score_pairs, write_submission
+from core.spots.stored import fuse_pairs
+from core.variants import make_variant
 from db.embeddings import get_backbone
 from db.session import Catalogue
-from db.spots import folder_features, fuse_pairs, load_pipeline, matcher_for
+from db.spots import folder_features, load_pipeline, matcher_for
 
 
 def _file_key(path: Path) -> str:
@@ -24,8 +29,6 @@ def folder_loader(path: Path, variant: str) -> Callable[[], np.ndarray]:
     """Loader for a Kaggle image: ``full_rgb`` or, from the RGBA alpha, ``foreground_only``."""
 
     def load() -> np.ndarray:
-        from core.images import decode_image
-        from core.variants import make_variant
 
         decoded = decode_image(path.read_bytes(), name=path.name)
         rgb = np.asarray(decoded.image)
@@ -42,9 +45,6 @@ def export_kaggle(cat: Catalogue, *, test_csv: str | Path, images_dir: str | Pat
                   variant: str = "full_rgb", progress: Callable[[int, int], None] | None = None,
                   should_cancel: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Read and validate ``test_csv``, embed each referenced image once, score every row, write ``out``."""
-    from core.features import extract_features
-    from core.kaggle import check_images_exist, distinct_images, read_test_csv, score_pairs, write_submission
-
     t0 = time.perf_counter()
     rows = read_test_csv(Path(test_csv))
     names = distinct_images(rows)

@@ -7,19 +7,20 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
+from core.features import extract_features
 from core.flank import FlankClassifier, fit_flank_classifier, flank_class, orientation_features
+from core.variants import flip_horizontal
+from db.catalogue import CatalogueError
+from db.embeddings import embed_images, get_backbone, load_photo, sources_for
 from db.models import Flank, Image
 from db.session import Catalogue
+from db.species import active_model_name, species_of_image
 
 _CACHE: dict[tuple, FlankClassifier] = {}
 
 
 def _features(cat: Catalogue, image_ids: list[int], backbone: Any) -> np.ndarray:
     """[f(x) + f(flip x), f(x) - f(flip x)] for catalogue photos, both embeddings through the feature cache."""
-    from core.features import extract_features
-    from core.variants import flip_horizontal
-    from db.embeddings import embed_images, load_photo, sources_for
-
     plain = embed_images(cat, image_ids, backbone=backbone)
     items = [(src.content_hash, (lambda s=src: flip_horizontal(load_photo(cat, s)))) for src in sources_for(cat, image_ids)]
     flipped = extract_features(backbone, items, variant="full_rgb_flipped", cache_dir=cat.cache_dir / "features")
@@ -28,9 +29,6 @@ def _features(cat: Catalogue, image_ids: list[int], backbone: Any) -> np.ndarray
 
 def flank_classifier(cat: Catalogue, *, model: str | None = None, species_id: int | None = None) -> FlankClassifier:
     """Fitted on every photo (of the species) whose flank was labelled by the manifest or a curator."""
-    from db.embeddings import get_backbone
-    from db.species import active_model_name
-
     model = model or active_model_name(cat, species_id)
     with cat.unit_of_work() as s:
         q = select(Image.id, Image.flank).where(Image.flank != Flank.unknown,
@@ -47,9 +45,6 @@ def flank_classifier(cat: Catalogue, *, model: str | None = None, species_id: in
 
 def suggest_flanks(cat: Catalogue, image_ids: list[int], *, model: str | None = None) -> dict[int, dict[str, Any]]:
     """image id -> {flank, confidence, accuracy (held-out), model} for photos without a flank label."""
-    from db.embeddings import get_backbone
-    from db.species import active_model_name, species_of_image
-
     out: dict[int, dict[str, Any]] = {}
     by_species: dict[int, list[int]] = {}
     for i in image_ids:
@@ -66,8 +61,6 @@ def suggest_flanks(cat: Catalogue, image_ids: list[int], *, model: str | None = 
 
 def accept_flank_suggestion(cat: Catalogue, image_id: int, *, user: str) -> str:
     """Set the suggested flank on a photo (recorded as a curator's label). Returns the flank."""
-    from db.catalogue import CatalogueError
-
     sug = suggest_flanks(cat, [int(image_id)])[int(image_id)]
     with cat.unit_of_work() as s:
         img = s.get(Image, int(image_id))

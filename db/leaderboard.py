@@ -9,6 +9,7 @@ from sqlalchemy import select
 
 from db.models import Evaluation, Model
 from db.session import Catalogue
+from db.species import model_status
 
 SORT_KEYS = ("map_macro", "map_micro", "cmc1_macro", "cmc5_macro", "cross_within", "bg_fg", "mirror_sim",
              "train_seconds", "name")
@@ -16,7 +17,6 @@ SORT_KEYS = ("map_macro", "map_micro", "cmc1_macro", "cmc5_macro", "cross_within
 
 def leaderboard(cat: Catalogue, *, benchmark: str, variant: str = "full_rgb", sort: str = "map_macro",
                 include_archived: bool = False) -> list[dict[str, Any]]:
-    from db.species import model_status
 
     if sort not in SORT_KEYS:
         raise ValueError(f"unknown sort key {sort!r}; expected one of {', '.join(SORT_KEYS)}")

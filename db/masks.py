@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
+from core.masking import create_masker, default_masker_name, encode_mask_png, mask_quality, prompt_of
 from db.catalogue import CatalogueError, get_image, get_or_create_user
 from db.embeddings import CACHED_MASK_PREFIX, ImageSource, load_photo, sources_for
 from db.models import Flank, Image
@@ -23,8 +24,6 @@ FLANKS = [f.value for f in Flank]
 def store_mask(cat: Catalogue, image_id: int, mask: np.ndarray, *, source: str, details: dict[str, Any] | None = None,
                user: str = "curator") -> dict[str, Any]:
     """Save ``mask`` for an image (replacing any previous one) and return its quality."""
-    from core.masking import encode_mask_png, mask_quality, prompt_of
-
     quality = mask_quality(mask, **prompt_of(details))  # a drawn box and clicks: is the mask likely partial?
     rel = cat.blobs.put(encode_mask_png(mask), kind="masks", ext=".png")
     with cat.unit_of_work() as s:
@@ -46,8 +45,6 @@ def predict_mask(cat: Catalogue, image_id: int, *, masker: str, points: Sequence
                  point_labels: Sequence[int] | None = None, box: tuple[float, float, float, float] | None = None,
                  **masker_opts: Any):
     """Run a masker on one catalogue photo (nothing stored); returns the core ``MaskResult``."""
-    from core.masking import create_masker
-
     src = sources_for(cat, [image_id])[0]
     rgb = load_photo(cat, src)
     return create_masker(masker, **masker_opts).predict(rgb, points=points, point_labels=point_labels, box=box)
@@ -58,8 +55,6 @@ def mask_images(cat: Catalogue, *, masker: str | None = None, image_ids: Sequenc
                 should_cancel: Callable[[], bool] | None = None, **masker_opts: Any) -> dict[str, Any]:
     """Batch-mask photos (default masker: SAM 2 when configured, else GrabCut), one commit per photo,
     so an interrupted run resumes where it stopped with ``only_missing``."""
-    from core.masking import create_masker, default_masker_name
-
     name = masker or default_masker_name()
     model = create_masker(name, **masker_opts)
     with cat.unit_of_work() as s:
@@ -96,8 +91,6 @@ def diagnostic_masks(cat: Catalogue, image_ids: Sequence[int], *, masker: str | 
     diagnostic's cache (``cache/masks/<masker>-<config>/<photo>/<png digest>.png``, made once, read again by
     later runs), not in the catalogue: a diagnostic must not change what the curators keep (issue 14, item 9).
     With ``keep_in_catalogue`` the masks are stored as catalogue masks instead, as ``rosette mask`` does."""
-    from core.masking import create_masker, default_masker_name, encode_mask_png, mask_quality
-
     name = masker or default_masker_name()
     if keep_in_catalogue:
         run = mask_images(cat, masker=name, image_ids=image_ids, only_missing=True, user=user, progress=progress,

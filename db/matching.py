@@ -17,12 +17,16 @@ import numpy as np
 from sqlalchemy import select, update
 
 from core.backbones import DEFAULT_BACKBONE
+from core.retrieval import build_index
+from core.similarity import pairwise_scores
 from db import catalogue as ops
 from db.catalogue import CatalogueError, ConflictError, check_date  # noqa: F401  (check_date: also read from here)
-from db.embeddings import embed_images, get_backbone
-from db.photos import image_rows
+from db.embeddings import embed_images, gallery_image_ids, get_backbone
 from db.models import DecisionKind, Image, MatchDecision, Model, utcnow
+from db.photos import image_rows
 from db.session import Catalogue
+from db.species import species_of_image
+from db.spots import load_pipeline, rerank_with_pipeline, with_decision_calibration
 
 DECISIONS = {d.value: d for d in DecisionKind}
 _UNSET: Any = object()
@@ -59,7 +63,6 @@ class MatchResult:
 
 
 def gallery_for(cat: Catalogue, *, species_id: int | None = None) -> list[int]:
-    from db.embeddings import gallery_image_ids
 
     return gallery_image_ids(cat, species_id=species_id)
 
@@ -92,7 +95,6 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = DE
     """
     date_from = check_date(date_from, what="the 'from' date")
     date_to = check_date(date_to, what="the 'to' date")
-    from db.species import species_of_image
 
     gallery = [i for i in gallery_for(cat, species_id=species_of_image(cat, query_image_id)) if i != query_image_id]
     rows = image_rows(cat, gallery + [query_image_id])
@@ -106,7 +108,6 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = DE
     if place or date_from or date_to:
         gallery = [i for i in gallery if passes_place_and_date(rows[i][8], rows[i][9] or rows[i][10], place_filter=place,
                                                                date_from=date_from, date_to=date_to)]
-    from db.spots import load_pipeline, with_decision_calibration
 
     pipeline = load_pipeline(cat, model_name)
     if pipeline is not None:  # the curators' decisions replace the benchmark pairs once there are enough
@@ -124,7 +125,6 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = DE
     scores, hits = index.search(emb[:1], depth)
     ranked = [(float(sc), int(j), None) for sc, j in zip(scores[0], hits[0]) if j >= 0]
     if pipeline is not None:
-        from db.spots import rerank_with_pipeline
 
         ranked, result.query_spot_note = rerank_with_pipeline(cat, pipeline, query_image_id, gallery, ranked, rows)
     seen: set[int] = set()
@@ -150,8 +150,6 @@ _INDEX_CACHE: dict[tuple[str, str], Any] = {}
 def _gallery_index(model_name: str, gallery: tuple[int, ...], emb: np.ndarray, *, metric: str) -> Any:
     """FAISS index over the gallery embeddings (exact for small galleries, approximate above
     ``core.retrieval``'s measured threshold), reused while the gallery and model are unchanged."""
-    from core.retrieval import build_index
-
     import hashlib
 
     key = (model_name, hashlib.sha1(np.ascontiguousarray(emb).tobytes() + repr(gallery).encode()).hexdigest())
@@ -295,8 +293,6 @@ class QueueItem:
 def review_queue(cat: Catalogue, *, model_name: str = DEFAULT_BACKBONE, limit: int = 200,
                  progress=None) -> list[QueueItem]:
     """Photos with no standing decision, most confident top match first (unassigned photos first)."""
-    from core.similarity import pairwise_scores
-
     with cat.unit_of_work() as s:
         decided = set(s.scalars(select(MatchDecision.query_image_id).where(MatchDecision.undone_at.is_(None))))
         all_rows = s.execute(select(Image.id, Image.individual_id, Image.species_id).order_by(Image.id)).all()

@@ -17,7 +17,8 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from core.backbones import DEFAULT_BACKBONE as DEFAULT_MODEL  # the offline default, defined once
-from db.catalogue import CatalogueError, NotFoundError, _record
+from db.catalogue import CatalogueError, NotFoundError, _record, image_field
+from db.embeddings import get_backbone
 from db.models import DEFAULT_SPECIES_ID, EventKind, Image, Individual, Model, ModelStatus, Species
 from db.session import Catalogue
 
@@ -117,7 +118,6 @@ def set_image_species(cat: Catalogue, image_ids: Sequence[int], species: str | i
 
 
 def species_of_image(cat: Catalogue, image_id: int) -> int:
-    from db.catalogue import image_field
 
     with cat.unit_of_work() as s:
         return int(image_field(s, image_id, Image.species_id))
@@ -139,8 +139,6 @@ def promote_model(cat: Catalogue, name: str, *, species: str | int | None = None
     Returns {model, species, species_id, previous, follow_up}: ``follow_up`` lists the jobs the promotion needs
     (re-embedding the species' photos; a fused pipeline's keypoints) as {kind, params}, for the caller to queue
     (``jobs.actions.promote.promote``): the store does not reach up into the job queue."""
-    from db.embeddings import get_backbone
-
     get_backbone(cat, name)  # loads (and registers) it: a model whose weights are missing cannot be promoted
     with cat.unit_of_work() as s:
         model = s.scalar(select(Model).where(Model.name == name))

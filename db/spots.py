@@ -15,27 +15,69 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from sqlalchemy import select
 
 from core.calibration import ENOUGH_DECISIONS, Calibrator
-from core.spots import LocalFeatures, LocalMatcher, features_cache_path, load_features, save_features
-from core.spots.fusion import GLOBAL, calibrator_from_dict, calibrator_to_dict, fit_scorer_calibrations, \
-    fused_similarity
-from core.spots.pipeline import LNBNN, VERIFICATION, PipelineSettings, spot_scores_all_vs_all
+from core.features import ExtractionCancelled
+from core.metrics import all_vs_all_valid, retrieval_metrics
+from core.similarity import paired_scores, pairwise_scores
+from core.spots import (
+    MIN_KEYPOINTS,
+    LocalFeatures,
+    LocalMatcher,
+    create_matcher,
+    features_cache_path,
+    load_features,
+    save_features,
+)
+from core.spots.fusion import GLOBAL, calibrator_to_dict, fit_scorer_calibrations
+from core.spots.lnbnn import build_descriptor_index, lnbnn_scores
+from core.spots.pipeline import VERIFICATION, PipelineSettings, cross_flank, spot_scores_all_vs_all, verify_one
 from core.spots.requests import KeypointsRequest, SpotEvaluationRequest
+from core.spots.stored import (
+    COMPONENTS,
+    PIPELINE_HEAD,
+    StoredPipeline,
+    calibration_sample,
+    component_metrics,
+    decided_pair_inliers,
+    file_features,
+    fuse_pairs,
+    fuse_scores,
+    pipeline_config,
+    pipeline_name,
+    rerank_shortlist,
+    spot_summary,
+    uses_lnbnn,
+    with_refitted_calibration,
+)
 from db.benchmarks import load_benchmark, load_benchmark_fit_ids
 from db.catalogue import CatalogueError
-from db.embeddings import embed_images, get_backbone, load_mask, load_photo, \
-    masked_content_key, sources_for
-from db.models import Image, Model, ModelStatus
+from db.embeddings import (
+    all_image_ids,
+    embed_images,
+    get_backbone,
+    load_mask,
+    load_photo,
+    masked_content_key,
+    sources_for,
+)
+from db.evaluation import store_evaluation
+from db.models import DecisionKind, Image, MatchDecision, Model, ModelStatus
 from db.photos import image_rows
 from db.session import Catalogue
 
-PIPELINE_HEAD = "pipeline"
+__all__ = ["CALIBRATION_PHOTOS", "COMPONENTS", "PIPELINE_HEAD", "StoredPipeline", "calibration_image_ids",
+           "decided_pairs", "evaluate_pipeline", "evaluate_request", "extract_keypoints", "features_for",
+           "folder_features", "fuse_pairs", "get_matcher", "is_pipeline", "load_pipeline", "matcher_for",
+           "pipeline_name", "pipeline_similarity", "rerank_with_pipeline", "spot_summary", "verify_candidates",
+           "with_decision_calibration"]  # the pure part (StoredPipeline, fuse_pairs...) lives in core.spots.stored
+
 #: Photos of the benchmark's train split (whole identities, seeded) on which the scorers are calibrated.
 CALIBRATION_PHOTOS = 400
 EXTRACT_THREADS = 2
@@ -50,8 +92,6 @@ Progress = Callable[[int, int], None]
 
 def get_matcher(name: str, **opts: Any) -> LocalMatcher:
     """A local matcher by registry name, built once per process (learned ones raise when weights are absent)."""
-    from core.spots import create_matcher
-
     key = (name, json.dumps(opts, sort_keys=True, default=str))
     with _LOCK:
         if key not in _MATCHERS:
@@ -97,8 +137,6 @@ def features_for(cat: Catalogue, image_ids: Sequence[int], *, matcher: LocalMatc
     with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="rosette-spots") as pool:
         for start in range(0, len(missing), 16):
             if should_cancel is not None and should_cancel():
-                from core.features import ExtractionCancelled
-
                 raise ExtractionCancelled(done, len(srcs))
             chunk = missing[start:start + 16]
             for i, f in zip(chunk, pool.map(extract, chunk)):
@@ -109,46 +147,7 @@ def features_for(cat: Catalogue, image_ids: Sequence[int], *, matcher: LocalMatc
     return [f for f in out if f is not None]
 
 
-def spot_summary(features: Sequence[LocalFeatures], *, min_keypoints: int) -> dict[str, Any]:
-    n = np.array([f.n for f in features], dtype=np.float64)
-    return {"photos": len(features), "keypoints_mean": float(n.mean()) if n.size else 0.0,
-            "keypoints_median": float(np.median(n)) if n.size else 0.0,
-            "masked_share": float(np.mean([f.masked for f in features])) if features else 0.0,
-            "no_spot_evidence": int(sum(not f.enough(min_keypoints) for f in features))}
-
-
 # ------------------------------------------------------------------------------------------ pipelines
-
-
-@dataclass
-class StoredPipeline:
-    """A fused pipeline as stored in its model row."""
-
-    name: str
-    global_model: str
-    settings: PipelineSettings
-    matcher_config: dict[str, Any]
-    calibrators: dict[str, Calibrator]
-    calibration_source: dict[str, Any] = field(default_factory=dict)
-    status: str = "candidate"
-
-    def provenance(self) -> str:
-        cal = ", ".join(f"{k}: {c.n_outcomes} pairs" for k, c in self.calibrators.items())
-        return (f"{self.name} = {self.global_model} top-{self.settings.shortlist} shortlist + {self.settings.matcher} "
-                f"spots ({', '.join(self.settings.scorers)}), matcher config {self.matcher_config.get('fingerprint')}, "
-                f"isotonic calibration ({cal}) on {self.calibration_source.get('what', 'benchmark pairs')}")
-
-
-def pipeline_name(global_model: str, settings: PipelineSettings) -> str:
-    parts = [global_model, settings.matcher]
-    if settings.lnbnn:
-        parts.append("lnbnn")
-    name = "+".join(parts)
-    if not settings.verification:
-        name += "-noverify"
-    if settings.shortlist != PipelineSettings().shortlist:
-        name += f"-k{settings.shortlist}"
-    return name
 
 
 def load_pipeline(cat: Catalogue, name: str) -> StoredPipeline | None:
@@ -159,10 +158,7 @@ def load_pipeline(cat: Catalogue, name: str) -> StoredPipeline | None:
             return None
         cfg = dict(row.config or {})
         status = row.status.value if hasattr(row.status, "value") else str(row.status)
-    return StoredPipeline(name=name, global_model=str(cfg["global_model"]),
-                          settings=PipelineSettings.from_dict(cfg["pipeline"]), matcher_config=cfg["matcher"],
-                          calibrators={k: calibrator_from_dict(v) for k, v in (cfg.get("calibration") or {}).items()},
-                          calibration_source=cfg.get("calibration_source") or {}, status=status)
+    return StoredPipeline.from_config(name, cfg, status=status)
 
 
 def is_pipeline(cat: Catalogue, name: str) -> bool:
@@ -185,11 +181,8 @@ def matcher_for(pipeline: StoredPipeline) -> LocalMatcher:
 def _register_pipeline(cat: Catalogue, name: str, *, global_model: str, global_config: dict[str, Any],
                        settings: PipelineSettings, matcher: LocalMatcher, calibrators: dict[str, Calibrator],
                        calibration_source: dict[str, Any], species_id: int | None) -> None:
-    config = {"name": name, "kind": "pipeline", "global_model": global_model, "global_config": global_config,
-              "pipeline": settings.to_dict(), "matcher": matcher.config.to_dict(),
-              "calibration": {k: calibrator_to_dict(c) for k, c in calibrators.items()},
-              "calibration_source": calibration_source, "metric": "probability",
-              "weight_source": f"{global_config.get('weight_source', '')} + {matcher.config.weight_source}"}
+    config = pipeline_config(name, global_model=global_model, global_config=global_config, settings=settings,
+                             matcher=matcher, calibrators=calibrators, calibration_source=calibration_source)
     with cat.unit_of_work() as s:
         row = s.scalar(select(Model).where(Model.name == name))
         if row is not None and row.head != PIPELINE_HEAD:
@@ -213,25 +206,11 @@ def calibration_image_ids(cat: Catalogue, benchmark: str, *, limit: int = CALIBR
                           exclude: Sequence[int] = ()) -> list[int]:
     """A seeded sample of whole identities from the benchmark's train split, about ``limit`` photos, leaving
     out ``exclude`` (the photos a trained global model learned from: on them its scores are overconfident)."""
-
     data = load_benchmark(cat, benchmark, split="train")
     if not data.image_ids:
         raise CatalogueError(f"benchmark {benchmark!r} has no train split to calibrate the spot scorers on "
                              "(a test-only benchmark); use a benchmark with a train split")
-    skip = set(int(i) for i in exclude)
-    by_id: dict[str, list[int]] = {}
-    for i, lab in zip(data.image_ids, data.labels):
-        if i not in skip:
-            by_id.setdefault(lab, []).append(i)
-    by_id = {k: v for k, v in by_id.items() if len(v) >= 2}  # an animal with one photo gives no same pair
-    order = np.random.default_rng(seed).permutation(sorted(by_id))
-    chosen: list[int] = []
-    for lab in order:
-        if len(chosen) >= limit:
-            break
-        chosen.extend(by_id[str(lab)])
-    keep = set(chosen)
-    return [i for i in data.image_ids if i in keep]
+    return calibration_sample(data.image_ids, data.labels, limit=limit, seed=seed, exclude=exclude)
 
 
 def _trained_on(cat: Catalogue, model_name: str) -> list[int]:
@@ -255,7 +234,7 @@ def _rebuilt_validation_ids(cat: Catalogue, snap: dict[str, Any], cfg: dict[str,
                             species_id: int | None) -> list[int] | None:
     """The validation hold-out of a model trained before it was recorded: the same seeded split of the same
     training set, trusted only when the training set's hash equals the model's snapshot hash."""
-    from core.training import validation_split
+    from core.training import validation_split  # core.training and db.training load torch: only for old models
     from db.training import training_set
 
     tc = cfg.get("train_config") or {}
@@ -285,9 +264,6 @@ class SetScores:
 def _score_set(cat: Catalogue, image_ids: list[int], labels: list[str], sightings: list[str | None],
                flanks: list[str], *, backbone: Any, matcher: LocalMatcher, settings: PipelineSettings,
                progress: Callable[[str, int, int], None] | None, should_cancel: Callable[[], bool] | None) -> SetScores:
-    from core.metrics import all_vs_all_valid
-    from core.similarity import pairwise_scores
-
     step = (lambda what: (lambda d, t: progress(what, d, t))) if progress else (lambda what: None)
     emb = embed_images(cat, image_ids, backbone=backbone, progress=step("embedding"), should_cancel=should_cancel)
     sim = pairwise_scores(emb, emb, metric=backbone.config.metric)
@@ -300,19 +276,10 @@ def _score_set(cat: Catalogue, image_ids: list[int], labels: list[str], sighting
 
 
 def _set_of(cat: Catalogue, image_ids: list[int], benchmark: str) -> tuple[list[str], list[str | None], list[str]]:
-
     data = load_benchmark(cat, benchmark, split="all")
     pos = {i: n for n, i in enumerate(data.image_ids)}
     return ([data.labels[pos[i]] for i in image_ids], [data.sightings[pos[i]] for i in image_ids],
             [data.flanks[pos[i]] for i in image_ids])
-
-
-COMPONENTS = {  # what the evaluation reports besides the pipeline itself: name -> scorers fused
-    "global": (GLOBAL,),
-    "global+verification": (GLOBAL, VERIFICATION),
-    "global+lnbnn": (GLOBAL, LNBNN),
-    "fused": (GLOBAL, VERIFICATION, LNBNN),
-}
 
 
 def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, settings: PipelineSettings,
@@ -322,9 +289,6 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
     excluded): calibrate every scorer on a sample of the train split scored the same way, fuse over the global
     top-K, and report the pipeline's metrics with every component beside it (global alone, + verification,
     + LNBNN, LNBNN alone, all fused). Registers the pipeline as a candidate model and stores the evaluation."""
-    from core.metrics import retrieval_metrics
-    from db.evaluation import store_evaluation
-
     t0 = time.perf_counter()
     matcher = get_matcher(settings.matcher)
     backbone = get_backbone(cat, global_model, fit_image_ids=load_benchmark_fit_ids(cat, benchmark))
@@ -350,32 +314,14 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
     tst = _score_set(cat, test.image_ids, test.labels, test.sightings, test.flanks, backbone=backbone, matcher=matcher,
                      settings=full, progress=tagged("test photos"), should_cancel=should_cancel)
     t_test = time.perf_counter()
-    g = tst.spots.raw[GLOBAL]
-
-    def metrics_of(sim: np.ndarray) -> dict[str, Any]:
-        return retrieval_metrics(sim, test.labels, test.labels, valid=tst.valid).to_dict()
-
-    components: dict[str, Any] = {}
-    for comp, scorers in COMPONENTS.items():
-        if comp == "global":
-            components[comp] = metrics_of(g)
-            continue
-        if not all(s in calibrators for s in scorers):
-            continue
-        raw, applies = tst.spots.restricted(scorers)
-        components[comp] = metrics_of(fused_similarity(g, tst.valid, shortlist=settings.shortlist, raw=raw,
-                                                       calibrators={k: calibrators[k] for k in scorers},
-                                                       applies=applies))
-    components["lnbnn_alone"] = metrics_of(np.where(tst.valid, tst.spots.raw[LNBNN] + 1e-9 * g, -np.inf))
+    components = component_metrics(tst.spots, tst.valid, test.labels, calibrators, shortlist=settings.shortlist)
     scorers = settings.scorers
     if not all(s in calibrators for s in scorers):
         missing = [s for s in scorers if s not in calibrators]
         raise CatalogueError(f"could not calibrate {', '.join(missing)}: the calibration photos gave too few same / "
                              "not-same pairs with spot evidence (too few keypoints, or no masks on opposite flanks?)")
-    raw, applies = tst.spots.restricted(scorers)
-    fused = fused_similarity(g, tst.valid, shortlist=settings.shortlist, raw=raw,
-                             calibrators={k: calibrators[k] for k in scorers}, applies=applies)
-    main = metrics_of(fused)
+    fused = fuse_scores(tst.spots, tst.valid, calibrators, scorers, shortlist=settings.shortlist)
+    main = retrieval_metrics(fused, test.labels, test.labels, valid=tst.valid).to_dict()
     name = pipeline_name(backbone.config.name, settings)
     where = ("photos of its train split the global model was not trained on" if held_out else
              "train split" + (" (including photos the global model was trained on: too few held out)"
@@ -427,9 +373,7 @@ def pipeline_similarity(cat: Catalogue, pipeline: StoredPipeline, image_ids: lis
     scored = _score_set(cat, image_ids, [""] * len(image_ids), sightings, flanks, backbone=backbone, matcher=matcher,
                         settings=pipeline.settings, progress=progress, should_cancel=should_cancel)
     scorers = [s for s in pipeline.settings.scorers if s in pipeline.calibrators]
-    raw, applies = scored.spots.restricted(scorers)
-    fused = fused_similarity(scored.spots.raw[GLOBAL], scored.valid, shortlist=pipeline.settings.shortlist, raw=raw,
-                             calibrators={k: pipeline.calibrators[k] for k in scorers}, applies=applies)
+    fused = fuse_scores(scored.spots, scored.valid, pipeline.calibrators, scorers, shortlist=pipeline.settings.shortlist)
     return fused, scored.valid
 
 
@@ -438,8 +382,6 @@ def verify_candidates(cat: Catalogue, query_id: int, candidate_ids: Sequence[int
     """(keypoints of the query then each candidate, one Verification per candidate): each candidate matched and
     verified against the query, opposite flanks (left vs right) not compared (match review, the single-photo
     check, the matched-spots view of a pair)."""
-    from core.spots.pipeline import cross_flank, verify_one
-
     ids = [int(query_id), *(int(c) for c in candidate_ids)]
     rows = image_rows(cat, ids)
     missing = [i for i in ids if i not in rows]
@@ -457,8 +399,6 @@ _GALLERY_INDEX: dict[tuple[str, tuple[int, ...]], Any] = {}
 def _gallery_descriptor_index(cat: Catalogue, matcher: LocalMatcher, gallery: list[int], members: list[int]) -> Any:
     """LNBNN's descriptor index over the gallery positions ``members`` (the photos not of the query's opposite
     flank), rebuilt when the gallery changes (the latest few kept per process)."""
-    from core.spots.lnbnn import build_descriptor_index
-
     key = (matcher.config.fingerprint(), tuple(gallery), tuple(members))
     if key not in _GALLERY_INDEX:
         feats = features_for(cat, gallery, matcher=matcher)
@@ -473,100 +413,28 @@ def rerank_with_pipeline(cat: Catalogue, pipeline: StoredPipeline, query_id: int
                          ) -> tuple[list[tuple[float, int, dict[str, Any]]], str | None]:
     """Re-rank one query's global ranking (score, gallery position, _) by the pipeline: its top-K shortlist gets
     the fused calibrated probability (global + the spot scorers that apply), the rest keep the global order
-    below it. Returns the new ranking with per-candidate spot facts, and a note about the query's evidence."""
-    from core.spots.fusion import fuse_probabilities
-    from core.spots.lnbnn import lnbnn_scores
-    from core.spots.pipeline import cross_flank
-    from core.spots.verify import STATUS_WORDS
-
-    k = pipeline.settings.shortlist
-    short, rest = ranked[:k], ranked[k:]
+    below it (:func:`core.spots.stored.rerank_shortlist`). Returns the new ranking with per-candidate spot facts,
+    and a note about the query's evidence."""
+    short = ranked[:pipeline.settings.shortlist]
     matcher = matcher_for(pipeline)
     feats, checks = verify_candidates(cat, query_id, [gallery[j] for _, j, _ in short], matcher=matcher,
                                       settings=pipeline.settings)
     fq = feats[0]
-    cals = pipeline.calibrators
-    evidence = np.array([v.has_evidence for v in checks], dtype=bool)
-    probs = {GLOBAL: cals[GLOBAL].probability([sc for sc, _, _ in short]) if short else np.zeros(0)}
-    if VERIFICATION in pipeline.settings.scorers and VERIFICATION in cals:
-        probs[VERIFICATION] = cals[VERIFICATION].probability([v.n_inliers for v in checks]) if checks else np.zeros(0)
-    if LNBNN in pipeline.settings.scorers and LNBNN in cals and fq.enough(pipeline.settings.min_keypoints):
+    votes = None
+    if uses_lnbnn(pipeline, fq):
         flank = lambda i: getattr(rows[i][3], "value", rows[i][3])  # noqa: E731
         g_cross = cross_flank([flank(query_id)], [flank(i) for i in gallery])[0]
         index = _gallery_descriptor_index(cat, matcher, gallery, [j for j in range(len(gallery)) if not g_cross[j]])
         votes = lnbnn_scores(index, fq, k=pipeline.settings.lnbnn_k,
                              exclude=[j for j, i in enumerate(gallery) if i == query_id])
-        probs[LNBNN] = cals[LNBNN].probability([votes[j] for _, j, _ in short]) if short else np.zeros(0)
-    # the spot scorers apply where the pair could be judged on spots (the same rule as in evaluation)
-    fused = fuse_probabilities(probs, {name: evidence for name in probs if name != GLOBAL})
-    out: list[tuple[float, int, dict[str, Any]]] = [
-        (float(fused[t]), j, {"global_score": float(score), "inliers": int(v.n_inliers), "spot_status": v.status,
-                              "spot_probability": float(probs[VERIFICATION][t])
-                              if VERIFICATION in probs and v.has_evidence else None})
-        for t, ((score, j, _), v) in enumerate(zip(short, checks))]
-    out.sort(key=lambda r: (-r[0], -r[2]["global_score"], r[1]))
-    for score, j, _ in rest:
-        out.append((float(cals[GLOBAL].probability([score])[0]) - 1.0, j,
-                    {"global_score": float(score), "inliers": None, "spot_status": "outside_shortlist"}))
-    note = None
-    if not fq.enough(pipeline.settings.min_keypoints):
-        note = (f"{STATUS_WORDS['no_keypoints']}: candidates are ranked by the global model alone")
-    elif not fq.masked:
-        note = "this photo has no mask: its spots come from the whole photo, background included"
-    return out, note
+    return rerank_shortlist(pipeline, ranked, fq, checks, votes)
 
 
-def folder_features(cat: Catalogue, paths: Sequence[Any], keys: Sequence[str], *, matcher: LocalMatcher,
+def folder_features(cat: Catalogue, paths: Sequence[Path], keys: Sequence[str], *, matcher: LocalMatcher,
                     progress: Progress | None = None) -> list[LocalFeatures]:
     """Keypoints of image files outside the catalogue (a Kaggle test folder): the RGBA alpha is the mask (the
     whole photo when there is none), cached per (file content, matcher config) like catalogue photos."""
-    from core.images import decode_image
-
-    root = cat.cache_dir / "spots"
-    fp = matcher.config.fingerprint()
-    out: list[LocalFeatures] = []
-    for n, (path, key) in enumerate(zip(paths, keys)):
-        cache = features_cache_path(root, fp, f"{key}-alpha")
-        f = load_features(cache)
-        if f is None:
-            decoded = decode_image(path.read_bytes(), name=path.name)
-            mask = decoded.alpha > 127 if decoded.alpha is not None else None
-            f = matcher.extract(np.asarray(decoded.image), mask if mask is not None and mask.any() else None)
-            save_features(cache, f)
-        out.append(f)
-        if progress is not None:
-            progress(n + 1, len(paths))
-    return out
-
-
-def fuse_pairs(pipeline: StoredPipeline, pairs: Sequence[tuple[int, int]], global_scores: np.ndarray,
-               features: Sequence[LocalFeatures], *, matcher: LocalMatcher,
-               progress: Progress | None = None) -> tuple[np.ndarray, dict[str, int]]:
-    """Fused probability of each (a, b) pair of positions into ``features`` given its global score: the mean
-    of the calibrated global probability and, where both photos have keypoints, the calibrated inlier count.
-    Every pair counts as shortlisted (a submission scores the pairs it is given); LNBNN, which needs a
-    gallery, takes no part. Returns the scores and how many pairs had spot evidence."""
-    from core.spots.fusion import fuse_probabilities
-    from core.spots.pipeline import verify_one
-
-    cals = pipeline.calibrators
-    probs = {GLOBAL: cals[GLOBAL].probability(np.asarray(global_scores, np.float64))}
-    inliers = np.full(len(pairs), np.nan)
-    if VERIFICATION in pipeline.settings.scorers and VERIFICATION in cals:
-        done: dict[tuple[int, int], float] = {}
-        for t, (a, b) in enumerate(pairs):
-            key = (min(a, b), max(a, b))
-            if key not in done:  # each unordered pair verified once
-                v = verify_one(matcher, features[key[0]], features[key[1]], pipeline.settings)
-                done[key] = float(v.n_inliers) if v.has_evidence else np.nan
-            inliers[t] = done[key]
-            if progress is not None and (t % 500 == 0 or t + 1 == len(pairs)):
-                progress(t + 1, len(pairs))
-        probs[VERIFICATION] = np.where(np.isfinite(inliers), cals[VERIFICATION].probability(np.nan_to_num(inliers)),
-                                       np.nan)
-    fused = fuse_probabilities(probs)  # NaN (no spot evidence) takes no part
-    with_evidence = int(np.isfinite(inliers).sum())
-    return fused.astype(np.float32), {"pairs": len(pairs), "with_spot_evidence": with_evidence}
+    return file_features(paths, keys, matcher=matcher, cache_dir=cat.cache_dir / "spots", progress=progress)
 
 
 # ------------------------------------------------------------------------------ the actions (typed requests)
@@ -587,9 +455,6 @@ def evaluate_request(cat: Catalogue, request: SpotEvaluationRequest, *,
 def extract_keypoints(cat: Catalogue, request: KeypointsRequest, *, progress: Callable[[int, int], None] | None = None,
                       should_cancel: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Extract and cache keypoints now (the job's body)."""
-    from core.spots import MIN_KEYPOINTS
-    from db.embeddings import all_image_ids
-
     ids = list(request.image_ids) if request.image_ids is not None else all_image_ids(cat, species_id=request.species)
     matcher = get_matcher(request.matcher)
     feats = features_for(cat, ids, matcher=matcher, progress=progress, should_cancel=should_cancel)
@@ -606,8 +471,6 @@ _DECISION_CALIBRATION: dict[tuple, StoredPipeline] = {}
 def decided_pairs(cat: Catalogue, *, species_id: int | None = None) -> list[tuple[int, int, int]]:
     """(query image, candidate image, 1 same / 0 not) of every standing same / not-same decision with a
     candidate photo (of one species when given): the curators' ground truth, whatever model showed the pair."""
-    from db.models import DecisionKind, MatchDecision
-
     with cat.unit_of_work() as s:
         q = (select(MatchDecision.query_image_id, MatchDecision.candidate_image_id, MatchDecision.decision)
              .join(Image, Image.id == MatchDecision.query_image_id)
@@ -628,13 +491,8 @@ def with_decision_calibration(cat: Catalogue, pipeline: StoredPipeline, *, speci
                               ) -> StoredPipeline:
     """The pipeline with its global and inlier calibrations refitted on the curators' decided pairs once there
     are at least ``core.calibration.ENOUGH_DECISIONS`` of them with both outcomes (LNBNN, which scores a photo
-    against a whole gallery, keeps the benchmark calibration); otherwise the pipeline as stored."""
-    from dataclasses import replace
-
-    from core.calibration import fit_calibrator
-    from core.similarity import paired_scores
-    from core.spots.pipeline import cross_flank, verify_one
-
+    against a whole gallery, keeps the benchmark calibration); otherwise the pipeline as stored
+    (:func:`core.spots.stored.with_refitted_calibration`)."""
     pairs = decided_pairs(cat, species_id=species_id)
     same = [y for _, _, y in pairs]
     if len(pairs) < ENOUGH_DECISIONS or len(set(same)) < 2:
@@ -649,31 +507,14 @@ def with_decision_calibration(cat: Catalogue, pipeline: StoredPipeline, *, speci
     a_idx = [pos[a] for a, _, _ in pairs]
     b_idx = [pos[b] for _, b, _ in pairs]
     g = paired_scores(emb[a_idx], emb[b_idx], metric=backbone.config.metric).astype(np.float64)
-    calibrators = dict(pipeline.calibrators)
-    y = np.asarray(same)
-    source = f"{len(pairs)} curator decisions"
-    calibrators[GLOBAL] = fit_calibrator(g, y, sources={source: len(pairs)})
+    inliers = None
     if VERIFICATION in pipeline.settings.scorers:
         matcher = matcher_for(pipeline)
         feats = features_for(cat, ids, matcher=matcher)
         rows = image_rows(cat, ids)
         flank = [getattr(rows[i][3], "value", rows[i][3]) for i in ids]
-        cross = cross_flank(flank)
-        inliers, use = [], []
-        for a, b in zip(a_idx, b_idx):
-            v = verify_one(matcher, feats[a], feats[b], pipeline.settings, cross=bool(cross[a, b]))
-            inliers.append(float(v.n_inliers))
-            use.append(v.has_evidence)
-        use_arr = np.asarray(use, bool)
-        try:
-            calibrators[VERIFICATION] = fit_calibrator(np.asarray(inliers)[use_arr], y[use_arr],
-                                                       sources={source: int(use_arr.sum())})
-        except ValueError:
-            pass  # too few decided pairs with spot evidence: keep the benchmark calibration
-    fitted = replace(pipeline, calibrators=calibrators,
-                     calibration_source={**pipeline.calibration_source,
-                                         "what": f"{source} (global, inliers); LNBNN: "
-                                                 f"{pipeline.calibration_source.get('what', 'benchmark pairs')}"})
+        inliers = decided_pair_inliers(matcher, feats, flank, a_idx, b_idx, pipeline.settings)
+    fitted = with_refitted_calibration(pipeline, g, same, inliers=inliers)
     _DECISION_CALIBRATION.clear()
     _DECISION_CALIBRATION[key] = fitted
     return fitted
