@@ -38,6 +38,9 @@ from app.commands import (
     users_cmd,
 )
 from app.console import print_table, printable  # noqa: F401  (the commands' output helpers, also read from here)
+from db.session import open_catalogue
+from jobs.actions.audit import acting_as
+from jobs.actions.maintenance import database_problem
 
 COMMANDS = (audit_cmd, backup_cmd, benchmark_cmd, catalogue_cmd, compare_cmd, diagnose_cmd, doctor_cmd, eval_cmd, export_cmd, import_cmd, jobs_cmd, loop_cmd, mask_cmd, match_cmd, serve, species_cmd, spots_cmd, stats, train_cmd, users_cmd)
 """Every subcommand's module, in the order their help lists them."""
@@ -54,8 +57,6 @@ class CliContext:
 
     @cached_property
     def catalogue(self):
-        from db.session import open_catalogue
-
         cat = open_catalogue(self.data_dir, url=self.database_url, read_only=True if self.read_only else None)
         if cat.read_only and not self.read_only:
             print(f"note: {cat.data_dir} cannot be written by this user; the catalogue is open read-only",
@@ -85,8 +86,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     ctx = CliContext(data_dir=args.data_dir, database_url=args.database_url, user=args.user,
                      read_only=args.read_only)
-    from db.audit import acting_as
-
     try:
         with acting_as(ctx.user):  # every change this command makes is audited as --user
             return int(args.func(args, ctx) or 0)
@@ -102,14 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001
-        from sqlalchemy.exc import OperationalError
-
-        if isinstance(exc, OperationalError):
-            from db.session import _db_reason
-
-            opened = ctx.__dict__.get("catalogue")  # the cached catalogue, when the command opened one
-            print(f"error: the catalogue database could not be used: "
-                  f"{_db_reason(exc, data_dir=opened.data_dir if opened is not None else None)}", file=sys.stderr)
+        opened = ctx.__dict__.get("catalogue")  # the cached catalogue, when the command opened one
+        reason = database_problem(exc, data_dir=opened.data_dir if opened is not None else None)
+        if reason is not None:
+            print(f"error: the catalogue database could not be used: {reason}", file=sys.stderr)
             return 1
         raise
 

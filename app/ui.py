@@ -24,6 +24,7 @@ browser may load pictures from (the database files are blocked).
 from __future__ import annotations
 
 import functools
+import html
 import json
 import logging
 import os
@@ -51,7 +52,6 @@ from app.tabs import (  # noqa: E402
     people,
 )
 from app import ui_base  # noqa: E402
-from jobs.actions import catalogue as services  # noqa: E402
 # what every tab builds on lives in app.ui_base (the tabs import it, not this module); re-exported here
 from app.ui_base import (  # noqa: E402, F401
     ASSETS_DIR,
@@ -69,7 +69,9 @@ from app.ui_base import (  # noqa: E402, F401
 )
 from db.models import Role  # noqa: E402
 from db.session import Catalogue  # noqa: E402
-from db.users import ROLE_RANK, role_allows  # noqa: E402
+from jobs.actions import accounts  # noqa: E402
+from jobs.actions.accounts import ROLE_RANK, role_allows  # noqa: E402
+from jobs.actions.maintenance import provenance_line  # noqa: E402
 
 log = logging.getLogger("rosette.ui")
 
@@ -135,11 +137,8 @@ def launch_options(cat: Catalogue, *, sign_in: bool = True) -> dict[str, Any]:
     ``sign_in``: Gradio's login page is the door (accounts and argon2 hashes in the catalogue, ``db.users``);
     what each signed-in person may do is checked by every handler (:func:`curator_action`).
     """
-    from db.users import LoginThrottle
-    from db.users import sign_in as check_sign_in
-
-    throttle = LoginThrottle()
-    door = {"auth": lambda name, password: check_sign_in(cat, name, password, throttle=throttle),
+    throttle = accounts.LoginThrottle()
+    door = {"auth": lambda name, password: accounts.sign_in(cat, name, password, throttle=throttle),
             "auth_message": "Sign in with your Rosette account. No account? Ask an admin "
                             "(`rosette users add NAME --role curator`)."} if sign_in else {}
     db_files = [str(cat.data_dir / name) for name in ("catalogue.db", "catalogue.db-wal", "catalogue.db-shm")]
@@ -161,8 +160,6 @@ def launch_options(cat: Catalogue, *, sign_in: bool = True) -> dict[str, Any]:
 def identity_line() -> str:
     """The header's "who is acting" line (HTML), inside a guarded call (single-user mode says so plainly).
     Sign out leaves in this tab (``target=_self``: a Markdown link opened a new tab and stranded this one)."""
-    import html
-
     policy = ui_base._POLICY
     if policy is not None and policy.single_user:
         return (f"<b>Single-user mode</b> (this machine only, no sign-in): every change is recorded as "
@@ -289,7 +286,7 @@ def build_app(cat: Catalogue, *, single_user: str | None = None) -> gr.Blocks:
                     if failed is not None:
                         _error_panel(spec, f"{type(failed).__name__}: {failed}")
             ctx.tab = None
-        gr.Markdown(services.provenance_line(cat), elem_id="rosette-provenance", elem_classes=["provenance"])
+        gr.Markdown(provenance_line(cat), elem_id="rosette-provenance", elem_classes=["provenance"])
         locks = role_locks(demo)
         if locks and not single_user:  # a viewer sees the buttons that change things disabled, saying why
             demo.load(guarded_viewer(functools.partial(locked_for_role, locks)), outputs=[lock.button for lock in locks],

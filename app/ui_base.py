@@ -6,6 +6,7 @@ built with (:class:`UIContext`), the assets folder, and escaping a user's text f
 from __future__ import annotations
 
 import functools
+import html
 import inspect
 import logging
 import os
@@ -20,10 +21,11 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr  # noqa: E402
 
-from db.audit import acting_as  # noqa: E402
 from db.models import Role  # noqa: E402
 from db.session import Catalogue  # noqa: E402
-from db.users import ROLE_RANK, PermissionDenied, require_role  # noqa: E402
+from jobs.actions.accounts import ROLE_RANK, require_role, role_of  # noqa: E402
+from jobs.actions.audit import acting_as  # noqa: E402
+from jobs.actions.errors import PermissionDenied  # noqa: E402
 
 log = logging.getLogger("rosette.ui")
 
@@ -200,23 +202,19 @@ _MARKDOWN_SPECIALS = "\\`*_{}[]()#+-.!|~>"
 def markdown_text(text: object) -> str:
     """A user's string (a name, a place) as literal text inside Markdown: HTML characters become entities, so
     ``<img onerror=...>`` is shown, never drawn, and Markdown's own characters are backslash-escaped."""
-    import html
-
     out = html.escape(str(text), quote=False)
     return "".join("\\" + ch if ch in _MARKDOWN_SPECIALS else ch for ch in out)
 
 
 def plotly_js_path() -> Path:
     """plotly.js as shipped inside the plotly package (served locally: the page works offline)."""
-    import plotly
+    import plotly  # heavy (a second or more to import); only its folder is needed, once the app is built
 
     return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 
 
 def acting_role() -> Role | None:
     """The role of the person acting in the current guarded call (admin in single-user mode)."""
-    from db.users import role_of
-
     policy, name = _POLICY, _ACTOR.get()
     if policy is not None and policy.single_user:
         return Role.admin

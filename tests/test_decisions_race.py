@@ -131,7 +131,8 @@ def test_simultaneous_undo_undoes_the_change_once(cat):
     is undone exactly once, the others are told it was already undone, and the change before it is left alone
     (issue 14, item 14). The button sends the change the page showed: a curator whose press arrives after
     another's undo has committed must not undo the change before it (the CI run of stop 18 did exactly that)."""
-    from jobs.actions.catalogue import last_change_id, undo_last
+    from jobs.actions.catalogue import last_change_id, undo
+    from jobs.requests.catalogue import UndoRequest
     from db.models import EventKind, IdentityEvent
 
     with cat.unit_of_work() as s:
@@ -144,7 +145,7 @@ def test_simultaneous_undo_undoes_the_change_once(cat):
 
     def press(k: int) -> str:
         try:
-            return undo_last(cat, user=f"curator{k}", seen_event_id=shown)
+            return undo(cat, UndoRequest(user=f"curator{k}", seen_event_id=shown)).message
         except ops.CatalogueError as exc:
             return f"told: {exc}"
 
@@ -161,7 +162,8 @@ def test_simultaneous_undo_undoes_the_change_once(cat):
 def test_undo_refuses_when_a_newer_change_came_since_the_page_was_shown(cat):
     """The page showed change A as the newest; someone made change B since: pressing Undo undoes nothing and
     names B, so the curator does not undo a change they have not seen."""
-    from jobs.actions.catalogue import last_change_id, undo_last
+    from jobs.actions.catalogue import last_change_id, undo
+    from jobs.requests.catalogue import UndoRequest
 
     with cat.unit_of_work() as s:
         ops.rename_individual(s, 1, "Amber Two", user="ana")
@@ -171,23 +173,24 @@ def test_undo_refuses_when_a_newer_change_came_since_the_page_was_shown(cat):
         ops.rename_individual(s, 1, "Amber Three", user="bia")
         s.commit()
     with pytest.raises(ops.ConflictError, match=r"newer change .*renamed Amber Two to Amber Three by bia"):
-        undo_last(cat, user="cid", seen_event_id=shown)
+        undo(cat, UndoRequest(user="cid", seen_event_id=shown))
     with cat.unit_of_work() as s:
         assert s.get(Individual, 1).name == "Amber Three"
-    assert undo_last(cat, user="cid", seen_event_id=last_change_id(cat)) == "Undone: renamed Amber Two to Amber Three."
+    assert undo(cat, UndoRequest(user="cid", seen_event_id=last_change_id(cat))).message == "Undone: renamed Amber Two to Amber Three."
     with pytest.raises(ops.NotFoundError, match="no change #999"):
-        undo_last(cat, user="cid", seen_event_id=999)
+        undo(cat, UndoRequest(user="cid", seen_event_id=999))
 
 
 def test_undo_last_change_after_a_new_individual_decision_undoes_the_decision(cat):
     """Undoing the change a "new individual" decision made also undoes the decision: the photo is back in
     review (no standing decision, unassigned), the empty individual is retired, and nothing is left to undo."""
-    from jobs.actions.catalogue import undo_last
+    from jobs.actions.catalogue import undo
+    from jobs.requests.catalogue import UndoRequest
     from db.matching import standing_decision
 
     n_active = len([i for i in _individuals(cat) if i.active])
     dec = record_decision(cat, query_image_id=1, decision="new", user="ana", new_name="Newcomer")
-    assert undo_last(cat, user="ana").startswith("Undone")
+    assert undo(cat, UndoRequest(user="ana")).message.startswith("Undone")
     with cat.unit_of_work() as s:
         assert s.get(MatchDecision, dec.id).undone_at is not None
         assert s.get(Image, 1).individual_id is None

@@ -9,8 +9,12 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
+from jobs.actions import diagnostic_words as dw
 from jobs.actions import diagnostics as ds
 from jobs.actions import masks as mk
+from jobs.actions import photo_diagnosis as photo
+from jobs.requests.benchmarks import CreateBenchmarkRequest
+from jobs.requests.diagnostics import DiagnoseRequest
 from db.models import Flank, Image, Job
 from db.session import open_catalogue
 from tests.nyala_subset import nyala_subset, write_subset
@@ -62,11 +66,11 @@ def _centre_click(cat, image_id: int) -> mk.MaskDraft:
 
 def test_masker_in_use_is_grabcut_without_sam2_checkpoint(monkeypatch, tmp_path):
     monkeypatch.delenv("ROSETTE_SAM2_CHECKPOINT", raising=False)
-    assert ds.masker_in_use() == ("grabcut", "GrabCut (classical, no SAM 2 checkpoint configured)")
+    assert dw.masker_in_use() == ("grabcut", "GrabCut (classical, no SAM 2 checkpoint configured)")
     ckpt = tmp_path / "sam2.1_hiera_tiny.pt"
     ckpt.write_bytes(b"x")
     monkeypatch.setenv("ROSETTE_SAM2_CHECKPOINT", str(ckpt))
-    name, words = ds.masker_in_use()
+    name, words = dw.masker_in_use()
     assert name == "sam2" and "sam2.1_hiera_tiny.pt" in words
 
 
@@ -74,7 +78,7 @@ def test_image_choices_show_individual_and_mask_state(cat):
     choices = mk.mask_image_choices(cat)
     assert [i for _, i in choices] == _ids(cat)
     assert all("no mask yet" in label and "nyala_" in label for label, _ in choices)
-    assert ds.masked_image_choices(cat) == []
+    assert photo.masked_image_choices(cat) == []
 
 
 def test_clicks_box_corners_and_redo():
@@ -109,7 +113,7 @@ def test_grabcut_proposal_accept_and_reopen(cat):
     assert "Mask made by GrabCut (classical, no SAM 2 checkpoint configured)" in report
     assert "Proposed mask" in report and "<abbr title=\"solidity" in report
 
-    message = mk.accept_mask(cat, d, user="ana")
+    message = mk.accept_mask(cat, mk.AcceptMaskRequest(draft=d, user="ana"))
     assert f"photo #{image_id}" in message and "GrabCut" in message
     reopened = mk.open_for_masking(cat, image_id)
     assert reopened.stored and reopened.source == "grabcut"
@@ -117,7 +121,7 @@ def test_grabcut_proposal_accept_and_reopen(cat):
     assert "Stored mask" in mk.mask_report(reopened)
     label = dict((i, lab) for lab, i in mk.mask_image_choices(cat))[image_id]
     assert "mask: grabcut" in label
-    assert [i for _, i in ds.masked_image_choices(cat)] == [image_id]
+    assert [i for _, i in photo.masked_image_choices(cat)] == [image_id]
     with cat.unit_of_work() as s:
         img = s.get(Image, image_id)
         assert img.mask_details["user"] == "ana" and 0 < img.solidity <= 1
@@ -126,10 +130,10 @@ def test_grabcut_proposal_accept_and_reopen(cat):
 def test_accept_needs_a_new_mask_and_a_name(cat):
     d = _centre_click(cat, _ids(cat)[0])
     with pytest.raises(ValueError, match="no new mask"):
-        mk.accept_mask(cat, d, user="ana")
+        mk.accept_mask(cat, mk.AcceptMaskRequest(draft=d, user="ana"))
     d.mask, d.source = np.ones(mk.photo(cat, d.image_id).shape[:2], bool), "grabcut"
     with pytest.raises(ValueError, match="signed in"):
-        mk.accept_mask(cat, d, user="  ")
+        mk.accept_mask(cat, mk.AcceptMaskRequest(draft=d, user="  "))
 
 
 def test_flags_are_explained_in_words():
@@ -161,7 +165,7 @@ def test_a_body_only_mask_in_a_drawn_box_is_called_likely_partial_and_stored_wit
     assert "likely partial" in report and "clean outline" not in report and "No warnings" not in report
     assert "head, neck, legs or tail are likely missing" in report
     assert "50% of its width" in report and "0 of its 4 sides" in report
-    message = mk.accept_mask(cat, d, user="ana")
+    message = mk.accept_mask(cat, mk.AcceptMaskRequest(draft=d, user="ana"))
     assert "Check it: The mask stops well short of the box you drew" in message
     with cat.unit_of_work() as s:
         assert s.get(Image, image_id).mask_flags == ["short_of_box"]
@@ -187,27 +191,29 @@ def test_overlay_tints_inside_and_keeps_outside():
 
 def test_flank_is_saved(cat):
     image_id = _ids(cat)[0]
-    assert "front" in mk.save_flank(cat, image_id, "front", user="ana")
+    assert "front" in mk.save_flank(cat, mk.PhotoFlankRequest(image_id=image_id, flank="front", user="ana"))
     with cat.unit_of_work() as s:
         img = s.get(Image, image_id)
         assert img.flank == Flank.front and img.flank_source == "curator"
     with pytest.raises(ValueError):
-        mk.save_flank(cat, image_id, "upside-down", user="ana")
+        mk.save_flank(cat, mk.PhotoFlankRequest(image_id=image_id, flank="upside-down", user="ana"))
     with pytest.raises(ValueError):
-        mk.save_flank(cat, None, "left", user="ana")
+        mk.save_flank(cat, mk.PhotoFlankRequest(image_id=None, flank="left", user="ana"))
 
 
 def test_mask_all_queues_one_job_for_the_missing(cat):
-    job_id, message = mk.submit_mask_all(cat, user="ana")
+    job_id, message = mk.submit_mask_all(cat, mk.MaskPhotosRequest(user="ana"))
     assert job_id is not None and "9 photos without a mask" in message and "GrabCut" in message
     with cat.unit_of_work() as s:
         job = s.get(Job, job_id)
-        assert job.kind == "mask" and job.params == {"masker": "grabcut", "only_missing": True, "user": "ana"}
+        assert job.kind == "mask" and job.params == {"masker": "grabcut", "only_missing": True, "image_ids": None,
+                                                 "user": "ana"}
     with cat.unit_of_work() as s:
         for img in s.scalars(select(Image)):
             img.mask_path = "masks/xx/fake.png"
         s.commit()
-    assert mk.submit_mask_all(cat, user="ana") == (None, "Every photo already has a mask; nothing to do.")
+    assert mk.submit_mask_all(cat, mk.MaskPhotosRequest(user="ana")) == (
+        None, "Every photo already has a mask; nothing to do.")
 
 
 # --------------------------------------------------------------------------- diagnostics: stored runs
@@ -283,24 +289,25 @@ def test_parse_seeds():
 
 def test_freeze_benchmark_and_submit_diagnose(cat):
     with pytest.raises(ValueError, match="no benchmark named"):
-        ds.submit_diagnose(cat, backbone="efficientnet_lite0", benchmark="nope", masker="grabcut",
-                           inpainter="opencv", seeds="0", user="ana")
-    message = ds.create_catalogue_benchmark(cat, "tiny", split="identity", user="ana")
+        ds.submit_diagnose(cat, DiagnoseRequest(backbone="efficientnet_lite0", benchmark="nope", masker="grabcut",
+                                                inpainter="opencv", seeds=ds.parse_seeds("0"), user="ana"))
+    message = ds.create_catalogue_benchmark(cat, CreateBenchmarkRequest(name="tiny", split="identity", user="ana"))
     assert "9 photos of 3 individuals" in message
     assert ds.benchmark_names(cat) == ["tiny"]
-    job_id, message = ds.submit_diagnose(cat, backbone="efficientnet_lite0", benchmark="tiny", masker="grabcut",
-                                         inpainter="opencv", seeds="0, 1", user="ana")
+    job_id, message = ds.submit_diagnose(cat, DiagnoseRequest(backbone="efficientnet_lite0", benchmark="tiny",
+                                                              masker="grabcut", inpainter="opencv",
+                                                              seeds=ds.parse_seeds("0, 1"), user="ana"))
     assert f"job #{job_id}" in message
     with cat.unit_of_work() as s:
         job = s.get(Job, job_id)
         assert job.kind == "diagnose"
         assert job.params == {"backbone": "efficientnet_lite0", "benchmark": "tiny", "masker": "grabcut",
-                              "inpainter": "opencv", "seeds": [0, 1], "user": "ana"}
+                              "inpainter": "opencv", "seeds": [0, 1], "keep_masks": False, "user": "ana"}
 
 
 def test_diagnose_image_needs_a_mask(cat):
     with pytest.raises(ValueError, match="no mask yet"):
-        ds.diagnose_image(cat, _ids(cat)[0], backbone=object())
+        photo.diagnose_image(cat, _ids(cat)[0], backbone=object())
 
 
 # --------------------------------------------------------------------------- diagnostics: one photo
@@ -352,7 +359,7 @@ def test_diagnose_image_matches_hand_computation(cat, nyala_manifest):
     for image_id in (query, other_masked):
         store_mask(cat, image_id, _box_mask(mk.photo(cat, image_id).shape[:2]), source="grabcut", user="ana")
 
-    d = ds.diagnose_image(cat, query, backbone=HalvesBackbone(), inpainter="opencv")
+    d = photo.diagnose_image(cat, query, backbone=HalvesBackbone(), inpainter="opencv")
 
     rgb = mk.photo(cat, query)
     mask = _box_mask(rgb.shape[:2])
@@ -385,7 +392,7 @@ def test_diagnose_image_matches_hand_computation(cat, nyala_manifest):
     assert d.nn_individual == best_name.rsplit("_", 2)[0]  # nyala_<id>_<sighting>_<flank>.jpg
     assert d.nn_thumb and Path(d.nn_thumb).exists()
 
-    text = ds.image_diagnosis_markdown(d)
+    text = photo.image_diagnosis_markdown(d)
     assert f"{d.mirror_sim:.3f}" in text and f"{d.danger_margin:.3f}" in text
     assert "test_halves" in text and "opencv" in text and "GrabCut" in text
     assert "1 of them as cut-outs" in text and "mask them for a fair check" in text
@@ -396,7 +403,7 @@ def test_diagnose_image_matches_hand_computation(cat, nyala_manifest):
 
 
 def test_verdict_words_for_a_dangerous_margin():
-    d = ds.ImageDiagnosis(image_id=1, name="a.jpg", individual="Ayo", variants=[], mirror_sim=0.80, nn_sim=0.85,
+    d = photo.ImageDiagnosis(image_id=1, name="a.jpg", individual="Ayo", variants=[], mirror_sim=0.80, nn_sim=0.85,
                           danger_margin=0.05, nn_image_id=7, nn_individual="Bela", nn_thumb=None, own_gallery=0,
                           own_same_sighting_included=False, other_gallery=1, other_cutouts=1,
                           provenance={"model": "m", "weights": "w", "metric": "cosine", "masker": "GrabCut",
@@ -437,10 +444,10 @@ def test_a_real_diagnose_run_renders(cat):
     hist = ds.mirror_histogram_figure(v).data[0]
     assert list(hist.x) == pytest.approx(result["per_image"]["mirror_sim"])
     rows = ds.flank_rows(v)
-    assert rows[0][1] == ds.fmt(result["within_flank"]["map_macro"])
-    assert rows[1][3] == ds.fmt(result["cross_flank"]["cmc_macro"]["1"])
+    assert rows[0][1] == dw.fmt(result["within_flank"]["map_macro"])
+    assert rows[1][3] == dw.fmt(result["cross_flank"]["cmc_macro"]["1"])
     text = ds.diagnosis_summary_markdown(v)
-    assert ds.fmt(result["mirror_sim_mean"]) in text and result["mirror_tier"] in text
+    assert dw.fmt(result["mirror_sim_mean"]) in text and result["mirror_tier"] in text
 
 
 def test_diagnose_masks_photos_in_its_cache_and_leaves_the_catalogue_alone(cat):

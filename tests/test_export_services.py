@@ -11,9 +11,15 @@ import pytest
 from PIL import Image
 
 from jobs.actions import export as es
+from jobs.requests.export import KaggleUploadRequest
 from db.catalogue import CatalogueError
 from db.session import open_catalogue
 from jobs.worker import run_one
+
+
+def _submit(cat, **inputs):
+    """The Export tab's inputs as a request, submitted."""
+    return es.submit_kaggle_export(cat, KaggleUploadRequest(**inputs))
 
 
 @pytest.fixture()
@@ -46,8 +52,8 @@ def kaggle(tmp_path):
 
 
 def test_export_from_a_zip_runs_as_a_job_and_returns_the_file(cat, kaggle):
-    job_id, msg = es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(kaggle / "images.zip"),
-                                          images_dir=None, model="efficientnet_lite0")
+    job_id, msg = _submit(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(kaggle / "images.zip"),
+                          images_dir=None, model="efficientnet_lite0")
     assert "6 pairs over 3 images" in msg
     text, path = es.export_status(cat, job_id)
     assert "queued" in text and path is None
@@ -62,22 +68,22 @@ def test_export_from_a_zip_runs_as_a_job_and_returns_the_file(cat, kaggle):
 
 def test_export_refuses_bad_inputs_before_queueing(cat, kaggle, tmp_path):
     with pytest.raises(CatalogueError, match="test.csv"):
-        es.submit_kaggle_export(cat, test_csv=None, images_zip=None, images_dir=str(kaggle / "images"), model="x")
+        _submit(cat, test_csv=None, images_zip=None, images_dir=str(kaggle / "images"), model="x")
     with pytest.raises(CatalogueError, match="Only folders inside the data directory"):
-        es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=None,
-                                images_dir=str(tmp_path / "nowhere"), model="efficientnet_lite0")
+        _submit(cat, test_csv=str(kaggle / "test.csv"), images_zip=None,
+                images_dir=str(tmp_path / "nowhere"), model="efficientnet_lite0")
     with pytest.raises(CatalogueError, match="Only folders inside the data directory"):  # no probing of /etc
-        es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=None, images_dir="/etc",
-                                model="efficientnet_lite0")
+        _submit(cat, test_csv=str(kaggle / "test.csv"), images_zip=None, images_dir="/etc",
+                model="efficientnet_lite0")
     with pytest.raises(CatalogueError, match="no folder"):
-        es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=None,
-                                images_dir=str(cat.data_dir / "nowhere"), model="efficientnet_lite0")
+        _submit(cat, test_csv=str(kaggle / "test.csv"), images_zip=None,
+                images_dir=str(cat.data_dir / "nowhere"), model="efficientnet_lite0")
     evil = tmp_path / "evil.zip"
     with zipfile.ZipFile(evil, "w") as zf:
         zf.writestr("../../escape.png", b"x")
     with pytest.raises(CatalogueError, match="unpacked inside the archive"):
-        es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(evil), images_dir=None,
-                                model="efficientnet_lite0")
+        _submit(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(evil), images_dir=None,
+                model="efficientnet_lite0")
     assert not (tmp_path / "escape.png").exists()
     # a zip bomb: small on disk, huge unpacked -- refused at the cap, and the staged folder is removed
     bomb = tmp_path / "bomb.zip"
@@ -89,8 +95,8 @@ def test_export_refuses_bad_inputs_before_queueing(cat, kaggle, tmp_path):
     es.MAX_EXPORT_BYTES = 10 * 1024 * 1024
     try:
         with pytest.raises(CatalogueError, match="unpacks to more than 10 MB"):
-            es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(bomb), images_dir=None,
-                                    model="efficientnet_lite0")
+            _submit(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(bomb), images_dir=None,
+                    model="efficientnet_lite0")
     finally:
         es.MAX_EXPORT_BYTES = orig
     staged = list((cat.data_dir / "exports").glob("*")) if (cat.data_dir / "exports").exists() else []
@@ -101,8 +107,8 @@ def test_export_refuses_bad_inputs_before_queueing(cat, kaggle, tmp_path):
     shutil.copytree(kaggle / "images", inside)
     (inside / "j2.png").unlink()
     with pytest.raises(ValueError, match="j2.png"):
-        es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=None,
-                                images_dir=str(inside), model="efficientnet_lite0")
+        _submit(cat, test_csv=str(kaggle / "test.csv"), images_zip=None,
+                images_dir=str(inside), model="efficientnet_lite0")
     from jobs.queue import list_jobs
 
     assert list_jobs(cat) == []  # nothing was queued for bad input
@@ -116,16 +122,16 @@ def test_a_refused_upload_is_named_as_the_curator_knows_it(cat, kaggle, tmp_path
     bad = upload_dir / "test.csv"
     bad.write_text("a,b\n1,2\n")
     with pytest.raises(Exception) as info:
-        es.submit_kaggle_export(cat, test_csv=str(bad), images_zip=str(kaggle / "images.zip"), images_dir=None,
-                                model="efficientnet_lite0")
+        _submit(cat, test_csv=str(bad), images_zip=str(kaggle / "images.zip"), images_dir=None,
+                model="efficientnet_lite0")
     message = str(info.value)
     assert "test.csv, line 1: missing column(s) row_id" in message
     assert str(upload_dir) not in message and "gradio" not in message
     broken_zip = upload_dir / "images.zip"
     broken_zip.write_bytes(b"PK\x03\x04 not a zip")
     with pytest.raises(Exception) as info:
-        es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(broken_zip), images_dir=None,
-                                model="efficientnet_lite0")
+        _submit(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(broken_zip), images_dir=None,
+                model="efficientnet_lite0")
     assert str(upload_dir) not in str(info.value)
 
 
@@ -139,8 +145,8 @@ def test_only_the_named_images_are_unpacked_and_removed_after_the_job(cat, kaggl
     shutil.copy(kaggle / "images.zip", big)
     with zipfile.ZipFile(big, "a") as zf:
         zf.writestr("train/unnamed_huge.png", b"\0" * (4 * 1024 * 1024))
-    job_id, _ = es.submit_kaggle_export(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(big), images_dir=None,
-                                        model="efficientnet_lite0")
+    job_id, _ = _submit(cat, test_csv=str(kaggle / "test.csv"), images_zip=str(big), images_dir=None,
+                        model="efficientnet_lite0")
     staged = list((cat.data_dir / "exports").rglob("images"))
     assert len(staged) == 1 and sorted(p.name for p in staged[0].iterdir()) == sorted(
         p.name for p in (kaggle / "images").iterdir())

@@ -18,9 +18,10 @@ from sqlalchemy import func, select
 
 from app.cli import main as cli_main
 from core.masking import decode_mask_png
+from core.readers import FORMATS, detect_format
 from db import ingest as ingest_mod
 from db.catalogue import catalogue_stats
-from db.ingest import FORMATS, detect_format, ingest_path, ingest_uploads
+from db.ingest import ingest_path, ingest_uploads
 from db.models import EventKind, Flank, IdentityEvent, Image, Individual, Sighting
 from db.session import open_catalogue
 from db.storage import sha256_bytes
@@ -671,7 +672,8 @@ def test_stopped_import_keeps_what_it_did_and_resumes(cat, tmp_path):
 
 
 def test_stop_button_flags_are_per_session(cat, tmp_path):
-    from jobs.actions import catalogue as services
+    from jobs.actions import ingest as services
+    from jobs.requests.ingest import ImportUploadsRequest
 
     stops = services.StopRequests()
     mine, theirs = stops.checker("s1"), stops.checker("s2")
@@ -680,5 +682,5 @@ def test_stop_button_flags_are_per_session(cat, tmp_path):
     stops.clear("s1")
     assert not mine()
     paths = [str(write(tmp_path / "up" / f"u{i}.jpg", jpeg(60 + i))) for i in range(3)]
-    outcome = services.import_uploads(cat, paths, user="ana", should_cancel=lambda: True)
+    outcome = services.import_uploads(cat, ImportUploadsRequest(paths, user="ana"), should_cancel=lambda: True)
     assert outcome.counts["imported"] == 1 and outcome.counts["skipped"] == 2

@@ -1,4 +1,5 @@
-"""app/match_services: match review decisions (incl. two curators on one photo), benchmarks, evaluations, jobs."""
+"""jobs.actions.match / decisions / benchmarks / jobs: match review decisions (incl. two curators on one photo),
+benchmarks, evaluations, jobs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from jobs.actions import benchmarks as bs
+from jobs.actions import decisions as ds
 from jobs.actions import jobs as js
 from jobs.actions import match as ms
 from db.catalogue import CatalogueError, ConflictError
@@ -151,7 +153,7 @@ def test_query_picture_draws_the_mask_outline_only_when_asked(cat):
 def test_same_individual_assigns_the_query_records_what_was_shown_and_undo_restores(cat):
     query = _unassigned(cat)[0]
     view = hand_view(cat, query.id, ["Bruno", "Amber"])
-    out = ms.decide(cat, view, "same", user="ana", rank=2)
+    out = ds.decide(cat, ds.decision_request(view, "same", user="ana", rank=2))
     assert "Amber" in out.message and "candidate 2" in out.message
     assert _image(cat, query.original_name).individual_id == _individual_id(cat, "Amber")
     with cat.unit_of_work() as s:
@@ -160,7 +162,8 @@ def test_same_individual_assigns_the_query_records_what_was_shown_and_undo_resto
     assert dec.candidate_image_id == view.candidates[1].image_id and dec.score == pytest.approx(0.7)
     assert "same individual (Amber) by ana" in dict(ms.query_photo(cat, query.id).facts())["Decided"]
 
-    image_id, message = ms.undo_last_decision(cat, user="ana")
+    undone = ds.undo_last_decision(cat, ds.UndoDecisionRequest(user="ana"))
+    image_id, message = undone.image_id, undone.message
     assert image_id == query.id and "photo #" in message
     assert _image(cat, query.original_name).individual_id is None
     assert ms.decision_count(cat) == 0
@@ -168,14 +171,14 @@ def test_same_individual_assigns_the_query_records_what_was_shown_and_undo_resto
 
 def test_same_defaults_to_the_top_candidate(cat):
     query = _unassigned(cat)[0]
-    ms.decide(cat, hand_view(cat, query.id, ["Cleo", "Amber"]), "same", user="ana")
+    ds.decide(cat, ds.decision_request(hand_view(cat, query.id, ["Cleo", "Amber"]), "same", user="ana"))
     assert _image(cat, query.original_name).individual_id == _individual_id(cat, "Cleo")
 
 
 def test_not_and_unsure_record_without_changing_the_catalogue(cat):
     q1, q2 = _unassigned(cat)[:2]
-    ms.decide(cat, hand_view(cat, q1.id, ["Amber"]), "not", user="ana")
-    ms.decide(cat, hand_view(cat, q2.id, ["Amber"]), "unsure", user="ana")
+    ds.decide(cat, ds.decision_request(hand_view(cat, q1.id, ["Amber"]), "not", user="ana"))
+    ds.decide(cat, ds.decision_request(hand_view(cat, q2.id, ["Amber"]), "unsure", user="ana"))
     assert _image(cat, q1.original_name).individual_id is None
     assert _image(cat, q2.original_name).individual_id is None
     assert ms.decision_count(cat, user="ana") == 2 and ms.decision_count(cat, user="ben") == 0
@@ -183,10 +186,10 @@ def test_not_and_unsure_record_without_changing_the_catalogue(cat):
 
 def test_new_individual_creates_one_and_undo_retires_it(cat):
     query = _unassigned(cat)[0]
-    out = ms.decide(cat, hand_view(cat, query.id, ["Amber"]), "new", user="ana", new_name="Dora")
+    out = ds.decide(cat, ds.decision_request(hand_view(cat, query.id, ["Amber"]), "new", user="ana", new_name="Dora"))
     assert "new individual, Dora" in out.message
     assert _image(cat, query.original_name).individual_id == _individual_id(cat, "Dora")
-    ms.undo_last_decision(cat, user="ana")
+    ds.undo_last_decision(cat, ds.UndoDecisionRequest(user="ana"))
     assert _image(cat, query.original_name).individual_id is None
 
 
@@ -194,14 +197,14 @@ def test_two_curators_on_one_photo_the_second_is_refused_not_overwritten(cat):
     query = _unassigned(cat)[0]
     ana_view = hand_view(cat, query.id, ["Amber", "Bruno"])  # both open the photo while it is unassigned
     ben_view = hand_view(cat, query.id, ["Bruno", "Amber"])
-    ms.decide(cat, ana_view, "same", user="ana")
+    ds.decide(cat, ds.decision_request(ana_view, "same", user="ana"))
     with pytest.raises(ConflictError, match="decided by ana"):
-        ms.decide(cat, ben_view, "same", user="ben")
+        ds.decide(cat, ds.decision_request(ben_view, "same", user="ben"))
     assert _image(cat, query.original_name).individual_id == _individual_id(cat, "Amber")  # ana's call stands
     # reloading shows the current state, and then ben can decide
     fresh = hand_view(cat, query.id, ["Bruno"])
     assert fresh.seen_individual_id == _individual_id(cat, "Amber")
-    ms.decide(cat, fresh, "not", user="ben")
+    ds.decide(cat, ds.decision_request(fresh, "not", user="ben"))
     assert ms.decision_count(cat) == 2
 
 
@@ -210,9 +213,9 @@ def test_a_not_decision_by_another_curator_is_noticed_too(cat):
     query = _unassigned(cat)[0]
     ana_view = hand_view(cat, query.id, ["Amber"])
     ben_view = hand_view(cat, query.id, ["Amber"])
-    ms.decide(cat, ana_view, "not", user="ana")
+    ds.decide(cat, ds.decision_request(ana_view, "not", user="ana"))
     with pytest.raises(ConflictError, match="decided by ana"):
-        ms.decide(cat, ben_view, "unsure", user="ben")
+        ds.decide(cat, ds.decision_request(ben_view, "unsure", user="ben"))
     assert ms.decision_count(cat, user="ben") == 0
 
 
@@ -220,26 +223,26 @@ def test_decisions_need_a_curator_name_a_view_and_a_candidate(cat):
     query = _unassigned(cat)[0]
     view = hand_view(cat, query.id, ["Amber"])
     with pytest.raises(ValueError, match="signed in"):
-        ms.decide(cat, view, "same", user="  ")
+        ds.decide(cat, ds.decision_request(view, "same", user="  "))
     with pytest.raises(CatalogueError, match="Open a photo"):
-        ms.decide(cat, None, "same", user="ana")
+        ds.decide(cat, ds.decision_request(None, "same", user="ana"))
     with pytest.raises(ValueError, match="unknown decision"):
-        ms.decide(cat, view, "maybe", user="ana")
+        ds.decide(cat, ds.decision_request(view, "maybe", user="ana"))
     with pytest.raises(CatalogueError, match="no candidate"):
-        ms.decide(cat, hand_view(cat, query.id, []), "same", user="ana")
+        ds.decide(cat, ds.decision_request(hand_view(cat, query.id, []), "same", user="ana"))
     with pytest.raises(CatalogueError, match="nothing to undo"):
-        ms.undo_last_decision(cat, user="ana")
+        ds.undo_last_decision(cat, ds.UndoDecisionRequest(user="ana"))
 
 
 def test_next_pending_skips_decided_photos_and_wraps(cat):
     a, b, c = (im.id for im in _unassigned(cat)[:3])
     queue = [a, b, c]
     assert ms.next_pending(cat, queue, 0) == 0
-    ms.decide(cat, hand_view(cat, a, ["Amber"]), "not", user="ana")
+    ds.decide(cat, ds.decision_request(hand_view(cat, a, ["Amber"]), "not", user="ana"))
     assert ms.next_pending(cat, queue, 0) == 1
-    ms.decide(cat, hand_view(cat, c, ["Amber"]), "unsure", user="ana")
+    ds.decide(cat, ds.decision_request(hand_view(cat, c, ["Amber"]), "unsure", user="ana"))
     assert ms.next_pending(cat, queue, 2) == 1  # wraps to the start
-    ms.decide(cat, hand_view(cat, b, ["Amber"]), "unsure", user="ana")
+    ds.decide(cat, ds.decision_request(hand_view(cat, b, ["Amber"]), "unsure", user="ana"))
     assert ms.next_pending(cat, queue, 0) is None
     assert ms.next_pending(cat, [], 0) is None
 
@@ -249,7 +252,8 @@ def test_photo_choices_and_upload_of_a_known_photo(cat, nyala_dir, nyala_manifes
     assert len(choices) == 12 and all(isinstance(v, int) for _, v in choices)
     assert sum("unassigned" in label for label, _ in choices) == 3
     row = seed_rows(nyala_manifest)[0]
-    image_id, message = ms.ingest_query(cat, str(nyala_dir / "images" / row["filename"]), user="ana")
+    image_id, message = ds.ingest_query(cat, ds.IngestQueryRequest(str(nyala_dir / "images" / row["filename"]),
+                                                                   user="ana"))
     assert image_id == _image(cat, row["filename"]).id and f"#{image_id}" in message
 
 
@@ -278,18 +282,20 @@ def test_candidate_grid_html_escapes_names_and_shows_badges():
 
 
 def test_create_benchmark_and_launch_an_evaluation_job(cat):
-    msg = bs.create_benchmark(cat, " amber-bruno-cleo ", split="identity", test_fraction=0.34, seed=3, user="ana")
+    msg = bs.create_benchmark(cat, bs.CreateBenchmarkRequest(" amber-bruno-cleo ", split="identity", test_fraction=0.34,
+                                                             seed=3, user="ana")).message
     assert msg.startswith("Benchmark amber-bruno-cleo created: 9 photos of 3 individuals")
     assert bs.benchmark_names(cat) == ["amber-bruno-cleo"]
     (row,) = bs.benchmark_rows(cat)
     assert row[:3] == ["amber-bruno-cleo", "identity", 9] and row[6] == 3
     with pytest.raises(CatalogueError, match="exists"):
-        bs.create_benchmark(cat, "amber-bruno-cleo", user="ana")
+        bs.create_benchmark(cat, bs.CreateBenchmarkRequest("amber-bruno-cleo", user="ana"))
     with pytest.raises(ValueError, match="name"):
-        bs.create_benchmark(cat, "  ", user="ana")
+        bs.create_benchmark(cat, bs.CreateBenchmarkRequest("  ", user="ana"))
 
-    job_id, message = bs.launch_evaluation(cat, benchmark="amber-bruno-cleo", backbone="efficientnet_lite0",
-                                           variant="foreground_only", rerank="aqe", user="ana")
+    job_id, message = bs.launch_evaluation(cat, bs.EvaluateRequest(benchmark="amber-bruno-cleo",
+                                                                   backbone="efficientnet_lite0",
+                                                                   variant="foreground_only", rerank="aqe", user="ana"))
     assert f"#{job_id}" in message
     with cat.unit_of_work() as s:
         job = s.get(Job, job_id)
@@ -297,9 +303,10 @@ def test_create_benchmark_and_launch_an_evaluation_job(cat):
     assert job.params == {"backbone": "efficientnet_lite0", "benchmark": "amber-bruno-cleo",
                           "variant": "foreground_only", "rerank": "aqe", "user": "ana"}
     with pytest.raises(CatalogueError, match="no benchmark named 'nope'"):
-        bs.launch_evaluation(cat, benchmark="nope", backbone="efficientnet_lite0", user="ana")
+        bs.launch_evaluation(cat, bs.EvaluateRequest(benchmark="nope", backbone="efficientnet_lite0", user="ana"))
     with pytest.raises(ValueError, match="re-ranking"):
-        bs.launch_evaluation(cat, benchmark="amber-bruno-cleo", backbone="efficientnet_lite0", rerank="x", user="ana")
+        bs.launch_evaluation(cat, bs.EvaluateRequest(benchmark="amber-bruno-cleo", backbone="efficientnet_lite0",
+                                                     rerank="x", user="ana"))
 
 
 def test_evaluation_rows_and_chart_carry_provenance(cat):
@@ -352,19 +359,19 @@ def test_job_rows_cancel_and_retry(cat):
     assert rows[first].params == "steps=2"  # the submitter is not a parameter
     assert rows[first].waited_s is not None and rows[first].waited_s >= 0
     assert js.oldest_queued_wait_s(list(rows.values())) >= rows[first].waited_s
-    assert js.cancel_job(cat, first) == f"Job #{first} cancelled."
+    assert js.cancel_job(cat, js.CancelJobRequest(first, user="ana")).message == f"Job #{first} cancelled."
     row = {r.id: r for r in js.job_rows(cat)}[first]
     assert row.status == "cancelled" and row.can_retry and not row.can_cancel
 
     assert claim_next(cat) == second  # a worker takes the second job
-    assert "next step" in js.cancel_job(cat, second)
+    assert "next step" in js.cancel_job(cat, js.CancelJobRequest(second, user="ana")).message
     row = {r.id: r for r in js.job_rows(cat)}[second]
     assert row.status == "cancelling" and not row.can_cancel and not row.can_retry
 
-    assert js.retry_job(cat, first) == f"Job #{first} queued again."
+    assert js.retry_job(cat, js.RetryJobRequest(first, user="ana")).message == f"Job #{first} queued again."
     assert {r.id: r for r in js.job_rows(cat)}[first].status == "queued"
     with pytest.raises(CatalogueError, match="cannot be run again"):
-        js.retry_job(cat, first)
+        js.retry_job(cat, js.RetryJobRequest(first, user="ana"))
 
 
 def test_jobs_html_has_progress_and_the_right_buttons():
@@ -384,7 +391,7 @@ def test_jobs_html_has_progress_and_the_right_buttons():
 
 
 def test_warm_feature_cache_queues_an_embed_job(cat):
-    msg = js.warm_feature_cache(cat)
+    msg = js.warm_feature_cache(cat, js.WarmFeaturesRequest(user="ana"))
     with cat.unit_of_work() as s:
         job = s.scalars(select(Job)).one()
     assert job.kind == "embed" and job.params == {"backbone": "efficientnet_lite0"} and f"#{job.id}" in msg
@@ -420,12 +427,13 @@ def test_match_query_and_queue_with_the_real_backbone_then_evaluate_through_a_jo
     queue = ms.review_queue(cat)
     assert len(queue) == 12 and [q.assigned for q in queue[:3]] == [False] * 3 and all(q.assigned for q in queue[3:])
     assert [q.top_score for q in queue[:3]] == sorted((q.top_score for q in queue[:3]), reverse=True)
-    ms.decide(cat, view, "same", user="ana")
+    ds.decide(cat, ds.decision_request(view, "same", user="ana"))
     assert query.id not in [q.image_id for q in ms.review_queue(cat)]
 
     # an evaluation launched from the Benchmarks tab runs as a job and shows up with its provenance
-    bs.create_benchmark(cat, "small", split="identity", test_fraction=0.7, seed=0, user="ana")
-    job_id, _ = bs.launch_evaluation(cat, benchmark="small", backbone="efficientnet_lite0", user="ana")
+    bs.create_benchmark(cat, bs.CreateBenchmarkRequest("small", split="identity", test_fraction=0.7, seed=0, user="ana"))
+    job_id, _ = bs.launch_evaluation(cat, bs.EvaluateRequest(benchmark="small", backbone="efficientnet_lite0",
+                                                             user="ana"))
     assert run_one(cat) == job_id
     (job,) = [r for r in js.job_rows(cat) if r.id == job_id]
     assert job.status == "succeeded" and job.progress == 1.0 and "mAP macro" in job.message
@@ -451,7 +459,7 @@ def test_bulk_review_confirms_a_whole_sighting_and_skips_photos_decided_by_other
     # another curator already decided the last sibling: it is left alone
     record_decision(cat, query_image_id=sib[2], decision="unsure", user="ben", candidate_image_id=sib[0])
     view = hand_view(cat, query.id, ["Amber", "Bruno"])
-    outcome = ms.decide_sighting(cat, view, user="ana", rank=1)
+    outcome = ds.decide_sighting(cat, ds.sighting_request(view, user="ana", rank=1))
     assert outcome.message.startswith(f"Recorded: the 3 photos of sighting {view.query.sighting} "
                                       f"(#{query.id}, #{sib[0]}, #{sib[1]}) are Amber (candidate 1")
     amber = _individual_id(cat, "Amber")
@@ -462,11 +470,11 @@ def test_bulk_review_confirms_a_whole_sighting_and_skips_photos_decided_by_other
         assert sorted(d.query_image_id for d in mine) == sorted([query.id, *sib[:2]])
         assert [d.score is None for d in sorted(mine, key=lambda d: d.id)] == [False, True, True]  # only the shown one
     # undo takes them back one at a time, newest first
-    image_id, _ = ms.undo_last_decision(cat, user="ana")
+    image_id = ds.undo_last_decision(cat, ds.UndoDecisionRequest(user="ana")).image_id
     assert image_id == sib[1]
     # a photo with no sighting is refused with a message
     with cat.unit_of_work() as s:
         s.get(Image, sib[1]).sighting_id = None
         s.commit()
     with pytest.raises(CatalogueError, match="belongs to no sighting"):
-        ms.decide_sighting(cat, hand_view(cat, sib[1], ["Amber"]), user="ana")
+        ds.decide_sighting(cat, ds.sighting_request(hand_view(cat, sib[1], ["Amber"]), user="ana"))

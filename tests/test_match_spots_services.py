@@ -13,7 +13,7 @@ import pytest
 from PIL import Image as PILImage
 from sqlalchemy import select
 
-from jobs.actions import diagnostics as ds
+from jobs.actions import photo_diagnosis as ds
 from jobs.actions import match as ms
 from db.models import Image
 from db.session import open_catalogue

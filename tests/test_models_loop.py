@@ -8,6 +8,7 @@ import pytest
 
 from db.models import DecisionKind, Flank, Image, Individual, JobStatus, MatchDecision
 from jobs import queue
+from jobs.requests.map import AssignSelectionRequest, MapRequest
 from tests.synthetic_reid import synthetic_catalogue
 
 
@@ -124,15 +125,17 @@ def test_map_assign_can_create_an_individual_and_warns_about_mixed_selections(lo
     _, text = mp.selection(loop, mixed)
     assert "belong to 2 different individuals" in text
     with pytest.raises(ValueError, match="Tick “Create it if new”"):
-        mp.assign_selection(loop, mixed, "Zafira", user="ana")
-    message = mp.assign_selection(loop, mixed, "Zafira", user="ana", create_new=True)
+        mp.assign_selection(loop, AssignSelectionRequest(image_ids=mixed, individual="Zafira", user="ana"))
+    message = mp.assign_selection(loop, AssignSelectionRequest(image_ids=mixed, individual="Zafira", user="ana",
+                                                               create_new=True))
     assert message.startswith("Created Zafira and assigned 3 photo(s) to Zafira")
     assert "they came from 2 individuals" in message
     with loop.unit_of_work() as s:
         zafira = s.query(Individual).filter_by(name="Zafira").one()
         assert sorted(i for (i,) in s.query(Image.id).filter(Image.individual_id == zafira.id)) == sorted(mixed)
     # assigning to an existing name with the box ticked reuses it, and a single source is named plainly
-    again = mp.assign_selection(loop, a_photos[2:3], "Zafira", user="ana", create_new=True)
+    again = mp.assign_selection(loop, AssignSelectionRequest(image_ids=a_photos[2:3], individual="Zafira",
+                                                             user="ana", create_new=True))
     assert again.startswith("Assigned 1 photo(s) to Zafira") and "were " in again
 
 
@@ -178,7 +181,7 @@ def test_flank_suggestion_for_an_unlabelled_photo_and_accept(loop):
         image_id = img.id
     text, show = fs.flank_suggestion(loop, image_id)
     assert show and "Suggested flank" in text and "held-out" in text
-    message = fs.accept_suggestion(loop, image_id, user="ana")
+    message = fs.accept_suggestion(loop, fs.AcceptFlankRequest(image_id, user="ana"))
     with loop.unit_of_work() as s:
         img = s.get(Image, image_id)
         assert img.flank.value in ("left", "right", "other") and img.flank_source == "curator"
@@ -226,13 +229,13 @@ def test_retrain_with_nothing_new_is_refused(tmp_path, capsys):
     """No identity confirmed since the active model was trained: the Models tab's Retrain and `rosette retrain`
     say so and queue nothing; `--force` still retrains (issue 14, item 5)."""
     from app.cli import main as cli
-    from jobs.actions.models import retrain
+    from jobs.actions.models import RetrainRequest, retrain
     from db.session import open_catalogue
 
     data = tmp_path / "empty"
     cat = open_catalogue(data)
     with pytest.raises(ValueError, match="0 confirmed identities since efficientnet_lite0 was trained"):
-        retrain(cat, None, user="ana")
+        retrain(cat, RetrainRequest(user="ana", species=None))
     assert cli(["--data-dir", str(data), "retrain"]) == 1
     assert "learn nothing new" in capsys.readouterr().err
     assert queue.list_jobs(cat, kind="train") == []
@@ -253,7 +256,7 @@ def test_the_map_says_what_its_job_waits_for_and_never_waits_behind_training(tmp
     assert "<b>Compute map</b>" in map_html(None, note=map_wait_note(cat, "efficientnet_lite0"))
     training = queue.submit(cat, "sleep_heavy", {"steps": 1})
     first = queue.submit(cat, "sleep", {"steps": 1})  # a light job ahead of the map
-    queue_map(cat, "efficientnet_lite0")
+    queue_map(cat, MapRequest(model="efficientnet_lite0"))
     note = map_wait_note(cat, "efficientnet_lite0")
     assert f"behind job #{first} (sleep, queued)" in note and f"#{training}" not in note
     assert "Compute map" not in map_html(None, note=note)

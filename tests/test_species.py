@@ -17,7 +17,7 @@ from db.models import Image, Individual, JobStatus, Sighting
 from db.session import open_catalogue
 from db.species import active_model_name, archive_model, list_species, model_status, promote_model
 from jobs import queue
-from jobs.actions.promote import promote
+from jobs.actions.promote import PromoteRequest, promote
 from tests.synthetic_reid import make_reid_set
 
 
@@ -116,7 +116,7 @@ def test_promote_makes_a_model_active_for_its_species_and_queues_embedding(two_s
     job = queue.submit_and_run(cat, "train", {"source": "catalogue", "head": "supcon", "epochs": 2, "views": 2,
                                              "name": "promo-model", "diagnose": False})
     assert job.status == JobStatus.succeeded, job.message
-    res = promote(cat, "promo-model", species="nyala", user="ana")  # the store promotes, jobs queue the re-embedding
+    res = promote(cat, PromoteRequest(model="promo-model", species="nyala", user="ana"))  # the store promotes, jobs queue the re-embedding
     assert res["previous"] == "efficientnet_lite0" and res["job_id"]
     assert active_model_name(cat, "nyala") == "promo-model" and active_model_name(cat, "lion") == "efficientnet_lite0"
     status = model_status(cat)
@@ -154,6 +154,8 @@ def test_promote_makes_a_model_active_for_its_species_and_queues_embedding(two_s
 
 def test_setting_a_species_from_the_catalogue_tab_and_undoing_it(tmp_path):
     from jobs.actions import catalogue as services
+    from jobs.actions import species as sa
+    from jobs.requests.catalogue import IndividualSpeciesRequest, UndoRequest
     from db.models import Image as Img
 
     manifest = make_reid_set(tmp_path / "photos", individuals=2, photos_each=2, seed=15)
@@ -161,16 +163,16 @@ def test_setting_a_species_from_the_catalogue_tab_and_undoing_it(tmp_path):
     ingest_path(cat, manifest, format="manifest", user="ana")
     with cat.unit_of_work() as s:
         ind = s.query(Individual).filter_by(name="ind00").one()
-    assert services.species_of_individual(cat, ind.id) == "default"
-    text = services.set_species(cat, ind.id, " okapi ", user="ana")
-    assert "now okapi" in text and "okapi" in services.species_names(cat)
-    assert services.species_of_individual(cat, ind.id) == "okapi"
+    assert sa.species_of_individual(cat, ind.id) == "default"
+    text = sa.set_individual_species(cat, IndividualSpeciesRequest(ind.id, " okapi ", user="ana")).message
+    assert "now okapi" in text and "okapi" in sa.species_names(cat)
+    assert sa.species_of_individual(cat, ind.id) == "okapi"
     with cat.unit_of_work() as s:
         assert {i.species_id for i in s.query(Img).filter_by(individual_id=ind.id)} == {_species_of(cat, "ind00")}
-    services.undo_last(cat, user="ana")
-    assert services.species_of_individual(cat, ind.id) == "default"
+    services.undo(cat, UndoRequest(user="ana"))
+    assert sa.species_of_individual(cat, ind.id) == "default"
     with cat.unit_of_work() as s:
         assert {i.species_id for i in s.query(Img).filter_by(individual_id=ind.id)} == {1}
     with pytest.raises(ValueError, match="Open an individual"):
-        services.set_species(cat, None, "okapi", user="ana")
+        sa.set_individual_species(cat, IndividualSpeciesRequest(None, "okapi", user="ana"))
     cat.close()

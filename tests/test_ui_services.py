@@ -9,6 +9,18 @@ import pytest
 from sqlalchemy import select
 
 from jobs.actions import catalogue as services
+from jobs.actions import ingest, maintenance
+from jobs.actions.export import export_catalogue
+from jobs.requests.catalogue import (
+    MergeRequest,
+    MovePhotosRequest,
+    RenameRequest,
+    SetFlanksRequest,
+    SplitRequest,
+    UndoRequest,
+)
+from jobs.requests.export import ExportCatalogueRequest
+from jobs.requests.ingest import ImportUploadsRequest
 from db import catalogue as cat_ops
 from db.catalogue import CatalogueError
 from db.models import Flank, Image, Sighting
@@ -87,12 +99,12 @@ def test_open_individual_lists_photos_with_flank_sighting_date_and_sightings(cat
 
 
 def test_rename_then_undo_restores_name_and_history_says_who(cat, two_animals):
-    msg = services.rename(cat, two_animals["Ayo"], "Ayo II", user="bia")
+    msg = services.rename(cat, RenameRequest(two_animals["Ayo"], "Ayo II", user="bia")).message
     assert msg == "Renamed Ayo to Ayo II."
     assert services.open_individual(cat, two_animals["Ayo"]).name == "Ayo II"
     rows = services.history_rows(cat)
     assert rows[0][1] == "bia" and rows[0][2].endswith("renamed Ayo to Ayo II")
-    assert services.undo_last(cat, user="bia") == "Undone: renamed Ayo to Ayo II."
+    assert services.undo(cat, UndoRequest(user="bia")).message == "Undone: renamed Ayo to Ayo II."
     assert services.open_individual(cat, two_animals["Ayo"]).name == "Ayo"
     rows = services.history_rows(cat)
     assert "undid change" in rows[0][2] and rows[1][2].endswith("(undone)")
@@ -100,61 +112,62 @@ def test_rename_then_undo_restores_name_and_history_says_who(cat, two_animals):
 
 def test_rename_to_taken_name_is_a_curator_error(cat, two_animals):
     with pytest.raises(CatalogueError, match="already exists"):
-        services.rename(cat, two_animals["Ayo"], "Bela", user="bia")
+        services.rename(cat, RenameRequest(two_animals["Ayo"], "Bela", user="bia"))
     with pytest.raises(CatalogueError, match="Open an individual"):
-        services.rename(cat, None, "X", user="bia")
+        services.rename(cat, RenameRequest(None, "X", user="bia"))
 
 
 def test_changes_need_a_curator_name(cat, two_animals):
     with pytest.raises(ValueError, match="signed in"):
-        services.rename(cat, two_animals["Ayo"], "Ayo II", user="   ")
+        services.rename(cat, RenameRequest(two_animals["Ayo"], "Ayo II", user="   "))
 
 
 def test_merge_moves_photos_retires_source_and_undo_restores(cat, two_animals):
-    msg = services.merge(cat, two_animals["Bela"], two_animals["Ayo"], user="bia")
+    msg = services.merge(cat, MergeRequest(two_animals["Bela"], two_animals["Ayo"], user="bia")).message
     assert msg == "Merged Bela into Ayo (1 photo moved)."
     assert [c.name for c in services.individual_cards(cat)] == ["Ayo"]
     assert len(services.open_individual(cat, two_animals["Ayo"]).images) == 4
     retired = services.open_individual(cat, two_animals["Bela"])
     assert not retired.active and retired.headline().endswith("(merged into Ayo)")
-    services.undo_last(cat, user="bia")
+    services.undo(cat, UndoRequest(user="bia"))
     assert {c.name: c.n_images for c in services.individual_cards(cat)} == {"Ayo": 3, "Bela": 1}
 
 
 def test_merge_needs_a_target(cat, two_animals):
     with pytest.raises(CatalogueError, match="merge into"):
-        services.merge(cat, two_animals["Ayo"], None, user="bia")
+        services.merge(cat, MergeRequest(two_animals["Ayo"], None, user="bia"))
 
 
 def test_split_makes_new_individual_and_undo_puts_photos_back(cat, two_animals):
     moved = two_animals["photos"][1:3]
-    new_id, msg = services.split(cat, moved, new_name="Cacau", user="bia")
+    done = services.split(cat, SplitRequest(moved, new_name="Cacau", user="bia"))
+    new_id, msg = done.individual_id, done.message
     assert msg == "Split 2 photos out into the new individual Cacau."
     assert [c.id for c in services.open_individual(cat, new_id).images] == moved
     assert {c.name: c.n_images for c in services.individual_cards(cat)} == {"Ayo": 1, "Bela": 1, "Cacau": 2}
-    assert services.undo_last(cat, user="bia").startswith("Undone: split 2 photos out into Cacau")
+    assert services.undo(cat, UndoRequest(user="bia")).message.startswith("Undone: split 2 photos out into Cacau")
     assert {c.name: c.n_images for c in services.individual_cards(cat)} == {"Ayo": 3, "Bela": 1}
 
 
 def test_split_needs_photos(cat, two_animals):
     with pytest.raises(CatalogueError, match="at least one image"):
-        services.split(cat, [], user="bia")
+        services.split(cat, SplitRequest([], user="bia"))
 
 
 def test_undo_with_nothing_to_undo(cat):
     with pytest.raises(CatalogueError, match="nothing to undo"):
-        services.undo_last(cat, user="bia")
+        services.undo(cat, UndoRequest(user="bia"))
 
 
 def test_catalogue_summary_and_provenance_hide_password(cat, two_animals):
     assert services.catalogue_summary(cat).startswith("2 individuals · 4 photos · 2 sightings")
-    assert str(cat.data_dir) in services.provenance_line(cat)
-    assert services.database_label("postgresql://ana:secret@db.example/rosette") == "postgresql://ana:***@db.example/rosette"
+    assert str(cat.data_dir) in maintenance.provenance_line(cat)
+    assert maintenance.database_label("postgresql://ana:secret@db.example/rosette") == "postgresql://ana:***@db.example/rosette"
 
 
 def test_import_uploads_needs_files(cat):
     with pytest.raises(ValueError, match="Choose some photos"):
-        services.import_uploads(cat, [], user="bia")
+        ingest.import_uploads(cat, ImportUploadsRequest([], user="bia"))
 
 
 def test_import_uploads_matches_manifest_by_original_name(cat, nyala_dir, nyala_manifest, tmp_path):
@@ -170,7 +183,7 @@ def test_import_uploads_matches_manifest_by_original_name(cat, nyala_dir, nyala_
     manifest.parent.mkdir()
     manifest.write_text("filename,identity,flank,sighting\n"
                         + "".join(f"{r['filename']},{r['identity']},{r['flank']},{r['sighting']}\n" for r in rows))
-    outcome = services.import_uploads(cat, uploads, manifest=str(manifest), user="bia")
+    outcome = ingest.import_uploads(cat, ImportUploadsRequest(uploads, manifest=str(manifest), user="bia"))
     assert len(outcome.rows) >= len(rows) and all(len(r) == 3 for r in outcome.rows)
     expected = {}
     for r in rows:
@@ -182,7 +195,7 @@ def test_import_uploads_matches_manifest_by_original_name(cat, nyala_dir, nyala_
     job = get_job(cat, outcome.features_job)
     assert job.kind == "embed" and job.status.value == "queued" and job.params["backbone"] == "efficientnet_lite0"
     assert f"being computed in the background (job #{job.id})" in outcome.summary
-    assert services.warm_features(cat, user="bia") is None  # one waiting job covers later imports too
+    assert ingest.warm_features(cat, user="bia") is None  # one waiting job covers later imports too
 
 
 @pytest.mark.slow  # imports every tab module, some of which load torch
@@ -258,8 +271,9 @@ def test_catalogue_export_has_the_csvs_sheets_and_defused_cells(cat, two_animals
 
     from app.cli import main as cli
 
-    services.rename(cat, two_animals["Bela"], "=HYPERLINK(\"http://x\")", user="ana")  # a hostile name
-    path, message = services.export_catalogue(cat, user="ana")
+    services.rename(cat, RenameRequest(two_animals["Bela"], "=HYPERLINK(\"http://x\")", user="ana"))  # a hostile name
+    done = export_catalogue(cat, ExportCatalogueRequest(user="ana"))
+    path, message = done.path, done.message
     assert message == f"Exported 2 individuals, 4 photos, 2 sightings and 0 decisions to {Path(path).name}."
     assert Path(path).parent == cat.data_dir / "exports"
     with zipfile.ZipFile(path) as zf:
@@ -297,15 +311,15 @@ def test_catalogue_export_has_the_csvs_sheets_and_defused_cells(cat, two_animals
 def test_ticked_photos_move_together_and_take_one_flank(cat, two_animals):
     """Issue 14, everyday features: select several photos in the Catalogue to move them or set their flank."""
     ayo_photos = [p for p in two_animals["photos"][:3]]
-    message = services.move_photos(cat, ayo_photos[:2], two_animals["Bela"], user="ana")
+    message = services.move_photos(cat, MovePhotosRequest(ayo_photos[:2], two_animals["Bela"], user="ana"))
     assert message == "Moved 2 photos to Bela (each one is an undoable change)."
     assert {c.name: c.n_images for c in services.individual_cards(cat)} == {"Ayo": 1, "Bela": 3}
-    assert services.undo_last(cat, user="ana").startswith("Undone: assigned photo")  # one photo back
+    assert services.undo(cat, UndoRequest(user="ana")).message.startswith("Undone: assigned photo")  # one photo back
     assert {c.name: c.n_images for c in services.individual_cards(cat)} == {"Ayo": 2, "Bela": 2}
-    assert services.set_flanks(cat, ayo_photos, "left", user="ana") == "Flank set to left for 3 photos."
+    assert services.set_flanks(cat, SetFlanksRequest(ayo_photos, "left", user="ana")) == "Flank set to left for 3 photos."
     with cat.unit_of_work() as s:
         assert {s.get(Image, i).flank.value for i in ayo_photos} == {"left"}
     with pytest.raises(CatalogueError, match="Tick the photos"):
-        services.move_photos(cat, [], two_animals["Bela"], user="ana")
+        services.move_photos(cat, MovePhotosRequest([], two_animals["Bela"], user="ana"))
     with pytest.raises(CatalogueError, match="Choose the flank"):
-        services.set_flanks(cat, ayo_photos, "sideways", user="ana")
+        services.set_flanks(cat, SetFlanksRequest(ayo_photos, "sideways", user="ana"))

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from app.console import print_table, printable
+from jobs.actions import audit as au
+from jobs.requests.audit import AuditExportRequest
 
 
 def register(sub) -> None:
@@ -20,11 +22,8 @@ def register(sub) -> None:
 
 
 def run(args, ctx) -> int:
-    from app.console import print_table, printable
-    from db.audit import audit_csv, audit_rows, verify_chain
-
     if args.what == "verify":
-        check = verify_chain(ctx.catalogue)
+        check = au.verify_chain(ctx.catalogue)
         if check.ok:
             print(f"audit trail intact: {check.rows} changes, every hash matches")
             return 0
@@ -35,12 +34,13 @@ def run(args, ctx) -> int:
             print(f"audit trail BROKEN at change #{check.first_broken_id}: that row or one before it was rewritten "
                   "or deleted outside Rosette")
         return 3
-    rows = audit_rows(ctx.catalogue, user=args.who, action=args.action, target=args.target, since=args.since,
-                      until=args.until, limit=None if args.csv or args.limit == 0 else args.limit)
     if args.csv:
-        Path(args.csv).write_text(audit_csv(rows), encoding="utf-8")
-        print(f"{len(rows)} changes written to {args.csv}")
+        done = au.export_audit(ctx.catalogue, AuditExportRequest(who=args.who, action=args.action, target=args.target,
+                                                                 since=args.since, until=args.until, out=args.csv))
+        print(f"{done.changes} changes written to {args.csv}")
         return 0
+    rows = au.audit_rows(ctx.catalogue, who=args.who, action=args.action, target=args.target, since=args.since,
+                         until=args.until, limit=None if args.limit == 0 else args.limit)
     print_table([(r.id, r.at.strftime("%Y-%m-%d %H:%M:%S"), printable(r.user), r.action, r.target,
                   printable(r.details_text())[:100]) for r in rows], ["#", "at (UTC)", "user", "action", "target",
                                                                        "details"])

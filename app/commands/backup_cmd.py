@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+from db.session import resolve_data_dir
+from jobs.actions import maintenance
+from jobs.requests.maintenance import BackupRequest, RestoreRequest
+
 
 def register(sub) -> None:
     b = sub.add_parser("backup", help="write a consistent backup (database + files) to a new folder")
@@ -17,9 +21,7 @@ def register(sub) -> None:
 
 
 def run_backup(args, ctx) -> int:
-    from db.backup import backup
-
-    info = backup(ctx.catalogue, args.path)
+    info = maintenance.backup(ctx.catalogue, BackupRequest(args.path))
     print(json.dumps(info) if args.json else
           f"backup written to {args.path}: {info['counts']['images']} photos, {info['counts']['individuals']} "
           f"individuals, {info['counts']['match_decisions']} decisions, {info['files']} files "
@@ -28,10 +30,7 @@ def run_backup(args, ctx) -> int:
 
 
 def run_restore(args, ctx) -> int:
-    from db.backup import restore
-    from db.session import resolve_data_dir
-
     target = resolve_data_dir(ctx.data_dir)
-    info = restore(args.path, target, force=args.force)
+    info = maintenance.restore(RestoreRequest(args.path, str(target), force=args.force))
     print(f"restored the backup of {info['created']} ({info['counts']['images']} photos) into {target}")
     return 0

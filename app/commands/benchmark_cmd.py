@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from app.console import print_table
+from jobs.actions.benchmarks import CreateBenchmarkRequest, benchmark_list, create_benchmark
+
 
 def register(sub) -> None:
     p = sub.add_parser("benchmark", help="create or list benchmarks (image sets with a fixed split)")
@@ -26,10 +29,9 @@ def register(sub) -> None:
 
 
 def run_create(args, ctx) -> int:
-    from db.benchmarks import create_benchmark
-
-    bench = create_benchmark(ctx.catalogue, args.name, manifest=args.manifest, split=args.split,
-                             test_fraction=args.test_fraction, seed=args.seed, user=ctx.user, replace=args.replace)
+    bench = create_benchmark(ctx.catalogue, CreateBenchmarkRequest(
+        name=args.name, user=ctx.user, split=args.split, test_fraction=args.test_fraction, seed=args.seed,
+        manifest=args.manifest, replace=args.replace)).benchmark
     c = bench.config
     how = (f"{bench.split_kind}-disjoint, fraction {c['test_fraction']}, seed {c['seed']}"
            if bench.split_kind in ("identity", "sighting") else bench.split_kind)
@@ -39,12 +41,7 @@ def run_create(args, ctx) -> int:
 
 
 def run_list(args, ctx) -> int:
-    from app.console import print_table
-    from db.benchmarks import list_benchmarks
-
-    with ctx.catalogue.unit_of_work() as s:
-        benches = list_benchmarks(s)
-        rows = [{"name": b.name, "split": b.split_kind, **b.config} for b in benches]
+    rows = benchmark_list(ctx.catalogue)
     if args.json:
         print(json.dumps(rows))
     else:

@@ -5,6 +5,19 @@ from __future__ import annotations
 
 import json
 
+from app.console import print_table
+from jobs.actions import catalogue as services
+from jobs.actions.errors import CatalogueError
+from jobs.actions.export import export_catalogue
+from jobs.requests.catalogue import (
+    MergeRequest,
+    RenameRequest,
+    SetFlanksRequest,
+    SplitRequest,
+    UndoRequest,
+)
+from jobs.requests.export import ExportCatalogueRequest
+
 
 def register(sub) -> None:
     p = sub.add_parser("individuals", help="list individuals with photo and sighting counts")
@@ -41,23 +54,8 @@ def register(sub) -> None:
     p.set_defaults(func=run_flank)
 
 
-def _individual_id(session, ref: str) -> int:
-    from db.catalogue import NotFoundError, find_individual_by_name, get_individual
-
-    if ref.isdigit():
-        return get_individual(session, int(ref)).id
-    ind = find_individual_by_name(session, ref)
-    if ind is None:
-        raise NotFoundError(f"no individual named {ref!r}")
-    return ind.id
-
-
 def run_list(args, ctx) -> int:
-    from app.console import print_table
-    from db.catalogue import list_individuals
-
-    with ctx.catalogue.unit_of_work() as s:
-        rows = list_individuals(s, search=args.search)
+    rows = services.list_individuals(ctx.catalogue, search=args.search)
     if args.json:
         print(json.dumps([{"id": r.id, "name": r.name, "images": r.n_images, "sightings": r.n_sightings} for r in rows]))
     else:
@@ -65,87 +63,57 @@ def run_list(args, ctx) -> int:
     return 0
 
 
-def _change(ctx, fn) -> int:
-    with ctx.catalogue.unit_of_work() as s:
-        message = fn(s)
-        s.commit()
-    print(message)
+def run_rename(args, ctx) -> int:
+    cat = ctx.catalogue
+    done = services.rename(cat, RenameRequest(services.individual_id(cat, args.individual), args.new_name,
+                                              user=ctx.user))
+    print(f"renamed {done.old!r} to {done.new!r} (event {done.event_id})")
     return 0
 
 
-def run_rename(args, ctx) -> int:
-    from db.catalogue import rename_individual
-
-    def do(s):
-        ev = rename_individual(s, _individual_id(s, args.individual), args.new_name, user=ctx.user)
-        return f"renamed {ev.payload['old']!r} to {ev.payload['new']!r} (event {ev.id})"
-
-    return _change(ctx, do)
-
-
 def run_merge(args, ctx) -> int:
-    from db.catalogue import merge_individuals
-
-    def do(s):
-        ev = merge_individuals(s, _individual_id(s, args.source), _individual_id(s, args.target), user=ctx.user)
-        p = ev.payload
-        return f"merged {p['source_name']!r} into {p['target_name']!r}: {len(p['image_ids'])} photos moved (event {ev.id})"
-
-    return _change(ctx, do)
+    cat = ctx.catalogue
+    done = services.merge(cat, MergeRequest(services.individual_id(cat, args.source),
+                                            services.individual_id(cat, args.target), user=ctx.user))
+    print(f"merged {done.source_name!r} into {done.target_name!r}: {done.moved} photos moved (event {done.event_id})")
+    return 0
 
 
 def run_split(args, ctx) -> int:
-    from db.catalogue import split_images
-
-    def do(s):
-        new, ev = split_images(s, args.image_ids, new_name=args.name, user=ctx.user)
-        return f"split {len(args.image_ids)} photos into new individual {new.name!r} (id {new.id}, event {ev.id})"
-
-    return _change(ctx, do)
+    done = services.split(ctx.catalogue, SplitRequest(tuple(args.image_ids), user=ctx.user, new_name=args.name))
+    print(f"split {len(args.image_ids)} photos into new individual {done.name!r} (id {done.individual_id}, "
+          f"event {done.event_id})")
+    return 0
 
 
 def run_undo(args, ctx) -> int:
-    from db.catalogue import CatalogueError, last_undoable_event, undo_event
-
     event_id = args.event_id
     if event_id is None:
-        with ctx.catalogue.unit_of_work() as s:
-            last = last_undoable_event(s)
-            if last is None:
-                raise CatalogueError("nothing to undo")
-            event_id = last.id
-
-    def do(s):  # its first statement claims the event (db.catalogue.undo_event)
-        undo = undo_event(s, event_id, user=ctx.user)
-        return f"undid event {event_id} ({undo.payload['kind']})"
-
-    return _change(ctx, do)
+        event_id = services.last_change_id(ctx.catalogue)
+        if event_id is None:
+            raise CatalogueError("nothing to undo")
+    done = services.undo(ctx.catalogue, UndoRequest(user=ctx.user, event_id=event_id))
+    print(f"undid event {done.event_id} ({done.kind})")
+    return 0
 
 
 def run_history(args, ctx) -> int:
-    from app.console import print_table
-    from db.catalogue import history
-
-    with ctx.catalogue.unit_of_work() as s:
-        ind = _individual_id(s, args.individual) if args.individual else None
-        events = history(s, individual_id=ind, limit=args.limit)
-        rows = [(e.id, f"{e.created_at:%Y-%m-%d %H:%M:%S}", e.user, e.kind.value,
-                 json.dumps(e.payload, sort_keys=True)[:80], "undone" if e.undone_at else "") for e in events]
+    cat = ctx.catalogue
+    ind = services.individual_id(cat, args.individual) if args.individual else None
+    rows = [(e.id, f"{e.created_at:%Y-%m-%d %H:%M:%S}", e.user, e.kind, json.dumps(e.payload, sort_keys=True)[:80],
+             "undone" if e.undone else "") for e in services.history_entries(cat, individual_id=ind, limit=args.limit)]
     print_table(rows, ["event", "when (UTC)", "who", "what", "details", ""])
     return 0
 
 
 def run_flank(args, ctx) -> int:
-    from db.masks import set_flank
-
-    set_flank(ctx.catalogue, args.image_id, args.flank, user=ctx.user)
+    services.set_flanks(ctx.catalogue, SetFlanksRequest((args.image_id,), args.flank, user=ctx.user))
     print(f"photo {args.image_id}: flank set to {args.flank}")
     return 0
 
 
 def run_export_catalogue(args, ctx) -> int:
-    from db.catalogue_export import export_catalogue
-
-    done = export_catalogue(ctx.catalogue, args.out, user=ctx.user, include_inactive=args.include_inactive)
+    done = export_catalogue(ctx.catalogue, ExportCatalogueRequest(user=ctx.user, include_inactive=args.include_inactive,
+                                                                  out=args.out))
     print(done.summary)
     return 0

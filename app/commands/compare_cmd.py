@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from app.console import print_table
+from jobs.actions.models import CompareRequest, compare
+
 
 def register(sub) -> None:
     p = sub.add_parser("compare", help="compare two models on a benchmark (paired Wilcoxon, Fisher, Holm)")
@@ -16,10 +19,7 @@ def register(sub) -> None:
 
 
 def run(args, ctx) -> int:
-    from app.console import print_table
-    from db.compare import compare
-
-    res = compare(ctx.catalogue, args.a.split(","), args.b.split(","), benchmark=args.benchmark, alpha=args.alpha)
+    res = compare(ctx.catalogue, CompareRequest(a=args.a, b=args.b, benchmark=args.benchmark, alpha=args.alpha))
     if args.json:
         print(json.dumps({k: v for k, v in res.items() if k != "ap_differences"}, default=float))
         return 0

@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 import sys
 
+from app.console import print_table
+from jobs.actions.diagnostics import diagnose, parse_seeds
+from jobs.requests.diagnostics import DiagnoseRequest
+
 
 def register(sub) -> None:
     p = sub.add_parser("diagnose", help="what evidence a model uses: background vs coat, mirror, flanks")
@@ -33,20 +37,14 @@ def _masks_words(run: dict) -> str:
 
 
 def run(args, ctx) -> int:
-    from app.console import print_table
-    from db.diagnostics import run_diagnose
-
     def progress(frac: float, msg: str) -> None:
         if sys.stderr.isatty():
             print(f"\r[{frac:4.0%}] {msg:<60}", end="", file=sys.stderr, flush=True)
 
-    seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
-    from db.species import active_model_name
-
-    res = run_diagnose(ctx.catalogue, backbone=args.backbone or active_model_name(ctx.catalogue),
-                       benchmark=args.benchmark, masker=args.masker,
-                       inpainter=args.inpainter, seeds=seeds, user=ctx.user, progress=progress,
-                       keep_masks=args.keep_masks)
+    request = DiagnoseRequest(benchmark=args.benchmark, backbone=args.backbone, masker=args.masker,
+                              inpainter=args.inpainter, seeds=parse_seeds(args.seeds), keep_masks=args.keep_masks,
+                              user=ctx.user)
+    res = diagnose(ctx.catalogue, request, progress=progress)
     if sys.stderr.isatty():
         print(file=sys.stderr)
     if args.json:

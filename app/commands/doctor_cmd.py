@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+from jobs.actions.maintenance import remove_orphans
+from jobs.requests.maintenance import OrphansRequest
+
 
 def register(sub) -> None:
     p = sub.add_parser("doctor", help="find and remove unreferenced files in the photo store")
@@ -16,13 +19,8 @@ def register(sub) -> None:
 
 
 def run(args, ctx) -> int:
-    from db.doctor import find_orphans, remove_orphans
-
-    if args.min_age < 0:
-        raise ValueError("--min-age must be 0 or more seconds")
-    orphans = find_orphans(ctx.catalogue, min_age_s=args.min_age)
-    if not args.dry_run and orphans.files:
-        remove_orphans(ctx.catalogue, orphans)
+    request = OrphansRequest(min_age_s=args.min_age, dry_run=args.dry_run)  # refused before the catalogue opens
+    orphans = remove_orphans(ctx.catalogue, request)
     if args.json:
         print(json.dumps({"files": orphans.files, "bytes": orphans.bytes, "removed": orphans.removed,
                           "too_young": orphans.too_young, "dry_run": args.dry_run}))

@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 import sys
 
+from app.console import print_table
 from core.backbones import DEFAULT_BACKBONE
+from core.evaluation import RERANK_METHODS
+from jobs.actions.benchmarks import EvaluateRequest, evaluate, is_fused_pipeline
+from jobs.actions.spots import SpotEvaluationRequest, evaluate_spots
 
 
 def register(sub) -> None:
@@ -16,8 +20,6 @@ def register(sub) -> None:
                    help="a backbone registry name or a trained model (rosette models list)")
     p.add_argument("--benchmark", required=True)
     p.add_argument("--variant", default="full_rgb")
-    from db.evaluation import RERANK_METHODS
-
     p.add_argument("--rerank", default="none", choices=list(RERANK_METHODS))
     p.add_argument("--verify", metavar="MATCHER", default=None,
                    help="re-rank the global shortlist with verified spot evidence from this local matcher "
@@ -40,15 +42,12 @@ def progress_printer(label: str):
 
 
 def run(args, ctx) -> int:
-    from app.console import print_table
-    from db.evaluation import run_evaluation
-    from db.spots import is_pipeline
-
-    if args.verify or args.lnbnn or args.lnbnn_only or is_pipeline(ctx.catalogue, args.backbone):
+    if args.verify or args.lnbnn or args.lnbnn_only or is_fused_pipeline(ctx.catalogue, args.backbone):
         return run_spots(args, ctx)
 
-    res = run_evaluation(ctx.catalogue, backbone=args.backbone, benchmark=args.benchmark, variant=args.variant,
-                         rerank=args.rerank, progress=progress_printer("embedding"))
+    request = EvaluateRequest(benchmark=args.benchmark, backbone=args.backbone, variant=args.variant,
+                              rerank=args.rerank, user=ctx.user)
+    res = evaluate(ctx.catalogue, request, progress=progress_printer("embedding"))
     if args.json:
         keys = ("map_macro", "map_micro", "cmc_macro", "cmc_micro", "n_queries", "n_identities", "model", "variant",
                 "benchmark", "rerank", "same_sighting_excluded", "with_same_sighting", "evaluation_id")
@@ -75,14 +74,11 @@ COMPONENT_WORDS = {"global": "global model alone", "global+verification": "+ spo
 
 
 def run_spots(args, ctx) -> int:
-    from app.console import print_table
-    from jobs.actions.spots import SpotEvaluationRequest, evaluate_spots
-
     if args.variant != "full_rgb" or args.rerank != "none":
         raise ValueError("--verify evaluates full photos without re-ranking; drop --variant / --rerank")
     request = SpotEvaluationRequest(benchmark=args.benchmark, model=args.backbone, matcher=args.verify or "sift",
                                     shortlist=args.shortlist, verification=not args.lnbnn_only,
-                                    lnbnn=bool(args.lnbnn or args.lnbnn_only))
+                                    lnbnn=bool(args.lnbnn or args.lnbnn_only), user=ctx.user)
     last = {"what": None}
 
     def report(what: str, done: int, total: int) -> None:

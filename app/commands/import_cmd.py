@@ -13,14 +13,17 @@ nothing failed, 1 when every file failed (or the import could not start).
 from __future__ import annotations
 
 import sys
+import time
+
+from app.console import print_table
+from jobs.actions.ingest import FORMATS, import_path
+from jobs.requests.ingest import ImportPathRequest
 
 #: Imports with more files than this print counts and only the rows needing attention.
 FULL_TABLE_MAX = 40
 
 
 def register(sub) -> None:
-    from db.ingest import FORMATS
-
     p = sub.add_parser("import", help="import photos (file, folder, zip, CSV manifest or Kaggle layout)",
                        description=__doc__.split("\n\n", 1)[1] if __doc__ else None)
     p.add_argument("path", metavar="PATH", help="photo, folder, .zip, manifest .csv or Kaggle folder/train.csv")
@@ -39,8 +42,6 @@ def _progress_printer(stream):
     last = [0.0]
 
     def progress(done: int, total: int) -> None:
-        import time
-
         now = time.monotonic()
         if done == total or now - last[0] > 0.2:
             last[0] = now
@@ -50,11 +51,9 @@ def _progress_printer(stream):
 
 
 def run(args, ctx) -> int:
-    from app.console import print_table
-    from db.ingest import ingest_path
-
-    report = ingest_path(ctx.catalogue, args.path, format=args.format, user=ctx.user, dry_run=args.dry_run,
-                         progress=_progress_printer(sys.stderr), update_metadata=args.update_metadata)
+    request = ImportPathRequest(args.path, user=ctx.user, format=args.format, dry_run=args.dry_run,
+                                update_metadata=args.update_metadata)
+    report = import_path(ctx.catalogue, request, progress=_progress_printer(sys.stderr))
     print(f"import of {report.source} as {report.format}")
     if args.show_all or len(report.items) <= FULL_TABLE_MAX:
         rows = report.rows()

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import json
 
+from app.console import print_table
+from jobs.actions.jobs import (CancelJobRequest, RetryJobRequest, cancel_job, list_jobs, recover_stale_jobs,
+                               retry_job)
+from jobs.queue import QUEUES
+from jobs.worker import main_loop, run_one
+
 
 def register(sub) -> None:
     w = sub.add_parser("worker", help="run queued background jobs until interrupted")
@@ -21,9 +27,6 @@ def register(sub) -> None:
 
 
 def run_worker(args, ctx) -> int:
-    from jobs.queue import QUEUES, recover_stale_jobs
-    from jobs.worker import main_loop, run_one
-
     queue = None if args.queue == "all" else args.queue
     if args.once:
         recover_stale_jobs(ctx.catalogue)
@@ -36,12 +39,9 @@ def run_worker(args, ctx) -> int:
 
 
 def run_jobs(args, ctx) -> int:
-    from app.console import print_table
-    from jobs import queue
-
     cat = ctx.catalogue
     if args.action == "list":
-        jobs = queue.list_jobs(cat)
+        jobs = list_jobs(cat)
         if args.json:
             print(json.dumps([{"id": j.id, "kind": j.kind, "queue": j.queue, "status": j.status.value,
                                "progress": j.progress, "attempts": j.attempts, "max_attempts": j.max_attempts,
@@ -52,13 +52,13 @@ def run_jobs(args, ctx) -> int:
                         ["id", "kind", "queue", "status", "progress", "attempts", "message"])
         return 0
     if args.action == "recover":
-        print(f"recovered jobs: {queue.recover_stale_jobs(cat)}")
+        print(f"recovered jobs: {recover_stale_jobs(cat)}")
         return 0
     if args.job_id is None:
         raise ValueError(f"'jobs {args.action}' needs a job id")
     if args.action == "cancel":
-        print(f"job {args.job_id}: {queue.request_cancel(cat, args.job_id).value}")
+        print(f"job {args.job_id}: {cancel_job(cat, CancelJobRequest(job_id=args.job_id, user=ctx.user)).status}")
     else:
-        queue.retry(cat, args.job_id)
+        retry_job(cat, RetryJobRequest(job_id=args.job_id, user=ctx.user))
         print(f"job {args.job_id}: queued again")
     return 0

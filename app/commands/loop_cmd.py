@@ -5,6 +5,15 @@ from __future__ import annotations
 
 import json
 
+from app.commands.train_cmd import print_training_table, wait_for_job
+from app.console import print_table
+from jobs.actions.flanks import AcceptFlankRequest, accept_suggestion
+from jobs.actions.jobs import get_job
+from jobs.actions.loop import flank_suggestions, unlabelled_photos
+from jobs.actions.map import MapRequest, compute_map, queue_map
+from jobs.actions.match import active_model
+from jobs.actions.models import RetrainRequest, calibration, retrain, species_id
+
 
 def register(sub) -> None:
     c = sub.add_parser("calibration", help="how a model's scores read as 'probability this is the same animal'")
@@ -30,23 +39,11 @@ def register(sub) -> None:
     r.set_defaults(func=run_retrain)
 
 
-def _species_id(cat, species) -> int:
-    from db.species import find_species
-
-    with cat.unit_of_work() as s:
-        return find_species(s, species if species is not None else 1).id
-
-
 def run_calibration(args, ctx) -> int:
-    from db.calibration import calibration_report, new_individual_threshold
-
-    cat = ctx.catalogue
-    sid = _species_id(cat, args.species)
-    rep = calibration_report(cat, args.model, species_id=sid)
+    rep = calibration(ctx.catalogue, args.model, args.species)
     if rep is None:
         raise ValueError(f"{args.model} cannot be calibrated yet: it needs at least 10 same / not-the-same "
                          "decisions (or a benchmark of this species) with both outcomes among them")
-    rep["new_individual_threshold"] = new_individual_threshold(cat, sid)
     if args.json:
         print(json.dumps(rep, default=float))
         return 0
@@ -63,24 +60,15 @@ def run_calibration(args, ctx) -> int:
 
 
 def run_flank_suggest(args, ctx) -> int:
-    from sqlalchemy import select
-
-    from app.console import print_table
-    from db.flank import accept_flank_suggestion, suggest_flanks
-    from db.models import Flank, Image
-
     cat = ctx.catalogue
-    ids = list(args.image_ids)
-    if not ids:
-        with cat.unit_of_work() as s:
-            ids = list(s.scalars(select(Image.id).where(Image.flank == Flank.unknown).order_by(Image.id)))
+    ids = list(args.image_ids) or unlabelled_photos(cat)
     if not ids:
         print("every photo has a flank label")
         return 0
-    out = suggest_flanks(cat, ids)
+    out = flank_suggestions(cat, ids)
     if args.accept:
         for i in ids:
-            accept_flank_suggestion(cat, i, user=ctx.user)
+            accept_suggestion(cat, AcceptFlankRequest(image_id=i, user=ctx.user))
     if args.json:
         print(json.dumps({str(k): v for k, v in out.items()}, default=float))
         return 0
@@ -94,42 +82,33 @@ def run_flank_suggest(args, ctx) -> int:
 
 
 def run_map(args, ctx) -> int:
-    from db.embedding_map import compute_map
-    from db.species import active_model_name
-    from jobs.queue import submit
-
     cat = ctx.catalogue
-    sid = _species_id(cat, args.species) if args.species is not None else None
-    model = args.model or active_model_name(cat, sid)
+    sid = species_id(cat, args.species) if args.species is not None else None
+    request = MapRequest(model=args.model or active_model(cat, sid), species=sid, user=ctx.user)
     if args.wait:
-        print(compute_map(cat, model, species_id=sid)["summary"])
+        print(compute_map(cat, request)["summary"])
     else:
-        job_id = submit(cat, "map", {"model": model, "species": sid, "user": ctx.user})
-        print(f"queued map job {job_id} for {model}; the Map tab shows it when done")
+        job_id, _ = queue_map(cat, request)
+        print(f"queued map job {job_id} for {request.model}; the Map tab shows it when done")
     return 0
 
 
 def run_retrain(args, ctx) -> int:
-    from app.commands.train_cmd import print_training_table, wait_for_job
-    from db.training import decisions_since_active
-    from jobs import queue
-    from jobs.kinds import retrain_params
-
     cat = ctx.catalogue
-    sid = _species_id(cat, args.species)
-    d = decisions_since_active(cat, sid)
-    job_id = queue.submit(cat, "train", retrain_params(cat, species_id=sid, user=ctx.user, force=args.force))
+    outcome = retrain(cat, RetrainRequest(user=ctx.user, species=args.species, force=args.force))
+    job_id = outcome.job_id
     if not args.wait:
-        print(f"{d['confirmed']} confirmed identities since {d['active_model']} was trained; retraining queued as "
-              f"job {job_id}")
+        print(f"{outcome.confirmed_since_active} confirmed identities since {outcome.active_model} was trained; "
+              f"retraining queued as job {job_id}")
         return 0
     wait_for_job(cat, job_id, quiet=args.json)
-    job = queue.get_job(cat, job_id)
+    job = get_job(cat, job_id)
     if job.status.value != "succeeded":
         raise ValueError(f"retraining job {job_id} {job.status.value}: {job.message}")
     res = job.result or {}
     if args.json:
-        print(json.dumps({"job_id": job_id, "confirmed_since_active": d["confirmed"], **res}, default=float))
+        print(json.dumps({"job_id": job_id, "confirmed_since_active": outcome.confirmed_since_active, **res},
+                         default=float))
         return 0
     print_training_table(res)
     if res.get("comparison"):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from app.commands.eval_cmd import progress_printer
+from jobs.actions.masks import MaskPhotosRequest, mask_photos
+
 
 def register(sub) -> None:
     p = sub.add_parser("mask", help="mask the animal in catalogue photos (resumable batch)")
@@ -17,11 +20,8 @@ def register(sub) -> None:
 
 
 def run(args, ctx) -> int:
-    from app.commands.eval_cmd import progress_printer
-    from db.masks import mask_images
-
-    res = mask_images(ctx.catalogue, masker=args.masker, only_missing=args.only_missing, user=ctx.user,
-                      progress=progress_printer("masking"))
+    request = MaskPhotosRequest(masker=args.masker, only_missing=args.only_missing, user=ctx.user)
+    res = mask_photos(ctx.catalogue, request, progress=progress_printer("masking"))
     if args.json:
         print(json.dumps(res))
     else:

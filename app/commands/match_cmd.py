@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 
+from app.console import print_table
 from core.backbones import DEFAULT_BACKBONE
 from db.models import DecisionKind
+from jobs.actions.decisions import DecideRequest, UndoDecisionRequest, decide, decision_claim, undo_last_decision
+from jobs.actions.errors import ConflictError
+from jobs.actions.match import ranked_candidates
 
 
 def register(sub) -> None:
@@ -34,11 +38,8 @@ def register(sub) -> None:
 
 
 def run_match(args, ctx) -> int:
-    from app.console import print_table
-    from db.matching import rank_candidates
-
-    res = rank_candidates(ctx.catalogue, args.image_id, model_name=args.model, k=args.k, flank_filter=args.flank,
-                          place=args.place, date_from=args.date_from, date_to=args.date_to)
+    res = ranked_candidates(ctx.catalogue, args.image_id, model_name=args.model, k=args.k, flank_filter=args.flank,
+                            place=args.place, date_from=args.date_from, date_to=args.date_to)
     if args.json:
         print(json.dumps({"query_image_id": res.query_image_id, "model": res.model_name,
                           "provenance": res.model_provenance,
@@ -54,28 +55,24 @@ def run_match(args, ctx) -> int:
 
 
 def run_decide(args, ctx) -> int:
-    from db.matching import record_decision, standing_decision
-
-    # what this command "saw": the photo's version and its standing decision, read together; the decision
-    # claims that version (as the web's does), so of several decisions made at once exactly one wins
-    version, standing = standing_decision(ctx.catalogue, args.image_id)
-    if standing is not None and not args.replace:
-        from db.catalogue import ConflictError
-
-        raise ConflictError(f"photo {args.image_id} already has a standing decision ({standing.decision.value} by "
-                            f"{standing.user} at {standing.created_at:%Y-%m-%d %H:%M:%S}); `rosette undo-decision` "
+    # what this command "saw": the photo's version, individual and standing decision, read together; the
+    # decision claims them (as the web's does, through the same action), so of several decisions made at once
+    # exactly one wins
+    seen = decision_claim(ctx.catalogue, args.image_id)
+    if seen.decision_id is not None and not args.replace:
+        raise ConflictError(f"photo {args.image_id} already has a standing decision ({seen.decision} by "
+                            f"{seen.user} at {seen.created_at:%Y-%m-%d %H:%M:%S}); `rosette undo-decision` "
                             "it, or pass --replace to record another")
-    dec = record_decision(ctx.catalogue, query_image_id=args.image_id, decision=args.decision, user=ctx.user,
-                          candidate_image_id=args.candidate, model_name=args.model, new_name=args.name,
-                          seen_version=version, seen_decision_id=standing.id if standing is not None else None)
-    print(f"decision {dec.id}: photo {args.image_id} {args.decision}"
-          + (f" (individual {dec.candidate_individual_id})" if dec.candidate_individual_id else ""))
+    outcome = decide(ctx.catalogue, DecideRequest(
+        query_image_id=args.image_id, decision=args.decision, user=ctx.user, candidate_image_id=args.candidate,
+        model_name=args.model, new_name=args.name, seen_individual_id=seen.individual_id,
+        seen_decision_id=seen.decision_id, seen_version=seen.version))
+    print(f"decision {outcome.decision_id}: photo {args.image_id} {args.decision}"
+          + (f" (individual {outcome.individual_id})" if outcome.individual_id else ""))
     return 0
 
 
 def run_undo(args, ctx) -> int:
-    from db.matching import undo_decision
-
-    dec = undo_decision(ctx.catalogue, user=ctx.user)
-    print(f"undid decision {dec.id} on photo {dec.query_image_id}")
+    outcome = undo_last_decision(ctx.catalogue, UndoDecisionRequest(user=ctx.user))
+    print(f"undid decision {outcome.decision_id} on photo {outcome.image_id}")
     return 0

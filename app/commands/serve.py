@@ -17,6 +17,10 @@ import sys
 import time
 
 from core.backbones import DEFAULT_BACKBONE
+from jobs.actions import maintenance
+from jobs.actions.accounts import ensure_first_admin
+from jobs.requests.accounts import FirstAdminRequest
+from jobs.worker import start_worker_thread
 
 
 def register(sub) -> None:
@@ -42,11 +46,7 @@ def _offline_environment() -> None:
 def seed_demo(cat, *, user: str = "demo") -> str | None:
     """Seed the demo catalogue if the catalogue is empty; returns what happened, or None if nothing did."""
     try:
-        from db.demo import seed_demo_if_empty
-    except ImportError as exc:  # pragma: no cover - only while the demo module is missing
-        return f"demo data not available ({exc})"
-    try:
-        report = seed_demo_if_empty(cat, user=user)
+        report = maintenance.seed_demo(cat, user=user)
     except Exception as exc:  # noqa: BLE001 - a broken demo must not stop the app from starting
         return f"demo catalogue could not be added ({type(exc).__name__}: {exc}); starting without it"
     if report is None:
@@ -58,14 +58,8 @@ def seed_demo(cat, *, user: str = "demo") -> str | None:
 def preload_backbone(cat, name: str = DEFAULT_BACKBONE) -> str:
     """Build the default backbone (the same per-process instance the matcher uses) and embed one
     blank picture, so weights and kernels are warm."""
-    import numpy as np
-
-    from db.embeddings import get_backbone
-
-    t0 = time.perf_counter()
-    backbone = get_backbone(cat, name)
-    backbone.embed([np.zeros((224, 224, 3), dtype=np.uint8)])
-    return f"backbone {name} loaded and warmed up in {time.perf_counter() - t0:.1f} s"
+    seconds = maintenance.preload_backbone(cat, name)
+    return f"backbone {name} loaded and warmed up in {seconds:.1f} s"
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -81,9 +75,7 @@ def run(args, ctx) -> int:
     if args.single_user:
         print(f"single-user mode: no sign-in; every change is recorded as {ctx.user!r} (admin)", flush=True)
     else:
-        from db.users import ensure_first_admin
-
-        message = ensure_first_admin(cat)
+        message = ensure_first_admin(cat, FirstAdminRequest())
         if message:
             print(message, flush=True)
     if not args.no_demo:
@@ -94,11 +86,11 @@ def run(args, ctx) -> int:
         print(preload_backbone(cat), flush=True)
 
     if not args.no_worker:
-        from jobs.worker import start_worker_thread
-
         start_worker_thread(cat)
         print("background job worker started", flush=True)
 
+    # gradio is heavy (seconds to import) and reads its settings from the environment set above: imported only by
+    # the command that serves
     from app.ui import build_app, launch_options
 
     demo = build_app(cat, single_user=ctx.user if args.single_user else None)

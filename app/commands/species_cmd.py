@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import json
 
+from app.console import print_table
+from jobs.actions import species as sa
+from jobs.requests.catalogue import (
+    IndividualSpeciesRequest,
+    PhotoSpeciesRequest,
+    RenameSpeciesRequest,
+    SpeciesThresholdRequest,
+)
+
 
 def register(sub) -> None:
     p = sub.add_parser("species", help="list species, rename one, or set an individual's or photos' species")
@@ -27,10 +36,7 @@ def register(sub) -> None:
 
 
 def run_list(args, ctx) -> int:
-    from app.console import print_table
-    from db.species import list_species
-
-    rows = list_species(ctx.catalogue)
+    rows = sa.list_species(ctx.catalogue)
     if args.json:
         print(json.dumps(rows))
     else:
@@ -40,33 +46,26 @@ def run_list(args, ctx) -> int:
 
 
 def run_rename(args, ctx) -> int:
-    from db.species import rename_species
-
-    sp = rename_species(ctx.catalogue, args.species, args.new_name)
-    print(f"species {sp.id} is now {sp.name!r}")
+    sp = sa.rename_species(ctx.catalogue, RenameSpeciesRequest(args.species, args.new_name, user=ctx.user))
+    print(f"species {sp.species_id} is now {sp.name!r}")
     return 0
 
 
 def run_set(args, ctx) -> int:
-    from db.species import set_image_species, set_individual_species
-
     if (args.individual is None) == (not args.images):
         raise ValueError("give either --individual ID or --images ID ...")
     if args.individual is not None:
-        sid = set_individual_species(ctx.catalogue, args.individual, args.species, user=ctx.user)
-        print(f"individual {args.individual} and its photos are now species {sid}")
+        done = sa.set_individual_species(ctx.catalogue, IndividualSpeciesRequest(args.individual, args.species,
+                                                                                 user=ctx.user))
+        print(f"individual {args.individual} and its photos are now species {done.species_id}")
     else:
-        sid = set_image_species(ctx.catalogue, args.images, args.species)
+        sid = sa.set_photo_species(ctx.catalogue, PhotoSpeciesRequest(tuple(args.images), args.species, user=ctx.user))
         print(f"{len(args.images)} photo(s) are now species {sid}")
     return 0
 
 
 def run_threshold(args, ctx) -> int:
-    from db.calibration import set_new_individual_threshold
-    from db.species import find_species
-
-    with ctx.catalogue.unit_of_work() as s:
-        sid = find_species(s, args.species).id
-    v = set_new_individual_threshold(ctx.catalogue, args.percent / 100.0, sid)
+    v = sa.set_new_individual_threshold(ctx.catalogue, SpeciesThresholdRequest(args.species, args.percent / 100.0,
+                                                                               user=ctx.user))
     print(f"match review suggests a new individual below {100 * v:.0f}% for species {args.species}")
     return 0

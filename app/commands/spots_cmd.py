@@ -10,6 +10,13 @@ from __future__ import annotations
 
 import json
 
+from PIL import Image as PILImage
+
+from app.console import print_table
+from jobs.actions.models import species_id
+from jobs.actions.spots import (KeypointsRequest, MatchedSpotsRequest, extract_keypoints, matched_spots, matcher_rows,
+                                submit_keypoints)
+
 
 def register(sub) -> None:
     p = sub.add_parser("spots", help="local spot evidence: matchers, keypoint extraction, matched spots of a pair")
@@ -34,9 +41,6 @@ def register(sub) -> None:
 
 
 def run_matchers(args, ctx) -> int:
-    from app.console import print_table
-    from jobs.actions.spots import matcher_rows
-
     rows = matcher_rows()
     if args.json:
         print(json.dumps([{"name": n, "available": a == "yes", "description": d} for n, a, d in rows]))
@@ -46,29 +50,19 @@ def run_matchers(args, ctx) -> int:
 
 
 def run_extract(args, ctx) -> int:
-    from jobs.actions.spots import KeypointsRequest, extract_keypoints, submit_keypoints
-    from db.species import find_species
-
-    species = None
-    if args.species is not None:
-        with ctx.catalogue.unit_of_work() as s:
-            species = find_species(s, args.species).id
-    request = KeypointsRequest(matcher=args.matcher, species=species)
+    species = species_id(ctx.catalogue, args.species) if args.species is not None else None
+    request = KeypointsRequest(matcher=args.matcher, species=species, user=ctx.user)
     if args.wait:
         res = extract_keypoints(ctx.catalogue, request)
         print(json.dumps(res) if args.json else res["summary"])
         return 0
-    job_id = submit_keypoints(ctx.catalogue, request, user=ctx.user)
+    job_id = submit_keypoints(ctx.catalogue, request)
     print(json.dumps({"job": job_id}) if args.json else
           f"queued job {job_id} (keypoints, light queue); `rosette worker --once` or a running server picks it up")
     return 0
 
 
 def run_show(args, ctx) -> int:
-    from PIL import Image as PILImage
-
-    from jobs.actions.spots import MatchedSpotsRequest, matched_spots
-
     res = matched_spots(ctx.catalogue, MatchedSpotsRequest(query_image_id=args.query, candidate_image_id=args.candidate,
                                                            pipeline=args.pipeline, matcher=args.matcher))
     if args.out:

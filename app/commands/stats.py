@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from app.console import print_table
+from jobs.actions.catalogue import catalogue_stats
+
 
 def register(sub) -> None:
     p = sub.add_parser("stats", help="show catalogue counts")
@@ -12,11 +15,7 @@ def register(sub) -> None:
 
 
 def run(args, ctx) -> int:
-    from app.console import print_table
-    from db.catalogue import catalogue_stats
-
-    with ctx.catalogue.unit_of_work() as session:
-        stats = catalogue_stats(session)
+    stats = catalogue_stats(ctx.catalogue)
     if args.json:
         print(json.dumps(stats))
     else:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
+from app.console import print_table
 from core.backbones import DEFAULT_BACKBONE
+from jobs.actions import training
+from jobs.actions.promote import archive, promote
+from jobs.requests.models import ArchiveRequest, PromoteRequest
+from jobs.requests.training import TrainRequest
 
 
 def register(sub) -> None:
@@ -48,70 +52,48 @@ def register(sub) -> None:
     ar.set_defaults(func=run_models_archive)
 
 
-def train_params(args, user: str) -> dict:
-    from core.heads import head_spec
-    from core.training import TrainConfig, parse_blocks  # lazy, as every ML import of the CLI: it imports torch
+def train_request(args, user: str) -> TrainRequest:
+    """The training run the arguments ask for; a bad head or value (``--epochs 0``) is refused here, before
+    anything is queued."""
+    from core.training import parse_blocks  # lazy, as every ML import of the CLI: core.training imports torch
 
-    head_spec(args.head)  # unknown heads fail before anything is queued
-    params = {"head": args.head, "loss": args.loss, "backbone": args.backbone, "benchmark": args.benchmark,
-              "source": args.source or ("benchmark" if args.benchmark else "catalogue"),
-              "blocks": parse_blocks(args.blocks), "epochs": args.epochs, "views": args.views, "lr": args.lr,
-              "backbone_lr": args.backbone_lr, "anti_symmetry": args.anti_symmetry, "patience": args.patience,
-              "device": args.device, "seed": args.seed, "name": args.name, "diagnose": not args.no_diagnose,
-              "user": user}
-    if params["source"] == "benchmark" and not args.benchmark:
+    if args.source == "benchmark" and not args.benchmark:
         raise ValueError("--source benchmark needs --benchmark NAME")
-    params = {k: v for k, v in params.items() if v is not None}
-    TrainConfig.from_params(params)  # a bad value (--epochs 0) is refused here, before anything is queued
-    return params
+    settings = {"head": args.head, "loss": args.loss, "blocks": parse_blocks(args.blocks), "epochs": args.epochs,
+                "views": args.views, "lr": args.lr, "backbone_lr": args.backbone_lr,
+                "anti_symmetry": args.anti_symmetry, "patience": args.patience, "seed": args.seed}
+    return TrainRequest(backbone=args.backbone, source=args.source or ("benchmark" if args.benchmark else "catalogue"),
+                        benchmark=args.benchmark, name=args.name, device=args.device, diagnose=not args.no_diagnose,
+                        user=user, config=settings)
 
 
-def wait_for_job(cat, job_id: int, *, quiet: bool) -> None:
-    """Run the queued job here in a supervised child (or, if a worker took it first, follow it)."""
-    import threading
+def wait_for_job(cat, job_id: int, *, quiet: bool):
+    """Run the queued job here in a supervised child (or, if a worker took it first, follow it), printing its
+    progress unless ``quiet``; returns the finished job."""
+    last = {"line": ""}
 
-    from db.models import Job, JobStatus, utcnow
-    from jobs import queue
-    from jobs.worker import supervise
-
-    try:
-        won = queue.transition(cat, job_id, JobStatus.running, expect={JobStatus.queued}, started_at=utcnow(),
-                               heartbeat_at=utcnow(), worker=queue.worker_name(), message="started",
-                               attempts=Job.attempts + 1)
-    except queue.InvalidTransition:
-        won = False
-    runner = threading.Thread(target=supervise, args=(cat, job_id), daemon=True) if won else None
-    if runner:
-        runner.start()
-    last = ""
-    while True:
-        job = queue.get_job(cat, job_id)
-        if job.status in queue.TERMINAL and (runner is None or not runner.is_alive()):
-            break
+    def report(job) -> None:
         line = f"[{job.progress:4.0%}] {job.message or ''}"
-        if line != last and not quiet:
+        if line != last["line"] and not quiet:
             print(line, file=sys.stderr, flush=True)
-            last = line
-        time.sleep(0.5)
+            last["line"] = line
+
+    return training.run_here(cat, job_id, report=report)
 
 
 def run_train(args, ctx) -> int:
-    from jobs import queue
-
     cat = ctx.catalogue
-    params = train_params(args, ctx.user)
-    job_id = queue.submit(cat, "train", params)
+    job_id = training.train(cat, train_request(args, ctx.user))
     if not args.wait:
         print(f"queued training job {job_id} (heavy queue); the app's worker or `rosette worker` runs it; "
               f"follow it with `rosette jobs list` or the Jobs tab")
         return 0
     try:
-        wait_for_job(cat, job_id, quiet=args.json)
+        job = wait_for_job(cat, job_id, quiet=args.json)
     except KeyboardInterrupt:
-        queue.request_cancel(cat, job_id)
+        training.cancel_run(cat, job_id)
         print(f"\ncancelling job {job_id}...", file=sys.stderr)
         raise
-    job = queue.get_job(cat, job_id)
     if job.status.value != "succeeded":
         print(f"error: training job {job_id} {job.status.value}: {job.message}", file=sys.stderr)
         if args.json:
@@ -138,8 +120,6 @@ def _fmt(v) -> str:
 
 
 def print_training_table(res: dict) -> None:
-    from app.console import print_table
-
     ev = res.get("evaluation") or {}
     rt = res.get("runtime") or {}
     rows = [("model", res.get("model")),
@@ -163,57 +143,21 @@ def print_training_table(res: dict) -> None:
     print_table(rows, ["", "value"])
 
 
-def models_overview(cat) -> list[dict]:
-    """Every model with its training summary and latest retrieval evaluation (what ``models list`` shows)."""
-    from sqlalchemy import select
-
-    from db.models import Evaluation
-    from db.training import list_models
-
-    from db.species import model_status
-
-    status = model_status(cat)
-    out = []
-    with cat.unit_of_work() as s:
-        evals = list(s.scalars(select(Evaluation).where(Evaluation.kind == "retrieval").order_by(Evaluation.id)))
-    latest = {e.model_name: e for e in evals if e.variant == "full_rgb"}
-    for m in list_models(cat):
-        tc = m.training_config or {}
-        ev = latest.get(m.name)
-        out.append({"name": m.name, "backbone": m.backbone, "head": m.head, "loss": m.loss, "status": m.status.value,
-                    "active_for": status.get(m.name, {}).get("active_for", []),
-                    "blocks": (tc.get("train_config") or {}).get("blocks"), "epochs_run": tc.get("epochs_run"),
-                    "best_val_map_macro": tc.get("best_val_map_macro"), "wall_seconds": tc.get("wall_seconds"),
-                    "device": (tc.get("runtime") or {}).get("device"),
-                    "n_train_images": (m.data_snapshot or {}).get("n_images"),
-                    "snapshot_hash": (m.data_snapshot or {}).get("hash"), "checkpoint_sha256": m.checkpoint_hash,
-                    "latest_evaluation": None if ev is None else {
-                        "benchmark": ev.benchmark_name, "map_macro": ev.metrics.get("map_macro"),
-                        "map_micro": ev.metrics.get("map_micro"), "evaluation_id": ev.id}})
-    return out
-
-
 def run_models_promote(args, ctx) -> int:
-    from jobs.actions.promote import promote
-
-    res = promote(ctx.catalogue, args.name, species=args.species, user=ctx.user)
+    res = promote(ctx.catalogue, PromoteRequest(model=args.name, species=args.species, user=ctx.user))
     print(f"{res['model']} is now the active model for {res['species']} (was {res['previous']}); "
           f"re-embedding the species' photos as job {res['job_id']}")
     return 0
 
 
 def run_models_archive(args, ctx) -> int:
-    from db.species import archive_model
-
-    archive_model(ctx.catalogue, args.name)
+    archive(ctx.catalogue, ArchiveRequest(model=args.name, user=ctx.user))
     print(f"{args.name} archived")
     return 0
 
 
 def run_models_list(args, ctx) -> int:
-    from app.console import print_table
-
-    rows = models_overview(ctx.catalogue)
+    rows = training.models_overview(ctx.catalogue)
     if args.json:
         print(json.dumps(rows, default=float))
         return 0

@@ -9,6 +9,10 @@ from __future__ import annotations
 import getpass
 import sys
 
+from app.console import print_table
+from jobs.actions import accounts as acc
+from jobs.requests.accounts import AddAccountRequest, SetActiveRequest, SetPasswordRequest, SetRoleRequest
+
 
 def register(sub) -> None:
     p = sub.add_parser("users", help="accounts and roles: add, list, role, passwd, disable, enable")
@@ -47,48 +51,36 @@ def read_password(args) -> str:
 
 
 def run_add(args, ctx) -> int:
-    from db.users import Role, add_user, ensure_first_admin, parse_role
-
     password = read_password(args)
-    if parse_role(args.role) != Role.admin:  # never leave a catalogue whose accounts include no admin
-        message = ensure_first_admin(ctx.catalogue)
-        if message:
-            print(message)
-    account = add_user(ctx.catalogue, args.name, password, role=args.role, by=ctx.user)
-    print(f"account {account.name!r} added as {account.role.value}")
+    done = acc.add_account(ctx.catalogue, AddAccountRequest(args.name, password, role=args.role, by=ctx.user,
+                                                            ensure_admin=True))
+    if done.first_admin:
+        print(done.first_admin)
+    print(f"account {done.account.name!r} added as {done.account.role.value}")
     return 0
 
 
 def run_list(args, ctx) -> int:
-    from app.console import print_table
-    from db.users import list_users
-
     rows = [(a.name, a.role.value if a.can_sign_in else "-", "yes" if a.can_sign_in and a.active else
              ("disabled" if a.can_sign_in else "no (history only)"), a.created_at.strftime("%Y-%m-%d"))
-            for a in list_users(ctx.catalogue)]
+            for a in acc.accounts(ctx.catalogue)]
     print_table(rows, ["name", "role", "can sign in", "since"])
     return 0
 
 
 def run_role(args, ctx) -> int:
-    from db.users import set_role
-
-    account = set_role(ctx.catalogue, args.name, args.role, by=ctx.user)
-    print(f"{account.name!r} is now {account.role.value}")
+    done = acc.change_role(ctx.catalogue, SetRoleRequest(args.name, args.role, by=ctx.user))
+    print(f"{done.account.name!r} is now {done.account.role.value}")
     return 0
 
 
 def run_passwd(args, ctx) -> int:
-    from db.users import set_password
-
-    account = set_password(ctx.catalogue, args.name, read_password(args), by=ctx.user)
-    print(f"password of {account.name!r} changed")
+    done = acc.reset_password(ctx.catalogue, SetPasswordRequest(args.name, read_password(args), by=ctx.user))
+    print(f"password of {done.account.name!r} changed")
     return 0
 
 
 def run_set_active(args, ctx) -> int:
-    from db.users import set_active
-
-    set_active(ctx.catalogue, args.name, args.active, by=ctx.user)
+    acc.set_enabled(ctx.catalogue, SetActiveRequest(args.name, args.active, by=ctx.user))
     print(f"{args.name!r} {'can sign in again' if args.active else 'can no longer sign in'}")
     return 0

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import gradio as gr
 
-from jobs.actions import accounts as acc
 from app.ui_base import UIContext, acting_role, curator_action
 from db.models import Role
+from jobs.actions import accounts as acc
+from jobs.requests.accounts import AddAccountRequest, SetActiveRequest, SetPasswordRequest, SetRoleRequest
 
 HELP = """\
 **Accounts and roles.** *Viewer*: browse and export. *Curator*: also decide matches, mask, label flanks, import,
@@ -45,23 +46,23 @@ def build(ctx: UIContext) -> None:
 
     @curator_action(role=Role.admin)
     def add(n, p, r, user):
-        return acc.add_account(cat, n, p, r, by=user), ""
+        return acc.add_account(cat, AddAccountRequest(n, p, role=r, by=user)).message, ""
 
     @curator_action(role=Role.admin)
     def set_role(n, r, user):
-        return acc.change_role(cat, n, r, by=user)
+        return acc.change_role(cat, SetRoleRequest(n, r, by=user)).message
 
     @curator_action(role=Role.admin)
     def set_password(n, p, user):
-        return acc.reset_password(cat, n, p, by=user), ""
+        return acc.reset_password(cat, SetPasswordRequest(n, p, by=user)).message, ""
 
     @curator_action(role=Role.admin)
     def disable(n, user):
-        return acc.set_enabled(cat, n, False, by=user)
+        return acc.set_enabled(cat, SetActiveRequest(n, False, by=user)).message
 
     @curator_action(role=Role.admin)
     def enable(n, user):
-        return acc.set_enabled(cat, n, True, by=user)
+        return acc.set_enabled(cat, SetActiveRequest(n, True, by=user)).message
 
     ctx.changed(add_button.click(add, inputs=[name, password, role, ctx.user], outputs=[status, password],
                                  api_name="add_account"))

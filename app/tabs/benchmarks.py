@@ -6,10 +6,12 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
+from app.ui_base import UIContext, curator_action, guarded_viewer
+from core.backbones import describe_backbones
 from jobs.actions import benchmarks as bs
 from jobs.actions import match as ms
 from jobs.actions import spots as sp
-from app.ui_base import UIContext, curator_action, guarded_viewer
+from jobs.actions.common import curator_name
 
 TITLE = "Benchmarks"
 ORDER = 40
@@ -35,8 +37,6 @@ def _describe(name: str | None) -> str:
     if not name:
         return ""
     try:
-        from core.backbones import describe_backbones
-
         text = describe_backbones().get(name)
     except ImportError:
         text = None
@@ -120,13 +120,15 @@ def build(ctx: UIContext) -> None:
 
     @curator_action
     def do_create(bench_name, split_kind, test_fraction, bench_seed, user):
-        return bs.create_benchmark(cat, bench_name, split=split_kind, test_fraction=test_fraction,
-                                   seed=int(bench_seed or 0), user=user)
+        request = bs.CreateBenchmarkRequest(name=bench_name, user=curator_name(user), split=split_kind,
+                                            test_fraction=test_fraction, seed=int(bench_seed or 0))
+        return bs.create_benchmark(cat, request).message
 
     @curator_action
     def do_evaluate(bench_name, backbone_name, variant_name, rerank_name, user):
-        _job_id, message = bs.launch_evaluation(cat, benchmark=bench_name, backbone=backbone_name,
-                                                variant=variant_name, rerank=rerank_name, user=user)
+        request = bs.EvaluateRequest(benchmark=bench_name or "", backbone=backbone_name or "", variant=variant_name,
+                                     rerank=rerank_name, user=curator_name(user))
+        _job_id, message = bs.launch_evaluation(cat, request)
         return message
 
     @curator_action
@@ -135,12 +137,12 @@ def build(ctx: UIContext) -> None:
             raise ValueError("Choose a benchmark to evaluate on (create one first if there is none).")
         request = sp.SpotEvaluationRequest(benchmark=bench_name, model=model_name or ms.DEFAULT_MODEL,
                                            matcher=matcher or "sift", shortlist=int(shortlist or 50),
-                                           lnbnn=bool(lnbnn))
-        return sp.launch_spot_evaluation(cat, request, user=user)[1]
+                                           lnbnn=bool(lnbnn), user=user)
+        return sp.launch_spot_evaluation(cat, request)[1]
 
     @curator_action
     def do_keypoints(matcher, user):
-        return sp.launch_keypoints(cat, sp.KeypointsRequest(matcher=matcher or "sift"), user=user)[1]
+        return sp.launch_keypoints(cat, sp.KeypointsRequest(matcher=matcher or "sift", user=user))[1]
 
     ctx.changed(spot_button.click(do_spot_evaluate, inputs=[bench_pick, backbone, spot_matcher, spot_lnbnn,
                                                            spot_shortlist, ctx.user],

@@ -5,9 +5,21 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from jobs.actions import catalogue as services
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text
 from db.models import Role
+from jobs.actions import catalogue as services
+from jobs.actions import species as sa
+from jobs.actions.export import export_catalogue
+from jobs.requests.catalogue import (
+    IndividualSpeciesRequest,
+    MergeRequest,
+    MovePhotosRequest,
+    RenameRequest,
+    SetFlanksRequest,
+    SplitRequest,
+    UndoRequest,
+)
+from jobs.requests.export import ExportCatalogueRequest
 
 TITLE = "Catalogue"
 ORDER = 15
@@ -73,7 +85,7 @@ def build(ctx: UIContext) -> None:
         undo_button = gr.Button("Undo last change", elem_id="catalogue-undo", scale=0, min_width=220,
                                 variant="secondary", size="md")
         status = gr.Markdown(elem_id="catalogue-status", elem_classes=["status-line"])
-    # the change this page shows as the newest: Undo undoes that one and no other (jobs.actions.catalogue.undo_last)
+    # the change this page shows as the newest: Undo undoes that one and no other (jobs.actions.catalogue.undo)
     undo_seen = gr.State(None)
     with gr.Row(equal_height=True):
         export_button = gr.Button("Export the catalogue (CSV + sheets)", elem_id="catalogue-export", scale=0,
@@ -99,7 +111,7 @@ def build(ctx: UIContext) -> None:
     def render_detail(current, ticked=None):
         everyone = services.individual_cards(cat)
         history = _table(services.history_rows(cat), services.HISTORY_HEADERS)
-        species_names = services.species_names(cat)
+        species_names = sa.species_names(cat)
         newest = services.last_change_id(cat)
         if current is None:
             return ("Open an individual to see its photos.", [], _table([], services.SIGHTING_HEADERS),
@@ -113,7 +125,7 @@ def build(ctx: UIContext) -> None:
                 _table(view.sightings, services.SIGHTING_HEADERS),
                 gr.update(choices=choices, value=still_here), view.name,
                 gr.update(choices=targets, value=None), history,
-                gr.update(choices=species_names, value=services.species_of_individual(cat, view.id)), newest)
+                gr.update(choices=species_names, value=sa.species_of_individual(cat, view.id)), newest)
 
     def render_all(search_text, current, ticked):
         return (*render_list(search_text, current), *render_detail(current, ticked))
@@ -137,32 +149,36 @@ def build(ctx: UIContext) -> None:
 
     @curator_action
     def do_rename(current, name, user):
-        return markdown_text(services.rename(cat, current, name, user=user)), services.last_change_id(cat)
+        done = services.rename(cat, RenameRequest(current, name, user=user))
+        return markdown_text(done.message), services.last_change_id(cat)
 
     @curator_action
     def do_merge(current, target, user):
-        return markdown_text(services.merge(cat, current, target, user=user)), target, services.last_change_id(cat)
+        done = services.merge(cat, MergeRequest(current, target, user=user))
+        return markdown_text(done.message), target, services.last_change_id(cat)
 
     @curator_action
     def do_split(image_ids, name, user):
-        _new_id, message = services.split(cat, image_ids, new_name=name, user=user)
-        return markdown_text(message), "", services.last_change_id(cat)
+        done = services.split(cat, SplitRequest(tuple(image_ids or ()), user=user, new_name=name))
+        return markdown_text(done.message), "", services.last_change_id(cat)
 
     @curator_action
     def do_move(image_ids, target, user):
-        return markdown_text(services.move_photos(cat, image_ids, target, user=user)), services.last_change_id(cat)
+        message = services.move_photos(cat, MovePhotosRequest(tuple(image_ids or ()), target, user=user))
+        return markdown_text(message), services.last_change_id(cat)
 
     @curator_action
     def do_set_flanks(image_ids, flank, user):
-        return markdown_text(services.set_flanks(cat, image_ids, flank, user=user))
+        return markdown_text(services.set_flanks(cat, SetFlanksRequest(tuple(image_ids or ()), flank, user=user)))
 
     @curator_action
     def do_set_species(current, name, user):
-        return markdown_text(services.set_species(cat, current, name, user=user)), services.last_change_id(cat)
+        done = sa.set_individual_species(cat, IndividualSpeciesRequest(current, name, user=user))
+        return markdown_text(done.message), services.last_change_id(cat)
 
     @curator_action
     def do_undo(seen, user):
-        return markdown_text(services.undo_last(cat, user=user, seen_event_id=seen))
+        return markdown_text(services.undo(cat, UndoRequest(user=user, seen_event_id=seen)).message)
 
     ctx.changed(rename_button.click(do_rename, inputs=[open_id, new_name, ctx.user], outputs=[status, undo_seen],
                                     api_name="rename_individual"))
@@ -176,8 +192,8 @@ def build(ctx: UIContext) -> None:
                                      api_name="set_species"))
     @curator_action(role=Role.viewer)
     def do_export(user):
-        path, message = services.export_catalogue(cat, user=user)
-        return path, markdown_text(message)
+        done = export_catalogue(cat, ExportCatalogueRequest(user=user))
+        return done.path, markdown_text(done.message)
 
     export_button.click(do_export, inputs=[ctx.user], outputs=[export_file, status], api_name="export_catalogue")
     ctx.changed(move_button.click(do_move, inputs=[split_pick, merge_target, ctx.user], outputs=[status, undo_seen],

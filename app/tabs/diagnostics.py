@@ -5,9 +5,14 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from jobs.actions import diagnostics as ds
 from app.ui_base import UIContext, curator_action, guarded_viewer
+from core.inpainting import default_inpainter_name
 from db.models import Role
+from jobs.actions import diagnostic_words as dw
+from jobs.actions import diagnostics as ds
+from jobs.actions import photo_diagnosis as photo
+from jobs.requests.benchmarks import CreateBenchmarkRequest
+from jobs.requests.diagnostics import DiagnoseRequest
 
 TITLE = "Diagnostics"
 ORDER = 60
@@ -21,15 +26,13 @@ see which model, weights, image variant, masker and inpainter produced it.
 
 
 def _inpainter_choices() -> list[tuple[str, str]]:
-    return [(ds.describe_inpainter(name), name) for name in ds.inpainter_names()]
+    return [(dw.describe_inpainter(name), name) for name in dw.inpainter_names()]
 
 
 def build(ctx: UIContext) -> None:
     cat = ctx.catalogue
     backbones = ds.backbone_names(cat)
     inpainters = _inpainter_choices()
-    from core.inpainting import default_inpainter_name
-
     default_inp = default_inpainter_name()
     gr.Markdown(INTRO, elem_classes=["help-text"], elem_id="diag-intro")
 
@@ -47,8 +50,8 @@ def build(ctx: UIContext) -> None:
                                               info="inpainter for the painted-out background")
             with gr.Row(equal_height=True):
                 photo_button = gr.Button("Diagnose this photo", variant="primary", elem_id="diag-photo-run", scale=3)
-                photo_spots = gr.Checkbox(label=f"Also check spot evidence (top {ds.SPOT_CHECK_CANDIDATES} "
-                                                f"candidates, {ds.SPOT_CHECK_MATCHER} keypoints)", value=True,
+                photo_spots = gr.Checkbox(label=f"Also check spot evidence (top {photo.SPOT_CHECK_CANDIDATES} "
+                                                f"candidates, {photo.SPOT_CHECK_MATCHER} keypoints)", value=True,
                                           elem_id="diag-photo-spots-check", scale=2,
                                           info="Does the best match share coat spots with the photo, or only "
                                                "background and pose? A few seconds.")
@@ -71,8 +74,8 @@ def build(ctx: UIContext) -> None:
                                            elem_id="diag-run-backbone")
                 run_benchmark = gr.Dropdown(label="Benchmark", choices=[], value=None, elem_id="diag-run-benchmark",
                                             info="a frozen set of labelled photos; its test photos are used")
-                run_masker = gr.Dropdown(label="Masker for photos without a mask", choices=ds.masker_names(),
-                                         value=ds.masker_in_use()[0], elem_id="diag-run-masker")
+                run_masker = gr.Dropdown(label="Masker for photos without a mask", choices=dw.masker_names(),
+                                         value=dw.masker_in_use()[0], elem_id="diag-run-masker")
                 run_inpainter = gr.Dropdown(label="Background filled by", choices=inpainters, value=default_inp,
                                             elem_id="diag-run-inpainter")
                 run_seeds = gr.Textbox(label="Seeds", value="0", max_lines=1, elem_id="diag-run-seeds",
@@ -106,7 +109,7 @@ def build(ctx: UIContext) -> None:
     # ---------------------------------------------------------------------- handlers
 
     def refresh(current_photo, current_bench, current_stored):
-        photos = ds.masked_image_choices(cat)
+        photos = photo.masked_image_choices(cat)
         benches = ds.benchmark_names(cat)
         runs = ds.diagnosis_choices(cat)
         photo_value = current_photo if any(c[1] == current_photo for c in photos) else None
@@ -130,16 +133,16 @@ def build(ctx: UIContext) -> None:
         def step(frac: float, msg: str) -> None:
             progress(frac, desc=msg)
 
-        d = ds.diagnose_image(cat, int(image_id), backbone=backbone, inpainter=inpainter, progress=step)
+        d = photo.diagnose_image(cat, int(image_id), backbone=backbone, inpainter=inpainter, progress=step)
         pictures = [(v.picture, v.caption) for v in d.variants]
         spots = ""
         if check_spots:
             progress(0.95, desc="Checking spot evidence")
             try:
-                spots = ds.spot_check_markdown(ds.spot_evidence_check(cat, int(image_id), model=backbone))
+                spots = photo.spot_check_markdown(photo.spot_evidence_check(cat, int(image_id), model=backbone))
             except (ValueError, FileNotFoundError) as exc:  # the rest of the diagnosis still stands
                 spots = f"*The spot evidence check could not run: {exc}*"
-        return pictures, ds.image_diagnosis_markdown(d), gr.update(
+        return pictures, photo.image_diagnosis_markdown(d), gr.update(
             value=d.nn_thumb, label=f"Closest other individual to the mirrored photo: {d.nn_individual or '—'}"
             + (f" (photo #{d.nn_image_id})" if d.nn_image_id else "")), spots
 
@@ -149,8 +152,9 @@ def build(ctx: UIContext) -> None:
 
     @curator_action
     def launch(backbone, benchmark, masker, inpainter, seeds, user):
-        _job, message = ds.submit_diagnose(cat, backbone=backbone, benchmark=benchmark, masker=masker,
-                                           inpainter=inpainter, seeds=seeds, user=user)
+        request = DiagnoseRequest(benchmark=benchmark, backbone=backbone, masker=masker, inpainter=inpainter,
+                                  seeds=ds.parse_seeds(seeds), user=user)
+        _job, message = ds.submit_diagnose(cat, request)
         return message
 
     run_button.click(launch, inputs=[run_backbone, run_benchmark, run_masker, run_inpainter, run_seeds, ctx.user],
@@ -158,7 +162,7 @@ def build(ctx: UIContext) -> None:
 
     @curator_action
     def freeze(name, split, user):
-        return ds.create_catalogue_benchmark(cat, name, split=split, user=user)
+        return ds.create_catalogue_benchmark(cat, CreateBenchmarkRequest(name=name, split=split, user=user))
 
     ctx.changed(freeze_button.click(freeze, inputs=[freeze_name, freeze_split, ctx.user], outputs=[run_status],
                                     api_name="freeze_benchmark"))

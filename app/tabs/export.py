@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import gradio as gr
 
-from jobs.actions import export as es
-from app.ui_base import guarded_viewer, UIContext, curator_action
+from app.ui_base import UIContext, curator_action, guarded_viewer
 from db.models import Role
+from jobs.actions import export as es
+from jobs.actions import match as ms
+from jobs.actions.common import upload_name, upload_path
+from jobs.requests.export import KaggleUploadRequest
 
 TITLE = "Export"
 ORDER = 50
@@ -20,8 +23,6 @@ similarity, higher = more alike (Lorentz models: exp(-distance)). Rows are writt
 
 def _models(cat) -> list[str]:
     """The active model first, then trained models and backbones (what match review offers)."""
-    from jobs.actions import match as ms
-
     active = ms.active_model(cat)
     return [active] + [n for n in ms.matcher_choices(cat) if n != active]
 
@@ -46,8 +47,10 @@ def build(ctx: UIContext) -> None:
 
     @curator_action(role=Role.viewer)
     def start(csv_file, zip_file, folder, model_name, var, user):
-        jid, msg = es.submit_kaggle_export(cat, test_csv=csv_file, images_zip=zip_file, images_dir=folder,
-                                           model=model_name, variant=var, user=user)
+        asked = KaggleUploadRequest(test_csv=upload_path(csv_file) if csv_file else None, model=model_name,
+                                    images_zip=upload_path(zip_file) if zip_file else None, images_dir=folder,
+                                    variant=var, user=user, test_csv_name=upload_name(csv_file))
+        jid, msg = es.submit_kaggle_export(cat, asked)
         return jid, msg, None
 
     run.click(start, [test_csv, images_zip, images_dir, model, variant, ctx.user], [job_id, status, result])

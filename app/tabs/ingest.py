@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gradio as gr
 
-from jobs.actions import catalogue as services
 from app.ui_base import UIContext, curator_action
+from jobs.actions import ingest as services
+from jobs.actions.common import upload_path
+from jobs.requests.ingest import ImportUploadsRequest
 
 TITLE = "Ingest"
 ORDER = 10
@@ -50,9 +52,10 @@ def build(ctx: UIContext) -> None:
 
         key = getattr(request, "session_hash", None)
         services.IMPORT_STOPS.clear(key)
-        outcome = services.import_uploads(cat, uploaded, manifest=manifest_file, user=user, progress=step,
-                                          should_cancel=services.IMPORT_STOPS.checker(key),
-                                          update_metadata=bool(update))
+        asked = ImportUploadsRequest(tuple(upload_path(f) for f in (uploaded or [])), user=user,
+                                     manifest=upload_path(manifest_file) if manifest_file else None,
+                                     update_metadata=bool(update))
+        outcome = services.import_uploads(cat, asked, progress=step, should_cancel=services.IMPORT_STOPS.checker(key))
         stopped = outcome.counts.get("skipped", 0) and services.IMPORT_STOPS.checker(key)()
         services.IMPORT_STOPS.clear(key)
         head = "**Import stopped:**" if stopped else "**Import finished:**"

@@ -15,12 +15,12 @@ import html
 
 import gradio as gr
 
+from app.ui_base import UIContext, curator_action, guarded_viewer
+from db.models import Role
 from jobs.actions import jobs as js
 from jobs.actions import match as ms
 from jobs.actions import training as ts
-from jobs.actions.catalogue import curator_name
-from app.ui_base import UIContext, curator_action, guarded_viewer
-from db.models import Role
+from jobs.actions.common import curator_name
 
 TITLE = "Jobs"
 ORDER = 60
@@ -95,6 +95,13 @@ def worker_line(rows: list[js.JobRow] | None = None) -> str:
     return "Jobs run in the background in a `rosette worker` process; this list refreshes by itself."
 
 
+def job_action(cat, action: str, job_id: int, user: str) -> str:
+    """Cancel or retry a job (the list's buttons and the training run's); returns what happened, in words."""
+    if action == "cancel":
+        return js.cancel_job(cat, js.CancelJobRequest(job_id=int(job_id), user=curator_name(user))).message
+    return js.retry_job(cat, js.RetryJobRequest(job_id=int(job_id), user=curator_name(user))).message
+
+
 def _run_outputs(view: ts.RunView, runs: list[tuple[str, int]]):
     return (gr.update(choices=runs, value=view.job_id), view.summary, view.figure, view.log_tail,
             gr.update(interactive=view.can_cancel), gr.update(interactive=view.can_retry))
@@ -147,21 +154,20 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
         return message, *show(job_id)
 
     @curator_action
-    def act(action, job_id):
+    def act(action, job_id, user):
         if job_id is None:
             raise ValueError("Choose a training run first.")
-        message = js.cancel_job(cat, int(job_id)) if action == "cancel" else js.retry_job(cat, int(job_id))
-        return message, *show(job_id)
+        return job_action(cat, action, job_id, user), *show(job_id)
 
     ctx.on_refresh(refresh_form, outputs=[training_set])
     ctx.on_refresh(show, outputs=outputs)
     train_button.click(start, inputs=[ctx.user, backbone, head, blocks, training_set, epochs, device],
                        outputs=[train_status, *outputs], api_name="train_model")
     run.input(guarded_viewer(show), inputs=[run], outputs=outputs, api_visibility="private")
-    cancel_run.click(curator_action(lambda j: act("cancel", j), role=Role.admin), inputs=[run], outputs=[train_status, *outputs],
-                     api_visibility="private")
-    retry_run.click(curator_action(lambda j: act("retry", j), role=Role.admin), inputs=[run], outputs=[train_status, *outputs],
-                    api_visibility="private")
+    cancel_run.click(curator_action(lambda j, u: act("cancel", j, u), role=Role.admin), inputs=[run, ctx.user],
+                     outputs=[train_status, *outputs], api_visibility="private")
+    retry_run.click(curator_action(lambda j, u: act("retry", j, u), role=Role.admin), inputs=[run, ctx.user],
+                    outputs=[train_status, *outputs], api_visibility="private")
     timer.tick(guarded_viewer(show), inputs=[run], outputs=outputs, show_progress="hidden",
                api_visibility="private", queue=False)
 
@@ -185,17 +191,17 @@ def build(ctx: UIContext) -> None:
                queue=False)
 
     @curator_action
-    def act(evt: gr.EventData):
+    def act(user, evt: gr.EventData):
         data = getattr(evt, "_data", None) or {}
         job_id, action = data.get("job"), data.get("action")
         if job_id is None or action not in ("cancel", "retry"):
             return gr.skip(), gr.skip(), gr.skip()
-        message = js.cancel_job(cat, int(job_id)) if action == "cancel" else js.retry_job(cat, int(job_id))
-        return message, *render()
+        return job_action(cat, action, job_id, user), *render()
 
     @curator_action
-    def warm():
-        return js.warm_feature_cache(cat, backbone=ms.DEFAULT_MODEL), *render()
+    def warm(user):
+        return js.warm_feature_cache(cat, js.WarmFeaturesRequest(user=curator_name(user),
+                                                                 backbone=ms.DEFAULT_MODEL)), *render()
 
-    table.click(act, outputs=[status, table, worker], api_visibility="private")
-    warm_button.click(warm, outputs=[status, table, worker], api_name="compute_features")
+    table.click(act, inputs=[ctx.user], outputs=[status, table, worker], api_visibility="private")
+    warm_button.click(warm, inputs=[ctx.user], outputs=[status, table, worker], api_name="compute_features")

@@ -9,12 +9,11 @@ import json
 
 import gradio as gr
 
+from app.ui_base import UIContext, curator_action, guarded_viewer, plotly_js_path
+from db.models import Role
 from jobs.actions import map as mp
 from jobs.actions import match as ms
-from jobs.actions.catalogue import curator_name
-from app.ui_base import UIContext, curator_action, guarded_viewer, plotly_js_path
-from db.embedding_map import COLOUR_BY
-from db.models import Role
+from jobs.requests.map import AssignSelectionRequest, MapRequest
 
 TITLE = "Map"
 ORDER = 58
@@ -99,7 +98,7 @@ def build(ctx: UIContext) -> None:
     with gr.Row(equal_height=True):
         model = gr.Dropdown(ms.matcher_choices(cat), value=ms.active_model(cat), label="Model", elem_id="map-model",
                             scale=2)
-        colour = gr.Radio(list(COLOUR_BY), value="individual", label="Colour by", elem_id="map-colour", scale=3)
+        colour = gr.Radio(list(mp.colour_choices()), value="individual", label="Colour by", elem_id="map-colour", scale=3)
         compute = gr.Button("Compute map", elem_id="map-compute", scale=0, min_width=150)
         show_button = gr.Button("Show", elem_id="map-show", scale=0, min_width=90)
     status = gr.Markdown(elem_id="map-status", elem_classes=["status-line"])
@@ -121,7 +120,7 @@ def build(ctx: UIContext) -> None:
 
     @curator_action
     def queue(model_name, user):
-        return mp.queue_map(cat, model_name or ms.active_model(cat), user=curator_name(user))
+        return mp.queue_map(cat, MapRequest(model=model_name or ms.active_model(cat), user=user))[1]
 
     @curator_action(role=Role.viewer)
     def pick(evt: gr.EventData):
@@ -131,7 +130,8 @@ def build(ctx: UIContext) -> None:
 
     @curator_action
     def do_assign(ids, name, new, user):
-        return mp.assign_selection(cat, ids, name, user=curator_name(user), create_new=bool(new))
+        return mp.assign_selection(cat, AssignSelectionRequest(image_ids=ids, individual=name, user=user,
+                                                               create_new=bool(new)))
 
     ctx.on_refresh(guarded_viewer(show), inputs=[model, colour], outputs=[plot, status], on_tab_select=True)
     gr.on([model.input, colour.input, show_button.click], guarded_viewer(show), inputs=[model, colour],

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import gradio as gr
 
-from jobs.actions import diagnostics as ds
+from app.ui_base import ASSETS_DIR, UIContext, curator_action, guarded_viewer
+from db.models import Role
 from jobs.actions import flanks as fs
 from jobs.actions import masks as mk
-from jobs.actions.catalogue import curator_name
-from app.ui_base import guarded_viewer, ASSETS_DIR, UIContext, curator_action
-from db.models import Role
+from jobs.actions.common import curator_name
+from jobs.actions.diagnostic_words import masker_in_use
 
 KEYS_JS = (ASSETS_DIR / "keys.js").read_text(encoding="utf-8") if (ASSETS_DIR / "keys.js").exists() else None
 
@@ -25,7 +25,7 @@ The mask is only saved when you press **Accept**; **Redo** forgets the clicks an
 
 def build(ctx: UIContext) -> None:
     cat = ctx.catalogue
-    masker_name, masker_words = ds.masker_in_use()
+    masker_name, masker_words = masker_in_use()
     draft = gr.State(mk.MaskDraft())
 
     gr.Markdown(HELP + f"\nMasks here are made by **{masker_words}**.", elem_classes=["help-text"],
@@ -104,7 +104,7 @@ def build(ctx: UIContext) -> None:
 
     @curator_action
     def accept(d, user):
-        message = mk.accept_mask(cat, d, user=user)
+        message = mk.accept_mask(cat, mk.AcceptMaskRequest(draft=d, user=user))
         return (*view(d), message)
 
     @curator_action
@@ -116,11 +116,11 @@ def build(ctx: UIContext) -> None:
         if side is None or d.image_id is None:
             return ""
         d.flank = side
-        return mk.save_flank(cat, d.image_id, side, user=user)
+        return mk.save_flank(cat, mk.PhotoFlankRequest(image_id=d.image_id, flank=side, user=user))
 
     @curator_action
     def mask_all(user):
-        _job, message = mk.submit_mask_all(cat, user=user)
+        _job, message = mk.submit_mask_all(cat, mk.MaskPhotosRequest(only_missing=True, user=user))
         return message
 
     @curator_action(role=Role.viewer)
@@ -130,7 +130,7 @@ def build(ctx: UIContext) -> None:
 
     @curator_action
     def take_suggestion(d, user):
-        message = fs.accept_suggestion(cat, d.image_id if d else None, user=curator_name(user))
+        message = fs.accept_suggestion(cat, fs.AcceptFlankRequest(d.image_id if d else None, user=curator_name(user)))
         d.flank = mk.open_for_masking(cat, d.image_id).flank
         return message, gr.update(value=d.flank), "", gr.update(visible=False)
 

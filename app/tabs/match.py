@@ -7,21 +7,25 @@ The curator decides with one click or one key (M same individual, N not the
 same, U unsure, I new individual, Z undo, arrows previous / next) and the next
 photo of the review queue loads at once. Every decision records who decided,
 with which model, and the score and rank that were shown.
+
+This module holds the layout and the handlers; what the grid, the facts line and the header look like is drawn by
+:mod:`app.tabs.match_cards`, the decisions are :mod:`jobs.actions.decisions`.
 """
 
 from __future__ import annotations
 
-import html
-from urllib.parse import quote
-
 import gradio as gr
 
+from app.tabs.match_cards import FACTS_CSS, candidates_html, compare_label, facts_html, header_html
+from app.ui_base import ASSETS_DIR, UIContext, curator_action, guarded_viewer
+from db.models import Role
+from jobs.actions import decisions as ds
 from jobs.actions import flanks as fs
 from jobs.actions import match as ms
-from jobs.actions.catalogue import curator_name
-from app.ui_base import guarded_viewer, ASSETS_DIR, UIContext, curator_action
-from db.catalogue import ConflictError
-from db.models import Role
+from jobs.actions import species as sa
+from jobs.actions.common import curator_name, upload_path
+from jobs.actions.errors import ConflictError
+from jobs.requests.catalogue import SpeciesThresholdRequest
 
 TITLE = "Match review"
 ORDER = 20
@@ -47,150 +51,6 @@ SPOTS_HINT = ("*Matched spots:* press **Show matched spots** (key S) to see whic
 LOADING_QUEUE = ("<div class='rz-empty' id='match-loading'>Loading the review queue… The first time, the photos' "
                  "features are computed (about a second per photo on this machine); imports start this in the "
                  "background, so it is usually ready.</div>")
-EMPTY_QUEUE = ("Nothing is waiting for review. Pick a photo in <b>Open a photo</b>, upload a new one, "
-               "or press <b>Reload queue</b> after importing photos.")
-
-
-def file_url(path: str | None) -> str:
-    """URL under which Gradio serves a catalogue file (its folder is registered as a static path)."""
-    return f"gradio_api/file={quote(str(path))}" if path else ""
-
-
-def _e(x: object) -> str:
-    return html.escape(str(x), quote=True)
-
-
-def candidates_html(view: ms.MatchView | None, selected: int | None) -> str:
-    """The ranked candidate grid as HTML (cards carry ``data-rank`` for selection)."""
-    if view is None:
-        return f"<div class='rz-empty'>{EMPTY_QUEUE}</div>"
-    if not view.candidates:
-        return ("<div class='rz-empty'>No candidates: the gallery has no other photo of a known individual"
-                + (" with these filters" if view.flank_filter != "any" or view.place_date_note else "") + ".</div>")
-    chosen = view.candidate(selected)
-    cards = []
-    for c in view.candidates:
-        if view.pipeline:
-            raw = (f"raw global score {c.global_score:.4f} (cosine of the two photos' features by the pipeline's "
-                   f"global model)" if c.global_score is not None else "no raw global score")
-            fused = (f"the score is the fused probability {c.probability:.3f} that this is the same animal "
-                     f"(global shortlist + spot evidence)" if c.probability is not None else
-                     "outside the pipeline's verified shortlist: no fused probability, ranked by the global model")
-            score_tip = f"{fused} by {view.model_name}; {raw}. Provenance: {view.model_provenance}"
-        else:
-            score_tip = (f"similarity score {c.score:.4f} (cosine of the two photos' features; 1 = identical) "
-                         f"by {view.model_name}. Provenance: {view.model_provenance}")
-        badges = []
-        if c.same_sighting:
-            badges.append("<span class='rz-badge rz-same-sighting' title='Taken in the same sighting as the query "
-                          "(same place and moment): similar background can inflate the score.'>same sighting</span>")
-        if c.mirror_sim is not None and c.danger_margin is not None:
-            from core.diagnostics import mirror_tier, tier_colour
-
-            warn = c.danger_margin > 0
-            tier = mirror_tier(c.mirror_sim)
-            tip = (f"mirror similarity {c.mirror_sim:.3f} ({tier} tier, as in Diagnostics): how alike the model finds "
-                   f"this photo and its mirror image; danger margin {c.danger_margin:+.3f} (> 0: the mirrored photo "
-                   f"looks more like another animal than like itself). From {view.diagnostics_source}.")
-            badges.append(f"<span class='rz-badge rz-mirror {'rz-mirror-warn' if warn else ''}' data-tier='{_e(tier)}' "
-                          f"style='background:{tier_colour(c.mirror_sim)}' title='{_e(tip)}'>"
-                          f"mirror {c.mirror_sim:.2f}{' ⚠' if warn else ''}</span>")
-        if c.has_spot_facts:
-            badges.append(spots_badge(c))
-        if c.probability is not None:
-            raw_score = c.global_score if view.pipeline and c.global_score is not None else c.score
-            ptip = f"{_e(view.calibration_note or '')}; raw {'global ' if view.pipeline else ''}score {raw_score:.4f}"
-            badges.append(f"<span class='rz-badge rz-prob' title='{ptip}'>{100 * c.probability:.0f}% same animal"
-                          "</span>")
-        bar = (c.probability or 0.0) if view.pipeline else c.score
-        width = max(0.0, min(1.0, bar)) * 100
-        img = (f"<img src='{_e(file_url(c.thumb))}' alt='candidate {c.rank}: {_e(c.individual_name)}' loading='lazy'>"
-               if c.thumb else "")
-        flank = f"{c.flank} flank" if c.flank != "unknown" else "flank not set"
-        sighting = f" · sighting {_e(c.sighting)}" if c.sighting else ""
-        cards.append(
-            f"<div class='rz-card{' rz-selected' if chosen and c.rank == chosen.rank else ''}' data-rank='{c.rank}' "
-            f"data-image-id='{c.image_id}' title='photo #{c.image_id} of {_e(c.individual_name)}'>"
-            f"<div class='rz-thumb'>{img}</div><div class='rz-rank'>{c.rank}</div>"
-            f"<div class='rz-name'>{_e(c.individual_name)}</div>"
-            f"<div class='rz-bar' title='{_e(score_tip)}'><span style='width:{width:.1f}%'></span></div>"
-            f"<div class='rz-meta' title='{_e(score_tip)}'>{score_line(view, c)} · {_e(flank)}{sighting}</div>"
-            f"<div class='rz-badges'>{''.join(badges)}</div></div>")
-    return f"<div class='rz-grid' id='match-grid'>{''.join(cards)}</div>"
-
-
-def spots_badge(c: ms.CandidateCard) -> str:
-    """The card's spot-evidence badge: "N matched spots", or why there are none to count."""
-    words = ms.spot_status_words(c.spot_status)
-    tip_text = f"spot evidence by the pipeline's local matcher: {words}" if words else "spot evidence"
-    if c.spot_probability is not None:
-        tip_text += f"; the matched spots alone give a {100 * c.spot_probability:.0f}% probability of the same animal"
-    if c.spot_status in ms.SPOT_CARD_WORDS:
-        return (f"<span class='rz-badge rz-spots rz-spots-none' data-spot-status='{_e(c.spot_status)}' "
-                f"title='{_e(tip_text)}'>{_e(ms.SPOT_CARD_WORDS[c.spot_status])}</span>")
-    n = int(c.inliers or 0)
-    weak = " rz-spots-weak" if c.spot_status != "verified" or n < 8 else ""
-    return (f"<span class='rz-badge rz-spots{weak}' data-spot-status='{_e(c.spot_status or '')}' "
-            f"data-inliers='{n}' title='{_e(tip_text)}'>{n} matched spot{'' if n == 1 else 's'}</span>")
-
-
-def score_line(view: ms.MatchView, c: ms.CandidateCard) -> str:
-    """The card's score text: the raw score, and for a pipeline the inlier count and fused probability beside it."""
-    if not view.pipeline:
-        return f"score {c.score:.3f}"
-    parts = [f"score {c.global_score:.3f}" if c.global_score is not None else "score —"]
-    if c.inliers is not None and c.spot_status not in ms.SPOT_CARD_WORDS:
-        parts.append(f"{c.inliers} spots")
-    if c.probability is not None:
-        parts.append(f"<b>{100 * c.probability:.0f}%</b>")
-    return " · ".join(parts)
-
-
-FACTS_CSS = """
-.rz-facts { display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: var(--text-sm); padding: 2px 4px; }
-.rz-facts span b { color: var(--body-text-color-subdued); font-weight: 600; margin-right: 4px; }
-.rz-facts .rz-decided { color: #92400e; }
-"""
-
-
-def facts_html(view: ms.MatchView | None) -> str:
-    """The query's facts as one compact wrapped line under the photo."""
-    if view is None:
-        return ""
-    items = "".join(f"<span class='{'rz-decided' if k == 'Decided' else ''}'><b>{_e(k)}</b>{_e(v)}</span>"
-                    for k, v in view.query.facts())
-    return f"<div class='rz-facts' data-image-id='{view.query.image_id}'>{items}</div>"
-
-
-def header_html(view: ms.MatchView | None, queue: list[int], pos: int) -> str:
-    where = ""
-    if view is not None and queue and 0 <= pos < len(queue) and queue[pos] == view.query.image_id:
-        where = f"Photo {pos + 1} of {len(queue)} in the review queue"
-    elif view is not None:
-        where = f"Photo #{view.query.image_id} (opened by hand; {len(queue)} in the review queue)"
-    elif queue:
-        where = f"{len(queue)} photos in the review queue"
-    if view is None:
-        return f"<div class='rz-head'>{_e(where)}</div>"
-    flt = dict((v, k) for k, v in ms.FLANK_FILTERS)[view.flank_filter]
-    if view.flank_filter != "any" and view.query.flank not in ("left", "right"):
-        flt = f"{flt}: not applied, this photo's flank is not set"
-    if view.place_date_note:
-        flt = f"{flt}; {view.place_date_note}"
-    prov = (f"<span id='match-provenance' title='{_e(view.model_provenance)}' "
-            f"style='text-decoration:underline dotted;cursor:help'>scored by <b>{_e(view.model_name)}</b> "
-            f"(hover for provenance)</span>")
-    suggestion = ""
-    if view.candidates and view.suggest_new:
-        top = view.candidates[0]
-        suggestion = (f"<span class='rz-suggest-new' id='match-suggest-new'>Best candidate only "
-                      f"{100 * top.probability:.0f}% likely the same animal (your threshold: "
-                      f"{100 * view.new_threshold:.0f}%): probably a <b>new individual</b> (key I)</span>")
-    spot_note = (f"<span class='rz-spot-note' id='match-spot-note' title='spot evidence of this photo' "
-                 f"style='background:#f5f5f4;border:1px solid #a8a29e;border-radius:6px;padding:1px 8px'>"
-                 f"Spots: {_e(view.query_spot_note)}</span>") if view.query_spot_note else ""
-    return (f"<div class='rz-head' style='display:flex;gap:1em;flex-wrap:wrap;align-items:baseline'>"
-            f"<b>{_e(where)}</b><span>{prov}</span><span>{_e(flt)}</span>{suggestion}{spot_note}</div>")
 
 
 def build(ctx: UIContext) -> None:
@@ -284,20 +144,8 @@ def build(ctx: UIContext) -> None:
         has_mask = bool(view.query.mask_path)
         return (ms.query_picture(view.query, outline=bool(show_outline) and has_mask),
                 gr.update(visible=has_mask, value=bool(show_outline) and has_mask), facts_html(view),
-                gr.update(value=_full_photo(chosen), label=_compare_label(chosen)), header_html(view, queue, pos),
+                gr.update(value=_full_photo(chosen), label=compare_label(chosen)), header_html(view, queue, pos),
                 candidates_html(view, chosen.rank if chosen else None), view, chosen.rank if chosen else 1)
-
-    def _compare_label(chosen):
-        if chosen is None:
-            return "Chosen candidate"
-        flank = f"{chosen.flank} flank" if chosen.flank != "unknown" else "flank not set"
-        label = f"Candidate {chosen.rank}: {chosen.individual_name} · photo #{chosen.image_id} · {flank}"
-        if chosen.global_score is None:
-            return f"{label} · score {chosen.score:.3f}"
-        spots = (f" · {chosen.inliers} matched spots" if chosen.inliers is not None
-                 and chosen.spot_status not in ms.SPOT_CARD_WORDS else "")
-        fused = f" · {100 * chosen.probability:.0f}% same animal" if chosen.probability is not None else ""
-        return f"{label} · score {chosen.global_score:.3f}{spots}{fused}"
 
     def _full_photo(chosen):
         if chosen is None:
@@ -354,8 +202,10 @@ def build(ctx: UIContext) -> None:
     def on_decide(kind, view, selected, name, user, queue, pos, model_name, flank, show_outline,
                   progress=gr.Progress()):
         try:
-            outcome = ms.decide_sighting(cat, view, user=user, rank=selected) if kind == "sighting" \
-                else ms.decide(cat, view, kind, user=user, rank=selected, new_name=name)
+            if kind == "sighting":
+                outcome = ds.decide_sighting(cat, ds.sighting_request(view, user=user, rank=selected))
+            else:
+                outcome = ds.decide(cat, ds.decision_request(view, kind, user=user, rank=selected, new_name=name))
         except ConflictError as exc:  # another curator decided this photo meanwhile: show it as it is now
             return (pos, *show(view.query.image_id, model_name, flank, show_outline, queue, pos, progress),
                     gr.skip(), f"**Not recorded:** {exc}. The photo is shown again as it is now.")
@@ -373,9 +223,9 @@ def build(ctx: UIContext) -> None:
 
     @curator_action
     def on_undo(user, queue, model_name, flank, show_outline, progress=gr.Progress()):
-        image_id, message = ms.undo_last_decision(cat, user=user)
-        pos = queue.index(image_id) if image_id in queue else 0
-        return (pos, *show(image_id, model_name, flank, show_outline, queue, pos, progress), message)
+        undone = ds.undo_last_decision(cat, ds.UndoDecisionRequest(user=curator_name(user)))
+        pos = queue.index(undone.image_id) if undone.image_id in queue else 0
+        return (pos, *show(undone.image_id, model_name, flank, show_outline, queue, pos, progress), undone.message)
 
     @curator_action(role=Role.viewer)
     def on_pick_candidate(view, show_outline, queue, pos, evt: gr.EventData):
@@ -405,7 +255,8 @@ def build(ctx: UIContext) -> None:
     def on_upload(file, user, model_name, flank, show_outline, queue, progress=gr.Progress()):
         if file is None:
             return (gr.skip(),) * (len(screen) + 1)
-        image_id, message = ms.ingest_query(cat, file, user=user)
+        image_id, message = ds.ingest_query(cat, ds.IngestQueryRequest(path=upload_path(file),
+                                                                        user=curator_name(user)))
         return (*show(image_id, model_name, flank, show_outline, queue, -1, progress), message)
 
     @curator_action(role=Role.viewer)
@@ -437,7 +288,8 @@ def build(ctx: UIContext) -> None:
 
     @curator_action
     def take_flank(view, user, model_name, filters, show_outline, queue, pos):
-        message = fs.accept_suggestion(cat, view.query.image_id if view else None, user=curator_name(user))
+        message = fs.accept_suggestion(cat, fs.AcceptFlankRequest(view.query.image_id if view else None,
+                                                                  user=curator_name(user)))
         return (*show(view.query.image_id, model_name, filters, show_outline, queue, pos), message, "",
                 gr.update(visible=False))
 
@@ -449,21 +301,15 @@ def build(ctx: UIContext) -> None:
     # the species' new-individual threshold (a calibrated probability), set by the curator
     @curator_action(role=Role.viewer)
     def load_threshold(view):
-        from db.calibration import new_individual_threshold
-        from db.species import species_of_image
-
-        sid = species_of_image(cat, view.query.image_id) if view else 1
-        return round(100 * new_individual_threshold(cat, sid))
+        return ms.new_threshold_percent(cat, view.query.image_id if view else None)
 
     @curator_action
-    def save_threshold(value, view, model_name, filters, show_outline, queue, pos):
-        from db.calibration import set_new_individual_threshold
-        from db.species import species_of_image
-
+    def save_threshold(value, view, model_name, filters, show_outline, queue, pos, user):
         if value is None:
             return gr.skip()
-        sid = species_of_image(cat, view.query.image_id) if view else 1
-        set_new_individual_threshold(cat, float(value) / 100.0, sid)
+        species = ms.photo_species(cat, view.query.image_id if view else None)
+        sa.set_new_individual_threshold(cat, SpeciesThresholdRequest(
+            species=str(species), threshold=float(value) / 100.0, user=curator_name(user)))
         if view is None:
             return (gr.skip(),) * len(screen) + (f"New-individual threshold set to {value:.0f}%.",)
         return (*show(view.query.image_id, model_name, filters, show_outline, queue, pos),
@@ -471,7 +317,7 @@ def build(ctx: UIContext) -> None:
 
     ctx.on_refresh(load_threshold, inputs=[view_state], outputs=[threshold], on_tab_select=False)
     threshold.submit(save_threshold, inputs=[threshold, view_state, model, filters_state, outline, queue_state,
-                                             pos_state], outputs=[*screen, status], **hidden)
+                                             pos_state, ctx.user], outputs=[*screen, status], **hidden)
 
     # trained models appear in the picker once their training job registered them; after a promotion, once its
     # re-embedding job has finished, the picker switches to the new active model and the queue re-ranks
@@ -515,12 +361,8 @@ def build(ctx: UIContext) -> None:
                      outputs=[pos_state, *screen], api_visibility="private")
     @curator_action(role=Role.viewer)
     def set_filters(flank, place, start, end):
-        from db.matching import check_date
-
         # a malformed date is refused here, before anything changes: the screen and the filters stay as they were
-        return {"flank": flank or "any", "place": (place or "").strip() or None,
-                "date_from": check_date(start, what="the 'from' date"),
-                "date_to": check_date(end, what="the 'to' date")}
+        return ms.review_filters(flank, place, start, end)
 
     gr.on([flank_filter.input, place_filter.submit, date_from.submit, date_to.submit, place_filter.blur,
            date_from.blur, date_to.blur], set_filters, inputs=[flank_filter, place_filter, date_from, date_to],

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import gradio as gr
 
-from jobs.actions import models as mv
-from jobs.actions.catalogue import curator_name
 from app.ui_base import UIContext, curator_action, guarded_viewer
-from db.leaderboard import SORT_KEYS
 from db.models import Role
+from jobs.actions import models as mv
+from jobs.actions import promote as pm
+from jobs.actions.common import curator_name
 
 TITLE = "Models"
 ORDER = 55
@@ -34,7 +34,7 @@ def build(ctx: UIContext) -> None:
     with gr.Row(equal_height=True):
         bench = gr.Dropdown([], label="Benchmark", elem_id="models-benchmark", scale=2)
         variant = gr.Dropdown(VARIANTS, value="full_rgb", label="Variant", elem_id="models-variant", scale=1)
-        sort = gr.Dropdown([(SORT_LABELS[k], k) for k in SORT_KEYS], value="map_macro", label="Sort by",
+        sort = gr.Dropdown([(SORT_LABELS[k], k) for k in mv.SORT_KEYS], value="map_macro", label="Sort by",
                            elem_id="models-sort", scale=1)
         archived = gr.Checkbox(label="Show archived", value=False, elem_id="models-archived", scale=0)
     table = gr.HTML(mv.leaderboard_html([]), elem_id="models-leaderboard", css_template=CSS)
@@ -62,12 +62,10 @@ def build(ctx: UIContext) -> None:
                                    elem_id="models-retrain", size="sm")
 
     def board(b, v, s, show_archived):
-        from db.leaderboard import leaderboard
-
         if not b:
             return mv.leaderboard_html([])
-        return mv.leaderboard_html(leaderboard(cat, benchmark=b, variant=v or "full_rgb", sort=s or "map_macro",
-                                               include_archived=bool(show_archived)))
+        return mv.leaderboard_html(mv.leaderboard_rows(cat, benchmark=b, variant=v or "full_rgb",
+                                                       sort=s or "map_macro", include_archived=bool(show_archived)))
 
     def refresh(b, v, s, show_archived, current, sp):
         benches = mv.benchmark_names(cat)
@@ -87,16 +85,19 @@ def build(ctx: UIContext) -> None:
 
     @curator_action(role=Role.admin)
     def do_promote(name, sp, user):
-        return mv.promote(cat, name, sp, user=curator_name(user))
+        return pm.promote(cat, pm.PromoteRequest(model=name or "", species=sp or None,
+                                                 user=curator_name(user)))["message"]
 
     @curator_action(role=Role.admin)
-    def do_archive(name):
-        return mv.archive(cat, name)
+    def do_archive(name, user):
+        return pm.archive(cat, pm.ArchiveRequest(model=name or "", user=curator_name(user)))
 
     @curator_action(role=Role.viewer)
     def do_compare(a, b, benchmark, progress=gr.Progress()):
+        request = mv.CompareRequest(a=a, b=b, benchmark=benchmark or "")
         progress(0.1, desc="Embedding the benchmark's test photos with both models")
-        return mv.compare_models(cat, a, b, benchmark)
+        result = mv.compare(cat, request)
+        return mv.compare_markdown(result), mv.difference_figure(result)
 
     @curator_action(role=Role.viewer)
     def do_calibrate(name, sp):
@@ -104,11 +105,12 @@ def build(ctx: UIContext) -> None:
 
     @curator_action(role=Role.admin)
     def do_retrain(sp, user):
-        return mv.retrain(cat, sp, user=curator_name(user)), mv.retrain_status(cat, sp)
+        outcome = mv.retrain(cat, mv.RetrainRequest(user=curator_name(user), species=sp))
+        return outcome.message, mv.retrain_status(cat, sp)
 
     ctx.changed(promote_button.click(do_promote, inputs=[pick, species, ctx.user], outputs=[status],
                                      api_name="promote_model"))
-    ctx.changed(archive_button.click(do_archive, inputs=[pick], outputs=[status], api_name="archive_model"))
+    ctx.changed(archive_button.click(do_archive, inputs=[pick, ctx.user], outputs=[status], api_name="archive_model"))
     compare_button.click(do_compare, inputs=[model_a, model_b, bench], outputs=[verdict, diff_plot],
                          api_name="compare_models")
     calib_button.click(do_calibrate, inputs=[pick, species], outputs=[calib_text, calib_plot],

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import gradio as gr
 
-from jobs.actions import audit as au
 from app.tabs import _accounts
 from app.ui_base import UIContext, guarded_viewer
+from jobs.actions import audit as au
+from jobs.requests.audit import AuditExportRequest
 
 TITLE = "People"
 ORDER = 70
@@ -52,9 +53,10 @@ def build_audit(ctx: UIContext) -> None:
     def refresh_people(current):
         return gr.update(choices=au.audit_choices(cat), value=current or "anyone")
 
-    def export(*values):
-        path, message = au.audit_csv_file(cat, *values)
-        return path, message
+    def export(who, action, target, since, until):
+        done = au.export_audit(cat, AuditExportRequest(who=au.who_filter(who), action=action, target=target,
+                                                       since=since, until=until))
+        return done.path, done.message
 
     ctx.on_refresh(show, inputs=filters, outputs=[table, summary])
     ctx.on_refresh(refresh_people, inputs=[who], outputs=[who])

@@ -1,14 +1,14 @@
 """Typed requests for the spot-evidence actions, validated when made (pure: only the matcher registry is
-consulted). A job stores a request's ``to_dict()`` and the worker rebuilds it with ``from_dict()`` (unknown keys
-and bad values are refused)."""
+consulted). A job stores a request's ``to_dict()`` and the worker rebuilds it with ``from_dict()`` (unknown keys,
+wrong types and bad values are refused: :class:`core.requests.Request`). They live in core because the store's
+spot functions (``db.spots``) take them too."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 from core.backbones import DEFAULT_BACKBONE
+from core.requests import Request
 from core.spots import DEFAULT_MATCHER, MatcherUnavailableError, list_matchers, matcher_available
 from core.spots.fusion import DEFAULT_SHORTLIST
 from core.spots.pipeline import PipelineSettings
@@ -27,17 +27,9 @@ def _check_matcher(name: str) -> None:
                                       f"{', '.join(available_matchers())}")
 
 
-def _from_dict(cls: type, data: Mapping[str, Any]) -> Any:
-    names = {f.name for f in fields(cls)}
-    unknown = set(data) - names
-    if unknown:
-        raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(sorted(unknown))}")
-    return cls(**dict(data))
-
-
 @dataclass(frozen=True)
-class SpotEvaluationRequest:
-    """Evaluate a global model + spot evidence on a benchmark (``rosette eval --verify``)."""
+class SpotEvaluationRequest(Request):
+    """Evaluate a global model + spot evidence on a benchmark (``rosette eval --verify``, the Benchmarks tab)."""
 
     benchmark: str
     model: str = DEFAULT_BACKBONE
@@ -45,6 +37,7 @@ class SpotEvaluationRequest:
     shortlist: int = DEFAULT_SHORTLIST
     verification: bool = True
     lnbnn: bool = False
+    user: str = "curator"
 
     def __post_init__(self) -> None:
         if not (self.benchmark or "").strip():
@@ -60,39 +53,24 @@ class SpotEvaluationRequest:
         return PipelineSettings(matcher=self.matcher, shortlist=self.shortlist, verification=self.verification,
                                 lnbnn=self.lnbnn)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SpotEvaluationRequest:
-        return _from_dict(cls, data)
-
 
 @dataclass(frozen=True)
-class KeypointsRequest:
+class KeypointsRequest(Request):
     """Extract (and cache) keypoints for the photos of a species, or of the given photos."""
 
     matcher: str = DEFAULT_MATCHER
     species: int | None = None
     image_ids: tuple[int, ...] | None = None
+    user: str = "curator"
 
     def __post_init__(self) -> None:
         _check_matcher(self.matcher)
         if self.image_ids is not None:
             object.__setattr__(self, "image_ids", tuple(int(i) for i in self.image_ids))
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["image_ids"] = list(self.image_ids) if self.image_ids is not None else None
-        return d
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> KeypointsRequest:
-        return _from_dict(cls, data)
-
 
 @dataclass(frozen=True)
-class MatchedSpotsRequest:
+class MatchedSpotsRequest(Request):
     """The matched spots between a query photo and a candidate photo, under a pipeline or a matcher."""
 
     query_image_id: int

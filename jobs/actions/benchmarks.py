@@ -1,22 +1,30 @@
-"""What the Benchmarks tab calls: freeze a benchmark, launch an evaluation job, list evaluations with their
-provenance and chart them. A few lines each over ``db`` / ``jobs``."""
+"""Benchmarks and evaluations: freeze a benchmark, evaluate a model on one (at once, or as a job), list the
+stored evaluations with their provenance and chart them. The Benchmarks tab and ``rosette benchmark`` /
+``rosette eval`` call these; the actions take a request of ``jobs.requests.benchmarks``."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from jobs.actions.match import DEFAULT_MODEL, _enum_value, _utc  # noqa: F401
-from jobs.actions.catalogue import curator_name
+from core.evaluation import RERANK_METHODS
+from db.benchmarks import create_benchmark as store_benchmark
+from db.benchmarks import list_benchmarks
 from db.catalogue import CatalogueError
-from db.evaluation import RERANK_METHODS
-from db.models import Evaluation
+from db.evaluation import list_evaluations, run_evaluation
+from db.leaderboard import config_provenance
+from db.models import Benchmark, Evaluation
 from db.session import Catalogue
+from db.spots import is_pipeline
+from jobs.actions.common import curator_name
+from jobs.actions.match import utc_text
+from jobs.queue import submit
+from jobs.requests.benchmarks import CreateBenchmarkRequest, EvaluateRequest  # noqa: F401
 
 EVALUATION_VARIANTS: list[tuple[str, str]] = [
     ("Whole photo (full_rgb)", "full_rgb"),
@@ -33,8 +41,6 @@ SPLIT_CHOICES: list[tuple[str, str]] = [
     ("Known individuals, new sightings (sighting-disjoint)", "sighting"),
 ]
 
-
-
 BENCHMARK_HEADERS = ["Benchmark", "Split", "Photos", "Test photos", "Individuals", "Test individuals", "Seed",
                      "Test share", "Source", "Created (UTC)"]
 EVALUATION_HEADERS = ["#", "When (UTC)", "Benchmark", "Model", "Variant", "Re-ranking", "mAP per individual",
@@ -43,64 +49,71 @@ EVALUATION_HEADERS = ["#", "When (UTC)", "Benchmark", "Model", "Variant", "Re-ra
 
 
 def benchmark_names(cat: Catalogue) -> list[str]:
-    from db.benchmarks import list_benchmarks
-
     with cat.unit_of_work() as s:
         return [b.name for b in list_benchmarks(s)]
 
 
+def benchmark_list(cat: Catalogue) -> list[dict[str, Any]]:
+    """Stored benchmarks as {name, split, and their config (photo and identity counts, seed, test share,
+    source)} (``rosette benchmark list``)."""
+    with cat.unit_of_work() as s:
+        return [{"name": b.name, "split": b.split_kind, **(b.config or {})} for b in list_benchmarks(s)]
+
+
 def benchmark_rows(cat: Catalogue) -> list[list[object]]:
     """Stored benchmarks as rows under BENCHMARK_HEADERS."""
-    from db.benchmarks import list_benchmarks
-
     with cat.unit_of_work() as s:
         out = []
         for b in list_benchmarks(s):
             c = b.config or {}
             out.append([b.name, b.split_kind, c.get("n_images"), c.get("n_test"), c.get("n_identities"),
                         c.get("n_test_identities"), c.get("seed"), c.get("test_fraction"), c.get("source"),
-                        _utc(b.created_at)])
+                        utc_text(b.created_at)])
         return out
 
 
-def create_benchmark(cat: Catalogue, name: str, *, split: str = "identity", test_fraction: float = 0.3,
-                     seed: int = 0, user: str) -> str:
-    """Freeze every assigned catalogue photo into a named benchmark with a seeded split; returns a message."""
-    from db.benchmarks import create_benchmark as create
+@dataclass
+class BenchmarkOutcome:
+    benchmark: Benchmark  # the stored benchmark (its config holds the counts)
+    message: str
 
-    user = curator_name(user)
-    name = (name or "").strip()
-    if not name:
-        raise ValueError("Give the benchmark a name.")
-    if not 0.05 <= float(test_fraction) <= 0.95:
-        raise ValueError("The test share must be between 5% and 95%.")
-    b = create(cat, name, split=split, test_fraction=float(test_fraction), seed=int(seed), user=user)
+
+def create_benchmark(cat: Catalogue, request: CreateBenchmarkRequest) -> BenchmarkOutcome:
+    """Freeze a named benchmark with its split: every assigned catalogue photo, or a manifest's photos."""
+    b = store_benchmark(cat, request.name, manifest=request.manifest, split=request.split,
+                        test_fraction=request.test_fraction, seed=request.seed, user=curator_name(request.user),
+                        replace=request.replace)
     c = b.config
-    return (f"Benchmark {b.name} created: {c['n_images']} photos of {c['n_identities']} individuals, "
-            f"{c['n_test']} test photos of {c['n_test_identities']} individuals ({b.split_kind} split, seed {c['seed']}).")
+    return BenchmarkOutcome(b, (f"Benchmark {b.name} created: {c['n_images']} photos of {c['n_identities']} "
+                                f"individuals, {c['n_test']} test photos of {c['n_test_identities']} individuals "
+                                f"({b.split_kind} split, seed {c['seed']})."))
 
 
-def launch_evaluation(cat: Catalogue, *, benchmark: str | None, backbone: str, variant: str = "full_rgb",
-                      rerank: str = "none", user: str) -> tuple[int, str]:
-    """Queue an evaluation job; returns (job id, message)."""
-    from db.evaluation import RERANK_METHODS
-    from jobs.queue import submit
+def evaluate(cat: Catalogue, request: EvaluateRequest, *, progress: Callable[[int, int], None] | None = None,
+             should_cancel: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Evaluate at once (``rosette eval``, and the ``evaluate`` job that :func:`launch_evaluation` queues): the
+    figures, stored as an evaluation (its id under ``evaluation_id``)."""
+    return run_evaluation(cat, backbone=request.backbone, benchmark=request.benchmark, variant=request.variant,
+                          rerank=request.rerank, progress=progress, should_cancel=should_cancel)
 
-    user = curator_name(user)
-    if not benchmark:
-        raise ValueError("Choose a benchmark to evaluate on (create one first if there is none).")
-    if benchmark not in benchmark_names(cat):
-        raise CatalogueError(f"There is no benchmark named {benchmark!r}.")
-    if not backbone:
-        raise ValueError("Choose a model.")
-    if variant not in {v for _, v in EVALUATION_VARIANTS}:
-        raise ValueError(f"unknown image variant {variant!r}")
-    if rerank not in RERANK_METHODS:
-        raise ValueError(f"unknown re-ranking {rerank!r}")
-    job_id = submit(cat, "evaluate", {"backbone": backbone, "benchmark": benchmark, "variant": variant,
-                                      "rerank": rerank, "user": user})
-    return job_id, (f"Evaluation of {backbone} on {benchmark} ({variant}, re-ranking {rerank}) queued as job "
-                    f"#{job_id}; follow it in the Jobs tab. Its numbers appear here when it finishes.")
+
+def is_fused_pipeline(cat: Catalogue, name: str) -> bool:
+    """Whether ``name`` is a fused pipeline (global model + spot evidence), evaluated with spot evidence."""
+    return is_pipeline(cat, name)
+
+
+def launch_evaluation(cat: Catalogue, request: EvaluateRequest) -> tuple[int, str]:
+    """Queue the evaluation as a job (the Benchmarks tab's form); returns (job id, message). The job stores the
+    request (``to_dict``) and the worker rebuilds it."""
+    request = replace(request, user=curator_name(request.user))
+    if request.benchmark not in benchmark_names(cat):
+        raise CatalogueError(f"There is no benchmark named {request.benchmark!r}.")
+    if request.variant not in {v for _, v in EVALUATION_VARIANTS}:
+        raise ValueError(f"unknown image variant {request.variant!r}")
+    job_id = submit(cat, "evaluate", request.to_dict())
+    return job_id, (f"Evaluation of {request.backbone} on {request.benchmark} ({request.variant}, re-ranking "
+                    f"{request.rerank}) queued as job #{job_id}; follow it in the Jobs tab. Its numbers appear here "
+                    "when it finishes.")
 
 
 def config_fingerprint(config: dict[str, Any]) -> str:
@@ -117,8 +130,6 @@ def provenance_text(ev: Evaluation) -> str:
     """Where every number of one evaluation comes from, in one line."""
     c = ev.model_config or {}
     if c.get("pipeline"):  # a fused pipeline: global model + calibrated spot evidence
-        from db.leaderboard import config_provenance
-
         return " · ".join([config_provenance(c), f"masks {ev.masker or 'none'}", f"benchmark {ev.benchmark_name}"])
     parts = [f"model {ev.model_name}", f"config {config_fingerprint(c)}",
              f"weights {c.get('weight_source') or 'unknown'}"]
@@ -172,14 +183,12 @@ class EvaluationRow:
 
 def evaluation_rows(cat: Catalogue, *, benchmark: str | None = None) -> list[EvaluationRow]:
     """Stored retrieval evaluations (newest first) with their headline numbers and provenance."""
-    from db.evaluation import list_evaluations
-
     rows = []
     for ev in list_evaluations(cat, benchmark=benchmark or None, kind="retrieval"):
         m = ev.metrics or {}
         with_same = m.get("with_same_sighting") or {}
         rows.append(EvaluationRow(
-            id=ev.id, when=_utc(ev.created_at), benchmark=ev.benchmark_name, model=ev.model_name, variant=ev.variant,
+            id=ev.id, when=utc_text(ev.created_at), benchmark=ev.benchmark_name, model=ev.model_name, variant=ev.variant,
             rerank=str(m.get("rerank") or "none"), kind=ev.kind, map_macro=_num(m.get("map_macro")),
             map_micro=_num(m.get("map_micro")), cmc1=_num((m.get("cmc_macro") or {}).get("1")),
             cmc5=_num((m.get("cmc_macro") or {}).get("5")),
@@ -190,7 +199,7 @@ def evaluation_rows(cat: Catalogue, *, benchmark: str | None = None) -> list[Eva
 
 def evaluation_chart(rows: Sequence[EvaluationRow]) -> Any:
     """Plotly bars: identity-balanced mAP per stored evaluation (and with same-sighting photos), provenance on hover."""
-    import plotly.graph_objects as go
+    import plotly.graph_objects as go  # lazy: plotly is only needed to draw the chart
 
     shown = list(reversed(list(rows)))  # oldest left
     fig = go.Figure()

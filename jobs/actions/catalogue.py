@@ -1,55 +1,32 @@
-"""The small functions the Gradio handlers call, each a few lines over ``db``.
+"""The catalogue as the Catalogue tab and the catalogue commands see and change it: browsing individuals, and the
+identity edits (rename, merge, split, move photos, set flanks, undo) with their history.
 
-Every function opens one unit of work on the catalogue, does one thing, commits
-if it changed something, and returns plain data (dataclasses, lists of rows,
-short curator-readable messages) that a tab only has to render. Errors a
-curator can cause (a taken name, nothing to undo ...) are raised as
-:class:`db.catalogue.CatalogueError` / ``ValueError`` with a message meant to be
-shown as is.
+Every function opens one unit of work on the catalogue, does one thing, commits if it changed something, and
+returns plain data (dataclasses, lists of rows, short curator-readable messages) that a tab or a command only has
+to render. An edit takes one request (``jobs.requests.catalogue``) and is the same function for the tab and the
+command. Errors a curator can cause (a taken name, nothing to undo ...) are raised as
+:class:`jobs.actions.errors.CatalogueError` / ``ValueError`` with a message meant to be shown as is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
+from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.engine import make_url
 
-from db.catalogue import (
-    CatalogueError,
-    ConflictError,
-    NotFoundError,
-    catalogue_stats,
-    get_individual,
-    history,
-    images_of,
-    last_undoable_event,
-    list_individuals,
-    merge_individuals,
-    rename_individual,
-    split_images,
-    undo_event,
-)
+from db import catalogue as store  # called through the module: a test stands in for one of its functions
+from db.catalogue import CatalogueError, ConflictError, NotFoundError
+from db.masks import FLANKS, set_flank
 from db.models import EventKind, IdentityEvent, Image, Individual, Sighting
 from db.session import Catalogue
+from jobs.actions.common import curator_name
+from jobs.requests.catalogue import MergeRequest, MovePhotosRequest, RenameRequest, SetFlanksRequest, SplitRequest, UndoRequest
 
 HISTORY_HEADERS = ["When (UTC)", "Who", "What"]
 SIGHTING_HEADERS = ["Sighting", "Date", "Place", "Camera", "Observer", "Photos"]
-REPORT_HEADERS = ["File", "Result", "Details"]
-
-
-def curator_name(user: str | None) -> str:
-    """The name a change is attributed to; refuses an empty one so no change goes unattributed."""
-    from db.audit import known_actor
-
-    # inside a guarded handler (or a CLI command) the acting user is already known: it wins over any argument
-    name = (known_actor() or user or "").strip()
-    if not name:
-        raise ValueError("No one is signed in, so the change could not be attributed to anyone; sign in first.")
-    return name[:120]
 
 
 # --------------------------------------------------------------------------- browsing
@@ -122,7 +99,7 @@ def individual_cards(cat: Catalogue, *, search: str | None = None) -> list[Indiv
     """Active individuals (name contains ``search``) with counts and a cover picture, by name."""
     search = (search or "").strip() or None
     with cat.unit_of_work() as s:
-        summaries = list_individuals(s, search=search)
+        summaries = store.list_individuals(s, search=search)
         blobs = dict(s.execute(select(Image.id, Image.blob_path).where(
             Image.id.in_([x.cover_image_id for x in summaries if x.cover_image_id]))).all())
     return [IndividualCard(id=x.id, name=x.name, n_images=x.n_images, n_sightings=x.n_sightings,
@@ -130,12 +107,30 @@ def individual_cards(cat: Catalogue, *, search: str | None = None) -> list[Indiv
             for x in summaries]
 
 
+def list_individuals(cat: Catalogue, *, search: str | None = None) -> list[store.IndividualSummary]:
+    """Active individuals whose name contains ``search`` (as given), with photo and sighting counts, by name
+    (``rosette individuals``)."""
+    with cat.unit_of_work() as s:
+        return store.list_individuals(s, search=search)
+
+
+def individual_id(cat: Catalogue, ref: str) -> int:
+    """The individual a command names by number or by its current name."""
+    with cat.unit_of_work() as s:
+        if ref.isdigit():
+            return store.get_individual(s, int(ref)).id
+        ind = store.find_individual_by_name(s, ref)
+        if ind is None:
+            raise NotFoundError(f"no individual named {ref!r}")
+        return ind.id
+
+
 def open_individual(cat: Catalogue, individual_id: int) -> IndividualView:
     """Photos (with flank, sighting, date) and sightings of one individual."""
     with cat.unit_of_work() as s:
-        ind = get_individual(s, int(individual_id))
+        ind = store.get_individual(s, int(individual_id))
         merged_into = s.get(Individual, ind.merged_into_id).name if ind.merged_into_id else None
-        images = images_of(s, ind.id)
+        images = store.images_of(s, ind.id)
         sightings = {sg.id: sg for sg in s.scalars(select(Sighting).where(
             Sighting.id.in_({im.sighting_id for im in images if im.sighting_id})))}
         cards, per_sighting = [], {}
@@ -159,9 +154,15 @@ def image_choices(view: IndividualView) -> list[tuple[str, int]]:
     return [(f"{c.caption} — {c.original_name}", c.id) for c in view.images]
 
 
+def catalogue_stats(cat: Catalogue) -> dict[str, int]:
+    """Counts of individuals, photos, sightings, masks and standing decisions (``rosette stats``)."""
+    with cat.unit_of_work() as s:
+        return store.catalogue_stats(s)
+
+
 def catalogue_summary(cat: Catalogue) -> str:
     with cat.unit_of_work() as s:
-        st = catalogue_stats(s)
+        st = store.catalogue_stats(s)
         unassigned = s.scalar(select(func.count(Image.id)).where(Image.individual_id.is_(None))) or 0
     text = (f"{st['individuals']} individuals · {st['images']} photos · {st['sightings']} sightings · "
             f"{st['masks']} masks · {st['decisions']} match decisions")
@@ -173,117 +174,163 @@ def catalogue_summary(cat: Catalogue) -> str:
 # --------------------------------------------------------------------------- changes
 
 
-def rename(cat: Catalogue, individual_id: int | None, new_name: str, *, user: str) -> str:
-    """Rename an individual; returns what happened in words."""
-    if individual_id is None:
+@dataclass(frozen=True)
+class Renamed:
+    event_id: int
+    old: str
+    new: str
+
+    @property
+    def message(self) -> str:
+        return f"Renamed {self.old} to {self.new}."
+
+
+@dataclass(frozen=True)
+class Merged:
+    event_id: int
+    source_name: str
+    target_name: str
+    moved: int  # photos moved
+
+    @property
+    def message(self) -> str:
+        return (f"Merged {self.source_name} into {self.target_name} "
+                f"({self.moved} photo{'s' if self.moved != 1 else ''} moved).")
+
+
+@dataclass(frozen=True)
+class SplitOut:
+    individual_id: int  # the new individual
+    name: str
+    event_id: int
+    photos: int
+
+    @property
+    def message(self) -> str:
+        return f"Split {self.photos} photo{'s' if self.photos != 1 else ''} out into the new individual {self.name}."
+
+
+@dataclass(frozen=True)
+class Undone:
+    event_id: int  # the change undone
+    kind: str  # what kind of change it was (rename, merge ...)
+    what: str  # the change in a curator's words
+
+    @property
+    def message(self) -> str:
+        return f"Undone: {self.what}."
+
+
+def rename(cat: Catalogue, request: RenameRequest) -> Renamed:
+    """Rename an individual."""
+    if request.individual_id is None:
         raise CatalogueError("Open an individual first.")
-    user = curator_name(user)
+    user = curator_name(request.user)
     with cat.unit_of_work() as s:
-        ev = rename_individual(s, int(individual_id), new_name, user=user)
+        ev = store.rename_individual(s, request.individual_id, request.new_name, user=user)
         s.commit()
-        return f"Renamed {ev.payload['old']} to {ev.payload['new']}."
+        return Renamed(event_id=ev.id, old=ev.payload["old"], new=ev.payload["new"])
 
 
-def merge(cat: Catalogue, source_id: int | None, target_id: int | None, *, user: str) -> str:
+def merge(cat: Catalogue, request: MergeRequest) -> Merged:
     """Merge ``source`` into ``target`` (all photos move; the source is retired, history kept)."""
-    if source_id is None:
+    if request.source_id is None:
         raise CatalogueError("Open the individual to merge first.")
-    if target_id is None:
+    if request.target_id is None:
         raise CatalogueError("Choose the individual to merge into.")
-    user = curator_name(user)
+    user = curator_name(request.user)
     with cat.unit_of_work() as s:
-        ev = merge_individuals(s, int(source_id), int(target_id), user=user)
+        ev = store.merge_individuals(s, request.source_id, request.target_id, user=user)
         s.commit()
-        n = len(ev.payload["image_ids"])
-        return f"Merged {ev.payload['source_name']} into {ev.payload['target_name']} ({n} photo{'s' if n != 1 else ''} moved)."
+        p = ev.payload
+        return Merged(event_id=ev.id, source_name=p["source_name"], target_name=p["target_name"],
+                      moved=len(p["image_ids"]))
 
 
-def split(cat: Catalogue, image_ids: Sequence[int], *, new_name: str | None = None, user: str) -> tuple[int, str]:
-    """Move the chosen photos into a new individual; returns (new individual id, message)."""
-    user = curator_name(user)
+def split(cat: Catalogue, request: SplitRequest) -> SplitOut:
+    """Move the chosen photos into a new individual."""
+    user = curator_name(request.user)
     with cat.unit_of_work() as s:
-        new, _ev = split_images(s, [int(i) for i in image_ids or []], user=user, new_name=(new_name or "").strip() or None)
+        new, ev = store.split_images(s, list(request.image_ids), user=user, new_name=request.new_name)
         s.commit()
-        n = len(set(image_ids))
-        return new.id, f"Split {n} photo{'s' if n != 1 else ''} out into the new individual {new.name}."
+        return SplitOut(individual_id=new.id, name=new.name, event_id=ev.id, photos=len(set(request.image_ids)))
 
 
-def move_photos(cat: Catalogue, image_ids: Sequence[int], target_id: int | None, *, user: str) -> str:
+def move_photos(cat: Catalogue, request: MovePhotosRequest) -> str:
     """Move the chosen photos of the open individual to another one, each an undoable change (one transaction)."""
-    from db.catalogue import assign_image
-
-    ids = [int(i) for i in image_ids or []]
-    if not ids:
+    if not request.image_ids:
         raise CatalogueError("Tick the photos to move first.")
-    if target_id is None:
+    if request.target_id is None:
         raise CatalogueError("Choose the individual to move them to.")
-    user = curator_name(user)
+    user = curator_name(request.user)
     with cat.unit_of_work() as s:
-        target = get_individual(s, int(target_id))
+        target = store.get_individual(s, request.target_id)
         moved = 0
-        for i in ids:
+        for i in request.image_ids:
             photo = s.get(Image, i)
             if photo is None:
                 raise CatalogueError(f"There is no photo #{i} in the catalogue.")
             if photo.individual_id != target.id:
-                assign_image(s, i, target.id, user=user)
+                store.assign_image(s, i, target.id, user=user)
                 moved += 1
         s.commit()
         return (f"Moved {moved} photo{'s' if moved != 1 else ''} to {target.name} (each one is an undoable change).")
 
 
-def set_flanks(cat: Catalogue, image_ids: Sequence[int], flank: str | None, *, user: str) -> str:
-    """Set the flank of every chosen photo at once."""
-    from db.masks import set_flank
-
-    from db.masks import FLANKS
-
-    ids = [int(i) for i in image_ids or []]
-    if not ids:
+def set_flanks(cat: Catalogue, request: SetFlanksRequest) -> str:
+    """Set the flank of every chosen photo at once (the Catalogue tab's ticked photos; ``rosette flank``)."""
+    if not request.image_ids:
         raise CatalogueError("Tick the photos whose flank to set first.")
-    if flank not in FLANKS:
+    if request.flank not in FLANKS:
         raise CatalogueError(f"Choose the flank first ({', '.join(FLANKS)}).")
-    user = curator_name(user)
-    for i in ids:
-        set_flank(cat, i, flank, user=user)
-    return f"Flank set to {flank} for {len(ids)} photo{'s' if len(ids) != 1 else ''}."
+    user = curator_name(request.user)
+    for i in request.image_ids:
+        set_flank(cat, i, request.flank, user=user)
+    n = len(request.image_ids)
+    return f"Flank set to {request.flank} for {n} photo{'s' if n != 1 else ''}."
 
 
-def undo_last(cat: Catalogue, *, user: str, seen_event_id: int | None = None) -> str:
-    """Undo the most recent identity change that is not undone yet.
+def undo(cat: Catalogue, request: UndoRequest) -> Undone:
+    """Undo an identity change: the one given (``event_id``), else the most recent one not undone yet.
 
     ``seen_event_id`` is the change the curator saw as the newest (the Catalogue tab sends it with the button):
     that change is undone and no other. If another curator undid it meanwhile, this one is told so; if a newer
     change came since, nothing is undone and the curator is shown it. Eight curators pressing Undo at once thus
     undo one change, not the newest one and then the one before it, as a bare "undo the newest" would when
     one of them arrives after another's undo has committed."""
-    user = curator_name(user)
-    with cat.unit_of_work() as s:
-        newest = last_undoable_event(s)
-        if seen_event_id is not None:
-            seen = s.get(IdentityEvent, int(seen_event_id))
-            if seen is None:
-                raise NotFoundError(f"There is no change #{int(seen_event_id)}.")
-            if seen.undone_at is None and newest is not None and newest.id != seen.id:
-                raise ConflictError(f"Nothing undone: a newer change was made since you looked, "
-                                    f"#{newest.id} {describe_event(newest, _names(s, [newest]))} by {newest.user}. "
-                                    "Look at the history and press Undo again if that is the one to undo.")
-            newest = seen  # if it was undone meanwhile, undo_event below says by whom
-        if newest is None:
-            raise CatalogueError("There is nothing to undo.")
-        event_id, what = newest.id, describe_event(newest, _names(s, [newest]))
+    user = curator_name(request.user)
+    event_id, what = request.event_id, None
+    if event_id is None:
+        with cat.unit_of_work() as s:
+            newest = store.last_undoable_event(s)
+            if request.seen_event_id is not None:
+                seen = s.get(IdentityEvent, request.seen_event_id)
+                if seen is None:
+                    raise NotFoundError(f"There is no change #{request.seen_event_id}.")
+                if seen.undone_at is None and newest is not None and newest.id != seen.id:
+                    raise ConflictError(f"Nothing undone: a newer change was made since you looked, "
+                                        f"#{newest.id} {describe_event(newest, _names(s, [newest]))} by {newest.user}. "
+                                        "Look at the history and press Undo again if that is the one to undo.")
+                newest = seen  # if it was undone meanwhile, undo_event below says by whom
+            if newest is None:
+                raise CatalogueError("There is nothing to undo.")
+            event_id, what = newest.id, describe_event(newest, _names(s, [newest]))
     # a new transaction whose first statement claims the event: of curators pressing Undo at once, one undoes
     # it and the others are told (instead of each undoing it again)
     with cat.unit_of_work() as s:
-        undo_event(s, event_id, user=user)
+        done = store.undo_event(s, event_id, user=user)
+        kind = str(done.payload["kind"])
+        if what is None:
+            undone = s.get(IdentityEvent, event_id)
+            what = describe_event(undone, _names(s, [undone]))
         s.commit()
-    return f"Undone: {what}."
+    return Undone(event_id=event_id, kind=kind, what=what)
 
 
 def last_change_id(cat: Catalogue) -> int | None:
     """The id of the change "Undo last change" would undo now (what the Catalogue tab shows as the newest)."""
     with cat.unit_of_work() as s:
-        ev = last_undoable_event(s)
+        ev = store.last_undoable_event(s)
         return ev.id if ev is not None else None
 
 
@@ -340,165 +387,28 @@ def _when(t: datetime | None) -> str:
 def history_rows(cat: Catalogue, *, individual_id: int | None = None, limit: int = 50) -> list[list[str]]:
     """Newest first identity events as rows under HISTORY_HEADERS; undone ones are marked."""
     with cat.unit_of_work() as s:
-        events = history(s, individual_id=individual_id, limit=limit)
+        events = store.history(s, individual_id=individual_id, limit=limit)
         names = _names(s, events)
         return [[_when(ev.created_at), ev.user,
                  f"#{ev.id} {describe_event(ev, names)}" + (" (undone)" if ev.undone_at else "")]
                 for ev in events]
 
 
-# --------------------------------------------------------------------------- ingest
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One identity event as ``rosette history`` lists it."""
+
+    id: int
+    created_at: datetime
+    user: str
+    kind: str
+    payload: Any
+    undone: bool
 
 
-@dataclass
-class ImportOutcome:
-    rows: list[list[str]]  # under REPORT_HEADERS
-    counts: dict[str, int]
-    features_job: int | None = None  # the background job computing match-review features of the new photos
-
-    @property
-    def summary(self) -> str:
-        shown = [f"{n} {status if status != 'error' else ('errors' if n != 1 else 'error')}"
-                 for status, n in self.counts.items() if n]
-        text = " · ".join(shown) if shown else "nothing to import"
-        if self.features_job is not None:
-            text += f" · their features for match review are being computed in the background (job #{self.features_job})"
-        return text
-
-
-def upload_path(f: object) -> str:
-    """A Gradio upload as a path (strings, ``NamedString`` or objects with ``.name``/``.path``)."""
-    if isinstance(f, (str, Path)):
-        return str(f)
-    for attr in ("path", "name"):
-        value = getattr(f, attr, None)
-        if isinstance(value, str):
-            return value
-    raise ValueError(f"cannot read the upload {f!r}")
-
-
-class StopRequests:
-    """Stop buttons for long handlers: keyed by browser session, thread-safe.
-
-    A running handler cannot see a later change to a ``gr.State``, so the Stop button
-    records its session here and the running handler's ``should_cancel`` reads it."""
-
-    def __init__(self) -> None:
-        import threading
-
-        self._keys: set[str] = set()
-        self._lock = threading.Lock()
-
-    def request(self, key: str | None) -> None:
-        with self._lock:
-            self._keys.add(key or "")
-
-    def clear(self, key: str | None) -> None:
-        with self._lock:
-            self._keys.discard(key or "")
-
-    def checker(self, key: str | None) -> Callable[[], bool]:
-        return lambda: (key or "") in self._keys
-
-
-IMPORT_STOPS = StopRequests()
-
-
-def import_uploads(cat: Catalogue, files: Sequence[object] | None, *, manifest: object | None = None,
-                   user: str, progress: Callable[[int, int], None] | None = None,
-                   should_cancel: Callable[[], bool] | None = None, update_metadata: bool = False) -> ImportOutcome:
-    """Import uploaded photos / zips (and an optional manifest CSV) and report per file.
-
-    Gradio stores each upload as ``<upload dir>/<hash>/<original file name>``, so
-    the basenames handed on are the names a manifest refers to. ``progress(done, total)``
-    is called after each file.
-    """
-    user = curator_name(user)
-    paths = [upload_path(f) for f in (files or [])]
-    if not paths:
-        raise ValueError("Choose some photos or a zip archive to import first.")
-    from db.ingest import ingest_uploads
-
-    report = ingest_uploads(cat, paths, manifest=upload_path(manifest) if manifest else None, user=user,
-                            progress=progress, should_cancel=should_cancel, update_metadata=update_metadata)
-    warm = warm_features(cat, user=user) if report.counts.get("imported") else None
-    return ImportOutcome(rows=[[str(c) for c in row] for row in report.rows()], counts=dict(report.counts),
-                         features_job=warm)
-
-
-def warm_features(cat: Catalogue, *, user: str) -> int | None:
-    """Queue the active model's features of every photo in the background (the ``embed`` job), so the first
-    Match review opening after an import finds them instead of computing them while the curator waits. Returns
-    the job id, or None when such a job is already waiting (it will include the new photos)."""
-    from db.models import JobStatus
-    from db.species import active_model_name
-    from jobs.queue import list_jobs, submit
-
-    model = active_model_name(cat)
-    waiting = any(j.status == JobStatus.queued and (j.params or {}).get("backbone") == model
-                  for j in list_jobs(cat, limit=50, kind="embed"))
-    return None if waiting else submit(cat, "embed", {"backbone": model, "user": user})
-
-
-# --------------------------------------------------------------------------- catalogue export
-
-
-def export_catalogue(cat: Catalogue, *, user: str, include_inactive: bool = False) -> tuple[str, str]:
-    """The catalogue as a zip of CSVs and per-individual sheets under the data folder's exports; returns
-    (its path, what it holds in words)."""
-    from db.catalogue_export import export_catalogue as write_export
-
-    user = curator_name(user)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    done = write_export(cat, cat.data_dir / "exports" / f"catalogue-{stamp}.zip", user=user,
-                        include_inactive=include_inactive)
-    return str(done.path), done.summary + "."
-
-
-# --------------------------------------------------------------------------- provenance
-
-
-def database_label(url: str) -> str:
-    """The database URL with any password hidden."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - a malformed URL is still worth showing, minus credentials
-        return url.split("@")[-1]
-
-
-def provenance_line(cat: Catalogue) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        v = version("rosette")
-    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-        v = "dev"
-    return f"Rosette {v} · data directory `{cat.data_dir}` · database `{database_label(cat.url)}`"
-
-
-# --------------------------------------------------------------------------- species
-
-
-def species_names(cat: Catalogue) -> list[str]:
-    from db.species import list_species
-
-    return [r["name"] for r in list_species(cat)]
-
-
-def species_of_individual(cat: Catalogue, individual_id: int) -> str | None:
-    from db.models import Individual, Species
-
+def history_entries(cat: Catalogue, *, individual_id: int | None = None, limit: int = 100) -> list[HistoryEntry]:
+    """Newest first identity events (of one individual, or all)."""
     with cat.unit_of_work() as s:
-        return s.scalar(select(Species.name).join(Individual, Individual.species_id == Species.id)
-                        .where(Individual.id == int(individual_id)))
-
-
-def set_species(cat: Catalogue, individual_id: int | None, species: str | None, *, user: str) -> str:
-    """Move the open individual (and its photos) to a species, created when the name is new."""
-    from db.species import clean_species_name, set_individual_species
-
-    if individual_id is None:
-        raise ValueError("Open an individual first.")
-    name = clean_species_name(species)
-    set_individual_species(cat, int(individual_id), name, user=curator_name(user))
-    return f"The individual and its photos are now {name}; match review offers them only {name} candidates."
+        return [HistoryEntry(id=e.id, created_at=e.created_at, user=e.user, kind=e.kind.value, payload=e.payload,
+                             undone=e.undone_at is not None)
+                for e in store.history(s, individual_id=individual_id, limit=limit)]

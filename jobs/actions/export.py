@@ -1,18 +1,57 @@
-"""Kaggle export from the browser: stage the uploaded test.csv and images under
-``<data_dir>/exports/<stamp>/``, run the export as a background job, hand back the
-submission file when it is done."""
+"""The exports: the catalogue as CSVs and per-individual sheets (the Catalogue tab's export button,
+``rosette export-catalogue``), and a Kaggle submission. From the browser the uploaded test.csv and images are
+staged under ``<data_dir>/exports/<stamp>/`` and the export runs as a background job whose submission file is handed
+back when it is done; ``rosette export-kaggle`` runs it in the foreground."""
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
+from typing import Any
 
-from jobs.actions.catalogue import upload_path
+from core.kaggle import check_images_exist, distinct_images, read_test_csv
+from core.readers import IngestError, ReadError, ZipTree
+from db import catalogue_export
+from db import export as kaggle
 from db.catalogue import CatalogueError
 from db.models import JobStatus
 from db.session import Catalogue
+from db.species import active_model_name
 from jobs import queue
+from jobs.actions.common import curator_name
+from jobs.requests.export import ExportCatalogueRequest, KaggleExportRequest, KaggleUploadRequest
+
+
+# --------------------------------------------------------------------------- the catalogue
+
+
+@dataclass(frozen=True)
+class CatalogueExported:
+    path: str
+    summary: str  # what it holds, e.g. "Exported 2 individuals, ... to catalogue-....zip"
+
+    @property
+    def message(self) -> str:
+        return self.summary + "."
+
+
+def export_catalogue(cat: Catalogue, request: ExportCatalogueRequest) -> CatalogueExported:
+    """The catalogue as a zip of CSVs and per-individual sheets, at ``request.out`` or under the data folder's
+    exports."""
+    user = curator_name(request.user)
+    if request.out is None:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        out = cat.data_dir / "exports" / f"catalogue-{stamp}.zip"
+    else:
+        out = request.out
+    done = catalogue_export.export_catalogue(cat, out, user=user, include_inactive=request.include_inactive)
+    return CatalogueExported(path=str(done.path), summary=done.summary)
+
+
+# --------------------------------------------------------------------------- Kaggle
 
 
 def export_dir(cat: Catalogue) -> Path:
@@ -31,12 +70,10 @@ def _safe_extract(zip_path: Path, target: Path, *, max_total: int | None = None,
     absolute paths, links or encrypted members; each file at most ingest's size limit, read with a hard cap so
     a zip bomb stops early) and a cap on the total; refused members are reported, nothing outside ``target``.
     With ``wanted`` (file names), only those members are read: the rest of the zip is never unpacked."""
-    from db.ingest import IngestError, _ReadError, _ZipTree
-
     max_total = MAX_EXPORT_BYTES if max_total is None else max_total
 
     try:
-        tree = _ZipTree(zip_path, label="the images zip")
+        tree = ZipTree(zip_path, label="the images zip")
     except IngestError as exc:
         raise CatalogueError(str(exc)) from None
     try:
@@ -49,7 +86,7 @@ def _safe_extract(zip_path: Path, target: Path, *, max_total: int | None = None,
                 continue
             try:
                 data = tree.read(rel)
-            except _ReadError as exc:
+            except ReadError as exc:
                 raise CatalogueError(f"the images zip's {rel}: {exc}") from None
             total += len(data)
             if total > max_total:
@@ -76,37 +113,43 @@ def allowed_image_folder(cat: Catalogue, folder: str) -> Path:
     return p
 
 
-def submit_kaggle_export(cat: Catalogue, *, test_csv: object | None, images_zip: object | None,
-                         images_dir: str | None, model: str, variant: str = "full_rgb",
-                         user: str = "curator") -> tuple[int, str]:
+def submit_kaggle_export(cat: Catalogue, request: KaggleUploadRequest) -> tuple[int, str]:
     """Validate the inputs, stage them, queue an ``export`` job; returns (job id, message)."""
-    from core.kaggle import check_images_exist, distinct_images, read_test_csv
-
-    if not test_csv:
+    if not request.test_csv:
         raise CatalogueError("Upload the competition's test.csv (row_id,query_image,gallery_image).")
-    if not images_zip and not (images_dir or "").strip():
+    if not request.images_zip and not (request.images_dir or "").strip():
         raise CatalogueError("Upload the images as a zip, or give the folder on this machine that holds them.")
-    uploaded = Path(upload_path(test_csv))
+    uploaded = Path(request.test_csv)
     # refuses malformed files with line numbers, naming the file as the curator knows it (not the server's
     # temporary upload folder)
-    rows = read_test_csv(uploaded, label=getattr(test_csv, "orig_name", None) or uploaded.name)
-    folder = None if images_zip else allowed_image_folder(cat, images_dir)
+    rows = read_test_csv(uploaded, label=request.test_csv_name or uploaded.name)
+    folder = None if request.images_zip else allowed_image_folder(cat, request.images_dir or "")
     out_dir = export_dir(cat)
     try:
-        shutil.copy(upload_path(test_csv), out_dir / "test.csv")
-        if images_zip:
+        shutil.copy(request.test_csv, out_dir / "test.csv")
+        if request.images_zip:
             (out_dir / "images").mkdir()
-            _safe_extract(Path(upload_path(images_zip)), out_dir / "images", wanted=set(distinct_images(rows)))
+            _safe_extract(Path(request.images_zip), out_dir / "images", wanted=set(distinct_images(rows)))
             folder = out_dir / "images"
         check_images_exist(distinct_images(rows), folder)
     except BaseException:
         shutil.rmtree(out_dir, ignore_errors=True)  # a failed staging leaves nothing behind
         raise
-    job_id = queue.submit(cat, "export", {"test_csv": str(out_dir / "test.csv"), "images_dir": str(folder),
-                                          "model": model, "variant": variant, "out": str(out_dir / "submission.csv"),
-                                          "staged_images": bool(images_zip), "user": user})
+    job = KaggleExportRequest(test_csv=str(out_dir / "test.csv"), images_dir=str(folder), model=request.model,
+                              variant=request.variant, out=str(out_dir / "submission.csv"),
+                              staged_images=bool(request.images_zip), user=request.user)
+    job_id = queue.submit(cat, "export", job.to_dict())
     return job_id, (f"Export queued as job #{job_id}: {len(rows):,} pairs over {len(distinct_images(rows)):,} images "
-                    f"with {model} ({variant}). Progress is shown here and in the Jobs tab.")
+                    f"with {request.model} ({request.variant}). Progress is shown here and in the Jobs tab.")
+
+
+def export_kaggle(cat: Catalogue, request: KaggleExportRequest, *, progress: Callable[[int, int], None] | None = None,
+                  should_cancel: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Write the submission now (``rosette export-kaggle``; the ``export`` job does the same in the background):
+    embed each image test.csv names once, score every row. Returns what was written (``summary`` in words)."""
+    return kaggle.export_kaggle(cat, test_csv=request.test_csv, images_dir=request.images_dir,
+                                model=request.model or active_model_name(cat), out=request.out,
+                                variant=request.variant, progress=progress, should_cancel=should_cancel)
 
 
 def latest_export_job(cat: Catalogue) -> int | None:

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import select
+
+from db.flank import accept_flank_suggestion, suggest_flanks
+from db.models import Flank, Image
 from db.session import Catalogue
+from jobs.actions.common import curator_name
+from jobs.requests.catalogue import AcceptFlankRequest
 
 
 def flank_suggestion(cat: Catalogue, image_id: int | None) -> tuple[str, bool]:
     """(markdown, whether the Accept button shows) for a photo; nothing when its flank is already labelled."""
-    from sqlalchemy import select
-
-    from db.flank import suggest_flanks
-    from db.models import Flank, Image
-
     if image_id is None:
         return "", False
     with cat.unit_of_work() as s:
@@ -30,10 +31,8 @@ def flank_suggestion(cat: Catalogue, image_id: int | None) -> tuple[str, bool]:
             f"learned from {sug['n_train']} labelled photos with {sug['model']}). Press **F** to accept."), True
 
 
-def accept_suggestion(cat: Catalogue, image_id: int | None, *, user: str) -> str:
-    from db.flank import accept_flank_suggestion
-
-    if image_id is None:
-        raise ValueError("Open a photo first.")
-    flank = accept_flank_suggestion(cat, int(image_id), user=user)
+def accept_suggestion(cat: Catalogue, request: AcceptFlankRequest) -> str:
+    """Take the suggested flank of the photo as its label (recorded as the curator's)."""
+    user = curator_name(request.user)
+    flank = accept_flank_suggestion(cat, request.image_id, user=user)
     return f"Flank set to {flank} (suggested, accepted by {user})."

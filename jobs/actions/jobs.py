@@ -1,14 +1,21 @@
-"""What the Jobs tab's job list calls: rows with their buttons, cancel, retry, warming the feature cache."""
+"""The job list: rows with their buttons, cancel, retry, queue the features of every photo. The Jobs tab and
+``rosette jobs`` call these; the actions take a request of ``jobs.requests.jobs``."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from jobs.actions.match import DEFAULT_MODEL, _utc  # noqa: F401
 from db.catalogue import CatalogueError
-from db.models import Job, JobStatus
+from db.models import Job, JobStatus, utcnow
 from db.session import Catalogue
+from jobs import queue
+from jobs.actions.common import curator_name
+from jobs.actions.match import utc_text
+from jobs.queue import InvalidTransition
+from jobs.requests.jobs import CancelJobRequest, RetryJobRequest, WarmFeaturesRequest  # noqa: F401
+
 
 @dataclass
 class JobRow:
@@ -26,29 +33,41 @@ class JobRow:
     waited_s: float | None = None  # for a queued job: seconds since it was queued
 
 
+@dataclass
+class JobOutcome:
+    job_id: int
+    status: str  # the job's status after the action
+    message: str
+
+
 def _duration(job: Job) -> str:
     if job.started_at is None:
         return ""
-    from db.models import utcnow
-
     end = job.finished_at or utcnow()
     secs = max(0, int((end - job.started_at).total_seconds()))
     return f"{secs // 60} min {secs % 60:02d} s" if secs >= 60 else f"{secs} s"
 
 
+def list_jobs(cat: Catalogue, *, limit: int = 50, kind: str | None = None) -> list[Job]:
+    """The newest jobs (of one kind), newest first."""
+    return queue.list_jobs(cat, limit=limit, kind=kind)
+
+
+def get_job(cat: Catalogue, job_id: int) -> Job:
+    """One job (an unknown id raises with a message)."""
+    return queue.get_job(cat, int(job_id))
+
+
 def job_rows(cat: Catalogue, *, limit: int = 50) -> list[JobRow]:
     """The newest jobs with what the Jobs tab shows and which buttons apply."""
-    from db.models import utcnow
-    from jobs.queue import list_jobs
-
     out = []
-    for job in list_jobs(cat, limit=limit):
+    for job in queue.list_jobs(cat, limit=limit):
         status = job.status.value
         if job.status == JobStatus.running and job.cancel_requested:
             status = "cancelling"
         params = ", ".join(f"{k}={v}" for k, v in (job.params or {}).items() if k != "user")
         out.append(JobRow(id=job.id, kind=job.kind, status=status, progress=float(job.progress or 0.0),
-                          message=job.message or "", params=params, created=_utc(job.created_at),
+                          message=job.message or "", params=params, created=utc_text(job.created_at),
                           duration=_duration(job),
                           can_cancel=job.status in (JobStatus.queued, JobStatus.running) and not job.cancel_requested,
                           can_retry=job.status in (JobStatus.failed, JobStatus.cancelled),
@@ -64,37 +83,41 @@ def oldest_queued_wait_s(rows: Sequence[JobRow]) -> float | None:
     return max(waits) if waits else None
 
 
-def cancel_job(cat: Catalogue, job_id: int) -> str:
-    from jobs.queue import request_cancel
-
-    status = request_cancel(cat, int(job_id))
+def cancel_job(cat: Catalogue, request: CancelJobRequest) -> JobOutcome:
+    """Cancel a queued job at once; ask a running one to stop at its next step."""
+    job_id = request.job_id
+    status = queue.request_cancel(cat, job_id, by=curator_name(request.user))
     if status == JobStatus.cancelled:
-        return f"Job #{job_id} cancelled."
-    if status == JobStatus.running:
-        return f"Job #{job_id} will stop at its next step."
-    return f"Job #{job_id} has already finished ({status.value})."
+        message = f"Job #{job_id} cancelled."
+    elif status == JobStatus.running:
+        message = f"Job #{job_id} will stop at its next step."
+    else:
+        message = f"Job #{job_id} has already finished ({status.value})."
+    return JobOutcome(job_id, status.value, message)
 
 
-def retry_job(cat: Catalogue, job_id: int) -> str:
-    from jobs.queue import InvalidTransition, retry
-
+def retry_job(cat: Catalogue, request: RetryJobRequest) -> JobOutcome:
+    """Queue a failed or cancelled job again (a training run resumes from its last checkpoint)."""
+    curator_name(request.user)
     try:
-        retry(cat, int(job_id))
+        queue.retry(cat, request.job_id)
     except InvalidTransition as exc:
-        raise CatalogueError(f"Job #{job_id} cannot be run again: {exc}.") from None
-    return f"Job #{job_id} queued again."
+        raise CatalogueError(f"Job #{request.job_id} cannot be run again: {exc}.") from None
+    return JobOutcome(request.job_id, JobStatus.queued.value, f"Job #{request.job_id} queued again.")
 
 
-def warm_feature_cache(cat: Catalogue, *, backbone: str = DEFAULT_MODEL) -> str:
+def recover_stale_jobs(cat: Catalogue) -> list[int]:
+    """Jobs whose worker died, put back in the queue or failed (``rosette jobs recover``)."""
+    return queue.recover_stale_jobs(cat)
+
+
+def warm_feature_cache(cat: Catalogue, request: WarmFeaturesRequest) -> str:
     """Queue an ``embed`` job so match review does not compute features while the curator waits."""
-    from jobs.queue import submit
-
-    job_id = submit(cat, "embed", {"backbone": backbone})
-    return f"Job #{job_id} queued: computing {backbone} features for every photo."
+    curator_name(request.user)
+    job_id = queue.submit(cat, "embed", {"backbone": request.backbone})
+    return f"Job #{job_id} queued: computing {request.backbone} features for every photo."
 
 
 def worker_running() -> bool:
     """Whether a job worker thread runs in this process (jobs only progress when one runs somewhere)."""
-    import threading
-
     return any(t.name.startswith("rosette-worker") and t.is_alive() for t in threading.enumerate())

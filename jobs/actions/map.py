@@ -1,16 +1,26 @@
-"""What the Map tab shows and does: the map's points as compact JSON for the WebGL scatter, queuing the
-projection job, and the photos of a box / lasso selection (to review, or assign to an individual)."""
+"""What the Map tab shows and does: the map's points as compact JSON for the WebGL scatter, computing or queuing
+the projection (``rosette map``, "Compute map"), and the photos of a box / lasso selection (to review, or assign to
+an individual)."""
 
 from __future__ import annotations
 
 import html
 import json
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from plotly.colors import qualitative
+from sqlalchemy import select
 
+from db import catalogue as ops
+from db.embedding_map import COLOUR_BY, compute_map as compute_projection, load_map
+from db.models import Image, Individual, JobStatus
 from db.session import Catalogue
+from jobs import queue
+from jobs.actions.common import curator_name
+from jobs.requests.map import AssignSelectionRequest, MapRequest
 
 MAX_SELECTION_SHOWN = 60
 PALETTE = tuple(qualitative.Dark24) + tuple(qualitative.Light24)  # 48 distinguishable colours, then they repeat
@@ -19,8 +29,6 @@ LEGEND_SHOWN = 40
 
 def map_payload(cat: Catalogue, model: str, colour_by: str, *, species_id: int | None = None) -> dict[str, Any] | None:
     """{x, y, id, label, value, thumb, poincare, model, colour_by} arrays for the plot, or None (not computed)."""
-    from db.embedding_map import COLOUR_BY, load_map
-
     if colour_by not in COLOUR_BY:
         raise ValueError(f"colour by one of {', '.join(COLOUR_BY)}")
     m = load_map(cat, model, species_id=species_id)
@@ -76,17 +84,14 @@ def map_html(payload: dict[str, Any] | None, *, note: str = "") -> str:
 
 def map_wait_note(cat: Catalogue, model: str) -> str:
     """What the empty map says: its job is computing (with progress), queued behind job #N, or not asked for."""
-    from db.models import JobStatus
-    from jobs.queue import list_jobs
-
-    mine = next((j for j in list_jobs(cat, limit=100, kind="map")
+    mine = next((j for j in queue.list_jobs(cat, limit=100, kind="map")
                  if (j.params or {}).get("model") == model and j.status in (JobStatus.queued, JobStatus.running)),
                 None)
     if mine is None:
         return f"No map yet for {model}: press "
     if mine.status == JobStatus.running:
         return f"The map for {model} is being computed (job #{mine.id}, {100 * (mine.progress or 0):.0f}%). "
-    ahead = sorted((j for j in list_jobs(cat, limit=200) if j.queue == mine.queue and j.id != mine.id
+    ahead = sorted((j for j in queue.list_jobs(cat, limit=200) if j.queue == mine.queue and j.id != mine.id
                     and (j.status == JobStatus.running or (j.status == JobStatus.queued and j.id < mine.id))),
                    key=lambda j: (j.status != JobStatus.running, j.id))
     if not ahead:
@@ -96,19 +101,27 @@ def map_wait_note(cat: Catalogue, model: str) -> str:
             f"{first.status.value})" + (f" and {len(ahead) - 1} more" if len(ahead) > 1 else "") + ". ")
 
 
-def queue_map(cat: Catalogue, model: str, *, species_id: int | None = None, user: str = "curator") -> str:
-    from jobs.queue import submit
+def colour_choices() -> tuple[str, ...]:
+    """What the map's points can be coloured by."""
+    return COLOUR_BY
 
-    job_id = submit(cat, "map", {"model": model, "species": species_id, "user": user})
-    return f"Map queued as job #{job_id}: the photos' features, then UMAP. It appears here when done."
+
+def compute_map(cat: Catalogue, request: MapRequest, *, progress: Callable[[float, str], None] | None = None,
+                should_cancel: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Compute the map now (``rosette map --wait``; the ``map`` job runs the same request in the background)."""
+    return compute_projection(cat, request.model, species_id=request.species, progress=progress,
+                              should_cancel=should_cancel)
+
+
+def queue_map(cat: Catalogue, request: MapRequest) -> tuple[int, str]:
+    """Queue the map's computation on the light queue (the Map tab's "Compute map", ``rosette map``); returns
+    (job id, what the Map tab says)."""
+    job_id = queue.submit(cat, "map", replace(request, user=curator_name(request.user)).to_dict())
+    return job_id, f"Map queued as job #{job_id}: the photos' features, then UMAP. It appears here when done."
 
 
 def selection(cat: Catalogue, ids: list[int]) -> tuple[list[tuple[str, str]], str]:
     """(gallery items (picture, caption), summary) of the selected photos."""
-    from sqlalchemy import select
-
-    from db.models import Image, Individual
-
     ids = [int(i) for i in ids][:5000]
     with cat.unit_of_work() as s:
         rows = s.execute(select(Image.id, Image.thumb_path, Image.blob_path, Individual.name)
@@ -132,10 +145,6 @@ def selection(cat: Catalogue, ids: list[int]) -> tuple[list[tuple[str, str]], st
 
 def selection_owners(cat: Catalogue, ids: list[int]) -> list[str]:
     """The individuals the selected photos belong to now, by name ("no individual" for unassigned ones)."""
-    from sqlalchemy import select
-
-    from db.models import Image, Individual
-
     with cat.unit_of_work() as s:
         rows = s.execute(select(Individual.name).select_from(Image)
                          .outerjoin(Individual, Image.individual_id == Individual.id)
@@ -143,24 +152,17 @@ def selection_owners(cat: Catalogue, ids: list[int]) -> list[str]:
     return sorted({r or "no individual" for r in rows})
 
 
-def assign_selection(cat: Catalogue, ids: list[int], individual: str | None, *, user: str,
-                     create_new: bool = False) -> str:
+def assign_selection(cat: Catalogue, request: AssignSelectionRequest) -> str:
     """Assign the selected photos to an individual by name, each an undoable change. A name no individual has
     is refused unless ``create_new``, which makes that individual first. Photos taken from several individuals
     are named in the message, so a curator sees what a wide lasso swept up."""
-    from db import catalogue as ops
-
-    if not ids:
-        raise ValueError("Select photos on the map first (box or lasso).")
-    name = (individual or "").strip()
-    if not name:
-        raise ValueError("Type the name of the individual to assign them to.")
+    ids, name, user = request.image_ids, request.individual, curator_name(request.user)
     owners = [o for o in selection_owners(cat, ids) if o not in ("no individual", name)]
     moved, created = 0, False
     with cat.unit_of_work() as s:
         ind = ops.find_individual_by_name(s, name)
         if ind is None:
-            if not create_new:
+            if not request.create_new:
                 raise ValueError(f"No individual is named {name!r}. Tick “Create it if new” to make a new "
                                  f"individual with these {len(ids)} photos.")
             ind, created = ops.create_individual(s, name, user=user), True

@@ -1,4 +1,4 @@
-"""What the Mask tab calls: a few lines each over ``db`` and ``core``.
+"""Masking: what the Mask tab calls, and the batch masking of ``rosette mask`` and "Mask all photos without a mask".
 
 A :class:`MaskDraft` holds one photo's prompts (clicks, box) and the mask proposed for it until the curator
 accepts it (:func:`accept_mask`) or starts again (:func:`clear_prompts`). Nothing is stored before "Accept".
@@ -6,37 +6,26 @@ accepts it (:func:`accept_mask`) or starts again (:func:`clear_prompts`). Nothin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from sqlalchemy import select
 
-from jobs.actions.diagnostics import FLAG_WORDS, describe_mask_source, masker_in_use, tip  # noqa: F401  (shared words)
-from jobs.actions.catalogue import curator_name
+from core.masking import mask_quality
 from db.catalogue import CatalogueError
+from db.embeddings import load_mask, load_photo, sources_for
+from db.masks import mask_images, predict_mask, set_flank, store_mask
 from db.models import Image, Individual
 from db.session import Catalogue
+from jobs import queue
+from jobs.actions.common import curator_name
+from jobs.actions.diagnostic_words import FLAG_WORDS, describe_mask_source, masker_in_use, tip
+from jobs.requests.masks import AcceptMaskRequest, MaskDraft, MaskPhotosRequest, PhotoFlankRequest
 
 FLANK_CHOICES = ["left", "right", "front", "other", "unknown"]
 CLICK_MODES = ("animal", "background", "box corner")
-
-
-@dataclass
-class MaskDraft:
-    """One photo being masked: its prompts and the proposed (not yet stored) mask."""
-
-    image_id: int | None = None
-    points: list[tuple[float, float]] = field(default_factory=list)
-    labels: list[int] = field(default_factory=list)  # 1 animal, 0 background
-    corners: list[tuple[float, float]] = field(default_factory=list)  # box corners clicked so far (0-2)
-    box: tuple[float, float, float, float] | None = None
-    mask: np.ndarray | None = field(default=None, repr=False)
-    source: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-    stored: bool = False  # the mask shown is the one already in the catalogue
-    flank: str = "unknown"
 
 
 def mask_image_choices(cat: Catalogue) -> list[tuple[str, int]]:
@@ -50,8 +39,6 @@ def mask_image_choices(cat: Catalogue) -> list[tuple[str, int]]:
 
 def open_for_masking(cat: Catalogue, image_id: int) -> MaskDraft:
     """A draft for one photo, showing its stored mask (if any) and flank."""
-    from db.embeddings import load_mask, sources_for
-
     with cat.unit_of_work() as s:
         img = s.get(Image, int(image_id))
         if img is None:
@@ -66,8 +53,6 @@ def open_for_masking(cat: Catalogue, image_id: int) -> MaskDraft:
 
 def photo(cat: Catalogue, image_id: int) -> np.ndarray:
     """The photo as HxWx3 uint8 RGB."""
-    from db.embeddings import load_photo, sources_for
-
     return load_photo(cat, sources_for(cat, [int(image_id)])[0])
 
 
@@ -114,8 +99,6 @@ def clear_prompts(draft: MaskDraft) -> MaskDraft:
 
 def run_masker(cat: Catalogue, draft: MaskDraft, *, masker: str | None = None) -> MaskDraft:
     """Propose a mask from the draft's prompts (default: SAM 2 if configured, else GrabCut); nothing stored."""
-    from db.masks import predict_mask
-
     if draft.image_id is None:
         raise ValueError("Pick a photo first.")
     name = masker or masker_in_use()[0]
@@ -126,15 +109,10 @@ def run_masker(cat: Catalogue, draft: MaskDraft, *, masker: str | None = None) -
     return draft
 
 
-def accept_mask(cat: Catalogue, draft: MaskDraft, *, user: str) -> str:
+def accept_mask(cat: Catalogue, request: AcceptMaskRequest) -> str:
     """Store the proposed mask for the photo (replacing any earlier one); returns what happened."""
-    from db.masks import store_mask
-
-    user = curator_name(user)
-    if draft.image_id is None:
-        raise ValueError("Pick a photo first.")
-    if draft.mask is None or draft.stored:
-        raise ValueError("There is no new mask to accept: click on the animal and press “Make mask” first.")
+    user = curator_name(request.user)
+    draft = request.draft
     q = store_mask(cat, draft.image_id, draft.mask, source=draft.source or "unknown", details=draft.details, user=user)
     draft.stored = True
     problems = f" Check it: {' '.join(FLAG_WORDS[f][0] for f in q['flags'] if f in FLAG_WORDS)}" if q["flags"] else ""
@@ -142,21 +120,14 @@ def accept_mask(cat: Catalogue, draft: MaskDraft, *, user: str) -> str:
             f"solidity {q['solidity']:.2f}).{problems}")
 
 
-def save_flank(cat: Catalogue, image_id: int | None, flank: str, *, user: str) -> str:
+def save_flank(cat: Catalogue, request: PhotoFlankRequest) -> str:
     """Record which side of the animal the photo shows."""
-    from db.masks import set_flank
-
-    user = curator_name(user)
-    if image_id is None:
-        raise ValueError("Pick a photo first.")
-    set_flank(cat, int(image_id), flank, user=user)
-    return f"Photo #{image_id}: flank set to {flank}."
+    set_flank(cat, request.image_id, request.flank, user=curator_name(request.user))
+    return f"Photo #{request.image_id}: flank set to {request.flank}."
 
 
 def mask_report(draft: MaskDraft) -> str:
     """Markdown: who made the mask, its solidity in words, and its warnings (ML terms in tooltips)."""
-    from core.masking import mask_quality
-
     if draft.image_id is None:
         return "Pick a photo to mask."
     if draft.mask is None:
@@ -202,7 +173,7 @@ def render_overlay(rgb: np.ndarray, mask: np.ndarray | None = None, *,
 
     tinted = (1 - alpha) * photo + alpha * amber inside the mask; the outline is the mask's external contours.
     """
-    import cv2
+    import cv2  # lazy: OpenCV is only needed once a photo is drawn
 
     out = np.array(rgb, dtype=np.uint8, copy=True)
     h, w = out.shape[:2]
@@ -236,16 +207,23 @@ def draft_picture(cat: Catalogue, draft: MaskDraft) -> np.ndarray | None:
                           corners=draft.corners if len(draft.corners) == 1 else (), box=draft.box)
 
 
-def submit_mask_all(cat: Catalogue, *, user: str, masker: str | None = None) -> tuple[int | None, str]:
-    """Queue a ``mask`` job for every photo without a mask; returns (job id or None, message)."""
-    from jobs.queue import submit
+def mask_photos(cat: Catalogue, request: MaskPhotosRequest, *, progress: Callable[[int, int], None] | None = None,
+                should_cancel: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Mask the photos now (``rosette mask``; the ``mask`` job runs the same request in the background), resumable:
+    returns the counts, the errors per photo and a ``summary`` in words."""
+    return mask_images(cat, masker=request.masker, image_ids=request.image_ids, only_missing=request.only_missing,
+                       user=curator_name(request.user), progress=progress, should_cancel=should_cancel)
 
-    user = curator_name(user)
+
+def submit_mask_all(cat: Catalogue, request: MaskPhotosRequest) -> tuple[int | None, str]:
+    """Queue a ``mask`` job for every photo without a mask ("Mask all photos without a mask"); returns (job id or
+    None, message)."""
+    user = curator_name(request.user)
     with cat.unit_of_work() as s:
         missing = len(s.scalars(select(Image.id).where(Image.mask_path.is_(None))).all())
     if not missing:
         return None, "Every photo already has a mask; nothing to do."
-    name, words = (masker, describe_mask_source(masker)) if masker else masker_in_use()
-    job_id = submit(cat, "mask", {"masker": name, "only_missing": True, "user": user})
+    name, words = (request.masker, describe_mask_source(request.masker)) if request.masker else masker_in_use()
+    job_id = queue.submit(cat, "mask", replace(request, masker=name, user=user).to_dict())
     return job_id, (f"Queued job #{job_id}: mask {missing} photo{'s' if missing != 1 else ''} without a mask "
                     f"with {words}. Follow it in the Jobs tab.")

@@ -1,11 +1,10 @@
-"""The functions the Match review tab calls, each a few lines over ``db`` / ``jobs`` (the Benchmarks and Jobs
-tabs have theirs in ``jobs.actions.benchmarks`` and ``jobs.actions.jobs``).
+"""What the Match review screen shows: the photo to identify, its ranked candidates (with calibrated
+probabilities, mirror badges and spot evidence), the review queue, the matched spots of a pair. The decisions
+taken on it are actions of their own, in :mod:`jobs.actions.decisions`.
 
-Like :mod:`jobs.actions.catalogue`, every function does one thing and returns plain data
-(dataclasses, rows, curator-readable messages) that a tab only renders.
-Curator-caused problems (nothing to undo, a photo decided by someone else
-meanwhile, a taken benchmark name ...) are raised as ``CatalogueError`` /
-``ValueError`` with a message meant to be shown as is.
+Like :mod:`jobs.actions.catalogue`, every function does one thing and returns plain data (dataclasses, rows,
+curator-readable messages) that a tab or a command only renders. Curator-caused problems (no such photo, a
+malformed date ...) are raised as ``CatalogueError`` / ``ValueError`` with a message meant to be shown as is.
 """
 
 from __future__ import annotations
@@ -18,11 +17,21 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.backbones import DEFAULT_BACKBONE
-from jobs.actions.catalogue import curator_name, upload_path
-from db.catalogue import CatalogueError
-from db.models import DecisionKind, Evaluation, Image, Individual, JobStatus, MatchDecision, Sighting
+from core.backbones import DEFAULT_BACKBONE, list_backbones, weights_available
+from core.images import load_rgb
+from core.masking import decode_mask_png
+from core.spots.verify import STATUS_WORDS
+from db.calibration import calibrator_for, new_individual_threshold
+from db.catalogue import CatalogueError, check_date
+from db.matching import MatchResult, rank_candidates
+from db.matching import review_queue as ranked_queue
+from db.models import (DecisionKind, Evaluation, Image, Individual, JobStatus, MatchDecision, Model, ModelStatus,
+                       Sighting)
 from db.session import Catalogue
+from db.species import active_model_name, species_of_image
+from db.spots import PIPELINE_HEAD
+from jobs.actions.spots import MatchedSpotsRequest, matched_spots
+from jobs.queue import list_jobs
 
 DEFAULT_MODEL = DEFAULT_BACKBONE
 CANDIDATES_SHOWN = 12
@@ -32,12 +41,14 @@ QUEUE_LIMIT = 500
 FLANK_FILTERS: list[tuple[str, str]] = [("All flanks", "any"), ("Same flank only", "same"),
                                         ("Opposite flank only", "cross")]
 DECISION_WORDS = {kind.value: kind.words for kind in DecisionKind}  # one vocabulary: db.models.DecisionKind
-# Variants an evaluation job can run without an inpainter (background_inpainted needs one: use Diagnostics).
-def _utc(t: datetime | None) -> str:
+
+
+def utc_text(t: datetime | None) -> str:
+    """A stored (naive UTC) time as curators read it, without the zone."""
     return t.replace(tzinfo=timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if t else ""
 
 
-def _enum_value(v: Any) -> str:
+def enum_value(v: Any) -> str:
     return v.value if hasattr(v, "value") else str(v)
 
 
@@ -46,22 +57,16 @@ def _enum_value(v: Any) -> str:
 
 def unavailable_models() -> list[str]:
     """Registered backbones whose weights are not on this machine (shown as unavailable, never offered)."""
-    from core.backbones import list_backbones, weights_available
-
     return [n for n in list_backbones() if not n.endswith(":") and not weights_available(n)]
 
 
 def active_model(cat: Catalogue, species: int | str | None = None) -> str:
     """The active model of a species (the default species when None)."""
-    from db.species import active_model_name
-
     return active_model_name(cat, species)
 
 
 def active_model_state(cat: Catalogue, species: int | str | None = None) -> tuple[str, bool]:
     """(active model, ready): ready once no queued or running embedding job is computing its features."""
-    from jobs.queue import list_jobs
-
     name = active_model(cat, species)
     busy = any(j.status in (JobStatus.queued, JobStatus.running) and (j.params or {}).get("backbone") == name
                for j in list_jobs(cat, limit=50, kind="embed"))
@@ -71,9 +76,6 @@ def active_model_state(cat: Catalogue, species: int | str | None = None) -> tupl
 def pipeline_names(cat: Catalogue) -> list[str]:
     """Fused pipelines (global shortlist + spot evidence) of ``cat`` that are not archived, newest first (those
     whose global model's weights are not on this machine left out)."""
-    from db.models import Model, ModelStatus
-    from db.spots import PIPELINE_HEAD
-
     with cat.unit_of_work() as s:
         rows = s.execute(select(Model.name, Model.backbone).where(Model.head == PIPELINE_HEAD,
                                                                   Model.status != ModelStatus.archived)
@@ -88,17 +90,11 @@ def pipeline_names(cat: Catalogue) -> list[str]:
 def matcher_choices(cat: Catalogue | None = None) -> list[str]:
     """Models a curator can match with: the offline default first, then the trained models of ``cat`` (newest
     first), then its fused pipelines (newest first), then the other backbones (hub prefixes left out)."""
-    try:
-        from core.backbones import list_backbones
-    except ImportError:
-        return [DEFAULT_MODEL]
-    from core.backbones import weights_available
-
     names = [n for n in list_backbones() if not n.endswith(":") and weights_available(n)]
     trained: list[str] = []
     pipelines: list[str] = []
     if cat is not None:
-        from db.training import trained_model_names
+        from db.training import trained_model_names  # lazy: db.training imports torch (seconds)
 
         trained = trained_model_names(cat)
         pipelines = [n for n in pipeline_names(cat) if n not in trained]
@@ -163,11 +159,11 @@ def query_photo(cat: Catalogue, image_id: int) -> QueryPhoto:
         decided, decided_id = None, None
         if dec is not None:
             d, other = dec
-            what = DECISION_WORDS.get(_enum_value(d.decision), _enum_value(d.decision))
-            decided = f"{what}{f' ({other})' if other else ''} by {d.user}, {_utc(d.created_at)} UTC"
+            what = DECISION_WORDS.get(enum_value(d.decision), enum_value(d.decision))
+            decided = f"{what}{f' ({other})' if other else ''} by {d.user}, {utc_text(d.created_at)} UTC"
             decided_id = d.id
         return QueryPhoto(image_id=im.id, decided=decided, decided_id=decided_id, decision_version=im.decision_version, path=cat.blobs.existing(im.blob_path) or "", original_name=im.original_name,
-                          flank=_enum_value(im.flank), sighting=sg.key if sg else None,
+                          flank=enum_value(im.flank), sighting=sg.key if sg else None,
                           date=(sg.date if sg and sg.date else None) or im.exif_time, place=place,
                           individual_id=im.individual_id, individual_name=name,
                           mask_path=cat.blobs.existing(im.mask_path), mask_source=im.mask_source,
@@ -178,10 +174,7 @@ def query_picture(photo: QueryPhoto, *, outline: bool) -> str | np.ndarray:
     """The query photo as a path, or (with ``outline`` and a mask) as RGB with the mask's outline drawn."""
     if not outline or not photo.mask_path:
         return photo.path
-    import cv2
-
-    from core.images import load_rgb
-    from core.masking import decode_mask_png
+    import cv2  # lazy: OpenCV is only needed to draw an outline
 
     rgb = np.ascontiguousarray(load_rgb(photo.path))
     with open(photo.mask_path, "rb") as fh:
@@ -255,6 +248,34 @@ class MatchView:
         return self.candidates[0] if self.candidates else None
 
 
+def ranked_candidates(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODEL, k: int = CANDIDATES_SHOWN,
+                      flank_filter: str = "any", place: str | None = None, date_from: str | None = None,
+                      date_to: str | None = None) -> MatchResult:
+    """The model's ranking of the gallery for one photo, as scored (``rosette match``); :func:`match_query` adds
+    what the review screen shows around it."""
+    return rank_candidates(cat, int(image_id), model_name=model_name, k=k, flank_filter=flank_filter, place=place,
+                           date_from=date_from, date_to=date_to)
+
+
+def review_filters(flank: str | None, place: str | None, date_from: str | None, date_to: str | None
+                   ) -> dict[str, str | None]:
+    """The candidate filters as one value the screen keeps: a malformed date is refused here, before anything
+    changes."""
+    return {"flank": flank or "any", "place": (place or "").strip() or None,
+            "date_from": check_date(date_from, what="the 'from' date"),
+            "date_to": check_date(date_to, what="the 'to' date")}
+
+
+def photo_species(cat: Catalogue, image_id: int | None) -> int:
+    """The species of a photo (the default species without one): whose new-individual threshold applies."""
+    return species_of_image(cat, image_id) if image_id is not None else 1
+
+
+def new_threshold_percent(cat: Catalogue, image_id: int | None = None) -> int:
+    """The new-individual threshold (in %) of the photo's species (the default species without a photo)."""
+    return round(100 * new_individual_threshold(cat, photo_species(cat, image_id)))
+
+
 def laterality_badges(cat: Catalogue, model_name: str) -> tuple[dict[int, tuple[float, float]], str | None]:
     """Per-photo (mirror similarity, danger margin) from the model's latest diagnostics run, and what run it is."""
     with cat.unit_of_work() as s:
@@ -268,7 +289,7 @@ def laterality_badges(cat: Catalogue, model_name: str) -> tuple[dict[int, tuple[
     for i, image_id in enumerate(ids):
         if i < len(mirror) and i < len(margin) and mirror[i] is not None and margin[i] is not None:
             out[int(image_id)] = (float(mirror[i]), float(margin[i]))
-    return out, f"diagnostics run #{ev.id} on {ev.benchmark_name} ({_utc(ev.created_at)} UTC)"
+    return out, f"diagnostics run #{ev.id} on {ev.benchmark_name} ({utc_text(ev.created_at)} UTC)"
 
 
 def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODEL, flank_filter: str = "any",
@@ -276,17 +297,12 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
                 k: int = CANDIDATES_SHOWN, progress: Callable[[int, int], None] | None = None) -> MatchView:
     """Rank the gallery for one photo (optionally only photos from a place / date range) and
     gather what the review screen shows."""
-    from db.matching import rank_candidates
-
     if flank_filter not in {v for _, v in FLANK_FILTERS}:
         raise ValueError(f"unknown flank filter {flank_filter!r}")
     photo = query_photo(cat, image_id)
     result = rank_candidates(cat, photo.image_id, model_name=model_name, k=k, flank_filter=flank_filter,
                              place=place, date_from=date_from, date_to=date_to, progress=progress)
     badges, source = laterality_badges(cat, model_name)
-    from db.calibration import calibrator_for, new_individual_threshold
-    from db.species import species_of_image
-
     species_id = species_of_image(cat, photo.image_id)
     cal_note = None
     calibrated = False
@@ -339,8 +355,6 @@ SPOT_CARD_WORDS = {"cross_flank": "opposite flank: no spots to compare", "no_key
 
 def spot_status_words(status: str | None) -> str:
     """A spot status key (``core.spots.verify.STATUS_WORDS`` or ``outside_shortlist``) in curator words."""
-    from core.spots.verify import STATUS_WORDS
-
     if status is None:
         return ""
     if status == "outside_shortlist":
@@ -362,8 +376,6 @@ class SpotsView:
 def candidate_spots(cat: Catalogue, view: MatchView | None, rank: int | None) -> SpotsView:
     """The matched spots between the shown query and the candidate at ``rank`` (the top one by default), under
     the view's pipeline when it ranked with one, else with the default local matcher."""
-    from jobs.actions.spots import MatchedSpotsRequest, matched_spots
-
     if view is None:
         raise CatalogueError("Open a photo to match first.")
     cand = view.candidate(rank)
@@ -399,10 +411,8 @@ class QueueEntry:
 def review_queue(cat: Catalogue, *, model_name: str = DEFAULT_MODEL, limit: int = QUEUE_LIMIT,
                  progress: Callable[[int, int], None] | None = None) -> list[QueueEntry]:
     """Photos with no standing decision: unassigned first, then by how confident their top match is."""
-    from db.matching import review_queue as queue
-
     return [QueueEntry(q.image_id, q.top_score, q.top_individual, q.assigned)
-            for q in queue(cat, model_name=model_name, limit=limit, progress=progress)]
+            for q in ranked_queue(cat, model_name=model_name, limit=limit, progress=progress)]
 
 
 def next_pending(cat: Catalogue, queue: Sequence[int], pos: int) -> int | None:
@@ -427,98 +437,6 @@ def photo_choices(cat: Catalogue) -> list[tuple[str, int]]:
     return [(f"#{i} · {name} · {who or 'unassigned'}", i) for i, name, who in rows]
 
 
-@dataclass
-class DecisionOutcome:
-    decision_id: int
-    message: str
-
-
-def decide(cat: Catalogue, view: MatchView | None, decision: str, *, user: str, rank: int | None = None,
-           new_name: str | None = None) -> DecisionOutcome:
-    """Record the curator's decision on the shown query against the chosen candidate (default: the top one).
-
-    ``same`` / ``not`` / ``unsure`` refer to the candidate at ``rank``; ``new`` starts a new
-    individual for the query. The query's individual as shown is passed on, so a photo
-    another curator decided meanwhile is refused with a message rather than overwritten.
-    """
-    from db.matching import record_decision
-
-    user = curator_name(user)
-    if view is None:
-        raise CatalogueError("Open a photo to match first.")
-    if decision not in DECISION_WORDS:
-        raise ValueError(f"unknown decision {decision!r}")
-    cand = None if decision == "new" else view.candidate(rank)
-    if decision != "new" and cand is None:
-        raise CatalogueError("There is no candidate to compare with; choose 'new individual' or change the filter.")
-    dec = record_decision(cat, query_image_id=view.query.image_id, decision=decision, user=user,
-                          candidate_image_id=cand.image_id if cand else None,
-                          score=cand.score if cand else None, rank=cand.rank if cand else None,
-                          model_name=view.model_name, seen_individual_id=view.seen_individual_id,
-                          seen_decision_id=view.query.decided_id, seen_version=view.query.decision_version,
-                          new_name=(new_name or "").strip() or None)
-    photo = f"photo #{view.query.image_id}"
-    if decision == "same":
-        text = f"Recorded: {photo} is {cand.individual_name} (candidate {cand.rank}, score {cand.score:.3f})."
-    elif decision == "new":
-        with cat.unit_of_work() as s:
-            name = s.scalar(select(Individual.name).where(Individual.id == dec.candidate_individual_id))
-        text = f"Recorded: {photo} is a new individual, {name}."
-    else:
-        text = (f"Recorded: {photo} vs {cand.individual_name} (candidate {cand.rank}): "
-                f"{DECISION_WORDS[decision]}.")
-    return DecisionOutcome(decision_id=dec.id, message=text)
-
-
-def decide_sighting(cat: Catalogue, view: MatchView | None, *, user: str, rank: int | None = None) -> DecisionOutcome:
-    """Bulk review: the shown photo and every other photo of its sighting that is still undecided are the chosen
-    candidate's individual. The shown photo is decided as a plain "same" (with its score); each sibling gets a
-    "same" decision of its own (no score: the model did not rank it), claimed like any decision, so a sibling
-    another curator decided meanwhile is skipped and named, never overwritten. Undo takes them back one by one."""
-    from db.matching import record_decision
-
-    user = curator_name(user)
-    if view is None:
-        raise CatalogueError("Open a photo to match first.")
-    cand = view.candidate(rank)
-    if cand is None:
-        raise CatalogueError("There is no candidate to compare with.")
-    with cat.unit_of_work() as s:
-        sighting_id = s.scalar(select(Image.sighting_id).where(Image.id == view.query.image_id))
-        if sighting_id is None:
-            raise CatalogueError(f"Photo #{view.query.image_id} belongs to no sighting: decide it on its own.")
-        standing = select(MatchDecision.query_image_id).where(MatchDecision.undone_at.is_(None))
-        siblings = list(s.scalars(select(Image.id).where(
-            Image.sighting_id == sighting_id, Image.id != view.query.image_id, Image.individual_id.is_(None),
-            Image.id.not_in(standing)).order_by(Image.id)))
-    first = decide(cat, view, "same", user=user, rank=rank)
-    done, skipped = [view.query.image_id], []
-    for image_id in siblings:
-        try:
-            record_decision(cat, query_image_id=image_id, decision="same", user=user,
-                            candidate_image_id=cand.image_id, model_name=view.model_name,
-                            seen_individual_id=None, seen_decision_id=None)
-            done.append(image_id)
-        except CatalogueError as exc:  # ConflictError included: decided by someone else meanwhile
-            skipped.append(f"#{image_id} ({exc})")
-    text = (f"Recorded: the {len(done)} photo{'s' if len(done) != 1 else ''} of sighting {view.query.sighting} "
-            f"({', '.join(f'#{i}' for i in done)}) are {cand.individual_name} (candidate {cand.rank}, score "
-            f"{cand.score:.3f} for #{view.query.image_id}). Undo takes them back one at a time.")
-    if skipped:
-        text += f" Skipped: {'; '.join(skipped)}."
-    return DecisionOutcome(decision_id=first.decision_id, message=text)
-
-
-def undo_last_decision(cat: Catalogue, *, user: str) -> tuple[int, str]:
-    """Undo this curator's latest decision; returns (its query photo id, message)."""
-    from db.matching import undo_decision
-
-    user = curator_name(user)
-    dec = undo_decision(cat, user=user)
-    return dec.query_image_id, (f"Undone: your '{DECISION_WORDS.get(_enum_value(dec.decision), dec.decision)}' "
-                                f"decision on photo #{dec.query_image_id}.")
-
-
 def current_individual(cat: Catalogue, image_id: int) -> int | None:
     with cat.unit_of_work() as s:
         return s.scalar(select(Image.individual_id).where(Image.id == int(image_id)))
@@ -531,19 +449,3 @@ def decision_count(cat: Catalogue, *, user: str | None = None) -> int:
         if user:
             q = q.where(MatchDecision.user == user)
         return len(s.scalars(q).all())
-
-
-def ingest_query(cat: Catalogue, upload: object, *, user: str) -> tuple[int, str]:
-    """Import one uploaded photo (or find it if already in the catalogue); returns (image id, message)."""
-    from db.ingest import ingest_uploads
-
-    user = curator_name(user)
-    if upload is None:
-        raise ValueError("Choose a photo to upload first.")
-    report = ingest_uploads(cat, [upload_path(upload)], user=user)
-    ids = report.image_ids
-    if not ids:
-        problems = "; ".join(f"{it.name}: {it.message}" for it in report.items if it.message) or "unknown reason"
-        raise CatalogueError(f"The photo could not be imported ({problems}).")
-    status = report.items[0].status if report.items else "imported"
-    return ids[0], f"Photo #{ids[0]} {'imported' if status == 'imported' else status}."

@@ -1,12 +1,26 @@
-"""What the Models tab shows and does: leaderboard HTML, compare, promote / archive, calibration diagram,
-retraining from new decisions. Domain queries live in db/ (leaderboard, compare, species, calibration)."""
+"""What the Models tab shows and does: leaderboard HTML, compare, calibration diagram, retraining from new
+decisions (promote and archive are in :mod:`jobs.actions.promote`). ``rosette compare``, ``rosette calibration``
+and ``rosette retrain`` call the same functions; the actions take a request of ``jobs.requests.models``.
+Domain queries live in db/ (leaderboard, compare, species, calibration)."""
 
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from typing import Any
 
+from core.diagnostics import tier_colour
+from db.calibration import calibration_report, new_individual_threshold
+from db.compare import compare as compare_on_benchmark
+from db.compare import difference_figure  # noqa: F401  (the Models tab's per-query differences)
+from db.leaderboard import SORT_KEYS, leaderboard  # noqa: F401  (SORT_KEYS: the tab's sort choices)
 from db.session import Catalogue
+from db.species import find_species, list_species, model_status
+from jobs.actions.benchmarks import benchmark_names  # noqa: F401  (the Models tab's benchmark picker)
+from jobs.actions.common import curator_name
+from jobs.kinds import retrain_params
+from jobs.queue import list_jobs, submit
+from jobs.requests.models import CompareRequest, RetrainRequest  # noqa: F401
 
 
 def _e(x: object) -> str:
@@ -17,17 +31,20 @@ def _f(v: Any, digits: int = 3) -> str:
     return "–" if v is None else f"{v:.{digits}f}"
 
 
-def benchmark_names(cat: Catalogue) -> list[str]:
-    from db.benchmarks import list_benchmarks
-
+def species_id(cat: Catalogue, species: str | int | None) -> int:
+    """The id of a species named or numbered ``species`` (None or "": the default species)."""
     with cat.unit_of_work() as s:
-        return [b.name for b in list_benchmarks(s)]
+        return find_species(s, species if species not in (None, "") else 1).id
 
 
 def model_names(cat: Catalogue, *, include_archived: bool = False) -> list[str]:
-    from db.species import model_status
-
     return [n for n, st in sorted(model_status(cat).items()) if include_archived or st["status"] != "archived"]
+
+
+def leaderboard_rows(cat: Catalogue, *, benchmark: str, variant: str = "full_rgb", sort: str = "map_macro",
+                     include_archived: bool = False) -> list[dict[str, Any]]:
+    """Every model's latest evaluation on ``benchmark`` (and ``variant``), sorted, with its diagnostics."""
+    return leaderboard(cat, benchmark=benchmark, variant=variant, sort=sort, include_archived=include_archived)
 
 
 def leaderboard_html(rows: list[dict[str, Any]]) -> str:
@@ -38,8 +55,6 @@ def leaderboard_html(rows: list[dict[str, Any]]) -> str:
             "BG/FG (risk)", "Mirror (tier)", "Trained", "Photos trained on")
     body = []
     for r in rows:
-        from core.diagnostics import tier_colour
-
         status = r["status"] + (f" for {', '.join(r['active_for'])}" if r["active_for"] else "")
         mirror = "–"
         if r["mirror_sim"] is not None:
@@ -60,12 +75,18 @@ def leaderboard_html(rows: list[dict[str, Any]]) -> str:
             "preprocessing, score, masker and inpainter of the diagnostics).</div>")
 
 
-def compare_models(cat: Catalogue, a: str | None, b: str | None, benchmark: str | None) -> tuple[str, Any]:
-    from db.compare import compare, difference_figure
+def compare(cat: Catalogue, request: CompareRequest) -> dict[str, Any]:
+    """Paired statistics between A and B on the benchmark's test split: per endpoint (mAP, CMC@1, CMC@5) the
+    effect with its bootstrap interval, the Wilcoxon (per seed) / Fisher (across seeds) p-value, Holm-corrected
+    across the endpoints, and a verdict in words."""
+    a = request.a[0] if len(request.a) == 1 else list(request.a)
+    b = request.b[0] if len(request.b) == 1 else list(request.b)
+    return compare_on_benchmark(cat, a, b, benchmark=request.benchmark, alpha=request.alpha)
 
-    if not (a and b and benchmark):
-        raise ValueError("Choose two models and a benchmark.")
-    res = compare(cat, a, b, benchmark=benchmark)
+
+def compare_markdown(res: dict[str, Any]) -> str:
+    """A comparison (:func:`compare`) as the Models tab shows it: the verdicts, then a table per endpoint."""
+    a, b, benchmark = res["a"], res["b"], res["benchmark"]
     lines = [f"**{e['verdict']}**" if ep == "cmc1" else e["verdict"] for ep, e in res["endpoints"].items()]
     table = "\n".join(
         f"| {ep} | {e['mean_a']:.4f} ({e['macro_a']:.4f}) | {e['mean_b']:.4f} ({e['macro_b']:.4f}) | "
@@ -75,46 +96,30 @@ def compare_models(cat: Catalogue, a: str | None, b: str | None, benchmark: str 
             + table + f"\n\n{res['endpoints']['map']['n_queries']} queries of {benchmark}; paired Wilcoxon per "
             "seed, Fisher across seeds, Holm across the three endpoints. Means are per query (what the tests "
             "compare); in brackets, balanced per individual, as the leaderboard shows them.")
-    return text, difference_figure(res)
-
-
-def promote(cat: Catalogue, name: str | None, species: str | None, *, user: str) -> str:
-    from jobs.actions.promote import promote as promote_and_queue
-
-    if not name:
-        raise ValueError("Choose a model to promote.")
-    res = promote_and_queue(cat, name, species=species or None, user=user)
-    return (f"{res['model']} is now the active model for {res['species']} (was {res['previous']}). Its features "
-            f"are being computed for every photo (job #{res['job_id']}); match review switches to it when done.")
-
-
-def archive(cat: Catalogue, name: str | None) -> str:
-    from db.species import archive_model
-
-    if not name:
-        raise ValueError("Choose a model to archive.")
-    archive_model(cat, name)
-    return f"{name} archived: hidden from the pickers, kept with its evaluations."
+    return text
 
 
 def species_names(cat: Catalogue) -> list[str]:
-    from db.species import list_species
-
     return [r["name"] for r in list_species(cat)]
+
+
+def calibration(cat: Catalogue, model: str, species: str | int | None = None) -> dict[str, Any] | None:
+    """How ``model``'s scores read as "probability this is the same animal" for a species (None: not enough
+    outcomes yet), with the species' new-individual threshold (``rosette calibration``)."""
+    sid = species_id(cat, species)
+    rep = calibration_report(cat, model, species_id=sid)
+    if rep is not None:
+        rep["new_individual_threshold"] = new_individual_threshold(cat, sid)
+    return rep
 
 
 def calibration_view(cat: Catalogue, model: str | None, species: str | None) -> tuple[str, Any]:
     """(text, plotly reliability figure) of a model's calibration for a species."""
-    import plotly.graph_objects as go
-
-    from db.calibration import calibration_report
-    from db.species import find_species
+    import plotly.graph_objects as go  # lazy: plotly is only needed to draw the diagram
 
     if not model:
         raise ValueError("Choose a model.")
-    with cat.unit_of_work() as s:
-        sid = find_species(s, species or 1).id
-    rep = calibration_report(cat, model, species_id=sid)
+    rep = calibration_report(cat, model, species_id=species_id(cat, species))
     fig = go.Figure()
     if rep is None:
         return (f"{model} cannot be calibrated yet: it needs a few same / not-the-same decisions with both outcomes "
@@ -135,14 +140,14 @@ def calibration_view(cat: Catalogue, model: str | None, species: str | None) -> 
             f"{rep['n_positive']} of them the same animal{ece}.", fig)
 
 
-def retrain_status(cat: Catalogue, species: str | None) -> str:
-    from db.species import find_species
-    from db.training import decisions_since_active
-    from jobs.queue import list_jobs
+def _since_active(cat: Catalogue, sid: int) -> dict[str, Any]:
+    from db.training import decisions_since_active  # lazy: db.training imports torch (seconds)
 
-    with cat.unit_of_work() as s:
-        sid = find_species(s, species or 1).id
-    d = decisions_since_active(cat, sid)
+    return decisions_since_active(cat, sid)
+
+
+def retrain_status(cat: Catalogue, species: str | None) -> str:
+    d = _since_active(cat, species_id(cat, species))
     since = f"since it was trained ({d['since'][:16].replace('T', ' ')} UTC)" if d["since"] else "in all"
     text = f"**{d['confirmed']}** confirmed identities {since} for the active model **{d['active_model']}**."
     last = next((j for j in list_jobs(cat, limit=50, kind="train")
@@ -156,15 +161,23 @@ def retrain_status(cat: Catalogue, species: str | None) -> str:
     return text
 
 
-def retrain(cat: Catalogue, species: str | None, *, user: str) -> str:
-    from db.species import find_species
-    from jobs.kinds import retrain_params
-    from jobs.queue import submit
+@dataclass
+class RetrainOutcome:
+    job_id: int
+    confirmed_since_active: int  # identities confirmed since the active model was trained
+    active_model: str
+    message: str
 
-    with cat.unit_of_work() as s:
-        sid = find_species(s, species or 1).id
-    params = retrain_params(cat, species_id=sid, user=user)
+
+def retrain(cat: Catalogue, request: RetrainRequest) -> RetrainOutcome:
+    """Queue the training job that learns from the decisions made since the species' active model (refused when
+    none was confirmed since, unless ``force``): train, evaluate, diagnose, compare with the active model.
+    Promotion stays the curator's decision."""
+    sid = species_id(cat, request.species)
+    d = _since_active(cat, sid)
+    params = retrain_params(cat, species_id=sid, user=curator_name(request.user), force=request.force)
     job_id = submit(cat, "train", params)
-    return (f"Retraining queued as job #{job_id}: train on the confirmed individuals, evaluate"
-            + (f" on {params['benchmark']}" if params.get("benchmark") else "")
-            + f", diagnose and compare with {params['compare_with']}. Promotion stays your decision.")
+    return RetrainOutcome(job_id, d["confirmed"], d["active_model"], (
+        f"Retraining queued as job #{job_id}: train on the confirmed individuals, evaluate"
+        + (f" on {params['benchmark']}" if params.get("benchmark") else "")
+        + f", diagnose and compare with {params['compare_with']}. Promotion stays your decision."))

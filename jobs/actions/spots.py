@@ -1,21 +1,28 @@
 """Spot evidence actions, each one function taking one typed request (``core.spots.requests``, validated when
 made): evaluate a fused pipeline, extract keypoints for a species (a light job), show the matched spots of a
-pair, list matchers. The CLI (``rosette eval --verify``, ``rosette spots ...``) and the Match review tab call
-these; the jobs rebuild the same requests."""
+pair, list matchers. The CLI (``rosette eval --verify``, ``rosette spots ...``) and the Match review and Benchmarks
+tabs call these; the jobs rebuild the same requests."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from core.spots import describe_matchers, matcher_available
+from core.spots.draw import draw_correspondences
+from core.spots.pipeline import PipelineSettings
 from core.spots.requests import (KeypointsRequest, MatchedSpotsRequest, SpotEvaluationRequest,  # noqa: F401
                                  available_matchers)
+from db.benchmarks import list_benchmarks
 from db.catalogue import CatalogueError
+from db.embeddings import load_photo, sources_for
 from db.session import Catalogue
 from db.spots import evaluate_request as evaluate_spots  # noqa: F401  (the service: one request in, a result out)
 from db.spots import extract_keypoints  # noqa: F401
+from db.spots import get_matcher, load_pipeline, matcher_for, verify_candidates
+from jobs import queue
+from jobs.actions.common import curator_name
 
 
 def matcher_rows() -> list[tuple[str, str, str]]:
@@ -24,38 +31,32 @@ def matcher_rows() -> list[tuple[str, str, str]]:
             for n, d in describe_matchers().items()]
 
 
-def submit_keypoints(cat: Catalogue, request: KeypointsRequest, *, user: str) -> int:
+def submit_keypoints(cat: Catalogue, request: KeypointsRequest) -> int:
     """Queue keypoint extraction on the light queue; returns the job id."""
-    from jobs.queue import submit
-
-    return submit(cat, "keypoints", {**request.to_dict(), "user": user})
+    return queue.submit(cat, "keypoints", replace(request, user=curator_name(request.user)).to_dict())
 
 
-def submit_spot_evaluation(cat: Catalogue, request: SpotEvaluationRequest, *, user: str) -> int:
+def submit_spot_evaluation(cat: Catalogue, request: SpotEvaluationRequest) -> int:
     """Queue a fused pipeline's evaluation on the heavy queue; returns the job id."""
-    from jobs.queue import submit
-
-    return submit(cat, "evaluate_spots", {**request.to_dict(), "user": user})
+    return queue.submit(cat, "evaluate_spots", replace(request, user=curator_name(request.user)).to_dict())
 
 
-def launch_spot_evaluation(cat: Catalogue, request: SpotEvaluationRequest, *, user: str) -> tuple[int, str]:
+def launch_spot_evaluation(cat: Catalogue, request: SpotEvaluationRequest) -> tuple[int, str]:
     """Queue the evaluation of ``request`` (the Benchmarks tab's form); returns (job id, message)."""
-    from db.benchmarks import list_benchmarks
-
     with cat.unit_of_work() as s:
         known = {b.name for b in list_benchmarks(s)}
     if request.benchmark not in known:
         raise CatalogueError(f"There is no benchmark named {request.benchmark!r}.")
-    job_id = submit_spot_evaluation(cat, request, user=user)
+    job_id = submit_spot_evaluation(cat, request)
     scorers = " + ".join(request.settings().scorers)
     return job_id, (f"Evaluation of {request.model} re-ranked by {request.matcher} spot evidence ({scorers}, top "
                     f"{request.shortlist}) on {request.benchmark} queued as job #{job_id}; the pipeline and its "
                     "numbers appear here and in the Models tab when it finishes.")
 
 
-def launch_keypoints(cat: Catalogue, request: KeypointsRequest, *, user: str) -> tuple[int, str]:
+def launch_keypoints(cat: Catalogue, request: KeypointsRequest) -> tuple[int, str]:
     """Queue keypoint extraction (the light queue: it never waits behind training); returns (job id, message)."""
-    job_id = submit_keypoints(cat, request, user=user)
+    job_id = submit_keypoints(cat, request)
     return job_id, (f"Keypoint extraction with {request.matcher} queued as job #{job_id} (light queue); "
                     "match review then verifies spots without waiting.")
 
@@ -76,18 +77,13 @@ class MatchedSpots:
 
 def matched_spots(cat: Catalogue, request: MatchedSpotsRequest) -> MatchedSpots:
     """Verify the pair and draw its inlier correspondences (lines joining the same spots)."""
-    from core.spots.draw import draw_correspondences
-    from core.spots.pipeline import PipelineSettings as Settings
-    from db.embeddings import load_photo, sources_for
-    from db.spots import get_matcher, load_pipeline, matcher_for, verify_candidates
-
     if request.pipeline:
         stored = load_pipeline(cat, request.pipeline)
         if stored is None:
             raise CatalogueError(f"{request.pipeline!r} is not a fused pipeline")
         matcher, settings = matcher_for(stored), stored.settings
     else:
-        matcher, settings = get_matcher(request.matcher), Settings(matcher=request.matcher)
+        matcher, settings = get_matcher(request.matcher), PipelineSettings(matcher=request.matcher)
     ids = [request.query_image_id, request.candidate_image_id]
     (fa, fb), (v,) = verify_candidates(cat, ids[0], ids[1:], matcher=matcher, settings=settings)
     srcs = sources_for(cat, ids)

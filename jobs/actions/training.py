@@ -1,14 +1,28 @@
-"""What the Jobs tab's training panel shows and does: the form's choices and defaults, launching a run,
-and one run's live view (loss and validation curves from ``metrics.jsonl``, the log tail, status)."""
+"""Training: queue a run (:func:`train`, for ``rosette train`` and the Jobs tab alike), run it here and wait
+(``rosette train --wait``), and what the Jobs tab's training panel shows: the form's choices and defaults, and one
+run's live view (loss and validation curves from ``metrics.jsonl``, the log tail, status); the models with their
+training summary (``rosette models list``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
+from sqlalchemy import select
+
 from core.backbones import DEFAULT_BACKBONE
+from db.benchmarks import list_benchmarks
 from db.catalogue import CatalogueError
+from db.models import Evaluation, Job, JobStatus, Model, utcnow
 from db.session import Catalogue
+from db.species import model_status
+from jobs import queue
+from jobs.actions.common import curator_name
+from jobs.requests.training import TrainRequest
+from jobs.worker import supervise
 
 BLOCK_CHOICES = [("head only, on cached features (minutes on a CPU)", "0"), ("last 2 blocks", "2"),
                  ("last 4 blocks (about 80 s per nyala epoch on 2 CPU cores)", "4"), ("last 8 blocks", "8"),
@@ -42,10 +56,9 @@ class TrainDefaults:
 def train_defaults(cat: Catalogue) -> TrainDefaults:
     """Form choices and the defaults the measured recipes suggest (SupCon; last 4 blocks on a GPU, head only on
     a CPU; 30 epochs; a benchmark's train split when there is one)."""
-    import torch
+    import torch  # lazy, as core.heads: torch takes seconds to import
 
-    from core.heads import list_heads
-    from db.benchmarks import list_benchmarks
+    from core.heads import list_heads  # lazy: imports torch
 
     with cat.unit_of_work() as s:
         benches = [b.name for b in list_benchmarks(s) if (b.config or {}).get("n_test", 0) < (b.config or {}).get(
@@ -60,14 +73,12 @@ def train_defaults(cat: Catalogue) -> TrainDefaults:
         block="4" if cuda else "0", epochs=30, training_set=sets[0][1], device="auto")
 
 
-def launch_training(cat: Catalogue, *, backbone: str, head: str, blocks: str, epochs: float | int | None,
-                    training_set: str, device: str, user: str) -> tuple[int, str]:
-    """Queue a training job (heavy queue); returns (job id, message)."""
-    from core.training import TrainConfig, parse_blocks  # lazy: core.training imports torch
-    from core.heads import head_spec
-    from jobs.queue import submit
+def training_form(*, backbone: str, head: str, blocks: str, epochs: float | int | None, training_set: str,
+                  device: str, user: str) -> TrainRequest:
+    """The Jobs tab's form as a training request, refused in the form's words (a whole number of epochs from 1 to
+    1000, a training set chosen, a backbone that can be trained here)."""
+    from core.training import parse_blocks  # lazy: core.training imports torch
 
-    head_spec(head)
     if backbone not in TRAINABLE_BACKBONES:
         raise CatalogueError(f"{backbone!r} cannot be trained here; choose {', '.join(TRAINABLE_BACKBONES)}")
     try:
@@ -84,22 +95,85 @@ def launch_training(cat: Catalogue, *, backbone: str, head: str, blocks: str, ep
         raise CatalogueError("Choose a training set.")
     if device not in ("auto", "cpu", "cuda"):
         raise CatalogueError(f"unknown device {device!r}")
-    params = {"backbone": backbone, "head": head, "blocks": parse_blocks(blocks), "epochs": n_epochs,
-              "source": source, "benchmark": benchmark, "device": device, "user": user}
-    params = {k: v for k, v in params.items() if v is not None}
-    TrainConfig.from_params(params)  # refused here, before anything is queued
-    job_id = submit(cat, "train", params)
-    where = f"benchmark {benchmark}'s train split" if benchmark else "the catalogue's confirmed individuals"
+    return TrainRequest(backbone=backbone, source=source, benchmark=benchmark, device=device, user=user,
+                        config={"head": head, "blocks": parse_blocks(blocks), "epochs": n_epochs})
+
+
+def train(cat: Catalogue, request: TrainRequest) -> int:
+    """Queue a training run on the heavy queue (``rosette train`` and the Jobs tab); returns the job id. The
+    ``train`` job rebuilds the request, trains, then evaluates, diagnoses and compares as it asks."""
+    return queue.submit(cat, "train", replace(request, user=curator_name(request.user)).to_dict())
+
+
+def launch_training(cat: Catalogue, *, backbone: str, head: str, blocks: str, epochs: float | int | None,
+                    training_set: str, device: str, user: str) -> tuple[int, str]:
+    """The Jobs tab's Train button: queue the form's training run; returns (job id, message)."""
+    request = training_form(backbone=backbone, head=head, blocks=blocks, epochs=epochs, training_set=training_set,
+                            device=device, user=user)
+    job_id = train(cat, request)
+    where = (f"benchmark {request.benchmark}'s train split" if request.benchmark
+             else "the catalogue's confirmed individuals")
     return job_id, (f"Training job #{job_id} queued: {HEAD_LABELS.get(head, head).split(' (')[0]} on {backbone}, "
-                    f"{'head only' if blocks == '0' else 'blocks ' + blocks}, {n_epochs} epochs, from {where}.")
+                    f"{'head only' if blocks == '0' else 'blocks ' + blocks}, {request.config['epochs']} epochs, "
+                    f"from {where}.")
+
+
+def run_here(cat: Catalogue, job_id: int, *, report: Callable[[Job], None] | None = None,
+             poll_s: float = 0.5) -> Job:
+    """Run a queued job in a supervised child of this process (or, if a worker took it first, follow it) until it
+    ends, calling ``report(job)`` every ``poll_s`` seconds; returns the finished job (``rosette train --wait``)."""
+    try:
+        won = queue.transition(cat, job_id, JobStatus.running, expect={JobStatus.queued}, started_at=utcnow(),
+                               heartbeat_at=utcnow(), worker=queue.worker_name(), message="started",
+                               attempts=Job.attempts + 1)
+    except queue.InvalidTransition:
+        won = False
+    runner = threading.Thread(target=supervise, args=(cat, job_id), daemon=True) if won else None
+    if runner:
+        runner.start()
+    while True:
+        job = queue.get_job(cat, job_id)
+        if job.status in queue.TERMINAL and (runner is None or not runner.is_alive()):
+            return job
+        if report is not None:
+            report(job)
+        time.sleep(poll_s)
+
+
+def cancel_run(cat: Catalogue, job_id: int) -> None:
+    """Ask a run waited for to stop (``rosette train --wait`` interrupted)."""
+    queue.request_cancel(cat, job_id)
+
+
+def models_overview(cat: Catalogue) -> list[dict[str, Any]]:
+    """Every model with its training summary and latest retrieval evaluation (what ``rosette models list``
+    shows)."""
+    status = model_status(cat)
+    with cat.unit_of_work() as s:
+        models = list(s.scalars(select(Model).order_by(Model.id)))
+        evals = list(s.scalars(select(Evaluation).where(Evaluation.kind == "retrieval").order_by(Evaluation.id)))
+    latest = {e.model_name: e for e in evals if e.variant == "full_rgb"}
+    out = []
+    for m in models:
+        tc = m.training_config or {}
+        ev = latest.get(m.name)
+        out.append({"name": m.name, "backbone": m.backbone, "head": m.head, "loss": m.loss, "status": m.status.value,
+                    "active_for": status.get(m.name, {}).get("active_for", []),
+                    "blocks": (tc.get("train_config") or {}).get("blocks"), "epochs_run": tc.get("epochs_run"),
+                    "best_val_map_macro": tc.get("best_val_map_macro"), "wall_seconds": tc.get("wall_seconds"),
+                    "device": (tc.get("runtime") or {}).get("device"),
+                    "n_train_images": (m.data_snapshot or {}).get("n_images"),
+                    "snapshot_hash": (m.data_snapshot or {}).get("hash"), "checkpoint_sha256": m.checkpoint_hash,
+                    "latest_evaluation": None if ev is None else {
+                        "benchmark": ev.benchmark_name, "map_macro": ev.metrics.get("map_macro"),
+                        "map_micro": ev.metrics.get("map_micro"), "evaluation_id": ev.id}})
+    return out
 
 
 def training_runs(cat: Catalogue, *, limit: int = 30) -> list[tuple[str, int]]:
     """(label, job id) of the newest training jobs, newest first."""
-    from jobs.queue import list_jobs
-
     out = []
-    for job in list_jobs(cat, limit=limit, kind="train"):
+    for job in queue.list_jobs(cat, limit=limit, kind="train"):
         p = job.params or {}
         out.append((f"#{job.id} {p.get('head', 'supcon')} blocks {p.get('blocks', 0)} - {job.status.value}", job.id))
     return out
@@ -120,7 +194,7 @@ class RunView:
 def run_figure(rows: list[dict[str, Any]], *, title: str = "") -> Any:
     """Plotly: training loss per epoch (left axis) and validation mAP (right axis), the frozen features'
     validation mAP as a dashed line."""
-    import plotly.graph_objects as go
+    import plotly.graph_objects as go  # lazy: plotly is only needed once a run is drawn
 
     epochs = [r for r in rows if r.get("epoch", 0) > 0 and "train_loss" in r]
     frozen = next((r.get("val_map_macro") for r in rows if r.get("frozen")), None)
@@ -142,9 +216,6 @@ def run_figure(rows: list[dict[str, Any]], *, title: str = "") -> Any:
 
 def run_view(cat: Catalogue, job_id: int | None) -> RunView:
     """Everything the panel shows for one training job (or the newest one when ``job_id`` is None)."""
-    from db.models import JobStatus
-    from jobs.queue import JobError, get_job, read_log_tail, read_metrics
-
     if job_id is None:
         runs = training_runs(cat, limit=1)
         job_id = runs[0][1] if runs else None
@@ -152,10 +223,10 @@ def run_view(cat: Catalogue, job_id: int | None) -> RunView:
         return RunView(None, "", "No training run yet: fill in the form and press **Train**.", "", run_figure([]),
                        False, False, 0)
     try:
-        job = get_job(cat, int(job_id))
-    except JobError as exc:
+        job = queue.get_job(cat, int(job_id))
+    except queue.JobError as exc:
         raise CatalogueError(str(exc)) from None
-    rows = read_metrics(cat, job.id)
+    rows = queue.read_metrics(cat, job.id)
     epochs = [r for r in rows if r.get("epoch", 0) > 0]
     status = job.status.value if not (job.status == JobStatus.running and job.cancel_requested) else "cancelling"
     p = job.params or {}
@@ -169,7 +240,7 @@ def run_view(cat: Catalogue, job_id: int | None) -> RunView:
                     f"(frozen) -> {res.get('best_val_map_macro') or 0:.3f}"
                     + (f"; test mAP macro {ev['map_macro']:.3f}" if ev.get("map_macro") is not None else "")
                     + f"; device {(res.get('runtime') or {}).get('device')}, {res.get('wall_seconds', 0):.0f} s.")
-    return RunView(job.id, status, "\n\n".join(bits), read_log_tail(cat, job.id, max_chars=3000),
+    return RunView(job.id, status, "\n\n".join(bits), queue.read_log_tail(cat, job.id, max_chars=3000),
                    run_figure(rows, title=f"job #{job.id}"),
                    can_cancel=job.status in (JobStatus.queued, JobStatus.running) and not job.cancel_requested,
                    can_retry=job.status in (JobStatus.failed, JobStatus.cancelled), epochs_done=len(epochs))

@@ -35,7 +35,7 @@ def _best_of(fn, n: int = 5) -> float:
 
 
 def run() -> list[dict]:
-    from db.evaluation import evaluate_embeddings
+    from core.evaluation import evaluate_embeddings
 
     labels, sightings, source = _labels()
     rng = np.random.default_rng(0)

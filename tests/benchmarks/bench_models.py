@@ -94,7 +94,7 @@ def _promotion_rows() -> list[dict]:
     from db.benchmarks import create_benchmark
     from db.matching import review_queue
     from db.session import open_catalogue
-    from jobs.actions.promote import promote
+    from jobs.actions.promote import PromoteRequest, promote
     from jobs import queue
 
     with tempfile.TemporaryDirectory(prefix="rosette-bench-promote-") as tmp:
@@ -105,7 +105,7 @@ def _promotion_rows() -> list[dict]:
         assert job.status.value == "succeeded", job.message
         review_queue(cat, model_name="efficientnet_lite0")  # the old active model's queue, features cached
         t0 = time.perf_counter()
-        res = promote(cat, "bench-promoted", user="bench")
+        res = promote(cat, PromoteRequest(model="bench-promoted", user="bench"))
         queue.run_job(cat, res["job_id"])
         t1 = time.perf_counter()
         items = review_queue(cat, model_name="bench-promoted")

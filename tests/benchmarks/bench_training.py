@@ -73,8 +73,9 @@ def _setup(tmp: Path) -> tuple[Path, str]:
 def _one(data: str, head: str, blocks: int, device: str) -> dict:
     """Run in a child process: one training run; prints a JSON line."""
     from core.training import TrainConfig
+    from core.training_loop import TrainingHooks
     from db.session import open_catalogue
-    from db.training import TrainingHooks, train_model
+    from db.training import train_model
 
     cat = open_catalogue(data)
     t0 = time.perf_counter()

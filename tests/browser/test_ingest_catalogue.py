@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from jobs.actions.catalogue import individual_cards, rename
+from jobs.requests.catalogue import RenameRequest
 from db.session import open_catalogue
 from tests.browser.conftest import choose
 
@@ -121,7 +122,7 @@ def test_upload_with_manifest_then_browse_rename_and_undo(rosette_server, page, 
     other = open_catalogue(rosette_server.data_dir, migrate=False)
     try:
         bela_id = next(c.id for c in individual_cards(other) if c.name == bela)
-        rename(other, bela_id, "Bela Elsewhere", user="bia")
+        rename(other, RenameRequest(bela_id, "Bela Elsewhere", user="bia"))
     finally:
         other.close()
     page.locator("#catalogue-undo").click()

@@ -1,0 +1,168 @@
+"""What the Match review tab draws: the ranked candidate cards (picture, individual, score bar, badges), the
+query's facts line and the header above the grid, the chosen candidate's caption. Pure rendering of a
+:class:`jobs.actions.match.MatchView` into HTML; the tab's layout and handlers are in :mod:`app.tabs.match`."""
+
+from __future__ import annotations
+
+import html
+from urllib.parse import quote
+
+from core.diagnostics import mirror_tier, tier_colour
+from jobs.actions import match as ms
+
+EMPTY_QUEUE = ("Nothing is waiting for review. Pick a photo in <b>Open a photo</b>, upload a new one, "
+               "or press <b>Reload queue</b> after importing photos.")
+
+
+def file_url(path: str | None) -> str:
+    """URL under which Gradio serves a catalogue file (its folder is registered as a static path)."""
+    return f"gradio_api/file={quote(str(path))}" if path else ""
+
+
+def _e(x: object) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def candidates_html(view: ms.MatchView | None, selected: int | None) -> str:
+    """The ranked candidate grid as HTML (cards carry ``data-rank`` for selection)."""
+    if view is None:
+        return f"<div class='rz-empty'>{EMPTY_QUEUE}</div>"
+    if not view.candidates:
+        return ("<div class='rz-empty'>No candidates: the gallery has no other photo of a known individual"
+                + (" with these filters" if view.flank_filter != "any" or view.place_date_note else "") + ".</div>")
+    chosen = view.candidate(selected)
+    cards = []
+    for c in view.candidates:
+        if view.pipeline:
+            raw = (f"raw global score {c.global_score:.4f} (cosine of the two photos' features by the pipeline's "
+                   f"global model)" if c.global_score is not None else "no raw global score")
+            fused = (f"the score is the fused probability {c.probability:.3f} that this is the same animal "
+                     f"(global shortlist + spot evidence)" if c.probability is not None else
+                     "outside the pipeline's verified shortlist: no fused probability, ranked by the global model")
+            score_tip = f"{fused} by {view.model_name}; {raw}. Provenance: {view.model_provenance}"
+        else:
+            score_tip = (f"similarity score {c.score:.4f} (cosine of the two photos' features; 1 = identical) "
+                         f"by {view.model_name}. Provenance: {view.model_provenance}")
+        badges = []
+        if c.same_sighting:
+            badges.append("<span class='rz-badge rz-same-sighting' title='Taken in the same sighting as the query "
+                          "(same place and moment): similar background can inflate the score.'>same sighting</span>")
+        if c.mirror_sim is not None and c.danger_margin is not None:
+            warn = c.danger_margin > 0
+            tier = mirror_tier(c.mirror_sim)
+            tip = (f"mirror similarity {c.mirror_sim:.3f} ({tier} tier, as in Diagnostics): how alike the model finds "
+                   f"this photo and its mirror image; danger margin {c.danger_margin:+.3f} (> 0: the mirrored photo "
+                   f"looks more like another animal than like itself). From {view.diagnostics_source}.")
+            badges.append(f"<span class='rz-badge rz-mirror {'rz-mirror-warn' if warn else ''}' data-tier='{_e(tier)}' "
+                          f"style='background:{tier_colour(c.mirror_sim)}' title='{_e(tip)}'>"
+                          f"mirror {c.mirror_sim:.2f}{' ⚠' if warn else ''}</span>")
+        if c.has_spot_facts:
+            badges.append(spots_badge(c))
+        if c.probability is not None:
+            raw_score = c.global_score if view.pipeline and c.global_score is not None else c.score
+            ptip = f"{_e(view.calibration_note or '')}; raw {'global ' if view.pipeline else ''}score {raw_score:.4f}"
+            badges.append(f"<span class='rz-badge rz-prob' title='{ptip}'>{100 * c.probability:.0f}% same animal"
+                          "</span>")
+        bar = (c.probability or 0.0) if view.pipeline else c.score
+        width = max(0.0, min(1.0, bar)) * 100
+        img = (f"<img src='{_e(file_url(c.thumb))}' alt='candidate {c.rank}: {_e(c.individual_name)}' loading='lazy'>"
+               if c.thumb else "")
+        flank = f"{c.flank} flank" if c.flank != "unknown" else "flank not set"
+        sighting = f" · sighting {_e(c.sighting)}" if c.sighting else ""
+        cards.append(
+            f"<div class='rz-card{' rz-selected' if chosen and c.rank == chosen.rank else ''}' data-rank='{c.rank}' "
+            f"data-image-id='{c.image_id}' title='photo #{c.image_id} of {_e(c.individual_name)}'>"
+            f"<div class='rz-thumb'>{img}</div><div class='rz-rank'>{c.rank}</div>"
+            f"<div class='rz-name'>{_e(c.individual_name)}</div>"
+            f"<div class='rz-bar' title='{_e(score_tip)}'><span style='width:{width:.1f}%'></span></div>"
+            f"<div class='rz-meta' title='{_e(score_tip)}'>{score_line(view, c)} · {_e(flank)}{sighting}</div>"
+            f"<div class='rz-badges'>{''.join(badges)}</div></div>")
+    return f"<div class='rz-grid' id='match-grid'>{''.join(cards)}</div>"
+
+
+def spots_badge(c: ms.CandidateCard) -> str:
+    """The card's spot-evidence badge: "N matched spots", or why there are none to count."""
+    words = ms.spot_status_words(c.spot_status)
+    tip_text = f"spot evidence by the pipeline's local matcher: {words}" if words else "spot evidence"
+    if c.spot_probability is not None:
+        tip_text += f"; the matched spots alone give a {100 * c.spot_probability:.0f}% probability of the same animal"
+    if c.spot_status in ms.SPOT_CARD_WORDS:
+        return (f"<span class='rz-badge rz-spots rz-spots-none' data-spot-status='{_e(c.spot_status)}' "
+                f"title='{_e(tip_text)}'>{_e(ms.SPOT_CARD_WORDS[c.spot_status])}</span>")
+    n = int(c.inliers or 0)
+    weak = " rz-spots-weak" if c.spot_status != "verified" or n < 8 else ""
+    return (f"<span class='rz-badge rz-spots{weak}' data-spot-status='{_e(c.spot_status or '')}' "
+            f"data-inliers='{n}' title='{_e(tip_text)}'>{n} matched spot{'' if n == 1 else 's'}</span>")
+
+
+def score_line(view: ms.MatchView, c: ms.CandidateCard) -> str:
+    """The card's score text: the raw score, and for a pipeline the inlier count and fused probability beside it."""
+    if not view.pipeline:
+        return f"score {c.score:.3f}"
+    parts = [f"score {c.global_score:.3f}" if c.global_score is not None else "score —"]
+    if c.inliers is not None and c.spot_status not in ms.SPOT_CARD_WORDS:
+        parts.append(f"{c.inliers} spots")
+    if c.probability is not None:
+        parts.append(f"<b>{100 * c.probability:.0f}%</b>")
+    return " · ".join(parts)
+
+
+FACTS_CSS = """
+.rz-facts { display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: var(--text-sm); padding: 2px 4px; }
+.rz-facts span b { color: var(--body-text-color-subdued); font-weight: 600; margin-right: 4px; }
+.rz-facts .rz-decided { color: #92400e; }
+"""
+
+
+def facts_html(view: ms.MatchView | None) -> str:
+    """The query's facts as one compact wrapped line under the photo."""
+    if view is None:
+        return ""
+    items = "".join(f"<span class='{'rz-decided' if k == 'Decided' else ''}'><b>{_e(k)}</b>{_e(v)}</span>"
+                    for k, v in view.query.facts())
+    return f"<div class='rz-facts' data-image-id='{view.query.image_id}'>{items}</div>"
+
+
+def header_html(view: ms.MatchView | None, queue: list[int], pos: int) -> str:
+    where = ""
+    if view is not None and queue and 0 <= pos < len(queue) and queue[pos] == view.query.image_id:
+        where = f"Photo {pos + 1} of {len(queue)} in the review queue"
+    elif view is not None:
+        where = f"Photo #{view.query.image_id} (opened by hand; {len(queue)} in the review queue)"
+    elif queue:
+        where = f"{len(queue)} photos in the review queue"
+    if view is None:
+        return f"<div class='rz-head'>{_e(where)}</div>"
+    flt = dict((v, k) for k, v in ms.FLANK_FILTERS)[view.flank_filter]
+    if view.flank_filter != "any" and view.query.flank not in ("left", "right"):
+        flt = f"{flt}: not applied, this photo's flank is not set"
+    if view.place_date_note:
+        flt = f"{flt}; {view.place_date_note}"
+    prov = (f"<span id='match-provenance' title='{_e(view.model_provenance)}' "
+            f"style='text-decoration:underline dotted;cursor:help'>scored by <b>{_e(view.model_name)}</b> "
+            f"(hover for provenance)</span>")
+    suggestion = ""
+    if view.candidates and view.suggest_new:
+        top = view.candidates[0]
+        suggestion = (f"<span class='rz-suggest-new' id='match-suggest-new'>Best candidate only "
+                      f"{100 * top.probability:.0f}% likely the same animal (your threshold: "
+                      f"{100 * view.new_threshold:.0f}%): probably a <b>new individual</b> (key I)</span>")
+    spot_note = (f"<span class='rz-spot-note' id='match-spot-note' title='spot evidence of this photo' "
+                 f"style='background:#f5f5f4;border:1px solid #a8a29e;border-radius:6px;padding:1px 8px'>"
+                 f"Spots: {_e(view.query_spot_note)}</span>") if view.query_spot_note else ""
+    return (f"<div class='rz-head' style='display:flex;gap:1em;flex-wrap:wrap;align-items:baseline'>"
+            f"<b>{_e(where)}</b><span>{prov}</span><span>{_e(flt)}</span>{suggestion}{spot_note}</div>")
+
+
+def compare_label(chosen: ms.CandidateCard | None) -> str:
+    """The chosen candidate's caption above its photo: who, which photo, which flank, and its scores."""
+    if chosen is None:
+        return "Chosen candidate"
+    flank = f"{chosen.flank} flank" if chosen.flank != "unknown" else "flank not set"
+    label = f"Candidate {chosen.rank}: {chosen.individual_name} · photo #{chosen.image_id} · {flank}"
+    if chosen.global_score is None:
+        return f"{label} · score {chosen.score:.3f}"
+    spots = (f" · {chosen.inliers} matched spots" if chosen.inliers is not None
+             and chosen.spot_status not in ms.SPOT_CARD_WORDS else "")
+    fused = f" · {100 * chosen.probability:.0f}% same animal" if chosen.probability is not None else ""
+    return f"{label} · score {chosen.global_score:.3f}{spots}{fused}"

@@ -1,0 +1,40 @@
+"""Requests of the imports: uploaded files (the Ingest tab) and a path on this machine (``rosette import``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.requests import Request
+
+
+@dataclass(frozen=True)
+class ImportUploadsRequest(Request):
+    """Import uploaded photos / zips (their paths on the server, named as uploaded) and an optional manifest CSV.
+
+    ``update_metadata``: photos already in the catalogue take the manifest's sighting details (audited)."""
+
+    paths: tuple[str, ...]
+    user: str
+    manifest: str | None = None
+    update_metadata: bool = False
+
+    def __post_init__(self) -> None:
+        paths = tuple(str(p) for p in (self.paths or ()))
+        if not paths:
+            raise ValueError("Choose some photos or a zip archive to import first.")
+        object.__setattr__(self, "paths", paths)
+
+
+@dataclass(frozen=True)
+class ImportPathRequest(Request):
+    """Import a photo, folder, zip, CSV manifest or Kaggle layout on this machine (``format`` None: detected);
+    ``dry_run`` checks every file and writes nothing."""
+
+    path: str
+    user: str
+    format: str | None = None
+    dry_run: bool = False
+    update_metadata: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", str(self.path))
