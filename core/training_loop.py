@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from core.backbones import BackboneConfig, create_backbone
-from core.backbones.timm_backbones import resize_for_config
+from core.backbones.torch_base import resize_for_config
 from core.backbones.trained import CHECKPOINT_FORMAT
 from core.features import atomic_write
 from core.heads import create_head, head_spec

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.backbones.weights import sha256_file
 from db.audit import reanchor_head
 from db.session import Catalogue, open_catalogue
 
@@ -28,7 +29,6 @@ DB_NAME = "catalogue.db"
 
 
 def _sha256(path: Path) -> str:
-    from core.backbones.timm_backbones import sha256_file
 
     return sha256_file(path)
 

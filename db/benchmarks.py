@@ -11,6 +11,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from core.backbones.weights import sha256_file
 from core.splits import check_split_kind, is_column_split, make_split_any
 from db.catalogue import CatalogueError
 from db.embeddings import all_image_ids
@@ -36,7 +37,6 @@ class BenchmarkData:
 
 
 def _file_sha256(path: Path) -> str:
-    from core.backbones.timm_backbones import sha256_file
 
     return sha256_file(path)
 

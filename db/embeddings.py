@@ -18,6 +18,7 @@ import numpy as np
 from sqlalchemy import select
 
 from core.backbones import BACKBONES, DEFAULT_BACKBONE, create_backbone
+from core.backbones.weights import sha256_file
 from core.features import extract_features
 from core.images import load_rgb
 from core.masking import decode_mask_png
@@ -192,7 +193,7 @@ def _fitted_backbone(cat: Catalogue, name: str, fit_image_ids: Sequence[int] | N
 
 def _trained_backbone(cat: Catalogue, name: str, **opts: Any) -> Any | None:
     """A trained model registered under ``name`` (checkpoint verified against its recorded hash), or None."""
-    from core.backbones.trained import load_trained_backbone
+    from core.backbones.trained import load_trained_backbone  # lazy: imports torch (start-up time)
 
     with cat.unit_of_work() as s:
         row = s.scalar(select(Model).where(Model.name == name, Model.head.is_not(None), Model.head != "pipeline"))
@@ -200,7 +201,6 @@ def _trained_backbone(cat: Catalogue, name: str, **opts: Any) -> Any | None:
         return None
     path = cat.data_dir / row.checkpoint_path
     if path.exists():
-        from core.backbones.timm_backbones import sha256_file
 
         h = sha256_file(path)
         if h != row.checkpoint_hash:

@@ -25,8 +25,8 @@ import numpy as np
 from sqlalchemy import func, select
 
 from core.backbones import BACKBONES, DEFAULT_BACKBONE
-from core.backbones.timm_backbones import sha256_file
 from core.backbones.trained import trained_config
+from core.backbones.weights import sha256_file
 from core.heads import head_spec
 from core.inpainting import create_inpainter, default_inpainter_name
 from core.training import TrainConfig, composite_distractor, freeing_gpu

@@ -118,8 +118,9 @@ def lite0():
 
 
 def test_lite0_checkpoint_maps_onto_timm_strictly():
-    from core.backbones.efficientnet import remap_lite0_state_dict, weights_file
     import timm
+
+    from core.backbones.efficientnet import remap_lite0_state_dict, weights_file
 
     source = torch.load(weights_file(), map_location="cpu", weights_only=True)
     model = timm.create_model("tf_efficientnet_lite0", pretrained=False)
@@ -132,6 +133,7 @@ def test_lite0_checkpoint_maps_onto_timm_strictly():
 
 def test_lite0_config_records_the_packaged_weights(lite0):
     import hashlib
+
     from core.backbones.efficientnet import weights_file
 
     cfg = lite0.config
@@ -185,7 +187,8 @@ def test_lite0_tokens(lite0):
 
 def test_batchnorm_folding_keeps_outputs():
     import timm
-    from core.backbones.timm_backbones import fold_batchnorm_
+
+    from core.backbones.torch_base import fold_batchnorm_
 
     torch.manual_seed(0)
     model = timm.create_model("tf_efficientnet_lite0", num_classes=0).eval()
@@ -342,6 +345,7 @@ def test_hub_entry_builds_with_random_weights(name, size, dim, no_local_weights)
 def test_dinov2_loads_a_native_size_checkpoint_at_another_size(no_local_weights):
     """Real loading path: ROSETTE_WEIGHTS_DIR/<repo>/model.safetensors, strict load, pos-embed resampled 518->112."""
     from safetensors.torch import save_file
+
     from core.backbones.hub import build_hub_model
 
     native, _ = build_hub_model("dinov2-vits14", image_size=518, seed=5)
@@ -359,6 +363,7 @@ def test_dinov2_loads_a_native_size_checkpoint_at_another_size(no_local_weights)
 def test_megadescriptor_found_in_the_hugging_face_cache(tmp_path, no_local_weights):
     """A checkpoint in the standard HF cache layout (models--owner--repo/snapshots/<rev>/) is found offline."""
     import huggingface_hub.constants as hf_constants
+
     from core.backbones.hub import build_hub_model
 
     model, _ = build_hub_model("megadescriptor-t-224", seed=7)

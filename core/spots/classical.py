@@ -17,7 +17,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from core.spots import Correspondences, LocalFeatures, MatcherConfig
+from core.spots.base import Correspondences, LocalFeatures, MatcherConfig
 
 MASK_ERODE_FRACTION = 0.01  # of the working image's longest side
 

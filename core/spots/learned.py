@@ -49,8 +49,9 @@ from typing import Any
 import cv2
 import numpy as np
 
+from core.backbones.weights import sha256_file
 from core.registry import UnknownComponentError
-from core.spots import Correspondences, LocalFeatures, MatcherConfig, MatcherUnavailableError
+from core.spots.base import Correspondences, LocalFeatures, MatcherConfig, MatcherUnavailableError
 from core.spots.classical import MASK_ERODE_FRACTION, working_grey
 
 __all__ = [
@@ -432,7 +433,6 @@ def create_learned_matcher(name: str, *, pretrained: bool = True, device: Any = 
     if pretrained:
         source = " + ".join(f"{w.role}: {w.local_name if where == 'ROSETTE_WEIGHTS_DIR' else w.hub_name} ({where})"
                             for w, _, where in files)
-        from core.backbones.timm_backbones import sha256_file  # imports torch: only when weights are loaded
 
         sha = ",".join(sha256_file(p) for p in paths)
     else:

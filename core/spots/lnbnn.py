@@ -22,7 +22,7 @@ import numpy as np
 
 from core.features import ExtractionCancelled
 from core.retrieval import faiss_search
-from core.spots import LocalFeatures
+from core.spots.base import LocalFeatures
 
 DEFAULT_K = 4
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from core.features import ExtractionCancelled
-from core.spots import MIN_KEYPOINTS, Correspondences, LocalFeatures, LocalMatcher
+from core.spots.base import MIN_KEYPOINTS, Correspondences, LocalFeatures, LocalMatcher
 from core.spots.fusion import DEFAULT_SHORTLIST, GLOBAL, shortlist_mask
 from core.spots.lnbnn import DEFAULT_K, lnbnn_all_vs_all
 from core.spots.verify import VERIFY_MODELS, Verification, verify_pair

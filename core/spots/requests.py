@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from core.backbones import DEFAULT_BACKBONE
 from core.requests import Request
-from core.spots import DEFAULT_MATCHER, MatcherUnavailableError, list_matchers, matcher_available
+from core.spots import list_matchers, matcher_available
+from core.spots.base import DEFAULT_MATCHER, MatcherUnavailableError
 from core.spots.fusion import DEFAULT_SHORTLIST
 from core.spots.pipeline import PipelineSettings
 

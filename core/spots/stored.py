@@ -21,7 +21,8 @@ import numpy as np
 from core.calibration import Calibrator, fit_calibrator
 from core.images import decode_image
 from core.metrics import retrieval_metrics
-from core.spots import LocalFeatures, LocalMatcher, features_cache_path, load_features, save_features
+from core.spots import features_cache_path, load_features, save_features
+from core.spots.base import LocalFeatures, LocalMatcher
 from core.spots.fusion import GLOBAL, calibrator_from_dict, calibrator_to_dict, fuse_probabilities, fused_similarity
 from core.spots.pipeline import LNBNN, VERIFICATION, PipelineSettings, SpotScores, cross_flank, verify_one
 from core.spots.verify import STATUS_WORDS, Verification
