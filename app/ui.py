@@ -38,6 +38,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr  # noqa: E402
 
+from app import ui_base  # noqa: E402
 from app.tabs import (  # noqa: E402
     benchmarks,
     catalogue,
@@ -51,7 +52,7 @@ from app.tabs import (  # noqa: E402
     models,
     people,
 )
-from app import ui_base  # noqa: E402
+
 # what every tab builds on lives in app.ui_base (the tabs import it, not this module); re-exported here
 from app.ui_base import (  # noqa: E402, F401
     ASSETS_DIR,

@@ -62,7 +62,7 @@ def lorentz_centroid(points: np.ndarray, *, axis: int = 0) -> np.ndarray:
     """Lorentzian centroid c = s / sqrt(-<s, s>_L), s = sum of the points along ``axis`` (on the hyperboloid)."""
     import torch
 
-    from core.lorentz import minkowski_norm_sq
+    from core.lorentz import minkowski_norm_sq  # lazy: imports torch (start-up time)
 
     s = torch.as_tensor(np.sum(np.asarray(points, dtype=np.float64), axis=axis))
     return (s / minkowski_norm_sq(s).clamp_min(1e-12).sqrt()[..., None]).numpy()

@@ -32,21 +32,21 @@ def _t64(x: np.ndarray):
 
 def minkowski_inner(queries: np.ndarray, gallery: np.ndarray) -> np.ndarray:
     """<q, g>_L = -q0 g0 + sum_{i>=1} qi gi for every pair (Q x G)."""
-    from core.lorentz import minkowski_inner_pairwise
+    from core.lorentz import minkowski_inner_pairwise  # lazy: imports torch (start-up time)
 
     return minkowski_inner_pairwise(_t64(queries), _t64(gallery)).numpy()
 
 
 def lorentz_distance(queries: np.ndarray, gallery: np.ndarray) -> np.ndarray:
     """d(q, g) = arccosh(max(-<q, g>_L, 1)) for every pair (Q x G), curvature -1 (geoopt's arcosh)."""
-    from core.lorentz import pairwise_dist
+    from core.lorentz import pairwise_dist  # lazy: imports torch (start-up time)
 
     return pairwise_dist(_t64(queries), _t64(gallery)).numpy()
 
 
 def lift_to_hyperboloid(spatial: np.ndarray) -> np.ndarray:
     """Point with spatial part v -> (sqrt(1 + |v|^2), v) on the unit hyperboloid (geoopt ``projx``)."""
-    from core.lorentz import lift
+    from core.lorentz import lift  # lazy: imports torch (start-up time)
 
     return lift(_t64(spatial)).numpy()
 

@@ -34,6 +34,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from core.heads import head_spec
+from core.metrics import all_vs_all_metrics
+from core.similarity import pairwise_scores
+
 ALL_BLOCKS = -1
 
 
@@ -79,7 +83,6 @@ class TrainConfig:
             raise ValueError("views must be at least 1")
 
     def resolved_loss(self) -> str:
-        from core.heads import head_spec
 
         return self.loss or head_spec(self.head).default_loss
 
@@ -343,9 +346,6 @@ class TrainState:
 def val_map(embeddings: np.ndarray, labels: Sequence[str], sightings: Sequence[str | None] | None, *,
             metric: str) -> dict[str, float]:
     """All-vs-all macro / micro mAP and CMC@1 of the validation set, same-sighting pairs excluded."""
-    from core.metrics import all_vs_all_metrics
-    from core.similarity import pairwise_scores
-
     sim = pairwise_scores(embeddings, embeddings, metric=metric)
     has = sightings is not None and any(s not in (None, "") for s in sightings)
     res = all_vs_all_metrics(sim, list(labels), sightings=list(sightings) if has else None,
@@ -458,8 +458,6 @@ def near_identity_scores(anchor: np.ndarray, labels: Sequence[str], distractor: 
     PA = share of positive margins over all pairs; SSR = share of identities (with a pair) whose
     every margin is positive.
     """
-    from core.similarity import pairwise_scores
-
     labels = np.asarray([str(x) for x in labels])
     sim = pairwise_scores(anchor, anchor, metric=metric)
     d = np.array([pairwise_scores(anchor[i:i + 1], distractor[i:i + 1], metric=metric)[0, 0]

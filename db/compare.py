@@ -76,7 +76,7 @@ def identity_balanced(values: np.ndarray, labels: Sequence[str]) -> float:
 def compare(cat: Catalogue, a: str | Sequence[str], b: str | Sequence[str], *, benchmark: str,
             alpha: float = 0.05, seed: int = 0) -> dict[str, Any]:
     """Compare A and B (a model name each, or one model per seed) on ``benchmark``'s test split."""
-    from core.stats import bootstrap_ci, compare_models, holm, verdict
+    from core.stats import bootstrap_ci, compare_models, holm, verdict  # lazy: scipy, statsmodels (start-up)
 
     names_a = [a] if isinstance(a, str) else list(a)
     names_b = [b] if isinstance(b, str) else list(b)

@@ -235,7 +235,7 @@ def _rebuilt_validation_ids(cat: Catalogue, snap: dict[str, Any], cfg: dict[str,
     """The validation hold-out of a model trained before it was recorded: the same seeded split of the same
     training set, trusted only when the training set's hash equals the model's snapshot hash."""
     from core.training import validation_split  # core.training and db.training load torch: only for old models
-    from db.training import training_set
+    from db.training import training_set  # lazy: imports torch (start-up time)
 
     tc = cfg.get("train_config") or {}
     try:

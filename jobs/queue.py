@@ -33,8 +33,10 @@ from typing import Any
 from sqlalchemy import select, update
 
 import jobs.kinds  # noqa: F401  (registers the built-in job kinds; it imports the registry, never this module)
+from db.audit import acting_as, acting_user, submitter_of_job
 from db.models import Job, JobStatus, utcnow
 from db.session import Catalogue
+
 # the registry and the handler's context live in their own modules (jobs.kinds imports them, not this one);
 # their names are re-exported here, where callers have always found them
 from jobs.context import JobCancelled, JobContext, job_dir  # noqa: F401
@@ -165,8 +167,6 @@ def request_cancel(cat: Catalogue, job_id: int, *, by: str | None = None) -> Job
     """Cancel a queued job at once; ask a running one to stop (its supervisor terminates it after a grace
     period if it does not stop by itself). ``by`` (default: the acting user) is recorded and named in the
     job's message. Returns the status after the call."""
-    from db.audit import acting_user
-
     by = (by or acting_user())[:120]
     for _ in range(5):
         job = get_job(cat, job_id)
@@ -260,7 +260,6 @@ def execute(cat: Catalogue, job_id: int) -> JobStatus:
     ctx.log(f"job {job_id} ({job.kind}) attempt {job.attempts} started in process {os.getpid()}")
     try:
         handler = get_handler(job.kind)
-        from db.audit import acting_as, submitter_of_job
 
         # what the job changes is audited under whoever queued it (a job runs in its own process)
         with acting_as(str(job.params.get("user") or "") or submitter_of_job(cat, job_id)):

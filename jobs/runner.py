@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("job_id", type=int)
     args = p.parse_args(argv)
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
-    from db.session import open_catalogue
-    from jobs.queue import execute
+    from db.session import open_catalogue  # lazy: would close an import circle
+    from jobs.queue import execute  # lazy: imports cv2, faiss (start-up time)
 
     cat = open_catalogue(args.data_dir, url=args.database_url, migrate=False)
     try:

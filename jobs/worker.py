@@ -33,8 +33,22 @@ from sqlalchemy import update
 
 from db.models import Job, JobStatus, utcnow
 from db.session import Catalogue
-from jobs.queue import (QUEUES, STALE_AFTER_S, JobError, _finish, _kill_tree, cancelled_message, claim_next, execute,
-                        get_job, job_dir, read_log_tail, recover_stale_jobs, transition, worker_name)
+from jobs.queue import (
+    QUEUES,
+    STALE_AFTER_S,
+    JobError,
+    _finish,
+    _kill_tree,
+    cancelled_message,
+    claim_next,
+    execute,
+    get_job,
+    job_dir,
+    read_log_tail,
+    recover_stale_jobs,
+    transition,
+    worker_name,
+)
 
 log = logging.getLogger("rosette.worker")
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -131,9 +131,9 @@ def test_simultaneous_undo_undoes_the_change_once(cat):
     is undone exactly once, the others are told it was already undone, and the change before it is left alone
     (issue 14, item 14). The button sends the change the page showed: a curator whose press arrives after
     another's undo has committed must not undo the change before it (the CI run of stop 18 did exactly that)."""
+    from db.models import EventKind, IdentityEvent
     from jobs.actions.catalogue import last_change_id, undo
     from jobs.requests.catalogue import UndoRequest
-    from db.models import EventKind, IdentityEvent
 
     with cat.unit_of_work() as s:
         ops.rename_individual(s, 1, "Amber Two", user="ana")  # the change before: must survive
@@ -184,9 +184,9 @@ def test_undo_refuses_when_a_newer_change_came_since_the_page_was_shown(cat):
 def test_undo_last_change_after_a_new_individual_decision_undoes_the_decision(cat):
     """Undoing the change a "new individual" decision made also undoes the decision: the photo is back in
     review (no standing decision, unassigned), the empty individual is retired, and nothing is left to undo."""
+    from db.matching import standing_decision
     from jobs.actions.catalogue import undo
     from jobs.requests.catalogue import UndoRequest
-    from db.matching import standing_decision
 
     n_active = len([i for i in _individuals(cat) if i.active])
     dec = record_decision(cat, query_image_id=1, decision="new", user="ana", new_name="Newcomer")

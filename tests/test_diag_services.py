@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
+from db.models import Flank, Image, Job
+from db.session import open_catalogue
 from jobs.actions import diagnostic_words as dw
 from jobs.actions import diagnostics as ds
 from jobs.actions import masks as mk
 from jobs.actions import photo_diagnosis as photo
 from jobs.requests.benchmarks import CreateBenchmarkRequest
 from jobs.requests.diagnostics import DiagnoseRequest
-from db.models import Flank, Image, Job
-from db.session import open_catalogue
 from tests.nyala_subset import nyala_subset, write_subset
 
 N_ANIMALS = 3

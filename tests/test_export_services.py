@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jobs.actions import export as es
-from jobs.requests.export import KaggleUploadRequest
 from db.catalogue import CatalogueError
 from db.session import open_catalogue
+from jobs.actions import export as es
+from jobs.requests.export import KaggleUploadRequest
 from jobs.worker import run_one
 
 

@@ -154,8 +154,9 @@ def test_read_only_needs_an_existing_catalogue_at_the_current_schema(tmp_path):
 def test_a_full_disk_at_start_up_is_a_message(tmp_path, capsys, monkeypatch):
     import errno
 
-    import db.session as session
     from sqlalchemy.exc import OperationalError
+
+    import db.session as session
 
     def full(_engine):
         raise OperationalError("CREATE TABLE x", {}, sqlite3.OperationalError("database or disk is full"))
@@ -211,9 +212,9 @@ def test_a_full_disk_with_an_existing_catalogue_says_so(tmp_path, capsys, monkey
     import shutil
     from collections import namedtuple
 
-    import db.catalogue as ops
     from sqlalchemy.exc import OperationalError
 
+    import db.catalogue as ops
     from db.session import open_catalogue
 
     data = tmp_path / "data"

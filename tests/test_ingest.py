@@ -452,7 +452,8 @@ def test_reimport_reports_new_metadata_and_updates_it_only_when_asked(cat, tmp_p
         assert s.scalar(select(Sighting.camera).where(Sighting.key == "s1")) == "CAM-9"
         image_id, individual_id = s.execute(select(Image.id, Image.individual_id)).one()
     # camera and observer are shown in the Catalogue's sightings and in Match review's facts
-    from jobs.actions import match as match_services, catalogue as services
+    from jobs.actions import catalogue as services
+    from jobs.actions import match as match_services
 
     assert services.open_individual(cat, individual_id).sightings == [["s1", "2024-05-02", "Porto Jofre", "CAM-9", "Rita", 1]]
     facts = dict(match_services.query_photo(cat, image_id).facts())

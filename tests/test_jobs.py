@@ -59,11 +59,10 @@ def test_transition_is_a_checked_compare_and_set(cat):
 def test_nothing_but_transition_writes_status():
     """Every status write in the engine goes through ``transition`` (grep the sources)."""
     import inspect
+    import re
 
     import jobs.queue as q
     import jobs.worker as w
-
-    import re
 
     writes = [line.strip() for module in (q, w) for line in inspect.getsource(module).splitlines()
               if re.search(r"\.values\([^)]*\bstatus\s*=[^=]", line)]

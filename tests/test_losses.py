@@ -10,8 +10,15 @@ import torch
 
 from core import lorentz
 from core.heads import create_head, head_spec, list_heads
-from core.losses import (LorentzLoss, NearIDLoss, anti_symmetry_term, create_loss, list_losses, solidity_variance,
-                         supcon_from_logits)
+from core.losses import (
+    LorentzLoss,
+    NearIDLoss,
+    anti_symmetry_term,
+    create_loss,
+    list_losses,
+    solidity_variance,
+    supcon_from_logits,
+)
 from core.registry import UnknownComponentError
 
 SEEDS = (0, 1, 2)

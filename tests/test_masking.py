@@ -10,10 +10,9 @@ import pytest
 from PIL import Image
 
 from core.masking import (
-    prompt_of,
+    Masker,
     MaskQuality,
     MaskResult,
-    Masker,
     create_masker,
     decode_mask_png,
     default_box,
@@ -21,6 +20,7 @@ from core.masking import (
     encode_mask_png,
     list_maskers,
     mask_quality,
+    prompt_of,
     solidity,
 )
 from core.registry import UnknownComponentError

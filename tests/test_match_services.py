@@ -8,13 +8,13 @@ import shutil
 import pytest
 from sqlalchemy import select
 
+from db.catalogue import CatalogueError, ConflictError
+from db.models import DecisionKind, Image, Individual, Job, JobStatus, MatchDecision
+from db.session import open_catalogue
 from jobs.actions import benchmarks as bs
 from jobs.actions import decisions as ds
 from jobs.actions import jobs as js
 from jobs.actions import match as ms
-from db.catalogue import CatalogueError, ConflictError
-from db.models import DecisionKind, Image, Individual, Job, JobStatus, MatchDecision
-from db.session import open_catalogue
 
 # names in the catalogue of three nyala animals: three photos each assigned, one more each left unassigned.
 NAMES = ("Amber", "Bruno", "Cleo")

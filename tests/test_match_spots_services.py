@@ -13,10 +13,10 @@ import pytest
 from PIL import Image as PILImage
 from sqlalchemy import select
 
-from jobs.actions import photo_diagnosis as ds
-from jobs.actions import match as ms
 from db.models import Image
 from db.session import open_catalogue
+from jobs.actions import match as ms
+from jobs.actions import photo_diagnosis as ds
 from tests.test_spots import spot_photo, spotted_animal
 
 PIPELINE = "efficientnet_lite0+sift-test"
@@ -183,8 +183,8 @@ def test_matcher_choices_list_pipelines_but_not_archived_ones(cat):
 
 
 def test_matched_spots_of_a_rotated_copy_and_of_another_animal(cat):
-    from jobs.actions.spots import MatchedSpotsRequest, matched_spots
     from core.spots.draw import DRAW_HEIGHT
+    from jobs.actions.spots import MatchedSpotsRequest, matched_spots
 
     photo = ids(cat)
     same = matched_spots(cat, MatchedSpotsRequest(query_image_id=photo["a0.png"], candidate_image_id=photo["a1.png"]))

@@ -79,8 +79,8 @@ def test_retrain_counts_new_decisions_and_compares_with_the_active_model(loop):
 
 
 def test_embedding_map_job_and_payload(loop):
-    from jobs.actions import map as mp
     from db.embedding_map import load_map
+    from jobs.actions import map as mp
 
     assert load_map(loop, "efficientnet_lite0") is None  # not computed yet
     job = queue.submit_and_run(loop, "map", {"model": "efficientnet_lite0"})
@@ -112,8 +112,8 @@ def test_embedding_map_job_and_payload(loop):
 def test_map_assign_can_create_an_individual_and_warns_about_mixed_selections(loop):
     """Issue 14, item 4: Assign could not create a new individual, and a lasso over two animals moved them all
     silently."""
-    from jobs.actions import map as mp
     from db.models import Image, Individual
+    from jobs.actions import map as mp
 
     with loop.unit_of_work() as s:
         rows = s.query(Image.id, Image.individual_id).filter(Image.individual_id.is_not(None)).order_by(Image.id).all()
@@ -229,8 +229,8 @@ def test_retrain_with_nothing_new_is_refused(tmp_path, capsys):
     """No identity confirmed since the active model was trained: the Models tab's Retrain and `rosette retrain`
     say so and queue nothing; `--force` still retrains (issue 14, item 5)."""
     from app.cli import main as cli
-    from jobs.actions.models import RetrainRequest, retrain
     from db.session import open_catalogue
+    from jobs.actions.models import RetrainRequest, retrain
 
     data = tmp_path / "empty"
     cat = open_catalogue(data)
@@ -246,8 +246,8 @@ def test_retrain_with_nothing_new_is_refused(tmp_path, capsys):
 def test_the_map_says_what_its_job_waits_for_and_never_waits_behind_training(tmp_path):
     """Map jobs run on the light queue (a training run never holds them up) and the empty map says 'queued
     behind job #N' instead of 'No map yet' while they wait (issue 14, item 4)."""
-    from jobs.actions.map import map_html, map_wait_note, queue_map
     from db.session import open_catalogue
+    from jobs.actions.map import map_html, map_wait_note, queue_map
     from jobs.queue import LIGHT, queue_of
 
     cat = open_catalogue(tmp_path / "data")

@@ -3,10 +3,10 @@ diagnostics' tier colours, calibrated probabilities and the new-individual sugge
 
 from __future__ import annotations
 
-from jobs.actions import match as ms
 from app.tabs.match import candidates_html, header_html
 from core.diagnostics import TIER_BANDS, tier_colour
 from db.session import open_catalogue
+from jobs.actions import match as ms
 
 
 def test_models_without_weights_are_listed_as_unavailable_not_offered(data_dir):

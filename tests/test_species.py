@@ -153,10 +153,10 @@ def test_promote_makes_a_model_active_for_its_species_and_queues_embedding(two_s
 
 
 def test_setting_a_species_from_the_catalogue_tab_and_undoing_it(tmp_path):
+    from db.models import Image as Img
     from jobs.actions import catalogue as services
     from jobs.actions import species as sa
     from jobs.requests.catalogue import IndividualSpeciesRequest, UndoRequest
-    from db.models import Image as Img
 
     manifest = make_reid_set(tmp_path / "photos", individuals=2, photos_each=2, seed=15)
     cat = open_catalogue(tmp_path / "data")

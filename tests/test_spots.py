@@ -9,10 +9,26 @@ import pytest
 
 from core.calibration import fit_calibrator
 from core.registry import UnknownComponentError
-from core.spots import (Correspondences, LocalFeatures, MatcherConfig, create_matcher, features_cache_path,
-                        list_matchers, load_features, matcher_available, save_features)
-from core.spots.fusion import (IsotonicCurve, calibrator_from_dict, calibrator_to_dict, fit_scorer_calibrations,
-                               fuse_probabilities, fused_similarity, shortlist_mask)
+from core.spots import (
+    Correspondences,
+    LocalFeatures,
+    MatcherConfig,
+    create_matcher,
+    features_cache_path,
+    list_matchers,
+    load_features,
+    matcher_available,
+    save_features,
+)
+from core.spots.fusion import (
+    IsotonicCurve,
+    calibrator_from_dict,
+    calibrator_to_dict,
+    fit_scorer_calibrations,
+    fuse_probabilities,
+    fused_similarity,
+    shortlist_mask,
+)
 from core.spots.lnbnn import build_descriptor_index, lnbnn_all_vs_all, lnbnn_scores
 from core.spots.pipeline import PipelineSettings, cross_flank, local_applies, spot_scores_all_vs_all
 from core.spots.verify import jacobian_det, verify_pair

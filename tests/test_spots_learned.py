@@ -26,9 +26,9 @@ from core.spots import (
     MatcherUnavailableError,
     UnknownComponentError,
     create_matcher,
+    learned,
     matcher_available,
 )
-from core.spots import learned
 
 H, W = 160, 200
 MAX_SIDE = 160

@@ -11,10 +11,16 @@ import pytest
 from PIL import Image as PILImage
 
 from app.cli import main as cli
-from jobs.actions.spots import (KeypointsRequest, MatchedSpotsRequest, SpotEvaluationRequest, evaluate_spots,
-                                extract_keypoints, matched_spots)
 from core.spots import MatcherUnavailableError
 from db.spots import features_for, get_matcher, is_pipeline, load_pipeline
+from jobs.actions.spots import (
+    KeypointsRequest,
+    MatchedSpotsRequest,
+    SpotEvaluationRequest,
+    evaluate_spots,
+    extract_keypoints,
+    matched_spots,
+)
 from tests.test_spots import spot_photo, spotted_animal
 
 INDIVIDUALS = 14
@@ -102,8 +108,9 @@ def test_bad_photos_are_scored_by_the_global_model_alone(spotted, evaluated):
     assert both == INDIVIDUALS * PHOTOS_EACH
     assert summary["test"]["no_spot_evidence"] + summary["calibration"]["no_spot_evidence"] == 1  # the blank photo
     assert summary["test"]["masked_share"] < 1.0 or summary["calibration"]["masked_share"] < 1.0  # the unmasked one
-    from db.models import Image
     from sqlalchemy import select
+
+    from db.models import Image
 
     with cat.unit_of_work() as s:
         blank = s.scalar(select(Image.id).where(Image.original_name == BLANK))
@@ -124,8 +131,9 @@ def test_compare_reads_the_pipeline_like_a_model(spotted, evaluated):
 
 def test_matched_spots_of_two_photos_of_one_animal(spotted):
     cat, _ = spotted
-    from db.models import Image
     from sqlalchemy import select
+
+    from db.models import Image
 
     with cat.unit_of_work() as s:
         ids = dict(s.execute(select(Image.original_name, Image.id)).all())
@@ -210,8 +218,9 @@ def test_cli_eval_verify_json_and_pipeline_name(spotted, evaluated, capsys):
 
 def test_cli_spots_show_draws_the_pair(spotted, tmp_path, capsys):
     cat, root = spotted
-    from db.models import Image
     from sqlalchemy import select
+
+    from db.models import Image
 
     with cat.unit_of_work() as s:
         ids = dict(s.execute(select(Image.original_name, Image.id)).all())

@@ -15,8 +15,7 @@ import pytest
 import torch
 
 from app.cli import main as cli
-from core.training import (augment, identity_batches, resolve_device, set_trainable_blocks,
-                           validation_split)
+from core.training import augment, identity_batches, resolve_device, set_trainable_blocks, validation_split
 from db.benchmarks import create_benchmark, load_benchmark
 from db.catalogue import CatalogueError
 from db.models import JobStatus, Model
@@ -294,11 +293,11 @@ def test_cli_train_wait_json_and_models_list(syn, capsys):
     # a bad value is refused before anything is queued, not later in the worker (issue 15)
     assert cli(["--data-dir", str(cat.data_dir), "train", "--benchmark", "syn", "--epochs", "0"]) == 1
     assert "epochs must be at least 1" in capsys.readouterr().err and len(queue.list_jobs(cat, limit=1000)) == n_jobs
-    from jobs.actions.training import launch_training
+    from jobs.actions.training import launch_training, training_form
 
     with pytest.raises(ValueError, match="Epochs must be between 1 and 1000"):
-        launch_training(cat, backbone="efficientnet_lite0", head="supcon", blocks="0", epochs=0,
-                        training_set="benchmark:syn", device="cpu", user="ana")
+        launch_training(cat, training_form(backbone="efficientnet_lite0", head="supcon", blocks="0", epochs=0,
+                                           training_set="benchmark:syn", device="cpu", user="ana"))
     assert len(queue.list_jobs(cat, limit=1000)) == n_jobs
 
 

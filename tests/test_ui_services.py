@@ -8,6 +8,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from db import catalogue as cat_ops
+from db.catalogue import CatalogueError
+from db.models import Flank, Image, Sighting
+from db.session import open_catalogue
 from jobs.actions import catalogue as services
 from jobs.actions import ingest, maintenance
 from jobs.actions.export import export_catalogue
@@ -21,10 +25,6 @@ from jobs.requests.catalogue import (
 )
 from jobs.requests.export import ExportCatalogueRequest
 from jobs.requests.ingest import ImportUploadsRequest
-from db import catalogue as cat_ops
-from db.catalogue import CatalogueError
-from db.models import Flank, Image, Sighting
-from db.session import open_catalogue
 
 TINY_JPEG_SIDE = 8
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 from app.console import print_table
-from jobs.actions.jobs import (CancelJobRequest, RetryJobRequest, cancel_job, list_jobs, recover_stale_jobs,
-                               retry_job)
+from jobs.actions.jobs import CancelJobRequest, RetryJobRequest, cancel_job, list_jobs, recover_stale_jobs, retry_job
 from jobs.queue import QUEUES
 from jobs.worker import main_loop, run_one
 

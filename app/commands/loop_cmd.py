@@ -7,9 +7,8 @@ import json
 
 from app.commands.train_cmd import print_training_table, wait_for_job
 from app.console import print_table
-from jobs.actions.flanks import AcceptFlankRequest, accept_suggestion
+from jobs.actions.flanks import AcceptFlankRequest, accept_suggestion, flank_suggestions, unlabelled_photos
 from jobs.actions.jobs import get_job
-from jobs.actions.loop import flank_suggestions, unlabelled_photos
 from jobs.actions.map import MapRequest, compute_map, queue_map
 from jobs.actions.match import active_model
 from jobs.actions.models import RetrainRequest, calibration, retrain, species_id

@@ -91,7 +91,7 @@ def run(args, ctx) -> int:
 
     # gradio is heavy (seconds to import) and reads its settings from the environment set above: imported only by
     # the command that serves
-    from app.ui import build_app, launch_options
+    from app.ui import build_app, launch_options  # lazy: see above
 
     demo = build_app(cat, single_user=ctx.user if args.single_user else None)
     demo.queue(default_concurrency_limit=4)

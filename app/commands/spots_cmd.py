@@ -14,8 +14,14 @@ from PIL import Image as PILImage
 
 from app.console import print_table
 from jobs.actions.models import species_id
-from jobs.actions.spots import (KeypointsRequest, MatchedSpotsRequest, extract_keypoints, matched_spots, matcher_rows,
-                                submit_keypoints)
+from jobs.actions.spots import (
+    KeypointsRequest,
+    MatchedSpotsRequest,
+    extract_keypoints,
+    matched_spots,
+    matcher_rows,
+    submit_keypoints,
+)
 
 
 def register(sub) -> None:

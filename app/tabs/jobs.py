@@ -148,9 +148,9 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
 
     @curator_action(role=Role.admin)
     def start(user, backbone_v, head_v, blocks_v, set_v, epochs_v, device_v):
-        job_id, message = ts.launch_training(cat, backbone=backbone_v, head=head_v, blocks=blocks_v,
-                                             epochs=epochs_v, training_set=set_v, device=device_v,
-                                             user=curator_name(user))
+        request = ts.training_form(backbone=backbone_v, head=head_v, blocks=blocks_v, epochs=epochs_v,
+                                   training_set=set_v, device=device_v, user=curator_name(user))
+        job_id, message = ts.launch_training(cat, request)
         return message, *show(job_id)
 
     @curator_action

@@ -11,6 +11,7 @@ from db.models import Role
 from jobs.actions import models as mv
 from jobs.actions import promote as pm
 from jobs.actions.common import curator_name
+from jobs.actions.species import species_names
 
 TITLE = "Models"
 ORDER = 55
@@ -71,7 +72,7 @@ def build(ctx: UIContext) -> None:
         benches = mv.benchmark_names(cat)
         b = b if b in benches else (benches[-1] if benches else None)
         names = mv.model_names(cat)
-        species_list = mv.species_names(cat)
+        species_list = species_names(cat)
         sp = sp if sp in species_list else (species_list[0] if species_list else None)
         pick_value = current if current in names else None
         return (gr.update(choices=benches, value=b), board(b, v, s, show_archived),

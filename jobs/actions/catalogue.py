@@ -23,7 +23,14 @@ from db.masks import FLANKS, set_flank
 from db.models import EventKind, IdentityEvent, Image, Individual, Sighting
 from db.session import Catalogue
 from jobs.actions.common import curator_name
-from jobs.requests.catalogue import MergeRequest, MovePhotosRequest, RenameRequest, SetFlanksRequest, SplitRequest, UndoRequest
+from jobs.requests.catalogue import (
+    MergeRequest,
+    MovePhotosRequest,
+    RenameRequest,
+    SetFlanksRequest,
+    SplitRequest,
+    UndoRequest,
+)
 
 HISTORY_HEADERS = ["When (UTC)", "Who", "What"]
 SIGHTING_HEADERS = ["Sighting", "Date", "Place", "Camera", "Observer", "Photos"]

@@ -21,8 +21,7 @@ from db.models import Image, Individual, MatchDecision, Sighting
 from db.session import Catalogue
 from jobs.actions.common import curator_name
 from jobs.actions.match import DECISION_WORDS, MatchView, enum_value
-from jobs.requests.match import (DecideRequest, DecideSightingRequest, IngestQueryRequest,  # noqa: F401
-                                 UndoDecisionRequest)
+from jobs.requests.match import DecideRequest, DecideSightingRequest, IngestQueryRequest, UndoDecisionRequest  # noqa: F401
 
 
 @dataclass

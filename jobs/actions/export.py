@@ -24,7 +24,6 @@ from jobs import queue
 from jobs.actions.common import curator_name
 from jobs.requests.export import ExportCatalogueRequest, KaggleExportRequest, KaggleUploadRequest
 
-
 # --------------------------------------------------------------------------- the catalogue
 
 

@@ -1,7 +1,9 @@
-"""Flank suggestion as the Mask and Match review screens show it, and accepting it (key F)."""
+"""Flank suggestion as the Mask and Match review screens show it, accepting it (key F), and the bulk reads of
+``rosette flank-suggest`` (the photos without a flank label and the flank suggested for each)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -36,3 +38,15 @@ def accept_suggestion(cat: Catalogue, request: AcceptFlankRequest) -> str:
     user = curator_name(request.user)
     flank = accept_flank_suggestion(cat, request.image_id, user=user)
     return f"Flank set to {flank} (suggested, accepted by {user})."
+
+
+def unlabelled_photos(cat: Catalogue) -> list[int]:
+    """Photos whose flank is not labelled, in catalogue order."""
+    with cat.unit_of_work() as s:
+        return list(s.scalars(select(Image.id).where(Image.flank == Flank.unknown).order_by(Image.id)))
+
+
+def flank_suggestions(cat: Catalogue, image_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Per photo: the suggested flank (left / right / other), its confidence, and the suggester's held-out
+    accuracy, training-set size and model."""
+    return suggest_flanks(cat, list(image_ids))

@@ -25,8 +25,17 @@ from db.calibration import calibrator_for, new_individual_threshold
 from db.catalogue import CatalogueError, check_date
 from db.matching import MatchResult, rank_candidates
 from db.matching import review_queue as ranked_queue
-from db.models import (DecisionKind, Evaluation, Image, Individual, JobStatus, MatchDecision, Model, ModelStatus,
-                       Sighting)
+from db.models import (
+    DecisionKind,
+    Evaluation,
+    Image,
+    Individual,
+    JobStatus,
+    MatchDecision,
+    Model,
+    ModelStatus,
+    Sighting,
+)
 from db.session import Catalogue
 from db.species import active_model_name, species_of_image
 from db.spots import PIPELINE_HEAD

@@ -15,7 +15,7 @@ from db.compare import compare as compare_on_benchmark
 from db.compare import difference_figure  # noqa: F401  (the Models tab's per-query differences)
 from db.leaderboard import SORT_KEYS, leaderboard  # noqa: F401  (SORT_KEYS: the tab's sort choices)
 from db.session import Catalogue
-from db.species import find_species, list_species, model_status
+from db.species import find_species, model_status
 from jobs.actions.benchmarks import benchmark_names  # noqa: F401  (the Models tab's benchmark picker)
 from jobs.actions.common import curator_name
 from jobs.kinds import retrain_params
@@ -97,10 +97,6 @@ def compare_markdown(res: dict[str, Any]) -> str:
             "seed, Fisher across seeds, Holm across the three endpoints. Means are per query (what the tests "
             "compare); in brackets, balanced per individual, as the leaderboard shows them.")
     return text
-
-
-def species_names(cat: Catalogue) -> list[str]:
-    return [r["name"] for r in list_species(cat)]
 
 
 def calibration(cat: Catalogue, model: str, species: str | int | None = None) -> dict[str, Any] | None:

@@ -25,8 +25,15 @@ from db.matching import rank_candidates
 from db.models import Image, Individual
 from db.session import Catalogue
 from db.spots import get_matcher, load_pipeline, verify_candidates
-from jobs.actions.diagnostic_words import (VARIANT_HELP, VARIANT_WORDS, describe_inpainter, describe_mask_source, fmt,
-                                           tip, weights_label)
+from jobs.actions.diagnostic_words import (
+    VARIANT_HELP,
+    VARIANT_WORDS,
+    describe_inpainter,
+    describe_mask_source,
+    fmt,
+    tip,
+    weights_label,
+)
 
 
 def _create_inpainter(name: str | None) -> Any:

@@ -12,15 +12,19 @@ import numpy as np
 from core.spots import describe_matchers, matcher_available
 from core.spots.draw import draw_correspondences
 from core.spots.pipeline import PipelineSettings
-from core.spots.requests import (KeypointsRequest, MatchedSpotsRequest, SpotEvaluationRequest,  # noqa: F401
-                                 available_matchers)
+from core.spots.requests import KeypointsRequest, MatchedSpotsRequest, SpotEvaluationRequest, available_matchers  # noqa: F401
 from db.benchmarks import list_benchmarks
 from db.catalogue import CatalogueError
 from db.embeddings import load_photo, sources_for
 from db.session import Catalogue
 from db.spots import evaluate_request as evaluate_spots  # noqa: F401  (the service: one request in, a result out)
-from db.spots import extract_keypoints  # noqa: F401
-from db.spots import get_matcher, load_pipeline, matcher_for, verify_candidates
+from db.spots import (
+    extract_keypoints,  # noqa: F401
+    get_matcher,
+    load_pipeline,
+    matcher_for,
+    verify_candidates,
+)
 from jobs import queue
 from jobs.actions.common import curator_name
 

@@ -105,17 +105,18 @@ def train(cat: Catalogue, request: TrainRequest) -> int:
     return queue.submit(cat, "train", replace(request, user=curator_name(request.user)).to_dict())
 
 
-def launch_training(cat: Catalogue, *, backbone: str, head: str, blocks: str, epochs: float | int | None,
-                    training_set: str, device: str, user: str) -> tuple[int, str]:
-    """The Jobs tab's Train button: queue the form's training run; returns (job id, message)."""
-    request = training_form(backbone=backbone, head=head, blocks=blocks, epochs=epochs, training_set=training_set,
-                            device=device, user=user)
+def launch_training(cat: Catalogue, request: TrainRequest) -> tuple[int, str]:
+    """The Jobs tab's Train button: queue the form's run (built by :func:`training_form`); returns (job id,
+    message)."""
+    from core.training import ALL_BLOCKS  # lazy: core.training imports torch
+
     job_id = train(cat, request)
+    head, blocks = request.config["head"], request.config["blocks"]
     where = (f"benchmark {request.benchmark}'s train split" if request.benchmark
              else "the catalogue's confirmed individuals")
-    return job_id, (f"Training job #{job_id} queued: {HEAD_LABELS.get(head, head).split(' (')[0]} on {backbone}, "
-                    f"{'head only' if blocks == '0' else 'blocks ' + blocks}, {request.config['epochs']} epochs, "
-                    f"from {where}.")
+    extent = "head only" if blocks == 0 else "blocks " + ("all" if blocks == ALL_BLOCKS else str(blocks))
+    return job_id, (f"Training job #{job_id} queued: {HEAD_LABELS.get(head, head).split(' (')[0]} on "
+                    f"{request.backbone}, {extent}, {request.config['epochs']} epochs, from {where}.")
 
 
 def run_here(cat: Catalogue, job_id: int, *, report: Callable[[Job], None] | None = None,

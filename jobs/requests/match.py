@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.requests import Request
+from db.models import DecisionKind
 from jobs.requests._values import as_id, optional_id, settle
 
-DECISIONS = ("same", "not", "unsure", "new")  # the values of db.models.DecisionKind
+DECISIONS = tuple(kind.value for kind in DecisionKind)  # the one vocabulary: db.models.DecisionKind
 
 
 def _settle_seen(request: DecideRequest | DecideSightingRequest) -> None:

@@ -48,9 +48,9 @@ def _umap_rows() -> tuple[list[dict], dict]:
 
 def _render_rows(maps: dict) -> list[dict]:
     """Time Plotly.newPlot of the Map tab's own script on a page with n points, in headless chromium."""
-    from jobs.actions.map import map_html
     from app.tabs.map import MAP_JS, WEBGL_FROM
     from app.ui import plotly_js_path
+    from jobs.actions.map import map_html
 
     chromium = "/usr/bin/chromium"
     if not Path(chromium).exists():
@@ -94,8 +94,8 @@ def _promotion_rows() -> list[dict]:
     from db.benchmarks import create_benchmark
     from db.matching import review_queue
     from db.session import open_catalogue
-    from jobs.actions.promote import PromoteRequest, promote
     from jobs import queue
+    from jobs.actions.promote import PromoteRequest, promote
 
     with tempfile.TemporaryDirectory(prefix="rosette-bench-promote-") as tmp:
         cat = open_catalogue(Path(tmp) / "data")

@@ -198,8 +198,8 @@ def test_browser_sign_in_a_viewer_is_refused_a_curator_renames_and_the_audit_tab
 def test_an_admin_adds_an_account_in_the_browser_and_it_can_sign_in(server, page):
     from playwright.sync_api import expect
 
-    from db.users import authenticate
     from db.session import open_catalogue
+    from db.users import authenticate
 
     sign_in(page, server, "ada", PASSWORD)
     page.get_by_role("tab", name="People").click()

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from db.session import open_catalogue
 from jobs.actions.catalogue import individual_cards, rename
 from jobs.requests.catalogue import RenameRequest
-from db.session import open_catalogue
 from tests.browser.conftest import choose
 
 TIMEOUT_MS = 30_000

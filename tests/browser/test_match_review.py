@@ -26,7 +26,6 @@ def seed(data_dir: Path, nyala_dir: Path, manifest: list[dict[str, str]], work: 
     """Per animal: three assigned photos (two sightings) and one unassigned photo (a third sighting)."""
     from db.ingest import ingest_path
     from db.session import open_catalogue
-
     from tests.nyala_subset import animals_with_sightings
 
     rows = []

@@ -7,9 +7,8 @@ Revision ID: 0003
 Revises: 0002
 Create Date: 2026-11-22 17:40:00
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0003'
 down_revision = '0002'
