@@ -130,8 +130,10 @@ def curator_action(fn: Callable[..., Any] | None = None, *, role: Role | str = R
         except gr.Error:
             raise
         except PermissionDenied as exc:
+            log.info("%s refused: %s", getattr(fn, "__name__", fn), exc)
             raise gr.Error(str(exc), title="Not allowed", print_exception=False) from None
         except (ValueError, FileNotFoundError) as exc:
+            log.info("%s could not do that: %s", getattr(fn, "__name__", fn), exc)
             raise gr.Error(str(exc), title="Could not do that", print_exception=False) from None
         except Exception as exc:  # noqa: BLE001 - a curator must never see a stack trace
             log.exception("handler %s failed", getattr(fn, "__name__", fn))

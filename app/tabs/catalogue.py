@@ -108,7 +108,7 @@ def build(ctx: UIContext) -> None:
         return ([(c.thumb, c.caption) for c in pictured], [c.id for c in pictured], services.catalogue_summary(cat),
                 gr.update(choices=choices, value=value))
 
-    def render_detail(current, ticked=None):
+    def render_detail(current, ticked=None, target=None):
         everyone = services.individual_cards(cat)
         history = _table(services.history_rows(cat), services.HISTORY_HEADERS)
         species_names = sa.species_names(cat)
@@ -120,17 +120,18 @@ def build(ctx: UIContext) -> None:
         view = services.open_individual(cat, current)
         targets = [(c.caption, c.id) for c in everyone if c.id != view.id]
         choices = services.image_choices(view)
-        still_here = [i for i in (ticked or []) if any(i == c for _, c in choices)]  # ticks survive a refresh
+        # ticks and the chosen "Merge into" survive a refresh (one that lands just after a choice must not undo it)
+        still_here = [i for i in (ticked or []) if any(i == c for _, c in choices)]
         return (f"### {markdown_text(view.headline())}", [(c.path, c.caption) for c in view.images if c.path],
                 _table(view.sightings, services.SIGHTING_HEADERS),
                 gr.update(choices=choices, value=still_here), view.name,
-                gr.update(choices=targets, value=None), history,
+                gr.update(choices=targets, value=target if any(target == t for _, t in targets) else None), history,
                 gr.update(choices=species_names, value=sa.species_of_individual(cat, view.id)), newest)
 
-    def render_all(search_text, current, ticked):
-        return (*render_list(search_text, current), *render_detail(current, ticked))
+    def render_all(search_text, current, ticked, target):
+        return (*render_list(search_text, current), *render_detail(current, ticked, target))
 
-    ctx.on_refresh(render_all, inputs=[search, open_id, split_pick], outputs=list_outputs + detail_outputs)
+    ctx.on_refresh(render_all, inputs=[search, open_id, split_pick, merge_target], outputs=list_outputs + detail_outputs)
     search.change(guarded_viewer(render_list), inputs=[search, open_id], outputs=list_outputs,
                   trigger_mode="always_last", show_progress="hidden", api_visibility="private")
 

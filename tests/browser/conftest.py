@@ -205,7 +205,8 @@ def settled_text(locator, *, timeout_s: float = 20.0) -> str:
 
     timer = re.compile(r"^\s*(processing\s*\|?\s*)?\d+(\.\d+)?s(\s*/\s*\d+(\.\d+)?s)?\s*$", re.IGNORECASE)
     # a gr.Progress overlay: "48/48 photos | 0.3s" and "Computing photo features - 100.0%"
-    progress = re.compile(r"(\|\s*\d+(\.\d+)?s\s*$)|(\s-\s*\d+(\.\d+)?%\s*$)")
+    # and, while the event waits in Gradio's queue, "queue: 1/1 | 0.2/0.3s" (elapsed / expected)
+    progress = re.compile(r"(\|\s*\d+(\.\d+)?(\s*/\s*\d+(\.\d+)?)?s\s*$)|(\s-\s*\d+(\.\d+)?%\s*$)|(^\s*queue:\s*\d+/\d+)")
     deadline = time.monotonic() + timeout_s
     while True:
         text = locator.inner_text()

@@ -214,6 +214,10 @@ def test_demo_catalogue_merge_and_split_with_undo(demo_server, page, shot):
     choose(page, "catalogue-bulk-flank", "front")
     page.locator("#catalogue-set-flanks").click()
     expect(status).to_contain_text("Flank set to front for 2 photos.", timeout=TIMEOUT_MS)
+    # the refresh that follows the change re-renders the ticks and the "Merge into" choices: let it land before
+    # choosing (a choice made while it is in flight can be overwritten, as a curator would see)
+    expect(picks.nth(0)).to_contain_text("front flank", timeout=TIMEOUT_MS)
+    expect(picks.nth(1)).to_contain_text("front flank", timeout=TIMEOUT_MS)
     choose(page, "catalogue-merge-target", "nyala_60 (")
     page.locator("#catalogue-move").click()
     expect(status).to_contain_text("Moved 2 photos to nyala_60", timeout=TIMEOUT_MS)
