@@ -13,9 +13,12 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from functools import cache
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from pydantic import TypeAdapter, ValidationError
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter, ValidationError
+
+T = TypeVar("T")
 
 
 class RequestError(ValueError):
@@ -24,20 +27,39 @@ class RequestError(ValueError):
 
 @cache
 def _adapter(cls: type) -> TypeAdapter:
+    from pydantic import TypeAdapter  # lazy: ~0.1 s to import, needed only when a stored request is rebuilt
+
     return TypeAdapter(cls)
 
 
-def _message(cls: type, error: ValidationError) -> str:
+def _message(label: str, error: ValidationError) -> str:
     parts = []
     for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"]) or cls.__name__
+        where = ".".join(str(p) for p in item["loc"]) or label
         if item["type"] == "extra_forbidden":
             parts.append(f"unknown field {where!r}")
         elif item["type"] == "missing":
             parts.append(f"{where!r} is missing")
         else:
             parts.append(f"{where!r}: {item['msg'].lower()} (got {item.get('input')!r})")
-    return f"{cls.__name__}: " + "; ".join(parts)
+    return f"{label}: " + "; ".join(parts)
+
+
+def rebuild(cls: type[T], data: Mapping[str, Any], *, label: str | None = None) -> T:
+    """The dataclass ``cls`` made from stored ``data`` with its annotations checked strictly (pydantic's JSON mode):
+    a wrongly typed value raises :class:`RequestError` naming the field (after ``label``, default the class name),
+    and the class's own checks (``__post_init__``) raise ``ValueError`` in their words. Unknown keys are the
+    caller's to refuse (with the names it knows)."""
+    from pydantic import ValidationError  # lazy, as in _adapter
+
+    try:
+        return _adapter(cls).validate_json(json.dumps(dict(data)), strict=True)
+    except ValidationError as exc:
+        # a value check in __post_init__ surfaces as a ValidationError of type value_error: keep its words
+        values = [e for e in exc.errors() if e["type"] == "value_error"]
+        if values and len(values) == len(exc.errors()):
+            raise ValueError(str(values[0]["ctx"]["error"])) from None
+        raise RequestError(_message(label or cls.__name__, exc)) from None
 
 
 class Request:
@@ -58,11 +80,4 @@ class Request:
         if unknown:
             raise RequestError(f"{cls.__name__}: unknown field(s) {', '.join(map(repr, unknown))}; "
                                f"known: {', '.join(sorted(known))}")
-        try:
-            return _adapter(cls).validate_json(json.dumps(dict(data)), strict=True)
-        except ValidationError as exc:
-            # a value check in __post_init__ surfaces as a ValidationError of type value_error: keep its words
-            values = [e for e in exc.errors() if e["type"] == "value_error"]
-            if values and len(values) == len(exc.errors()):
-                raise ValueError(str(values[0]["ctx"]["error"])) from None
-            raise RequestError(_message(cls, exc)) from None
+        return rebuild(cls, data)

@@ -11,16 +11,13 @@ load torch anyway; the other commands start without it)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import TYPE_CHECKING, Any, Self
 
-from pydantic import TypeAdapter, ValidationError
-
 from core.backbones import DEFAULT_BACKBONE
-from core.requests import Request, RequestError
+from core.requests import Request, RequestError, rebuild
 
 if TYPE_CHECKING:
     from core.training import TrainConfig
@@ -28,13 +25,6 @@ if TYPE_CHECKING:
 SOURCES = ("benchmark", "catalogue")
 """Where the training photos come from: a benchmark's train split, or every confirmed individual of the catalogue
 (a benchmark's test photos are always left out)."""
-
-
-@cache
-def _config_adapter() -> TypeAdapter:
-    from core.training import TrainConfig  # lazy: core.training imports torch
-
-    return TypeAdapter(TrainConfig)
 
 
 @cache
@@ -50,20 +40,14 @@ def train_config(settings: Mapping[str, Any]) -> TrainConfig:
     setting or a value of the wrong type raises :class:`RequestError` naming it, a bad value ``ValueError`` in
     TrainConfig's own words ("epochs must be at least 1"), an unknown head the head registry's error."""
     from core.heads import head_spec  # lazy, as core.training: imports torch
+    from core.training import TrainConfig  # lazy: imports torch
 
     given = {k: v for k, v in settings.items() if v is not None}
     unknown = sorted(set(given) - setting_names())
     if unknown:
         raise RequestError(f"TrainRequest: unknown training setting(s) {', '.join(map(repr, unknown))}; known: "
                            f"{', '.join(sorted(setting_names()))}")
-    try:
-        config = _config_adapter().validate_json(json.dumps(given), strict=True)
-    except ValidationError as exc:
-        errors = exc.errors()
-        if all(e["type"] == "value_error" for e in errors):  # TrainConfig.__post_init__: keep its words
-            raise ValueError(str(errors[0]["ctx"]["error"])) from None
-        raise RequestError("TrainRequest: " + "; ".join(
-            f"{'.'.join(map(str, e['loc']))!r}: {e['msg'].lower()} (got {e.get('input')!r})" for e in errors)) from None
+    config = rebuild(TrainConfig, given, label="TrainRequest")
     head_spec(config.head)  # an unknown head is refused before anything is queued
     return config
 
