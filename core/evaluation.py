@@ -23,22 +23,25 @@ RERANK_METHODS = _rerank_methods()  # the one list of re-ranking names: core.rer
 
 
 def similarity_for(emb: np.ndarray, *, metric: str = "cosine", rerank: str = "none",
-                   valid: np.ndarray | None = None) -> np.ndarray:
-    """All-vs-all score matrix, optionally re-ranked (k-reciprocal or average query expansion);
-    ``valid`` marks the pairs re-ranking may use as neighbours (e.g. not from the same sighting)."""
+                   valid: np.ndarray | None = None, patches: np.ndarray | None = None) -> np.ndarray:
+    """All-vs-all score matrix, optionally re-ranked (k-reciprocal, average query expansion, or patch transport
+    with ``patches``); ``valid`` marks the pairs re-ranking may use as neighbours (e.g. not from the same
+    sighting)."""
     sim = pairwise_scores(emb, emb, metric=metric)
     if rerank in ("none", "", None):
         return sim
-    return all_vs_all_rerank(sim, method=rerank, valid=valid)
+    opts = {"patches": patches} if rerank == "patch_ot" else {}
+    return all_vs_all_rerank(sim, method=rerank, valid=valid, **opts)
 
 
 def evaluate_embeddings(emb: np.ndarray, labels: list[str], sightings: list[str | None], *,
-                        metric: str = "cosine", rerank: str = "none") -> dict[str, Any]:
+                        metric: str = "cosine", rerank: str = "none",
+                        patches: np.ndarray | None = None) -> dict[str, Any]:
     """Retrieval metrics of ``emb`` all-vs-all (same-sighting pairs excluded when sightings are known), with the
     figures that include them under ``with_same_sighting``."""
     has_sightings = any(s for s in sightings)
     valid = all_vs_all_valid(len(labels), sightings=sightings if has_sightings else None, exclude_same_sighting=True)
-    sim = similarity_for(emb, metric=metric, rerank=rerank, valid=valid)
+    sim = similarity_for(emb, metric=metric, rerank=rerank, valid=valid, patches=patches)
     main = retrieval_metrics(sim, labels, labels, valid=valid)  # the same mask re-ranking used
     if not labels:
         raise ValueError("the benchmark's test split is empty")

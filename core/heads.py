@@ -12,6 +12,7 @@ compared with, and its default loss (names stored in the ``models`` table):
 | arcface   | pooled | linear projection, L2-normalised | cosine  | arcface      |
 | lorentz   | tokens | GeM -> MLP (hidden 1024) -> 256-d tangent -> expmap0 on the hyperboloid | lorentz | lorentz |
 | nearid    | tokens | multi-head attention pooling (learned query) -> projection, L2-normalised | cosine | nearid |
+| idsim     | tokens | mean-pooled tokens -> residual 2-layer projection (global); each token -> residual 2-layer projection (patches) | cosine | idsim |
 
 GeM pooling: g = (mean_t clamp(x_t, eps)^p)^(1/p), p learned (init 3).
 The projection of the Euclidean heads starts as a seeded random orthogonal map
@@ -134,6 +135,54 @@ class AttentionPoolHead(nn.Module):
         return F.normalize(self.proj(pooled[:, 0] + x.mean(1)), dim=-1, eps=1e-12)
 
 
+class ResidualProjection(nn.Module):
+    """x -> normalize(W x + MLP(x)): W an orthogonal linear map (the frozen geometry at epoch 0), MLP two layers
+    (Linear -> GELU -> Linear) whose last layer starts at zero. Works on N x C and N x T x C alike."""
+
+    def __init__(self, in_dim: int, out_dim: int, *, hidden: int = 1024) -> None:
+        super().__init__()
+        self.linear = nn.Linear(in_dim, out_dim)
+        self.mlp = nn.Sequential(nn.Linear(in_dim, hidden), nn.GELU(), nn.Linear(hidden, out_dim))
+        nn.init.orthogonal_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+        nn.init.zeros_(self.mlp[2].weight)
+        nn.init.zeros_(self.mlp[2].bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.linear(x) + self.mlp(x), dim=-1, eps=1e-12)
+
+
+class IdSimHead(nn.Module):
+    """ID-Sim: two projection heads on the patch tokens. ``forward`` -> the global embedding (mean-pooled tokens
+    through a residual two-layer projection, L2-normalised), what retrieval reads; ``patches`` -> each token
+    through its own residual two-layer projection (``patch_dim``, L2-normalised): the patch set the
+    patch-transport term and the ``patch_ot`` re-ranking compare."""
+
+    input_kind = "tokens"
+    metric = "cosine"
+
+    def __init__(self, in_dim: int, *, out_dim: int = 512, patch_dim: int = 128, hidden: int = 512,
+                 seed: int = 0) -> None:
+        super().__init__()
+        self.in_dim, self.out_dim, self.patch_dim = int(in_dim), int(out_dim), int(patch_dim)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.global_proj = ResidualProjection(self.in_dim, self.out_dim, hidden=hidden)
+            self.patch_proj = ResidualProjection(self.in_dim, self.patch_dim, hidden=hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.global_proj(x.mean(1) if x.ndim == 3 else x)
+
+    def patches(self, x: torch.Tensor) -> torch.Tensor:
+        """N x T x C tokens -> N x T x patch_dim unit patch embeddings."""
+        if x.ndim != 3:
+            raise ValueError("the patch head needs patch tokens (N x T x C), not pooled features")
+        return self.patch_proj(x)
+
+    def forward_with_patches(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.forward(x), self.patches(x)
+
+
 @_register(HeadSpec("supcon", "pooled", "cosine", "supcon", "linear projection trained with SupCon (default)"))
 def _supcon_head(in_dim: int, **opts: Any) -> nn.Module:
     return ProjectionHead(in_dim, **opts)
@@ -159,6 +208,12 @@ def _lorentz_head(in_dim: int, **opts: Any) -> nn.Module:
                     "NearID: attention pooling over patch tokens, trained against near-identity distractors"))
 def _nearid_head(in_dim: int, **opts: Any) -> nn.Module:
     return AttentionPoolHead(in_dim, **opts)
+
+
+@_register(HeadSpec("idsim", "tokens", "cosine", "idsim",
+                    "ID-Sim: global + patch projection heads; SupCon + Sinkhorn patch transport (GeomLoss)"))
+def _idsim_head(in_dim: int, **opts: Any) -> nn.Module:
+    return IdSimHead(in_dim, **opts)
 
 
 def list_heads() -> list[str]:

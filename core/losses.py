@@ -1,7 +1,7 @@
 """Metric-learning losses as ``nn.Module``s with ``forward(embeddings, labels, **extra)``.
 
 Registry (the name is what the database stores): ``supcon``, ``triplet``,
-``arcface`` (sub-center), ``lorentz``, ``nearid``. Built on
+``arcface`` (sub-center), ``lorentz``, ``nearid``, ``idsim``. Built on
 pytorch-metric-learning (pml) and geoopt wherever they have the piece; the
 formulas (docs/DESIGN.md section 4):
 
@@ -28,6 +28,8 @@ formulas (docs/DESIGN.md section 4):
   near-identity distractors D(i);
   tier 2: 0.5 * softplus( logsumexp_{n in N(i)} s_in/T - s_id/T ) for each distractor d (the distractor,
   which shares the anchor's background, must still rank above ordinary batch negatives N(i)).
+- ``idsim`` (ID-Sim): SupCon (tau 0.1) on the global embedding + lambda * SupCon-form InfoNCE over the logits
+  l_ij = -S(P_i, P_j) / 0.1, S the debiased Sinkhorn divergence between the patch sets (core.patch_transport).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core import lorentz
+from core.patch_transport import pairwise_patch_similarity
 from core.registry import Registry
 
 LOSSES: Registry[nn.Module] = Registry("loss")
@@ -50,6 +53,7 @@ ARCFACE_SUBCENTERS = 3
 ARCFACE_MARGIN_RAD = 0.5
 ARCFACE_SCALE = 51.5
 ANTI_SYMMETRY_TAU = 0.3
+PATCH_TEMPERATURE = 0.1
 
 
 def anti_symmetry_term(embeddings: torch.Tensor, mirror_embeddings: torch.Tensor, *, tau: float) -> torch.Tensor:
@@ -113,7 +117,7 @@ def _arcface(*, num_classes: int, embedding_size: int, margin_rad: float = ARCFA
 
 # options the trainer passes to every loss that the Lorentz and NearID losses do not take
 # (the Lorentz loss has its own mirror hinge instead of the anti-symmetry term)
-_NOT_FOR_OWN_LOSSES = ("num_classes", "embedding_size", "anti_symmetry", "anti_symmetry_tau")
+_NOT_FOR_OWN_LOSSES = ("num_classes", "embedding_size", "anti_symmetry", "anti_symmetry_tau", "patch_weight")
 
 
 def solidity_variance(solidity: torch.Tensor, *, smin: float = 0.25, smax: float = 0.9) -> torch.Tensor:
@@ -227,6 +231,49 @@ def _nearid(**opts: Any) -> nn.Module:
     for key in _NOT_FOR_OWN_LOSSES:
         opts.pop(key, None)
     return NearIDLoss(**opts)
+
+
+class PatchTransportLoss(nn.Module):
+    """ID-Sim's training objective: SupCon (pml, tau 0.1) on the global embedding + lambda * InfoNCE over the
+    patch similarities: l_ij = -S(P_i, P_j) / tau_p (tau_p = 0.1), SupCon's multi-positive softmax over
+    each anchor's row (the anchor itself left out)."""
+
+    needs_patches = True
+
+    def __init__(self, *, patch_weight: float = 1.0, temperature: float = SUPCON_TEMPERATURE,
+                 patch_temperature: float = PATCH_TEMPERATURE, **global_options: Any) -> None:
+        super().__init__()
+        if patch_weight < 0:
+            raise ValueError("the patch weight must not be negative")
+        self.patch_weight = float(patch_weight)
+        self.patch_temperature = float(patch_temperature)
+        self.global_loss = _supcon(temperature=temperature, **global_options)
+
+    @property
+    def needs_mirror(self) -> bool:
+        return bool(getattr(self.global_loss, "needs_mirror", False))
+
+    def terms(self, embeddings: torch.Tensor, labels: torch.Tensor, *, patches: torch.Tensor | None = None,
+              **extra: Any) -> dict[str, torch.Tensor]:
+        """The two terms: ``global`` and ``patch`` (before weighting)."""
+        out = {"global": self.global_loss(embeddings, labels, **extra)}
+        if self.patch_weight > 0:
+            if patches is None:
+                raise ValueError("the idsim loss needs the batch's patch embeddings (patches=N x T x P)")
+            out["patch"] = supcon_from_logits(pairwise_patch_similarity(patches) / self.patch_temperature, labels)
+        return out
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, *, patches: torch.Tensor | None = None,
+                **extra: Any) -> torch.Tensor:
+        t = self.terms(embeddings, labels, patches=patches, **extra)
+        return t["global"] + self.patch_weight * t["patch"] if "patch" in t else t["global"]
+
+
+@LOSSES.register("idsim", description="ID-Sim: SupCon on the global embedding + lambda * InfoNCE over negative "
+                                      "Sinkhorn divergences between patch sets (GeomLoss)")
+def _idsim(*, patch_weight: float = 1.0, num_classes: int | None = None, embedding_size: int | None = None,
+           **opts: Any) -> nn.Module:
+    return PatchTransportLoss(patch_weight=patch_weight, **opts)
 
 
 def list_losses() -> list[str]:

@@ -39,6 +39,7 @@ from core.metrics import all_vs_all_metrics
 from core.similarity import pairwise_scores
 
 ALL_BLOCKS = -1
+SAMPLERS = ("m-per-class", "identity-aware")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,15 @@ class TrainConfig:
     val_per_identity: int = 2
     val_min_photos: int = 4
     steps_per_epoch: int | None = None  # default ceil(n_train / batch)
+    # identity-focused learning (issue 16)
+    adapter: str | None = None  # "lora": peft LoRA adapters on the backbone instead of unfreezing blocks
+    lora_rank: int = 16
+    lora_alpha: float = 32.0
+    lora_dropout: float = 0.05
+    patch_weight: float = 1.0  # lambda of the idsim head's patch-transport term
+    sampler: str = "m-per-class"  # m-per-class (pml MPerClassSampler) | identity-aware (pre-scheduled, hard negatives)
+    sources_per_batch: int | None = None  # identity-aware: K sources per batch (default: every source, at most 2)
+    hard_negatives: int = 2  # identity-aware: k hard-negative identities each anchor brings
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> TrainConfig:
@@ -77,10 +87,35 @@ class TrainConfig:
             raise ValueError("epochs must be at least 1")
         if self.blocks < ALL_BLOCKS:
             raise ValueError("blocks must be 0 (head only), a positive number of blocks, or -1 (all)")
+        if self.identities_per_batch < 2:
+            raise ValueError("identities_per_batch must be at least 2 (a batch needs negatives)")
         if self.per_identity < 2:
             raise ValueError("per_identity must be at least 2 (a batch needs positives)")
         if self.views < 1:
             raise ValueError("views must be at least 1")
+        if self.adapter not in (None, "lora"):
+            raise ValueError(f"unknown adapter {self.adapter!r}; expected lora")
+        if self.adapter is not None and self.blocks != 0:
+            raise ValueError("--adapter lora trains adapters on a frozen backbone: leave --blocks at 0")
+        if self.lora_rank < 1:
+            raise ValueError("the LoRA rank must be at least 1")
+        if self.lora_alpha <= 0:
+            raise ValueError("the LoRA alpha must be positive")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError("the LoRA dropout must be in [0, 1)")
+        if self.patch_weight < 0:
+            raise ValueError("the patch weight must not be negative")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"unknown sampler {self.sampler!r}; expected one of {', '.join(SAMPLERS)}")
+        if self.sources_per_batch is not None and self.sources_per_batch < 1:
+            raise ValueError("sources per batch must be at least 1")
+        if self.hard_negatives < 0:
+            raise ValueError("hard negatives per anchor must not be negative")
+
+    @property
+    def trains_backbone(self) -> bool:
+        """Whether photos go through the backbone every step (fine-tuned blocks or adapters), not cached views."""
+        return self.blocks != 0 or self.adapter is not None
 
     def resolved_loss(self) -> str:
 
@@ -325,6 +360,20 @@ class TrainableModel(nn.Module):
             x = features_for(self.backbone, x, kind=self.kind)
         return self.head(x.float())
 
+    def forward_with_patches(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The global embedding and the patch set (a head with ``forward_with_patches``: idsim)."""
+        if self.backbone is not None:
+            x = features_for(self.backbone, x, kind=self.kind)
+        return self.head.forward_with_patches(x.float())
+
+    def training_mode(self) -> None:
+        """Eval mode everywhere (no BatchNorm statistics updates: frozen layers stay exactly frozen), except the
+        LoRA adapters' dropout, which is part of their training."""
+        self.train(False)
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Dropout) and "lora_dropout" in name:
+                module.train(True)
+
     def trainable_state(self) -> dict[str, torch.Tensor]:
         """The head, and the backbone when it is being fine-tuned (what a checkpoint must keep)."""
         return {k: v.detach().cpu().clone() for k, v in self.state_dict().items()}
@@ -363,14 +412,16 @@ def fit(model: TrainableModel, loss_fn: nn.Module, optimizer: torch.optim.Optimi
         state: TrainState | None = None,
         on_epoch: Callable[[TrainState, dict[str, Any], bool], None] | None = None,
         on_step: Callable[[int, int, float], None] | None = None,
-        should_stop: Callable[[], bool] | None = None) -> TrainState:
+        should_stop: Callable[[], bool] | None = None,
+        batches: Callable[[int], Sequence[np.ndarray]] | None = None) -> TrainState:
     """The training loop shared by both modes.
 
     ``step_inputs(batch_indices, epoch, generator)`` returns ``{"x": inputs, "labels": codes,
     **loss extras}`` where extras are inputs to embed with the model (``mirror`` -> ``mirror_embeddings``,
     ``distractors`` -> ``distractors``) or passed as they are (``solidity``). After each epoch the
     validation set is embedded, the row appended to ``state.history`` and ``on_epoch(state, row, is_best)``
-    called (the caller saves checkpoints there). Stops after ``config.epochs``, after ``config.patience``
+    called. ``batches(epoch)`` gives the epoch's batches (row indices) when they are pre-scheduled (the
+    identity-aware sampler); by default pml's ``MPerClassSampler`` draws them (:func:`identity_batches`). (the caller saves checkpoints there). Stops after ``config.epochs``, after ``config.patience``
     epochs without a better validation mAP, or when ``should_stop()``.
     """
     state = state or TrainState()
@@ -382,17 +433,21 @@ def fit(model: TrainableModel, loss_fn: nn.Module, optimizer: torch.optim.Optimi
         t0 = time.perf_counter()
         torch.manual_seed(config.seed * 100003 + epoch)
         gen = torch.Generator().manual_seed(config.seed * 100003 + epoch)
-        model.train(False)  # no dropout / BN statistics updates: frozen layers stay exactly frozen
+        model.training_mode()  # no BN statistics updates: frozen layers stay exactly frozen
         losses = []
-        for i, idx in enumerate(identity_batches(codes, per_identity=config.per_identity,
-                                                 identities_per_batch=config.identities_per_batch,
-                                                 steps=steps, seed=config.seed * 7919 + epoch)):
+        epoch_batches = batches(epoch) if batches is not None else identity_batches(
+            codes, per_identity=config.per_identity, identities_per_batch=config.identities_per_batch, steps=steps,
+            seed=config.seed * 7919 + epoch)
+        for i, idx in enumerate(epoch_batches):
             if should_stop is not None and should_stop():
                 raise InterruptedError("training stopped on request")
             inputs = step_inputs(idx, epoch, gen)
             labels = inputs.pop("labels")
-            emb = model(inputs.pop("x"))
             extras: dict[str, Any] = {}
+            if getattr(loss_fn, "needs_patches", False):
+                emb, extras["patches"] = model.forward_with_patches(inputs.pop("x"))
+            else:
+                emb = model(inputs.pop("x"))
             if "mirror" in inputs:
                 extras["mirror_embeddings"] = model(inputs.pop("mirror"))
             if "distractors" in inputs:

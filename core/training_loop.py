@@ -24,11 +24,13 @@ import torch
 
 from core.backbones import BackboneConfig, create_backbone
 from core.backbones.torch_base import resize_for_config
+from core.adapters import LoraSpec, adapter_parameters, adapter_state, add_lora
 from core.backbones.trained import CHECKPOINT_FORMAT
 from core.features import atomic_write
 from core.heads import create_head, head_spec
 from core.losses import create_loss
 from core.progress import PhaseClock, duration_words
+from core.sampling import check_schedule, hard_negative_table, identity_aware_schedule
 from core.training import (
     TrainableModel,
     TrainConfig,
@@ -68,6 +70,11 @@ class TrainingSet:
     solidity: list[float | None]
     benchmark: str | None = None
     excluded_test_photos: int = 0
+    sources: list[str] | None = None
+    """Each photo's source (a benchmark or species name) for the identity-aware sampler; None: one source."""
+    hard_negative_pairs: list[tuple[str, str]] = field(default_factory=list)
+    """Identity pairs (labels as in ``labels``) that curators marked "not the same": the identity-aware sampler's
+    first hard negatives."""
 
     def snapshot_hash(self) -> str:
         """SHA-256 over the sorted (content hash, identity) pairs: same photos and labels, same hash."""
@@ -153,8 +160,9 @@ def cached_views(cache_dir: Path, backbone: Any, photos: Photo, hashes: Sequence
 
 def model_name(backbone: str, config: TrainConfig, job_id: int | None) -> str:
     """The default name of a trained model: backbone, head, blocks, seed and the job (or the time)."""
-    blocks = "all" if config.blocks == -1 else str(config.blocks)
-    stem = f"{backbone.replace(':', '_').replace('/', '_')}-{config.head}-b{blocks}-s{config.seed}"
+    extent = f"lora{config.lora_rank}" if config.adapter == "lora" else \
+        "b" + ("all" if config.blocks == -1 else str(config.blocks))
+    stem = f"{backbone.replace(':', '_').replace('/', '_')}-{config.head}-{extent}-s{config.seed}"
     return f"{stem}-j{job_id}" if job_id is not None else f"{stem}-{time.strftime('%Y%m%d%H%M%S')}"
 
 
@@ -204,7 +212,8 @@ def run_training(tset: TrainingSet, photos: TrainingPhotos, *, backbone: str, co
     dev = resolve_device(device)
     info = runtime_info(dev)
     benchmark = tset.benchmark
-    hooks.log(f"training {name}: backbone {backbone}, head {config.head}, loss {loss_name}, blocks {config.blocks}, "
+    hooks.log(f"training {name}: backbone {backbone}, head {config.head}, loss {loss_name}, "
+              f"{'LoRA rank ' + str(config.lora_rank) if config.adapter else 'blocks ' + str(config.blocks)}, "
               f"{len(tset.image_ids)} photos of {len(set(tset.labels))} individuals from {tset.source}"
               f"{' ' + benchmark if benchmark else ''}; device {info}")
     if tset.excluded_test_photos:
@@ -221,6 +230,10 @@ def run_training(tset: TrainingSet, photos: TrainingPhotos, *, backbone: str, co
     tr = np.flatnonzero(~is_val)
     va = np.flatnonzero(is_val)
     codes_all, names = encode_labels([tset.labels[i] for i in tr])
+    train_sources = [(tset.sources or [tset.source] * len(tset.labels))[i] for i in tr]
+    if config.sampler == "identity-aware":  # refused before any photo is embedded when the data cannot fill it
+        check_schedule(codes_all, train_sources, identities_per_batch=config.identities_per_batch,
+                       per_identity=config.per_identity, sources_per_batch=config.sources_per_batch)
     val_labels = [tset.labels[i] for i in va]
     val_sightings = [tset.sightings[i] for i in va]
     hooks.log(f"validation: {len(va)} photos of {len(set(val_labels))} training individuals held out "
@@ -250,18 +263,28 @@ def run_training(tset: TrainingSet, photos: TrainingPhotos, *, backbone: str, co
     in_dim = int(probe.shape[-1])
     head_options = {"out_dim": config.out_dim if config.head != "lorentz" else 256, "seed": config.seed}
     head = create_head(config.head, in_dim=in_dim, **head_options)
-    model = TrainableModel(head, backbone_model=base.model if config.blocks != 0 else None, kind=kind).to(dev)
-    n_trainable_bb = set_trainable_blocks(base.model, config.blocks) if config.blocks != 0 else 0
+    lora: LoraSpec | None = None
+    if config.adapter == "lora":
+        lora = add_lora(base.model, rank=config.lora_rank, alpha=config.lora_alpha, dropout=config.lora_dropout)
+        n_trainable_bb = sum(p.numel() for p in adapter_parameters(base.model))
+        hooks.log(f"LoRA adapters (rank {lora.rank}, alpha {lora.alpha:g}, dropout {lora.dropout:g}) on "
+                  f"{len(lora.targets)} layers: {n_trainable_bb:,} trainable parameters; the backbone stays frozen")
+    else:
+        n_trainable_bb = set_trainable_blocks(base.model, config.blocks) if config.blocks != 0 else 0
+    model = TrainableModel(head, backbone_model=base.model if config.trains_backbone else None, kind=kind).to(dev)
     with torch.no_grad():
         out_dim = int(model.head(probe.to(dev).float()).shape[-1])
     loss_fn = create_loss(loss_name, num_classes=len(names), embedding_size=out_dim,
-                          anti_symmetry=config.anti_symmetry, anti_symmetry_tau=config.anti_symmetry_tau).to(dev)
+                          anti_symmetry=config.anti_symmetry, anti_symmetry_tau=config.anti_symmetry_tau,
+                          patch_weight=config.patch_weight).to(dev)
+    if getattr(loss_fn, "needs_patches", False) and not hasattr(head, "forward_with_patches"):
+        raise ValueError(f"the {loss_name} loss needs a head with patch embeddings (--head idsim), not {config.head}")
     extra = [p for p in loss_fn.parameters() if p.requires_grad]  # ArcFace's class centres train too
     optimizer = make_optimizer(model, config, riemannian=spec.metric == "lorentz", extra_params=extra)
     solidity = torch.tensor([1.0 if s is None else float(s) for s in tset.solidity], dtype=torch.float32)
     codes_t = torch.from_numpy(codes_all)
 
-    if config.blocks == 0:
+    if not config.trains_backbone:
         hooks.progress(0.02, f"caching {config.views} views of {len(tr)} training photos")
         caching_clock = PhaseClock("caching views")
         views = cached_views(cache_dir, base, lambda j: photo(int(tr[j])), [tset.content_hashes[i] for i in tr],
@@ -335,6 +358,23 @@ def run_training(tset: TrainingSet, photos: TrainingPhotos, *, backbone: str, co
     total_epochs = config.epochs
     n_batches = max(1, int(np.ceil(len(tr) / (min(config.identities_per_batch, len(names)) * config.per_identity))))
     steps_per_epoch = config.steps_per_epoch or n_batches
+    batches = None
+    if config.sampler == "identity-aware":
+        hooks.progress(0.2, "scheduling the run's identity-aware batches")
+        ranked = embed_features(base, [photo(int(i)) for i in tr], kind="pooled")  # the frozen model's ranking
+        negatives = hard_negative_table(codes_all, names, decided=tset.hard_negative_pairs,
+                                        features=ranked.numpy(), k=config.hard_negatives, sources=train_sources)
+        schedule = identity_aware_schedule(codes_all, train_sources, hard_negatives=negatives, epochs=total_epochs,
+                                           steps_per_epoch=steps_per_epoch,
+                                           identities_per_batch=config.identities_per_batch,
+                                           per_identity=config.per_identity,
+                                           sources_per_batch=config.sources_per_batch, seed=config.seed)
+        decided = sum(len(v.decided) for v in negatives.values())
+        hooks.log(f"identity-aware batches: {len(schedule)} epochs x {len(schedule[0])} steps, "
+                  f"{decided} curator hard negative(s), the rest from the frozen model's ranking")
+
+        def batches(epoch: int) -> list[np.ndarray]:
+            return schedule[epoch - 1]
 
     training_clock = PhaseClock("training steps")
 
@@ -360,7 +400,8 @@ def run_training(tset: TrainingSet, photos: TrainingPhotos, *, backbone: str, co
                   "frozen": True}) if state.epoch == 0 else None
     state = fit(model, loss_fn, optimizer, codes=codes_all, config=config, step_inputs=step_inputs,
                 embed_val=embed_val if len(va) else None, val_labels=val_labels, val_sightings=val_sightings,
-                metric=spec.metric, state=state, on_epoch=on_epoch, on_step=on_step, should_stop=hooks.should_stop)
+                metric=spec.metric, state=state, on_epoch=on_epoch, on_step=on_step, should_stop=hooks.should_stop,
+                batches=batches)
     # ---- best epoch -> the checkpoint a model is registered with
     if best.exists():
         model.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["model"])
@@ -370,7 +411,7 @@ def run_training(tset: TrainingSet, photos: TrainingPhotos, *, backbone: str, co
         with torch.no_grad():
             e_val = embed_val()
             d_feats = embed_features(base, [distractor_of(int(i)) for i in va], kind=kind)
-            e_d = model.head(d_feats.to(dev)).float().cpu().numpy() if config.blocks == 0 else \
+            e_d = model.head(d_feats.to(dev)).float().cpu().numpy() if not config.trains_backbone else \
                 model(base.preprocess([distractor_of(int(i)) for i in va])).float().cpu().numpy()
         nearid_scores = near_identity_scores(e_val, val_labels, e_d)
         hooks.log(f"NearID on the validation set: SSR {nearid_scores['ssr']:.3f}, PA {nearid_scores['pa']:.3f}")
@@ -379,6 +420,9 @@ def run_training(tset: TrainingSet, photos: TrainingPhotos, *, backbone: str, co
             "blocks": config.blocks, "in_dim": in_dim, "embed_dim": out_dim, "loss": loss_name,
             "head_state": {k: v.cpu() for k, v in model.head.state_dict().items()},
             "backbone_state": {k: v.cpu() for k, v in base.model.state_dict().items()} if config.blocks != 0 else None,
+            "adapter": lora.to_dict() if lora is not None else None,
+            "adapter_state": adapter_state(base.model) if lora is not None else None,
+            "base_fingerprint": base.config.fingerprint(),
             "train_config": config.to_dict(), "snapshot_hash": tset.snapshot_hash()}
     return TrainedRun(checkpoint=ckpt, base_config=base.config, head=config.head, embed_dim=out_dim,
                       metric=spec.metric, loss=loss_name, blocks=config.blocks, device=dev, runtime=info, state=state,

@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from core.evaluation import RERANK_METHODS, evaluate_embeddings, similarity_for
 from db.benchmarks import load_benchmark, load_benchmark_fit_ids
-from db.embeddings import embed_images, get_backbone
+from db.embeddings import embed_images, get_backbone, sources_for, variant_loader
 from db.models import Benchmark, Evaluation, Model
 from db.session import Catalogue
 
@@ -36,7 +36,14 @@ def run_evaluation(cat: Catalogue, *, backbone: str, benchmark: str, variant: st
     emb = embed_images(cat, data.image_ids, backbone=model, variant=variant, inpainter=inpainter,
                        progress=progress, should_cancel=should_cancel)
     metric = model.config.metric  # cosine, or exp(-d) for hyperbolic (Lorentz) models
-    metrics = evaluate_embeddings(emb, data.labels, data.sightings, metric=metric, rerank=rerank)
+    patches = None
+    if rerank == "patch_ot":
+        if not getattr(model, "has_patches", False):
+            raise ValueError(f"patch_ot re-ranking needs a model with a patch head (trained with --head idsim); "
+                             f"{model.config.name} has none")
+        patches = model.embed_patches([variant_loader(cat, src, variant, inpainter=inpainter)[1]()
+                                       for src in sources_for(cat, data.image_ids)])
+    metrics = evaluate_embeddings(emb, data.labels, data.sightings, metric=metric, rerank=rerank, patches=patches)
     result = {
         **metrics,
         "metric": metric,

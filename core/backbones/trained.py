@@ -3,7 +3,8 @@
 Checkpoint format (``torch.save`` of a dict, ``format = "rosette-trained-1"``):
 ``backbone`` (registry name), ``backbone_config`` (the base config dict),
 ``head`` / ``head_options`` / ``input_kind`` / ``metric``, ``blocks``,
-``head_state``, ``backbone_state`` (only when blocks were fine-tuned),
+``head_state``, ``backbone_state`` (only when blocks were fine-tuned), ``adapter`` / ``adapter_state`` (LoRA: only
+the adapter matrices, the base named by ``base_fingerprint``),
 ``train_config`` and ``snapshot_hash``. :func:`load_trained_backbone` rebuilds
 the base with the same preprocessing, loads the states strictly and returns a
 :class:`TrainedBackbone` whose ``config`` carries the model name, the checkpoint's
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from core.adapters import LoraSpec, load_adapters
 from core.backbones import create_backbone
 from core.backbones.config import BackboneConfig
 from core.backbones.torch_base import embed_in_batches
@@ -65,20 +67,41 @@ class TrainedBackbone:
                 out[start:start + emb.shape[0]] = emb.cpu().numpy()
         return out
 
+    @property
+    def has_patches(self) -> bool:
+        """Whether the head gives patch embeddings (idsim), which the ``patch_ot`` re-ranking compares."""
+        return hasattr(self.head, "patches")
+
+    def embed_patches(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        """N x T x P unit patch embeddings of the idsim head (float16 to keep a benchmark's sets small)."""
+        if not self.has_patches:
+            raise ValueError(f"model {self.config.name!r} has no patch head; patch_ot re-ranking needs a model "
+                             "trained with --head idsim")
+        out = []
+        with torch.inference_mode():
+            for start in range(0, len(images), self.batch_size):
+                x = self.base.preprocess(list(images[start:start + self.batch_size]))
+                tokens = features_for(self.base.model, x, kind="tokens")
+                out.append(self.head.patches(tokens).to("cpu", torch.float16).numpy())
+        return np.concatenate(out) if out else np.zeros((0, 0, 0), dtype=np.float16)
+
     def embed(self, images: Sequence[np.ndarray]) -> np.ndarray:
 
         return embed_in_batches(self, images)
 
 
 def trained_config(name: str, *, base_config: BackboneConfig, head: str, embed_dim: int, metric: str,
-                   checkpoint_sha256: str, blocks: int, loss: str, checkpoint_name: str) -> BackboneConfig:
+                   checkpoint_sha256: str, blocks: int, loss: str, checkpoint_name: str,
+                   adapter: dict[str, Any] | None = None) -> BackboneConfig:
     """The config of a trained model: the base's preprocessing, the trained weights' identity."""
     return base_config.with_updates(
         name=name, architecture=f"{base_config.architecture}+{head}", embed_dim=int(embed_dim),
         weight_source=f"trained:{checkpoint_name} (base {base_config.name} {base_config.fingerprint()})",
         weights_sha256=checkpoint_sha256, metric=metric, pooling=f"{head} head",
         extra={**base_config.extra_dict(), "base_fingerprint": base_config.fingerprint(), "head": head, "loss": loss,
-               "blocks": int(blocks)})
+               "blocks": int(blocks),
+               **({"adapter": f"lora r{adapter['rank']} alpha {adapter['alpha']:g} on {len(adapter['targets'])} "
+                              "layers"} if adapter else {})})
 
 
 def load_trained_backbone(path: str | Path, *, name: str, checkpoint_sha256: str,
@@ -101,9 +124,16 @@ def load_trained_backbone(path: str | Path, *, name: str, checkpoint_sha256: str
     if ckpt.get("backbone_state") is not None:
         base.model.load_state_dict(ckpt["backbone_state"], strict=True)
         base.model.requires_grad_(False).eval()
+    adapter = LoraSpec.from_dict(ckpt["adapter"]) if ckpt.get("adapter") else None
+    if adapter is not None:
+        if ckpt.get("base_fingerprint") != base.config.fingerprint():
+            raise ValueError(f"model {name!r}'s adapters were trained on base {ckpt.get('base_fingerprint')} but "
+                             f"this machine builds {base.config.fingerprint()}")
+        load_adapters(base.model, adapter, ckpt["adapter_state"])
     head = create_head(ckpt["head"], in_dim=int(ckpt["in_dim"]), **ckpt.get("head_options", {}))
     head.load_state_dict(ckpt["head_state"], strict=True)
     cfg = trained_config(name, base_config=base_cfg, head=ckpt["head"], embed_dim=int(ckpt["embed_dim"]),
                          metric=ckpt["metric"], checkpoint_sha256=checkpoint_sha256, blocks=int(ckpt["blocks"]),
-                         loss=ckpt.get("loss", ""), checkpoint_name=path.name)
+                         loss=ckpt.get("loss", ""), checkpoint_name=path.name,
+                         adapter=adapter.to_dict() if adapter is not None else None)
     return TrainedBackbone(base, head, config=cfg, input_kind=ckpt["input_kind"])

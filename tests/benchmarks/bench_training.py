@@ -2,7 +2,7 @@
 configuration so each peak RSS is its own.
 
 Rows: seconds per epoch for every head on cached frozen features (head only), partial fine-tuning of the
-last 2 and 4 blocks, the one-off view-caching time, and peak resident memory; the same on CUDA when this
+last 2 and 4 blocks, LoRA rank 16 adapters (supcon and idsim) with their checkpoint size beside --blocks 4's, the one-off view-caching time, and peak resident memory; the same on CUDA when this
 machine has a GPU. Figures are per epoch of the training set used and per 1,000 training photos (so they
 scale to nyala's ~900 training photos of the identity split).
 
@@ -30,7 +30,15 @@ if str(ROOT) not in sys.path:
 NYALA = Path(os.environ.get("ROSETTE_BENCH_NYALA", ROOT.parent / "shared" / "data" / "nyala"))
 ANIMALS = int(os.environ.get("ROSETTE_BENCH_TRAIN_ANIMALS", "40"))
 EPOCHS = 3
-CONFIGS = [("supcon", 0), ("triplet", 0), ("arcface", 0), ("lorentz", 0), ("nearid", 0), ("supcon", 2), ("supcon", 4)]
+CONFIGS: list[dict] = [{"head": h} for h in ("supcon", "triplet", "arcface", "lorentz", "nearid", "idsim")] + [
+    {"head": "supcon", "blocks": 2}, {"head": "supcon", "blocks": 4}, {"head": "idsim", "blocks": 4},
+    {"head": "supcon", "adapter": "lora", "lora_rank": 16}, {"head": "idsim", "adapter": "lora", "lora_rank": 16}]
+
+
+def _describe(spec: dict) -> str:
+    extent = (f"LoRA rank {spec['lora_rank']}" if spec.get("adapter") else
+              f"last {spec['blocks']} blocks" if spec.get("blocks") else "head only (cached features)")
+    return f"{spec['head']}, {extent}"
 
 
 def _setup(tmp: Path) -> tuple[Path, str]:
@@ -70,7 +78,7 @@ def _setup(tmp: Path) -> tuple[Path, str]:
     return data, source
 
 
-def _one(data: str, head: str, blocks: int, device: str) -> dict:
+def _one(data: str, spec: dict, device: str) -> dict:
     """Run in a child process: one training run; prints a JSON line."""
     from core.training import TrainConfig
     from core.training_loop import TrainingHooks
@@ -79,19 +87,22 @@ def _one(data: str, head: str, blocks: int, device: str) -> dict:
 
     cat = open_catalogue(data)
     t0 = time.perf_counter()
-    res = train_model(cat, config=TrainConfig(head=head, blocks=blocks, epochs=EPOCHS, views=4, patience=100),
-                      benchmark="bench", device=device, name=f"bench-{head}-{blocks}-{device}-{time.time_ns()}",
-                      hooks=TrainingHooks(folder=Path(data) / "bench-jobs" / f"{head}-{blocks}-{time.time_ns()}"))
+    tag = "-".join(f"{v}" for v in spec.values())
+    res = train_model(cat, config=TrainConfig(**spec, epochs=EPOCHS, views=4, patience=100),
+                      benchmark="bench", device=device, name=f"bench-{tag}-{device}-{time.time_ns()}",
+                      hooks=TrainingHooks(folder=Path(data) / "bench-jobs" / f"{tag}-{time.time_ns()}"))
     wall = time.perf_counter() - t0
     from sqlalchemy import select
 
     from db.models import Model
 
     with cat.unit_of_work() as s:
-        hist = s.scalar(select(Model.training_config).where(Model.name == res["model"]))["history"]
+        row = s.execute(select(Model.training_config, Model.checkpoint_path).where(Model.name == res["model"])).one()
+    hist = row[0]["history"]
     secs = sorted(r["seconds"] for r in hist[1:]) or [hist[0]["seconds"]]  # epoch 1 pays warm-up
     return {"seconds_per_epoch": secs[len(secs) // 2], "wall": wall, "n_train": res["n_train"],
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "checkpoint_mb": (Path(data) / row[1]).stat().st_size / 1e6,
             "device": res["runtime"]["device"], "train_seconds": sum(r["seconds"] for r in hist)}
 
 
@@ -103,10 +114,10 @@ def run() -> list[dict]:
         data, source = _setup(Path(tmp))
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
         for device in devices:
-            for head, blocks in CONFIGS:
-                proc = subprocess.run([sys.executable, __file__, "--one", str(data), head, str(blocks), device],
+            for spec in CONFIGS:
+                proc = subprocess.run([sys.executable, __file__, "--one", str(data), json.dumps(spec), device],
                                       capture_output=True, text=True, cwd=ROOT)
-                what = f"{head}, {'head only (cached features)' if blocks == 0 else f'last {blocks} blocks'}, {device}"
+                what = f"{_describe(spec)}, {device}"
                 if proc.returncode != 0:
                     rows.append({"benchmark": f"train {what}", "value": "-", "unit": "",
                                  "note": proc.stderr.strip().splitlines()[-1][:160] if proc.stderr else "failed"})
@@ -116,7 +127,11 @@ def run() -> list[dict]:
                 rows.append({"benchmark": f"train {what}: s/epoch", "value": r["seconds_per_epoch"], "unit": "s",
                              "note": f"{r['n_train']} training photos; {per_k:.2f} s per 1,000 photos; {source}"})
                 rows.append({"benchmark": f"train {what}: peak RSS", "value": r["peak_rss_mb"], "unit": "MB"})
-                if blocks == 0 and head in ("supcon", "lorentz"):
+                if spec.get("blocks") or spec.get("adapter"):
+                    rows.append({"benchmark": f"train {what}: checkpoint size", "value": r["checkpoint_mb"],
+                                 "unit": "MB", "note": "LoRA keeps the adapters and the head; blocks keep the "
+                                                       "whole backbone"})
+                if not spec.get("blocks") and not spec.get("adapter") and spec["head"] in ("supcon", "lorentz"):
                     cache = r["wall"] - r["train_seconds"]
                     rows.append({"benchmark": f"train {what}: view caching + setup (first run)",
                                  "value": cache, "unit": "s", "note": "4 views per photo, cached on disk after"})
@@ -128,8 +143,8 @@ def run() -> list[dict]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 6 and sys.argv[1] == "--one":
-        print(json.dumps(_one(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])))
+    if len(sys.argv) >= 5 and sys.argv[1] == "--one":
+        print(json.dumps(_one(sys.argv[2], json.loads(sys.argv[3]), sys.argv[4])))
     else:
         for row in run():
             print(row)
