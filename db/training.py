@@ -1,7 +1,9 @@
 """Training a model from the catalogue: the training set snapshot, the run, the registered model.
 
-``train_model`` takes the photos of a benchmark's train split (or the catalogue's
-confirmed individuals, never a benchmark's test photos) and hands them, with their
+``train_model`` takes the photos of a benchmark's train split -- or of several
+benchmarks' (``"nyala,lions"``: one model, each benchmark a source of the
+identity-aware sampler, identities namespaced by benchmark) -- or the catalogue's
+confirmed individuals, never a benchmark's test photos, and hands them, with their
 masks and inpainted backgrounds where the loss needs them, to
 :func:`core.training_loop.run_training`, which holds out a fixed identity-covering
 validation set, trains a head (and optionally the last blocks of the backbone),
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,13 +47,14 @@ from core.variants import flip_horizontal, make_variant
 from db.benchmarks import load_benchmark
 from db.catalogue import CatalogueError
 from db.embeddings import inpainted_background, load_mask, load_photo, sources_for
-from db.models import DecisionKind, Image, Individual, MatchDecision, Model, ModelStatus, Sighting
+from db.models import DecisionKind, Image, Individual, MatchDecision, Model, ModelStatus, Sighting, Species
 from db.session import Catalogue
 from db.species import active_model_name
 
-__all__ = ["MIN_TRAIN_PHOTOS", "TRAINABLE_BACKBONE_HINT", "TrainingHooks", "TrainingSet", "check_model_name",
-           "decisions_since_active", "list_models", "summary_json", "train_model", "trained_model_names",
-           "trained_model_row", "training_set"]  # TrainingSet, TrainingHooks: core.training_loop, re-exported
+__all__ = ["MIN_TRAIN_PHOTOS", "TRAINABLE_BACKBONE_HINT", "TrainingHooks", "TrainingSet", "benchmark_list",
+           "check_model_name", "decisions_since_active", "hard_negative_pairs", "list_models", "summary_json",
+           "train_model", "trained_model_names", "trained_model_row",
+           "training_set"]  # TrainingSet, TrainingHooks: core.training_loop, re-exported
 
 MIN_TRAIN_PHOTOS = 8
 
@@ -59,39 +63,66 @@ def _test_image_ids(cat: Catalogue, benchmark: str) -> set[int]:
     return set(load_benchmark(cat, benchmark, split="test").image_ids)
 
 
+def benchmark_list(benchmark: str | None) -> list[str]:
+    """The benchmarks of a training run: ``None`` none, ``"nyala"`` one, ``"nyala,lions"`` several."""
+    return [b.strip() for b in benchmark.split(",") if b.strip()] if benchmark else []
+
+
 def training_set(cat: Catalogue, *, source: str = "benchmark", benchmark: str | None = None,
                  image_ids: Sequence[int] | None = None, species_id: int | None = None) -> TrainingSet:
     """The photos to train on.
 
-    ``source="benchmark"``: the train split of ``benchmark``. ``source="catalogue"``: every photo of an
-    active individual; the test photos of ``benchmark`` (when given) are left out and counted.
-    ``image_ids`` restricts either; asking for a benchmark test photo explicitly is refused.
+    ``source="benchmark"``: the train split of ``benchmark``; several comma-separated benchmarks
+    (``"nyala,lions"``) give one training set of all their train splits, each photo's source its benchmark and
+    its identity namespaced by it (``"nyala/A"``, so identity A of one benchmark is not A of another; a single
+    benchmark keeps its labels). ``source="catalogue"``: every photo of an active individual, its source the
+    individual's species. Either way every named benchmark's test photos are left out and counted, and asking
+    for one explicitly (``image_ids``, which restricts either) is refused. ``hard_negative_pairs`` are the
+    curators' standing "not the same" decisions between two identities of the set (newest first).
     """
     if source not in ("benchmark", "catalogue"):
         raise CatalogueError(f"unknown training source {source!r}; expected benchmark or catalogue")
-    test_ids = _test_image_ids(cat, benchmark) if benchmark else set()
+    benches = benchmark_list(benchmark)
+    test_of = {b: _test_image_ids(cat, b) for b in benches}
+    test_ids = set().union(*test_of.values())
     if image_ids is not None and test_ids & set(image_ids):
         bad = sorted(test_ids & set(image_ids))
-        raise CatalogueError(f"refusing to train on {len(bad)} photo(s) of benchmark {benchmark!r}'s test split "
+        owner = next(b for b in benches if bad[0] in test_of[b])
+        raise CatalogueError(f"refusing to train on {len(bad)} photo(s) of benchmark {owner!r}'s test split "
                              f"(e.g. image {bad[0]}): a model must never see the photos it is evaluated on")
     excluded = 0
+    rows: list[tuple[int, str, str | None, str]] = []  # (image id, label, sighting, source)
     if source == "benchmark":
-        if not benchmark:
+        if not benches:
             raise CatalogueError("training from a benchmark needs its name (--benchmark NAME)")
-        data = load_benchmark(cat, benchmark, split="train")
-        if not data.image_ids:
-            raise CatalogueError(f"benchmark {benchmark!r} has no train split (a test-only benchmark); "
-                                 "train from the catalogue or another benchmark")
-        rows = list(zip(data.image_ids, data.labels, data.sightings))
+        several = len(benches) > 1
+        taken: dict[int, str] = {}
+        for b in benches:
+            data = load_benchmark(cat, b, split="train")
+            if not data.image_ids:
+                raise CatalogueError(f"benchmark {b!r} has no train split (a test-only benchmark); "
+                                     "train from the catalogue or another benchmark")
+            for iid, label, sighting in zip(data.image_ids, data.labels, data.sightings):
+                if iid in test_ids:  # another benchmark's test photo
+                    excluded += 1
+                    continue
+                if iid in taken:
+                    raise CatalogueError(f"benchmarks {taken[iid]!r} and {b!r} share training photos (e.g. image "
+                                         f"{iid}): the same animal would count as two identities; train on "
+                                         "benchmarks of different photos")
+                taken[iid] = b
+                rows.append((iid, f"{b}/{label}" if several else str(label),
+                             f"{b}/{sighting}" if several and sighting else sighting, b))
     else:
         with cat.unit_of_work() as s:
-            q = (select(Image.id, Individual.name, Sighting.key)
+            q = (select(Image.id, Individual.name, Sighting.key, Species.name)
                  .join(Individual, Image.individual_id == Individual.id)
+                 .outerjoin(Species, Species.id == Individual.species_id)
                  .outerjoin(Sighting, Image.sighting_id == Sighting.id)
                  .where(Individual.active.is_(True)).order_by(Image.id))
             if species_id is not None:
                 q = q.where(Image.species_id == species_id)
-            rows = [(r[0], r[1], r[2]) for r in s.execute(q).all()]
+            rows = [(r[0], str(r[1]), r[2], r[3] or "catalogue") for r in s.execute(q).all()]
         excluded = sum(1 for r in rows if r[0] in test_ids)
         rows = [r for r in rows if r[0] not in test_ids]
     if image_ids is not None:
@@ -103,10 +134,60 @@ def training_set(cat: Catalogue, *, source: str = "benchmark", benchmark: str | 
     if len(rows) < MIN_TRAIN_PHOTOS or len({r[1] for r in rows}) < 2:
         raise CatalogueError(f"training needs at least {MIN_TRAIN_PHOTOS} photos of at least two individuals; "
                              f"this training set has {len(rows)} photo(s) of {len({r[1] for r in rows})}")
-    return TrainingSet(source=source, benchmark=benchmark, image_ids=[r[0] for r in rows],
-                       labels=[str(r[1]) for r in rows], sightings=[r[2] for r in rows],
-                       content_hashes=[meta[r[0]][0] for r in rows], solidity=[meta[r[0]][1] for r in rows],
-                       excluded_test_photos=excluded)
+    ids, labels = [r[0] for r in rows], [r[1] for r in rows]
+    return TrainingSet(source=source, benchmark=",".join(benches) or None, image_ids=ids, labels=labels,
+                       sightings=[r[2] for r in rows], content_hashes=[meta[r[0]][0] for r in rows],
+                       solidity=[meta[r[0]][1] for r in rows], excluded_test_photos=excluded,
+                       sources=[r[3] for r in rows], hard_negative_pairs=hard_negative_pairs(cat, ids, labels))
+
+
+def hard_negative_pairs(cat: Catalogue, image_ids: Sequence[int], labels: Sequence[str]) -> list[tuple[str, str]]:
+    """The curators' standing "not the same" decisions as pairs of training labels, newest first, each pair once:
+    the query photo's identity (its label when the photo is in the set, else its individual's) against the
+    rejected identity (the candidate photo's label, else the candidate individual's). An individual's label is
+    the one most of its photos in the set carry. Decisions whose two sides are not both in the set (or are one
+    identity) are left out."""
+    label_of = {int(i): str(lab) for i, lab in zip(image_ids, labels)}
+    with cat.unit_of_work() as s:
+        decisions = s.execute(
+            select(MatchDecision.query_image_id, MatchDecision.candidate_image_id,
+                   MatchDecision.candidate_individual_id)
+            .where(MatchDecision.decision == DecisionKind.not_same, MatchDecision.undone_at.is_(None))
+            .order_by(MatchDecision.created_at.desc(), MatchDecision.id.desc())).all()
+        if not decisions:
+            return []
+        wanted = set(label_of) | {d[0] for d in decisions} | {d[1] for d in decisions if d[1] is not None}
+        individual_of: dict[int, int | None] = {}
+        wanted_list = sorted(wanted)
+        for start in range(0, len(wanted_list), 10000):
+            individual_of.update(s.execute(select(Image.id, Image.individual_id).where(
+                Image.id.in_(wanted_list[start:start + 10000]))).tuples().all())
+    counts: dict[int, Counter[str]] = {}
+    for iid, lab in label_of.items():
+        ind = individual_of.get(iid)
+        if ind is not None:
+            counts.setdefault(ind, Counter())[lab] += 1
+
+    def of_individual(ind: int | None) -> str | None:
+        c = counts.get(ind) if ind is not None else None
+        return min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0] if c else None
+
+    def of_image(iid: int | None) -> str | None:
+        if iid is None:
+            return None
+        return label_of.get(iid) or of_individual(individual_of.get(iid))
+
+    pairs: list[tuple[str, str]] = []
+    seen: set[frozenset[str]] = set()
+    for query, cand_image, cand_individual in decisions:
+        a = of_image(query)
+        b = label_of.get(cand_image) if cand_image in label_of else None
+        b = b or of_individual(cand_individual) or of_image(cand_image)
+        if a is None or b is None or a == b or frozenset((a, b)) in seen:
+            continue
+        seen.add(frozenset((a, b)))
+        pairs.append((a, b))
+    return pairs
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,150}$")
@@ -134,6 +215,12 @@ def train_model(cat: Catalogue, *, backbone: str = DEFAULT_BACKBONE, config: Tra
     name = name or hooks.extra.get("name") or model_name(backbone, config, hooks.job_id)
     head_spec(config.head)  # an unknown head is refused before the training set is read
     tset = training_set(cat, source=source, benchmark=benchmark, image_ids=image_ids, species_id=species_id)
+    counts = dict(sorted(Counter(tset.sources or []).items()))
+    if len(counts) > 1:
+        hooks.log("sources: " + ", ".join(f"{name} ({n} photos)" for name, n in counts.items()))
+    if config.sampler == "identity-aware":
+        hooks.log(f"hard negatives: {len(tset.hard_negative_pairs)} pair(s) of identities curators marked "
+                  "\"not the same\" come first; the frozen model's highest-ranked wrong identities fill the rest")
     srcs = sources_for(cat, tset.image_ids)
     photos = TrainingPhotos(
         load=lambda i: load_photo(cat, srcs[i]),
@@ -157,7 +244,7 @@ def train_model(cat: Catalogue, *, backbone: str = DEFAULT_BACKBONE, config: Tra
     with cat.unit_of_work() as s:
         row = Model(name=name, backbone=backbone, head=config.head, loss=run.loss, config=cfg.to_dict(),
                     checkpoint_path=str(rel), checkpoint_hash=sha, training_config=training,
-                    data_snapshot=tset.snapshot(), job_id=hooks.job_id, status=ModelStatus.candidate,
+                    data_snapshot=_snapshot(tset), job_id=hooks.job_id, status=ModelStatus.candidate,
                     species_id=_single_species(cat, tset.image_ids))
         s.add(row)
         s.commit()
@@ -167,7 +254,15 @@ def train_model(cat: Catalogue, *, backbone: str = DEFAULT_BACKBONE, config: Tra
     return {"model": name, "model_id": model_id, "checkpoint_sha256": sha, **{k: training[k] for k in (
         "wall_seconds", "seconds_per_epoch", "epochs_run", "best_epoch", "stopped_early", "best_val_map_macro",
         "frozen_val_map_macro", "n_train", "n_val", "runtime", "nearid")}, "snapshot_hash": tset.snapshot_hash(),
-        "n_individuals": len(set(tset.labels))}
+        "n_individuals": len(set(tset.labels)), "sources": counts,
+        "hard_negative_pairs": len(tset.hard_negative_pairs)}
+
+
+def _snapshot(tset: TrainingSet) -> dict[str, Any]:
+    """The model row's data snapshot: the training set's, with each source's photo count (``sources``) and the
+    curators' hard-negative pairs it held."""
+    return {**tset.snapshot(), "sources": dict(sorted(Counter(tset.sources or []).items())),
+            "hard_negative_pairs": [list(p) for p in tset.hard_negative_pairs]}
 
 
 def _mirror_and_distractor_makers(cat: Catalogue, srcs: list[Any], tset: TrainingSet,

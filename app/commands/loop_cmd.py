@@ -30,7 +30,8 @@ def register(sub) -> None:
     m.add_argument("--species", default=None)
     m.add_argument("--wait", action="store_true", help="run it now instead of queueing it")
     m.set_defaults(func=run_map)
-    r = sub.add_parser("retrain", help="train on the decisions since the active model, evaluate, diagnose, compare")
+    r = sub.add_parser("retrain", help="train on the decisions since the active model (identity-aware batches, the "
+                                       "\"not the same\" decisions as hard negatives), evaluate, diagnose, compare")
     r.add_argument("--species", default=None)
     r.add_argument("--wait", action="store_true")
     r.add_argument("--force", action="store_true", help="retrain even with no identity confirmed since")
@@ -98,7 +99,8 @@ def run_retrain(args, ctx) -> int:
     job_id = outcome.job_id
     if not args.wait:
         print(f"{outcome.confirmed_since_active} confirmed identities since {outcome.active_model} was trained; "
-              f"retraining queued as job {job_id}")
+              f"retraining queued as job {job_id} (identity-aware batches: the pairs marked \"not the same\" are "
+              "its hard negatives)")
         return 0
     wait_for_job(cat, job_id, quiet=args.json)
     job = get_job(cat, job_id)

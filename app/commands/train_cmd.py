@@ -15,16 +15,34 @@ from jobs.requests.training import TrainRequest
 
 def register(sub) -> None:
     p = sub.add_parser("train", help="train a head (and optionally the last backbone blocks) from identities")
-    p.add_argument("--head", default="supcon", help="supcon (default), triplet, arcface, lorentz or nearid")
+    p.add_argument("--head", default="supcon",
+                   help="supcon (default), triplet, arcface, lorentz, nearid or idsim (global SupCon + patch transport)")
     p.add_argument("--loss", default=None, help="loss registry name (default: the head's own)")
     p.add_argument("--backbone", default=DEFAULT_BACKBONE)
     p.add_argument("--benchmark", default=None,
-                   help="train on this benchmark's train split and evaluate on its test split")
+                   help="train on this benchmark's train split and evaluate on its test split; several, comma-"
+                        "separated (nyala,lions), train one model on all of them (each is a source of the sampler)")
     p.add_argument("--source", choices=["benchmark", "catalogue"], default=None,
                    help="training photos: the benchmark's train split (default with --benchmark) or every photo of "
                         "a confirmed individual (the benchmark's test photos are always left out)")
     p.add_argument("--blocks", default="0",
                    help="backbone blocks to fine-tune: 0 = head only on cached features (default), N = last N, all")
+    p.add_argument("--adapter", choices=["lora"], default=None,
+                   help="train peft LoRA adapters on the backbone's convolution/attention/MLP layers instead of "
+                        "unfreezing blocks (the checkpoint keeps only the adapters)")
+    p.add_argument("--rank", type=int, default=None, help="LoRA rank (default 16)")
+    p.add_argument("--alpha", type=float, default=None, help="LoRA alpha (default 32)")
+    p.add_argument("--patch-weight", type=float, default=None,
+                   help="idsim head: lambda of the patch-transport (Sinkhorn) InfoNCE term (default 1.0)")
+    p.add_argument("--sampler", choices=["m-per-class", "identity-aware"], default=None,
+                   help="batches: m-per-class (pml MPerClassSampler) or identity-aware (pre-scheduled for the run, "
+                        "each identity once per batch, proportional to photo count, with hard negatives)")
+    p.add_argument("--hard-negatives", type=int, default=None,
+                   help="identity-aware sampler: hard-negative identities each anchor brings (default 2)")
+    p.add_argument("--sources-per-batch", type=int, default=None,
+                   help="identity-aware sampler: sources (benchmarks) mixed in each batch (default: all, at most 2)")
+    p.add_argument("--identities-per-batch", type=int, default=None,
+                   help="identity groups per batch (default 16; refused when more than the training set has)")
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--views", type=int, default=8, help="cached augmented views per photo (head-only training)")
     p.add_argument("--lr", type=float, default=None, help="head learning rate (default 1e-3)")
@@ -61,7 +79,10 @@ def train_request(args, user: str) -> TrainRequest:
         raise ValueError("--source benchmark needs --benchmark NAME")
     settings = {"head": args.head, "loss": args.loss, "blocks": parse_blocks(args.blocks), "epochs": args.epochs,
                 "views": args.views, "lr": args.lr, "backbone_lr": args.backbone_lr,
-                "anti_symmetry": args.anti_symmetry, "patience": args.patience, "seed": args.seed}
+                "anti_symmetry": args.anti_symmetry, "patience": args.patience, "seed": args.seed,
+                "adapter": args.adapter, "lora_rank": args.rank, "lora_alpha": args.alpha,
+                "patch_weight": args.patch_weight, "sampler": args.sampler, "hard_negatives": args.hard_negatives,
+                "sources_per_batch": args.sources_per_batch, "identities_per_batch": args.identities_per_batch}
     return TrainRequest(backbone=args.backbone, source=args.source or ("benchmark" if args.benchmark else "catalogue"),
                         benchmark=args.benchmark, name=args.name, device=args.device, diagnose=not args.no_diagnose,
                         user=user, config=settings)
@@ -106,6 +127,7 @@ def run_train(args, ctx) -> int:
             "seconds_per_epoch", "runtime", "snapshot_hash", "nearid", "diagnostics")}}
         ev = res.get("evaluation") or {}
         out["evaluation"] = ev
+        out["evaluations"] = res.get("evaluations")
         out["map_macro"] = ev.get("map_macro")
         print(json.dumps(out, default=float))
         return 0

@@ -126,6 +126,7 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
             epochs = gr.Number(d.epochs, label="Epochs", precision=0, minimum=1, maximum=1000, elem_id="train-epochs")
             device = gr.Dropdown(d.devices, value=d.device, label="Device", elem_id="train-device",
                                  info="auto uses a GPU when there is one")
+            sampler = gr.Dropdown(d.samplers, value="m-per-class", label="Batches", elem_id="train-sampler")
             train_button = gr.Button("Train", variant="primary", elem_id="train-start", scale=0, min_width=120)
         train_status = gr.Markdown(elem_id="train-status", elem_classes=["status-line"])
     with gr.Group(elem_id="train-run-panel"):
@@ -147,9 +148,10 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
         return gr.update(choices=fresh.training_sets, value=fresh.training_set)
 
     @curator_action(role=Role.admin)
-    def start(user, backbone_v, head_v, blocks_v, set_v, epochs_v, device_v):
+    def start(user, backbone_v, head_v, blocks_v, set_v, epochs_v, device_v, sampler_v):
         request = ts.training_form(backbone=backbone_v, head=head_v, blocks=blocks_v, epochs=epochs_v,
-                                   training_set=set_v, device=device_v, user=curator_name(user))
+                                   training_set=set_v, device=device_v, user=curator_name(user),
+                                   sampler=sampler_v or "m-per-class")
         job_id, message = ts.launch_training(cat, request)
         return message, *show(job_id)
 
@@ -161,7 +163,7 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
 
     ctx.on_refresh(refresh_form, outputs=[training_set])
     ctx.on_refresh(show, outputs=outputs)
-    train_button.click(start, inputs=[ctx.user, backbone, head, blocks, training_set, epochs, device],
+    train_button.click(start, inputs=[ctx.user, backbone, head, blocks, training_set, epochs, device, sampler],
                        outputs=[train_status, *outputs], api_name="train_model")
     run.input(guarded_viewer(show), inputs=[run], outputs=outputs, api_visibility="private")
     cancel_run.click(curator_action(lambda j, u: act("cancel", j, u), role=Role.admin), inputs=[run, ctx.user],

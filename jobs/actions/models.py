@@ -167,13 +167,15 @@ class RetrainOutcome:
 
 def retrain(cat: Catalogue, request: RetrainRequest) -> RetrainOutcome:
     """Queue the training job that learns from the decisions made since the species' active model (refused when
-    none was confirmed since, unless ``force``): train, evaluate, diagnose, compare with the active model.
-    Promotion stays the curator's decision."""
+    none was confirmed since, unless ``force``): train with the identity-aware sampler, the curators' "not the
+    same" decisions its hard negatives, evaluate, diagnose, compare with the active model. Promotion stays the
+    curator's decision."""
     sid = species_id(cat, request.species)
     d = _since_active(cat, sid)
     params = retrain_params(cat, species_id=sid, user=curator_name(request.user), force=request.force)
     job_id = submit(cat, "train", params)
     return RetrainOutcome(job_id, d["confirmed"], d["active_model"], (
-        f"Retraining queued as job #{job_id}: train on the confirmed individuals, evaluate"
+        f"Retraining queued as job #{job_id}: train on the confirmed individuals with identity-aware batches "
+        "(the pairs you marked \"not the same\" are the hard negatives), evaluate"
         + (f" on {params['benchmark']}" if params.get("benchmark") else "")
         + f", diagnose and compare with {params['compare_with']}. Promotion stays your decision."))

@@ -26,13 +26,19 @@ from jobs.worker import supervise
 
 BLOCK_CHOICES = [("head only, on cached features (minutes on a CPU)", "0"), ("last 2 blocks", "2"),
                  ("last 4 blocks (about 80 s per nyala epoch on 2 CPU cores)", "4"), ("last 8 blocks", "8"),
-                 ("whole backbone (GPU)", "all")]
+                 ("whole backbone (GPU)", "all"),
+                 ("LoRA adapters, rank 16 (peft; the backbone stays frozen, the model keeps only the adapters)",
+                  "lora16")]
+SAMPLER_CHOICES = [("identity-uniform (16 individuals x 4 photos, pml MPerClassSampler)", "m-per-class"),
+                   ("identity-aware: pre-scheduled, with the curators' 'not the same' pairs as hard negatives",
+                    "identity-aware")]
 HEAD_LABELS = {
     "supcon": "SupCon (recommended: the loss that improved nyala retrieval)",
     "triplet": "Triplet (margin 0.4)",
     "arcface": "Sub-center ArcFace (k 3, margin 0.5, scale 51.5)",
     "lorentz": "Lorentz / hyperbolic (scores exp(-distance))",
     "nearid": "NearID (needs masks: other animals pasted on this photo's background)",
+    "idsim": "ID-Sim (global SupCon + Sinkhorn patch transport between the patch sets)",
 }
 TRAINABLE_BACKBONES = (DEFAULT_BACKBONE,)
 
@@ -42,6 +48,7 @@ class TrainDefaults:
     backbones: list[str]
     heads: list[tuple[str, str]]
     blocks: list[tuple[str, str]]
+    samplers: list[tuple[str, str]]
     benchmarks: list[str]
     training_sets: list[tuple[str, str]]
     devices: list[str]
@@ -68,13 +75,13 @@ def train_defaults(cat: Catalogue) -> TrainDefaults:
     cuda = torch.cuda.is_available()
     return TrainDefaults(
         backbones=list(TRAINABLE_BACKBONES), heads=[(HEAD_LABELS.get(h, h), h) for h in list_heads()],
-        blocks=BLOCK_CHOICES, benchmarks=benches, training_sets=sets,
+        blocks=BLOCK_CHOICES, samplers=SAMPLER_CHOICES, benchmarks=benches, training_sets=sets,
         devices=["auto", "cpu"] + (["cuda"] if cuda else []), backbone=DEFAULT_BACKBONE, head="supcon",
         block="4" if cuda else "0", epochs=30, training_set=sets[0][1], device="auto")
 
 
 def training_form(*, backbone: str, head: str, blocks: str, epochs: float | int | None, training_set: str,
-                  device: str, user: str) -> TrainRequest:
+                  device: str, user: str, sampler: str = "m-per-class") -> TrainRequest:
     """The Jobs tab's form as a training request, refused in the form's words (a whole number of epochs from 1 to
     1000, a training set chosen, a backbone that can be trained here)."""
     from core.training import parse_blocks  # lazy: core.training imports torch
@@ -95,14 +102,53 @@ def training_form(*, backbone: str, head: str, blocks: str, epochs: float | int 
         raise CatalogueError("Choose a training set.")
     if device not in ("auto", "cpu", "cuda"):
         raise CatalogueError(f"unknown device {device!r}")
+    if sampler not in dict((v, k) for k, v in SAMPLER_CHOICES):
+        raise CatalogueError(f"unknown batch sampler {sampler!r}")
+    extent: dict[str, Any] = ({"adapter": "lora", "lora_rank": int(blocks[4:] or 16)}
+                              if str(blocks).startswith("lora") else {"blocks": parse_blocks(blocks)})
     return TrainRequest(backbone=backbone, source=source, benchmark=benchmark, device=device, user=user,
-                        config={"head": head, "blocks": parse_blocks(blocks), "epochs": n_epochs})
+                        config={"head": head, **extent, "epochs": n_epochs, "sampler": sampler})
 
 
 def train(cat: Catalogue, request: TrainRequest) -> int:
     """Queue a training run on the heavy queue (``rosette train`` and the Jobs tab); returns the job id. The
-    ``train`` job rebuilds the request, trains, then evaluates, diagnoses and compares as it asks."""
+    ``train`` job rebuilds the request, trains, then evaluates, diagnoses and compares as it asks. Unknown
+    benchmarks, and more identities or sources per batch than the training set has, are refused here
+    (:func:`check_training_request`), before anything is queued."""
+    check_training_request(cat, request)
     return queue.submit(cat, "train", replace(request, user=curator_name(request.user)).to_dict())
+
+
+def check_training_request(cat: Catalogue, request: TrainRequest) -> None:
+    """Refuse, in words, what the catalogue says a training request cannot do: benchmarks it does not have (all
+    of them named), and -- when they were asked for explicitly -- more identities per batch than the training set
+    has individuals, or more sources per batch than it has sources (benchmarks, or species from the
+    catalogue)."""
+    with cat.unit_of_work() as s:
+        known = sorted(b.name for b in list_benchmarks(s))
+    unknown = [b for b in request.benchmarks if b not in known]
+    if unknown:
+        raise CatalogueError(f"unknown benchmark{'s' if len(unknown) > 1 else ''} "
+                             f"{', '.join(repr(b) for b in unknown)}; the catalogue has "
+                             + (", ".join(known) if known else "no benchmark yet (`rosette benchmark create`)"))
+    ids_asked = request.config.get("identities_per_batch")
+    sources_asked = request.config.get("sources_per_batch")
+    if ids_asked is None and sources_asked is None:
+        return
+    if ids_asked is not None and ids_asked < 2:
+        raise CatalogueError(f"identities per batch must be at least 2 (a batch needs negatives), got {ids_asked}")
+    from db.training import training_set  # lazy: db.training imports torch
+
+    tset = training_set(cat, source=request.source, benchmark=request.benchmark, species_id=request.species)
+    n_ids = len(set(tset.labels))
+    sources = sorted(set(tset.sources or [tset.source]))
+    if ids_asked is not None and ids_asked > n_ids:
+        raise CatalogueError(f"{ids_asked} identities per batch asked for, but the training set has {n_ids} "
+                             f"individuals; ask for at most {n_ids} (--identities-per-batch)")
+    if sources_asked is not None and sources_asked > len(sources):
+        raise CatalogueError(f"{sources_asked} sources per batch asked for, but the training photos come from "
+                             f"{len(sources)} source(s) ({', '.join(sources)}); ask for at most {len(sources)} "
+                             "(--sources-per-batch)")
 
 
 def launch_training(cat: Catalogue, request: TrainRequest) -> tuple[int, str]:

@@ -27,6 +27,19 @@ SOURCES = ("benchmark", "catalogue")
 (a benchmark's test photos are always left out)."""
 
 
+def benchmark_names(text: str) -> tuple[str, ...]:
+    """The benchmarks of ``--benchmark`` (one name, or several comma-separated: ``nyala,lions``), spaces around
+    the names dropped; an empty name or a name given twice is refused."""
+    names = tuple(part.strip() for part in str(text).split(","))
+    if any(not n for n in names):
+        raise ValueError(f"--benchmark {text!r}: an empty benchmark name; give names separated by commas "
+                         "(nyala,lions)")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"--benchmark {text!r}: {', '.join(twice)} given more than once")
+    return names
+
+
 @cache
 def setting_names() -> frozenset[str]:
     """The training settings a request may give: :class:`core.training.TrainConfig`'s fields."""
@@ -57,7 +70,9 @@ class TrainRequest(Request):
     """Train a model on ``source`` (``benchmark``'s train split, or the catalogue's confirmed individuals of
     ``species``), then evaluate it on ``benchmark``'s test split, diagnose it (unless ``diagnose`` is false; with
     ``masker`` / ``inpainter``) and compare it with ``compare_with``. ``name`` None: made from the settings.
-    ``reason`` says why the run was queued (a retraining)."""
+    ``reason`` says why the run was queued (a retraining). ``benchmark`` may name several benchmarks separated
+    by commas (``nyala,lions``): one model trains on all their train splits and is evaluated on each test split;
+    the first is the main one (diagnosed and compared on)."""
 
     backbone: str = DEFAULT_BACKBONE
     source: str = "benchmark"
@@ -81,12 +96,20 @@ class TrainRequest(Request):
             raise ValueError(f"unknown device {self.device!r}; expected auto, cpu or cuda")
         if self.source == "benchmark" and not self.benchmark:
             raise ValueError("training from a benchmark needs its name (--benchmark NAME)")
+        if self.benchmark:  # several comma-separated benchmarks: one model trained on all of them
+            object.__setattr__(self, "benchmark", ",".join(benchmark_names(self.benchmark)))
         object.__setattr__(self, "config", {k: v for k, v in dict(self.config).items() if v is not None})
         train_config(self.config)
 
     def train_config(self) -> TrainConfig:
         """The run's :class:`core.training.TrainConfig`."""
         return train_config(self.config)
+
+    @property
+    def benchmarks(self) -> tuple[str, ...]:
+        """The benchmarks trained on (each a source of the identity-aware sampler) and evaluated on, in the order
+        given; the first is the run's main one (its evaluation is the result's ``evaluation``)."""
+        return benchmark_names(self.benchmark) if self.benchmark else ()
 
     def to_dict(self) -> dict[str, Any]:
         """Flat: the given settings and the run's fields side by side, as a job stores them; fields left at None
