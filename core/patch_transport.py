@@ -18,7 +18,6 @@ import numpy as np
 import torch
 from torch import nn
 
-
 SINKHORN_BLUR = 0.05
 SINKHORN_SCALING = 0.5
 SINKHORN_DIAMETER = 2.0  # unit vectors: a fixed annealing schedule, so a pair scores the same in any batch

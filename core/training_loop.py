@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.adapters import LoraSpec, adapter_parameters, adapter_state, add_lora
 from core.backbones import BackboneConfig, create_backbone
 from core.backbones.torch_base import resize_for_config
-from core.adapters import LoraSpec, adapter_parameters, adapter_state, add_lora
 from core.backbones.trained import CHECKPOINT_FORMAT
 from core.features import atomic_write
 from core.heads import create_head, head_spec

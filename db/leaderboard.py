@@ -1,5 +1,6 @@
 """The models leaderboard of one benchmark and variant: every model's latest retrieval evaluation joined with
-its latest diagnostics and its training facts (what the Models tab shows, with provenance)."""
+its latest diagnostics, its latest selective-sensitivity run (``selectivity``, None when there is none) and its
+training facts (what the Models tab shows, with provenance)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from typing import Any
 from sqlalchemy import select
 
 from db.models import Evaluation, Model
+from db.sensitivity import SENSITIVITY_KIND
 from db.session import Catalogue
 from db.species import model_status
 
 SORT_KEYS = ("map_macro", "map_micro", "cmc1_macro", "cmc5_macro", "cross_within", "bg_fg", "mirror_sim",
-             "train_seconds", "name")
+             "selectivity", "train_seconds", "name")
 
 
 def leaderboard(cat: Catalogue, *, benchmark: str, variant: str = "full_rgb", sort: str = "map_macro",
@@ -28,13 +30,14 @@ def leaderboard(cat: Catalogue, *, benchmark: str, variant: str = "full_rgb", so
     retrieval = {e.model_name: e for e in evals if e.kind == "retrieval" and e.variant == variant
                  and (e.metrics or {}).get("rerank", "none") in ("none", None)}
     diagnose = {e.model_name: e for e in evals if e.kind == "diagnose"}
+    sensitivity = {e.model_name: e for e in evals if e.kind == SENSITIVITY_KIND}
     rows = []
-    for name in sorted(set(retrieval) | set(diagnose)):
+    for name in sorted(set(retrieval) | set(diagnose) | set(sensitivity)):
         m = models.get(name)
         st = status.get(name, {"status": "candidate", "active_for": []})
         if st["status"] == "archived" and not include_archived:
             continue
-        ev, dg = retrieval.get(name), diagnose.get(name)
+        ev, dg, sn = retrieval.get(name), diagnose.get(name), sensitivity.get(name)
         met = ev.metrics if ev else {}
         dm = dg.metrics if dg else {}
         tc = (m.training_config or {}) if m else {}
@@ -50,6 +53,9 @@ def leaderboard(cat: Catalogue, *, benchmark: str, variant: str = "full_rgb", so
             "cross_within": dm.get("cross_within_ratio"),
             "bg_fg": dm.get("bg_fg"), "bg_fg_band": dm.get("bg_fg_band"),
             "mirror_sim": dm.get("mirror_sim_mean"), "mirror_tier": dm.get("mirror_tier"),
+            "selectivity": (sn.metrics or {}).get("selectivity") if sn else None,
+            "selectivity_ci": (sn.metrics or {}).get("selectivity_ci") if sn else None,
+            "sensitivity_id": sn.id if sn else None,
             "train_seconds": tc.get("wall_seconds"), "device": (tc.get("runtime") or {}).get("device"),
             "snapshot_images": (m.data_snapshot or {}).get("n_images") if m else None,
             "snapshot_hash": (m.data_snapshot or {}).get("hash") if m else None,

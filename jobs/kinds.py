@@ -20,6 +20,7 @@ from db.evaluation import run_evaluation
 from db.export import export_kaggle
 from db.masks import mask_images
 from db.models import Benchmark, Model
+from db.sensitivity import run_sensitivity
 from db.session import Catalogue
 from db.species import active_model_name
 from db.spots import evaluate_request as evaluate_spots
@@ -27,7 +28,7 @@ from db.spots import extract_keypoints
 from jobs.context import JobContext
 from jobs.registry import HEAVY, register_job_kind
 from jobs.requests.benchmarks import EvaluateRequest
-from jobs.requests.diagnostics import DiagnoseRequest
+from jobs.requests.diagnostics import DiagnoseRequest, SensitivityRequest
 from jobs.requests.export import KaggleExportRequest
 from jobs.requests.map import EmbedRequest, MapRequest
 from jobs.requests.masks import MaskPhotosRequest
@@ -36,47 +37,62 @@ from jobs.requests.training import TrainRequest, setting_names
 
 @register_job_kind("train", queue=HEAVY)
 def train_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    """Train a model, then evaluate it on the benchmark, run the diagnostics (unless ``diagnose`` is false) and
-    compare it with ``compare_with``: params are a stored :class:`jobs.requests.training.TrainRequest`. A retried
-    job resumes from its last checkpoint."""
+    """Train a model, then evaluate it on the benchmark -- on each, when several were trained on together (the
+    first is the main one: ``evaluation``; every one in ``evaluations``) -- run the diagnostics on the first
+    (unless ``diagnose`` is false) and compare it with ``compare_with`` there: params are a stored
+    :class:`jobs.requests.training.TrainRequest`. A retried job resumes from its last checkpoint."""
     from db.training import TrainingHooks, train_model  # lazy: db.training imports torch
 
     request = TrainRequest.from_dict(params)
     hooks = TrainingHooks(folder=ctx.dir, progress=lambda f, m: (ctx.progress(0.9 * f, m), ctx.check_cancelled()),
                           log=ctx.log, metric=ctx.metric, should_stop=ctx.cancelled, job_id=ctx.job_id,
                           extra={"name": request.name})
+    if request.reason:
+        ctx.log(f"queued to {request.reason}")
     trained = train_model(cat, backbone=request.backbone, config=request.train_config(), source=request.source,
                           benchmark=request.benchmark, name=request.name, device=request.device, hooks=hooks,
                           species_id=request.species)
     result: dict[str, Any] = {**trained}
-    if request.benchmark:
-        ctx.progress(0.9, f"evaluating {trained['model']} on {request.benchmark}")
-        ev = run_evaluation(cat, backbone=trained["model"], benchmark=request.benchmark,
-                            progress=ctx.callback(start=0.9, end=0.95, label="embedding test photos"),
-                            should_cancel=ctx.cancelled)
-        result["evaluation"] = {k: ev[k] for k in ("map_macro", "map_micro", "cmc_macro", "cmc_micro", "n_queries",
-                                                   "evaluation_id", "metric") if k in ev}
-        if "with_same_sighting" in ev:
-            result["evaluation"]["map_macro_with_same_sighting"] = ev["with_same_sighting"]["map_macro"]
-        ctx.log(f"evaluation on {request.benchmark}: mAP macro {ev['map_macro']:.4f}")
+    benches = request.benchmarks
+    main = benches[0] if benches else None
+    if benches:
+        evaluations: dict[str, dict[str, Any]] = {}
+        span = 0.05 / len(benches)
+        for i, bench in enumerate(benches):
+            start = 0.9 + i * span
+            ctx.progress(start, f"evaluating {trained['model']} on {bench}")
+            ev = run_evaluation(cat, backbone=trained["model"], benchmark=bench,
+                                progress=ctx.callback(start=start, end=start + span,
+                                                      label=f"embedding {bench}'s test photos"),
+                                should_cancel=ctx.cancelled)
+            row = {k: ev[k] for k in ("map_macro", "map_micro", "cmc_macro", "cmc_micro", "n_queries",
+                                      "evaluation_id", "metric") if k in ev}
+            if "with_same_sighting" in ev:
+                row["map_macro_with_same_sighting"] = ev["with_same_sighting"]["map_macro"]
+            evaluations[bench] = row
+            ctx.log(f"evaluation on {bench}: mAP macro {ev['map_macro']:.4f}")
+        result["evaluation"] = evaluations[main]
+        result["evaluations"] = evaluations
         if request.diagnose:
-            dg = run_diagnose(cat, backbone=trained["model"], benchmark=request.benchmark, masker=request.masker,
+            dg = run_diagnose(cat, backbone=trained["model"], benchmark=main, masker=request.masker,
                               inpainter=request.inpainter, user=request.user, should_cancel=ctx.cancelled,
                               progress=lambda f, m: ctx.progress(0.95 + 0.05 * f, f"diagnostics: {m}"))
             result["diagnostics"] = {k: dg.get(k) for k in ("evaluation_id", "bg_fg", "bg_fg_band", "mirror_tier",
                                                              "mirror_sim_mean", "cross_within_ratio") if k in dg}
             ctx.log(f"diagnostics: BG/FG {dg.get('bg_fg')}, mirror tier {dg.get('mirror_tier')}")
-    if request.compare_with and request.benchmark:
+    if request.compare_with and main:
         ctx.progress(0.99, f"comparing with {request.compare_with}")
-        cmp = compare(cat, trained["model"], request.compare_with, benchmark=request.benchmark)
+        cmp = compare(cat, trained["model"], request.compare_with, benchmark=main)
         result["comparison"] = {k: v for k, v in cmp.items() if k != "ap_differences"}
         ctx.log(cmp["verdict"])
     ev = result.get("evaluation", {})
+    others = [f"{b} {result['evaluations'][b]['map_macro']:.3f}" for b in benches[1:]]
     result["summary"] = (f"trained {trained['model']} in {trained['wall_seconds']:.0f} s"
                          + (f"; validation mAP {trained['best_val_map_macro']:.3f} (frozen "
                             f"{trained['frozen_val_map_macro']:.3f})" if trained.get("best_val_map_macro") is not None
                             and trained.get("frozen_val_map_macro") is not None else "")
                          + (f"; test mAP macro {ev['map_macro']:.3f}" if ev else "")
+                         + (f" on {main} ({', '.join(others)})" if others else "")
                          + (f". {result['comparison']['verdict']}" if result.get("comparison") else ""))
     return result
 
@@ -85,8 +101,9 @@ def retrain_params(cat: Catalogue, *, species_id: int = 1, user: str = "curator"
                    ) -> dict[str, Any]:
     """The training job that learns from the decisions made since the active model, as the ``train`` job's params
     (a stored :class:`jobs.requests.training.TrainRequest`): the catalogue's confirmed individuals of the species,
-    the active model's own recipe (SupCon head only when it was never trained), evaluated on the species' newest
-    benchmark with a train split and compared with the active model.
+    the active model's own recipe (SupCon head only when it was never trained) with identity-aware batches whose
+    first hard negatives are the curators' "not the same" decisions, evaluated on the species' newest benchmark
+    with a train split and compared with the active model.
 
     With no identity confirmed since the active model was trained there is nothing new to learn: refused
     (unless ``force``), rather than queueing a full training run."""
@@ -106,7 +123,8 @@ def retrain_params(cat: Catalogue, *, species_id: int = 1, user: str = "curator"
         bench = s.scalar(select(Benchmark.name).where(
             (Benchmark.species_id == species_id) | Benchmark.species_id.is_(None),
             Benchmark.split_kind.in_(["identity", "sighting"])).order_by(Benchmark.id.desc()))
-    settings = {"head": "supcon", **{k: v for k, v in recipe.items() if k in setting_names() and v is not None}}
+    settings = {"head": "supcon", **{k: v for k, v in recipe.items() if k in setting_names() and v is not None},
+                "sampler": "identity-aware"}  # the curators' "not the same" decisions are the hard negatives
     return TrainRequest(backbone=backbone, source="catalogue", species=species_id, benchmark=bench,
                         compare_with=active, user=user, reason="retrain from new decisions",
                         config=settings).to_dict()
@@ -138,6 +156,22 @@ def diagnose_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dic
     ctx.check_cancelled()
     return {"evaluation_id": res["evaluation_id"], "bg_fg": res["bg_fg"], "mirror_tier": res["mirror_tier"],
             "summary": f"{res['model']} on {res['benchmark']}: BG/FG {res['bg_fg']}, mirror tier {res['mirror_tier']}"}
+
+
+@register_job_kind("sensitivity", queue=HEAVY)
+def sensitivity_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Selective sensitivity: params are a stored :class:`jobs.requests.diagnostics.SensitivityRequest`."""
+    request = SensitivityRequest.from_dict(params)
+    res = run_sensitivity(cat, backbone=request.backbone or active_model_name(cat), benchmark=request.benchmark,
+                          seed=request.seed, inpainter=request.inpainter, identity_edit=request.identity_edit,
+                          mask_missing=request.mask_missing, masker=request.masker, user=request.user,
+                          progress=lambda f, m: ctx.progress(f, m), should_cancel=ctx.cancelled)
+    ctx.check_cancelled()
+    sel = res["selectivity"]
+    return {"evaluation_id": res["evaluation_id"], "selectivity": sel, "slopes": res["slopes"],
+            "cache": res["cache"], "verdict": res["verdict"],
+            "summary": f"{res['model']} on {res['benchmark']}: selectivity "
+                       f"{'unbounded' if sel is None else f'{sel:.2f}'} ({res['n_images']} photos)"}
 
 
 @register_job_kind("mask")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from app.cli import main as cli
-from core.adapters import add_lora, adapter_state, check_rank, load_adapters, lora_targets
+from core.adapters import adapter_state, add_lora, check_rank, load_adapters, lora_targets
 from core.backbones import create_backbone
 from core.training import TrainConfig, features_for
 from db.benchmarks import create_benchmark

@@ -1,4 +1,5 @@
-"""Diagnostics tab: which evidence a model uses, for one photo and for a model on a benchmark."""
+"""Diagnostics tab: which evidence a model uses, for one photo and for a model on a benchmark, and how selectively
+a model's similarity reacts to a different animal rather than to a change of context (selective sensitivity)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from jobs.actions import diagnostic_words as dw
 from jobs.actions import diagnostics as ds
 from jobs.actions import photo_diagnosis as photo
 from jobs.requests.benchmarks import CreateBenchmarkRequest
-from jobs.requests.diagnostics import DiagnoseRequest
+from jobs.requests.diagnostics import DiagnoseRequest, SensitivityRequest
 
 TITLE = "Diagnostics"
 ORDER = 60
@@ -23,6 +24,14 @@ bushes) instead of the animal's coat, or a pattern the model sees the same way *
 tell a left flank from a right one. This screen shows how much a model leans on each. Hover over a number to
 see which model, weights, image variant, masker and inpainter produced it.
 """
+
+SENSITIVITY_INTRO = """\
+A good matcher is **selective**: its likeness score for a photo should hardly move when only the *context*
+changes (a new background, other lighting, another viewpoint) and should fall clearly when the *animal* changes
+(another individual's coat on the same body). Each test photo is changed in these four ways at five strengths;
+the curves show how far the score to the original photo falls. Every test photo needs a mask.
+"""
+SENSITIVITY_POLL_S = 2.0
 
 
 def _inpainter_choices() -> list[tuple[str, str]]:
@@ -106,6 +115,36 @@ def build(ctx: UIContext) -> None:
                                        elem_id="diag-flank-table")
             gr.Markdown(ds.FLANK_HELP, elem_classes=["help-text"])
 
+        # ------------------------------------------------------------------ selective sensitivity
+        with gr.Tab("Selective sensitivity", id="diag-sensitivity", elem_id="diag-sensitivity-section"):
+            gr.Markdown(SENSITIVITY_INTRO, elem_classes=["help-text"])
+            with gr.Row(equal_height=True):
+                sens_backbone = gr.Dropdown(label="Model", choices=backbones, value=backbones[0],
+                                            elem_id="diag-sens-backbone")
+                sens_benchmark = gr.Dropdown(label="Benchmark", choices=[], value=None, elem_id="diag-sens-benchmark",
+                                             info="its test photos are changed and compared with themselves")
+                sens_seed = gr.Number(0, precision=0, minimum=0, label="Seed", elem_id="diag-sens-seed",
+                                      info="which way each photo's light and viewpoint change; the intervals")
+                sens_mask = gr.Checkbox(label="Mask the photos without a mask first", value=False,
+                                        elem_id="diag-sens-mask-missing",
+                                        info=f"with {dw.masker_in_use()[1]}; stored in the catalogue")
+            with gr.Row(equal_height=True):
+                sens_button = gr.Button("Measure selective sensitivity in the background", variant="primary",
+                                        elem_id="diag-sens-run", scale=0, min_width=320)
+                sens_status = gr.Markdown(elem_id="diag-sens-status", elem_classes=["status-line"])
+            with gr.Row(equal_height=True):
+                sens_stored = gr.Dropdown(label="Stored sensitivity runs", choices=[], value=None,
+                                          elem_id="diag-sens-stored", scale=4, info="newest first")
+                sens_reload = gr.Button("Refresh", elem_id="diag-sens-reload", scale=0, min_width=120)
+            sens_summary = gr.Markdown("No sensitivity run stored yet: measure one above.", elem_id="diag-sens-summary")
+            sens_plot = gr.Plot(label="Similarity to the original photo as each change grows", elem_id="diag-sens-plot")
+            sens_table = gr.Dataframe(headers=ds.SENSITIVITY_HEADERS, value=[], interactive=False, wrap=True,
+                                      label="How fast the similarity falls for each kind of change",
+                                      elem_id="diag-sens-table")
+            gr.Markdown(ds.SENSITIVITY_HELP, elem_classes=["help-text"])
+            sens_job = gr.State(None)
+            sens_timer = gr.Timer(SENSITIVITY_POLL_S)
+
     # ---------------------------------------------------------------------- handlers
 
     def refresh(current_photo, current_bench, current_stored):
@@ -178,3 +217,53 @@ def build(ctx: UIContext) -> None:
 
     stored.change(show, inputs=[stored], outputs=[summary, context_plot, mirror_plot, flank_table],
                   api_visibility="private", show_progress="hidden")
+
+
+    # ---------------------------------------------------------------------- selective sensitivity
+
+    def sens_refresh(current_bench, current_stored):
+        benches = ds.benchmark_names(cat)
+        runs = ds.sensitivity_choices(cat)
+        bench_value = current_bench if current_bench in benches else (benches[0] if benches else None)
+        stored_value = current_stored if any(c[1] == current_stored for c in runs) else (runs[0][1] if runs else None)
+        return gr.update(choices=benches, value=bench_value), gr.update(choices=runs, value=stored_value)
+
+    sens_refresh_io = [sens_benchmark, sens_stored]
+    ctx.on_refresh(sens_refresh, inputs=sens_refresh_io, outputs=sens_refresh_io)
+    ctx.on_refresh(lambda: gr.update(choices=ds.backbone_names(cat)), outputs=[sens_backbone])
+    sens_reload.click(guarded_viewer(sens_refresh), inputs=sens_refresh_io, outputs=sens_refresh_io,
+                      api_visibility="private")
+
+    @curator_action
+    def sens_launch(backbone, benchmark, seed, mask_missing, user):
+        request = SensitivityRequest(benchmark=benchmark or "", backbone=backbone, seed=int(seed or 0),
+                                     mask_missing=bool(mask_missing), user=user)
+        job_id, message = ds.submit_sensitivity(cat, request)
+        return job_id, message
+
+    sens_button.click(sens_launch, inputs=[sens_backbone, sens_benchmark, sens_seed, sens_mask, ctx.user],
+                      outputs=[sens_job, sens_status], api_name="run_sensitivity")
+
+    def sens_poll(job_id):
+        if not job_id:
+            return gr.skip(), gr.skip(), gr.skip()
+        text, evaluation_id, over = ds.sensitivity_job_status(cat, job_id)
+        stored_update = gr.skip()
+        if evaluation_id is not None:
+            stored_update = gr.update(choices=ds.sensitivity_choices(cat), value=evaluation_id)
+        return text, stored_update, (None if over else job_id)
+
+    sens_timer.tick(guarded_viewer(sens_poll), inputs=[sens_job], outputs=[sens_status, sens_stored, sens_job],
+                    show_progress="hidden", api_visibility="private")
+
+    @curator_action(role=Role.viewer)
+    def sens_show(evaluation_id):
+        v = ds.load_sensitivity(cat, evaluation_id) if evaluation_id is not None else None
+        if v is None:
+            return ("No sensitivity run stored yet: measure one above.", None,
+                    pd.DataFrame([], columns=ds.SENSITIVITY_HEADERS))
+        return (ds.sensitivity_summary_markdown(v), ds.sensitivity_plot(v),
+                pd.DataFrame(ds.sensitivity_rows(v), columns=ds.SENSITIVITY_HEADERS))
+
+    sens_stored.change(sens_show, inputs=[sens_stored], outputs=[sens_summary, sens_plot, sens_table],
+                       api_visibility="private", show_progress="hidden")

@@ -26,6 +26,7 @@ td.prov { text-decoration: underline dotted; cursor: help; font-weight: 600; }
 """
 SORT_LABELS = {"map_macro": "mAP macro", "map_micro": "mAP micro", "cmc1_macro": "CMC@1", "cmc5_macro": "CMC@5",
                "cross_within": "cross/within flank", "bg_fg": "BG/FG", "mirror_sim": "mirror similarity",
+               "selectivity": "selectivity (coat vs context)",
                "train_seconds": "training time", "name": "name"}
 VARIANTS = ["full_rgb", "foreground_only", "background_only", "silhouette", "mirror"]
 

@@ -1,8 +1,10 @@
 """What the Diagnostics tab shows and does for a model on a benchmark: run the diagnostics (:func:`diagnose`, for
 ``rosette diagnose``) or queue them (:func:`submit_diagnose`, the tab's button; the ``diagnose`` job runs the same
 request), freeze a benchmark from the catalogue, and read a stored run back (:func:`load_diagnosis`) with its
-verdicts, charts and flank table. The single-photo panel is :mod:`jobs.actions.photo_diagnosis`; the words both
-tabs share are :mod:`jobs.actions.diagnostic_words`.
+verdicts, charts and flank table. The selective-sensitivity diagnostic runs the same ways (:func:`sensitivity`,
+:func:`submit_sensitivity`) and is read back with :func:`load_sensitivity`: its curves, slopes table and verdict.
+The single-photo panel is :mod:`jobs.actions.photo_diagnosis`; the words both tabs share are
+:mod:`jobs.actions.diagnostic_words`.
 """
 
 from __future__ import annotations
@@ -14,18 +16,21 @@ from typing import Any
 
 from core.backbones import DEFAULT_BACKBONE, list_backbones, weights_available
 from core.diagnostics import TIER_BANDS  # one definition of the tier bands and colours
+from core.sensitivity import DIMENSION_WORDS, DIMENSIONS
+from core.sensitivity_stats import sensitivity_figure
 from core.variants import VARIANTS
-from db.benchmarks import create_benchmark, list_benchmarks
+from db.benchmarks import create_benchmark, list_benchmarks, load_benchmark
 from db.diagnostics import run_diagnose
 from db.evaluation import list_evaluations
-from db.models import Evaluation
+from db.models import Evaluation, JobStatus
+from db.sensitivity import SENSITIVITY_KIND, MissingMasksError, identity_edit_in_use, run_sensitivity, unusable_masks
 from db.session import Catalogue
 from db.species import active_model_name
 from jobs import queue
 from jobs.actions.common import curator_name
 from jobs.actions.diagnostic_words import VARIANT_WORDS, fmt, masker_in_use, tip, weights_label
 from jobs.requests.benchmarks import CreateBenchmarkRequest
-from jobs.requests.diagnostics import DiagnoseRequest
+from jobs.requests.diagnostics import DiagnoseRequest, SensitivityRequest
 
 #: What a mirror tier means, in words.
 TIER_WORDS: dict[str, str] = {
@@ -294,3 +299,149 @@ def flank_rows(v: DiagnosisView, *, with_same_sighting: bool = False) -> list[li
 FLANK_HELP = ("Average precision per animal = macro mAP (identity-balanced); per photo = micro mAP; "
               "'Right first' / 'in top 5' / 'in top 10' = CMC@1/5/10 (macro). Photos of the query's own sighting are "
               "left out of its gallery.")
+
+
+# --------------------------------------------------------------------------- selective sensitivity
+
+SENSITIVITY_HEADERS = ["What changes", "Slope", "95% interval", "Similarity at full strength",
+                       "Moves the model more than another animal's coat?"]
+SENSITIVITY_HELP = ("Slope = how much the model's similarity to the original photo falls per unit of change (least "
+                    "squares over every photo and strength; more negative = moved more); the interval is a bootstrap "
+                    "over photos. Selectivity = identity slope ÷ steepest context slope: above 1, a different animal's "
+                    "coat moves the model more than any change of background, lighting or viewpoint, as it should.")
+
+
+def sensitivity(cat: Catalogue, request: SensitivityRequest, *, progress: Callable[[float, str], None] | None = None,
+                should_cancel: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Measure the selective sensitivity now and store it as an evaluation (``rosette diagnose --sensitivity``; the
+    ``sensitivity`` job runs the same request); returns the stored figures. Test photos without a mask are refused
+    with their names unless ``request.mask_missing``."""
+    return run_sensitivity(cat, backbone=request.backbone or active_model_name(cat), benchmark=request.benchmark,
+                           seed=request.seed, inpainter=request.inpainter, identity_edit=request.identity_edit,
+                           mask_missing=request.mask_missing, masker=request.masker,
+                           user=curator_name(request.user), progress=progress, should_cancel=should_cancel)
+
+
+def submit_sensitivity(cat: Catalogue, request: SensitivityRequest) -> tuple[int, str]:
+    """Queue a ``sensitivity`` job (the panel's button); returns (job id, message). A benchmark whose test photos
+    lack masks is refused at once, naming them, unless the request asks to mask them first."""
+    user = curator_name(request.user)
+    if request.benchmark not in benchmark_names(cat):
+        raise ValueError(f"There is no benchmark named {request.benchmark!r}.")
+    data = load_benchmark(cat, request.benchmark, split="test")
+    missing, empty = unusable_masks(cat, data.image_ids)
+    if empty or (missing and not request.mask_missing):
+        raise MissingMasksError(data.name, [] if request.mask_missing else missing, len(data), empty=empty)
+    identity_edit_in_use(request.identity_edit)  # an unknown edit is refused before queueing
+    request = replace(request, backbone=request.backbone or active_model_name(cat), user=user)
+    job_id = queue.submit(cat, "sensitivity", request.to_dict())
+    masking = (f" {len(missing)} photos without a mask are masked first ({request.masker or masker_in_use()[0]})."
+               if missing else "")
+    return job_id, (f"Queued job #{job_id}: selective sensitivity of {request.backbone} on {request.benchmark} "
+                    f"({len(data)} test photos x 4 kinds of change x 4 strengths, seed {request.seed}).{masking} "
+                    "The curves appear here when it has finished; follow it in the Jobs tab.")
+
+
+def sensitivity_job_status(cat: Catalogue, job_id: int | None) -> tuple[str, int | None, bool]:
+    """(what the curator reads, the stored evaluation id once finished, whether the job is over)."""
+    if not job_id:
+        return "", None, True
+    job = queue.get_job(cat, int(job_id))
+    if job.status == JobStatus.succeeded:
+        r = job.result or {}
+        return f"Job #{job.id} finished: {r.get('summary', '')}.", r.get("evaluation_id"), True
+    if job.status in (JobStatus.failed, JobStatus.cancelled):
+        return f"Job #{job.id} {job.status.value}: {job.message or job.error or ''}", None, True
+    return f"Job #{job.id} {job.status.value}: {job.progress:.0%} {job.message or ''}", None, False
+
+
+@dataclass
+class SensitivityView:
+    """One stored ``sensitivity`` evaluation."""
+
+    evaluation_id: int
+    model: str
+    benchmark: str
+    created: str
+    metrics: dict[str, Any] = field(repr=False)
+    model_config: dict[str, Any] = field(repr=False)
+
+    @property
+    def label(self) -> str:
+        sel = self.metrics.get("selectivity")
+        return (f"#{self.evaluation_id} · {self.model} on {self.benchmark} · selectivity "
+                f"{'unbounded' if sel is None else f'{sel:.2f}'} · {self.created}")
+
+    def provenance(self) -> str:
+        """Model, weights, edits, seed, photos and inpainter in one line (hover text)."""
+        m, e = self.metrics, self.metrics.get("edits") or {}
+        return "; ".join([
+            f"model {self.model} ({weights_label(self.model_config)}, fingerprint {m.get('model_fingerprint', '?')})",
+            f"benchmark {self.benchmark}, {m.get('n_images', '?')} test photos (masks: "
+            + ", ".join(f"{k} {v}" for k, v in (m.get("masks") or {}).get("sources", {}).items()) + ")",
+            f"edits at strengths {e.get('strengths')}, seed {e.get('seed')}, settings {e.get('settings_fingerprint')}",
+            f"identity edit {e.get('identity')}", f"backgrounds painted out by {m.get('inpainter')}",
+            f"score {m.get('metric', 'cosine')}; evaluation #{self.evaluation_id}"])
+
+
+def _sensitivity_view(e: Any) -> SensitivityView:
+    created = e.created_at.strftime("%Y-%m-%d %H:%M") if e.created_at else ""
+    return SensitivityView(evaluation_id=e.id, model=e.model_name, benchmark=e.benchmark_name or "?",
+                           created=created, metrics=dict(e.metrics or {}), model_config=dict(e.model_config or {}))
+
+
+def sensitivity_choices(cat: Catalogue) -> list[tuple[str, int]]:
+    """(label, evaluation id) of stored sensitivity runs, newest first."""
+    return [(_sensitivity_view(e).label, e.id) for e in list_evaluations(cat, kind=SENSITIVITY_KIND)]
+
+
+def load_sensitivity(cat: Catalogue, evaluation_id: int | None = None) -> SensitivityView | None:
+    """A stored sensitivity run (the newest when ``evaluation_id`` is None); None if there is none."""
+    if evaluation_id is None:
+        found = list_evaluations(cat, kind=SENSITIVITY_KIND, limit=1)
+        return _sensitivity_view(found[0]) if found else None
+    with cat.unit_of_work() as s:
+        e = s.get(Evaluation, int(evaluation_id))
+        if e is None or e.kind != SENSITIVITY_KIND:
+            raise ValueError(f"There is no stored sensitivity run #{evaluation_id}.")
+        return _sensitivity_view(e)
+
+
+def sensitivity_summary_markdown(v: SensitivityView) -> str:
+    """The verdict first, then the selectivity with its interval (ML terms and provenance on hover)."""
+    m = v.metrics
+    prov = html.escape(v.provenance(), quote=True)
+    sel, (lo, hi) = m.get("selectivity"), (m.get("selectivity_ci") or [None, None])[:2]
+    sel_text = "unbounded (no change of context moves the model)" if sel is None else fmt(sel, 2)
+    interval = f" (95% interval {fmt(lo, 2)} to {fmt(hi, 2)})" if lo is not None and hi is not None else ""
+    verdicts = m.get("verdicts") or [m.get("verdict", "")]
+    lines = [(f"### {html.escape(v.model)} on {html.escape(v.benchmark)} <span title=\"{prov}\">(run #{v.evaluation_id}, "
+              f"{v.created}, {m.get('n_images', '?')} test photos)</span>"),
+             f"**{html.escape(verdicts[0])}**",
+             (f"- {tip('Selectivity', 'ID-Sim selectivity = |identity slope| / max |context slope| (background, lighting, viewpoint)')}: "
+              f"<span title=\"{prov}\" id=\"diag-sens-selectivity\">{sel_text}</span>{interval}")]
+    lines += [f"- {html.escape(text)}" for text in verdicts[1:]]
+    return "\n".join(lines)
+
+
+def sensitivity_rows(v: SensitivityView) -> list[list[Any]]:
+    """Rows under SENSITIVITY_HEADERS, one per dimension, the identity (the change that should count) last."""
+    dims = v.metrics.get("dimensions") or {}
+    ident = abs((dims.get("identity") or {}).get("slope") or 0.0)
+    rows = []
+    for d in DIMENSIONS:
+        st = dims.get(d) or {}
+        slope = st.get("slope")
+        ci = (f"{st['ci_low']:+.3f} to {st['ci_high']:+.3f}" if st.get("ci_low") is not None
+              and st.get("ci_high") is not None else "—")
+        more = "—" if d == "identity" or slope is None else ("yes" if abs(slope) >= ident else "no")
+        curve = st.get("curve") or []
+        rows.append([f"{DIMENSION_WORDS[d][0].upper()}{DIMENSION_WORDS[d][1:]} ({d})",
+                     "—" if slope is None else f"{slope:+.3f}", ci, fmt(curve[-1] if curve else None), more])
+    return rows
+
+
+def sensitivity_plot(v: SensitivityView) -> Any:
+    """The four curves (plotly), provenance on hover."""
+    return sensitivity_figure(v.metrics, provenance=v.provenance())
+

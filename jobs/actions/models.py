@@ -52,7 +52,7 @@ def leaderboard_html(rows: list[dict[str, Any]]) -> str:
         return ("<div class='empty' id='models-empty'>No evaluation on this benchmark and variant yet: evaluate a "
                 "model (Benchmarks tab, or <code>rosette eval</code>) or train one (Jobs tab).</div>")
     head = ("Model", "Status", "Head / loss", "mAP macro", "mAP micro", "CMC@1", "CMC@5", "Cross/within flank",
-            "BG/FG (risk)", "Mirror (tier)", "Trained", "Photos trained on")
+            "BG/FG (risk)", "Mirror (tier)", "Selectivity", "Trained", "Photos trained on")
     body = []
     for r in rows:
         status = r["status"] + (f" for {', '.join(r['active_for'])}" if r["active_for"] else "")
@@ -67,7 +67,10 @@ def leaderboard_html(rows: list[dict[str, Any]]) -> str:
             f"<td>{_e(r['head'] or 'frozen features')}{' / ' + _e(r['loss']) if r['loss'] else ''}</td>"
             f"<td>{_f(r['map_macro'])}</td><td>{_f(r['map_micro'])}</td><td>{_f(r['cmc1_macro'])}</td>"
             f"<td>{_f(r['cmc5_macro'])}</td><td>{_f(r['cross_within'])}</td>"
-            f"<td>{_f(r['bg_fg'])} {_e(r['bg_fg_band'] or '')}</td><td>{mirror}</td><td>{trained}</td>"
+            f"<td>{_f(r['bg_fg'])} {_e(r['bg_fg_band'] or '')}</td><td>{mirror}</td>"
+            f"<td class='selectivity' title='selective sensitivity: |identity slope| / steepest context slope "
+            f"(run #{r.get('sensitivity_id') or '–'}); above 1, another animal&#39;s coat moves the model more than "
+            f"background, lighting or viewpoint'>{_f(r.get('selectivity'), 2)}</td><td>{trained}</td>"
             f"<td>{r['snapshot_images'] if r['snapshot_images'] is not None else '–'}</td></tr>")
     th = "".join(f"<th>{h}</th>" for h in head)
     return (f"<table id='models-table'><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
