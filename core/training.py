@@ -70,7 +70,8 @@ class TrainConfig:
     lora_alpha: float = 32.0
     lora_dropout: float = 0.05
     patch_weight: float = 1.0  # lambda of the idsim head's patch-transport term
-    sampler: str = "m-per-class"  # m-per-class (pml MPerClassSampler) | identity-aware (pre-scheduled, hard negatives)
+    sampler: str = "identity-aware"  # identity-aware (pre-scheduled, hard negatives; the default since issue 16's
+    # nyala comparison) | m-per-class (pml MPerClassSampler)
     sources_per_batch: int | None = None  # identity-aware: K sources per batch (default: every source, at most 2)
     hard_negatives: int = 2  # identity-aware: k hard-negative identities each anchor brings
 

@@ -361,7 +361,9 @@ def run_training(tset: TrainingSet, photos: TrainingPhotos, *, backbone: str, co
     batches = None
     if config.sampler == "identity-aware":
         hooks.progress(0.2, "scheduling the run's identity-aware batches")
-        ranked = embed_features(base, [photo(int(i)) for i in tr], kind="pooled")  # the frozen model's ranking
+        # the frozen model's ranking: the cached plain views when they are pooled vectors, else embedded once
+        ranked = views[:, 0].float() if not config.trains_backbone and kind == "pooled" else \
+            embed_features(base, [photo(int(i)) for i in tr], kind="pooled")
         negatives = hard_negative_table(codes_all, names, decided=tset.hard_negative_pairs,
                                         features=ranked.numpy(), k=config.hard_negatives, sources=train_sources)
         schedule = identity_aware_schedule(codes_all, train_sources, hard_negatives=negatives, epochs=total_epochs,

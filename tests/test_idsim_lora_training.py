@@ -163,9 +163,10 @@ def test_a_base_with_other_weights_refuses_the_adapters(syn, tmp_path):
 
 
 def test_jobs_tab_form_offers_lora_idsim_and_the_identity_aware_sampler(syn):
-    from jobs.actions.training import train_defaults, training_form
+    from jobs.actions.training import DEFAULT_SAMPLER, train_defaults, training_form
 
     d = train_defaults(syn)
+    assert d.sampler == DEFAULT_SAMPLER == TrainConfig().sampler == "identity-aware"
     assert "idsim" in [v for _, v in d.heads] and "lora16" in [v for _, v in d.blocks]
     assert [v for _, v in d.samplers] == ["m-per-class", "identity-aware"]
     req = training_form(backbone="efficientnet_lite0", head="idsim", blocks="lora16", epochs=2,

@@ -26,8 +26,8 @@ DTYPES = (torch.float32, torch.float64)
 
 
 def test_registries_list_and_refuse_unknown_names():
-    assert list_heads() == ["arcface", "lorentz", "nearid", "supcon", "triplet"]
-    assert list_losses() == ["arcface", "lorentz", "nearid", "supcon", "triplet"]
+    assert list_heads() == ["arcface", "idsim", "lorentz", "nearid", "supcon", "triplet"]
+    assert list_losses() == ["arcface", "idsim", "lorentz", "nearid", "supcon", "triplet"]
     with pytest.raises(UnknownComponentError, match="unknown head 'cosface'"):
         create_head("cosface", in_dim=8)
     with pytest.raises(UnknownComponentError, match="unknown loss"):

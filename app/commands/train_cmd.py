@@ -35,8 +35,9 @@ def register(sub) -> None:
     p.add_argument("--patch-weight", type=float, default=None,
                    help="idsim head: lambda of the patch-transport (Sinkhorn) InfoNCE term (default 1.0)")
     p.add_argument("--sampler", choices=["m-per-class", "identity-aware"], default=None,
-                   help="batches: m-per-class (pml MPerClassSampler) or identity-aware (pre-scheduled for the run, "
-                        "each identity once per batch, proportional to photo count, with hard negatives)")
+                   help="batches: identity-aware (the default: pre-scheduled for the run, each identity once per "
+                        "batch, proportional to photo count, with hard negatives) or m-per-class (pml "
+                        "MPerClassSampler)")
     p.add_argument("--hard-negatives", type=int, default=None,
                    help="identity-aware sampler: hard-negative identities each anchor brings (default 2)")
     p.add_argument("--sources-per-batch", type=int, default=None,

@@ -126,7 +126,7 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
             epochs = gr.Number(d.epochs, label="Epochs", precision=0, minimum=1, maximum=1000, elem_id="train-epochs")
             device = gr.Dropdown(d.devices, value=d.device, label="Device", elem_id="train-device",
                                  info="auto uses a GPU when there is one")
-            sampler = gr.Dropdown(d.samplers, value="m-per-class", label="Batches", elem_id="train-sampler")
+            sampler = gr.Dropdown(d.samplers, value=d.sampler, label="Batches", elem_id="train-sampler")
             train_button = gr.Button("Train", variant="primary", elem_id="train-start", scale=0, min_width=120)
         train_status = gr.Markdown(elem_id="train-status", elem_classes=["status-line"])
     with gr.Group(elem_id="train-run-panel"):
@@ -151,7 +151,7 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
     def start(user, backbone_v, head_v, blocks_v, set_v, epochs_v, device_v, sampler_v):
         request = ts.training_form(backbone=backbone_v, head=head_v, blocks=blocks_v, epochs=epochs_v,
                                    training_set=set_v, device=device_v, user=curator_name(user),
-                                   sampler=sampler_v or "m-per-class")
+                                   sampler=sampler_v or ts.DEFAULT_SAMPLER)
         job_id, message = ts.launch_training(cat, request)
         return message, *show(job_id)
 

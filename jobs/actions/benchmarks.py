@@ -34,7 +34,8 @@ EVALUATION_VARIANTS: list[tuple[str, str]] = [
     ("Mirrored animal (mirror)", "mirror"),
 ]
 RERANK_WORDS = {"none": "No re-ranking", "k_reciprocal": "k-reciprocal re-ranking",
-                "aqe": "Average query expansion (aqe)"}
+                "aqe": "Average query expansion (aqe)",
+                "patch_ot": "Patch transport on the top 20 (patch_ot; idsim models)"}
 RERANK_CHOICES: list[tuple[str, str]] = [(RERANK_WORDS.get(m, m), m) for m in RERANK_METHODS]
 SPLIT_CHOICES: list[tuple[str, str]] = [
     ("New individuals (identity-disjoint: test animals are unseen)", "identity"),

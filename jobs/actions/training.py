@@ -29,6 +29,7 @@ BLOCK_CHOICES = [("head only, on cached features (minutes on a CPU)", "0"), ("la
                  ("whole backbone (GPU)", "all"),
                  ("LoRA adapters, rank 16 (peft; the backbone stays frozen, the model keeps only the adapters)",
                   "lora16")]
+DEFAULT_SAMPLER = "identity-aware"  # core.training.TrainConfig's default, named here without importing torch
 SAMPLER_CHOICES = [("identity-uniform (16 individuals x 4 photos, pml MPerClassSampler)", "m-per-class"),
                    ("identity-aware: pre-scheduled, with the curators' 'not the same' pairs as hard negatives",
                     "identity-aware")]
@@ -58,6 +59,7 @@ class TrainDefaults:
     epochs: int
     training_set: str
     device: str
+    sampler: str = DEFAULT_SAMPLER
 
 
 def train_defaults(cat: Catalogue) -> TrainDefaults:
@@ -81,7 +83,7 @@ def train_defaults(cat: Catalogue) -> TrainDefaults:
 
 
 def training_form(*, backbone: str, head: str, blocks: str, epochs: float | int | None, training_set: str,
-                  device: str, user: str, sampler: str = "m-per-class") -> TrainRequest:
+                  device: str, user: str, sampler: str = DEFAULT_SAMPLER) -> TrainRequest:
     """The Jobs tab's form as a training request, refused in the form's words (a whole number of epochs from 1 to
     1000, a training set chosen, a backbone that can be trained here)."""
     from core.training import parse_blocks  # lazy: core.training imports torch
