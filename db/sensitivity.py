@@ -55,11 +55,12 @@ from db.embeddings import (
     sources_for,
 )
 from db.evaluation import store_evaluation
-from db.masks import mask_images
+from db.masks import image_source, mask_images, predict_mask, store_mask
 from db.models import Image, Species
 from db.session import Catalogue
 
 __all__ = ["IDENTITY_EDITS", "SENSITIVITY_KIND", "SENSITIVITY_VARIANT", "MissingMasksError", "identity_edit_in_use",
+           "retry_empty_masks",
            "photos_without_mask", "run_sensitivity", "unusable_masks"]
 
 SENSITIVITY_KIND = "sensitivity"
@@ -112,6 +113,20 @@ def unusable_masks(cat: Catalogue, image_ids: Sequence[int]) -> tuple[list[tuple
 def photos_without_mask(cat: Catalogue, image_ids: Sequence[int]) -> list[tuple[int, str]]:
     """(id, original name) of the photos of ``image_ids`` with no catalogue mask, in the given order."""
     return unusable_masks(cat, image_ids)[0]
+
+
+def retry_empty_masks(cat: Catalogue, image_ids: Sequence[int], *, masker: str, user: str) -> int:
+    """Mask again, with one click in the middle of the photo (what a curator does first in the Mask tab), the
+    photos whose automatic mask came out empty; returns how many now have an animal. Those still empty stay so
+    (and are named by the refusal)."""
+    made = 0
+    for image_id in image_ids:
+        h, w = load_photo(cat, image_source(cat, image_id)).shape[:2]
+        res = predict_mask(cat, image_id, masker=masker, points=[(w / 2, h / 2)], point_labels=[1])
+        if np.asarray(res.mask).any():
+            store_mask(cat, image_id, res.mask, source=res.source, details=res.details, user=user)
+            made += 1
+    return made
 
 
 def identity_edit_in_use(requested: str | None = None) -> str:
@@ -222,7 +237,12 @@ def run_sensitivity(cat: Catalogue, *, backbone: str, benchmark: str, seed: int 
         mask_run = mask_images(cat, masker=masker_name, image_ids=[i for i, _ in missing], only_missing=True,
                                user=user, should_cancel=should_cancel,
                                progress=lambda d, t: report(0.15 * d / max(t, 1), f"masking {d}/{t}"))
+        newly = {i for i, _ in missing}
         missing, empty = unusable_masks(cat, data.image_ids)
+        retried = retry_empty_masks(cat, [i for i, _ in empty if i in newly], masker=masker_name, user=user)
+        if retried:
+            mask_run = {**mask_run, "made_again_with_a_click": retried}
+            missing, empty = unusable_masks(cat, data.image_ids)
     if missing or empty:
         raise MissingMasksError(data.name, missing, len(data), empty=empty,
                                 errors=(mask_run or {}).get("errors") or ())

@@ -515,3 +515,32 @@ def test_mask_missing_masks_the_photos_first_then_measures(unmasked):
     assert res["masks"]["sources"] == {"grabcut": 8}
     assert "8 of 8 photos masked with grabcut" in res["masks"]["made_now"]
     assert res["n_images"] == 8 and res["cache"]["computed"] == 128
+
+
+def test_mask_missing_clicks_in_the_middle_when_the_masker_finds_no_animal(unmasked, monkeypatch):
+    """An automatic mask that comes out empty is made again with one click in the middle (as in the Mask tab),
+    so --mask-missing finishes; a curator's own empty mask is never overwritten (previous test)."""
+    import db.sensitivity as store
+    from db import embeddings
+    from db.benchmarks import load_benchmark
+    from db.masks import store_mask
+
+    cat = unmasked
+    test = load_benchmark(cat, "syn", split="test")
+    real_mask_images = store.mask_images
+
+    def masker_that_misses_one(cat_, *, image_ids, **kw):
+        out = real_mask_images(cat_, image_ids=image_ids, **kw)
+        store_mask(cat_, image_ids[0], np.zeros((160, 160), bool), source="grabcut", user="ana")
+        return out
+
+    monkeypatch.setattr(store, "mask_images", masker_that_misses_one)
+    key = (str(cat.data_dir), "test_quarters", None)
+    embeddings._BACKBONES[key] = MeanColours()
+    try:
+        res = run_sensitivity(cat, backbone="test_quarters", benchmark="syn", mask_missing=True, masker="grabcut",
+                              n_resamples=100, store=False)
+    finally:
+        embeddings._BACKBONES.pop(key, None)
+    assert res["n_images"] == 8
+    assert store.unusable_masks(cat, test.image_ids) == ([], [])
