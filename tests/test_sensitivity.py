@@ -478,6 +478,19 @@ class MeanColours:
         return np.stack(out).astype(np.float32)
 
 
+def measure_with_quarters(cat):
+    """run_sensitivity with --mask-missing (GrabCut) on the stand-in backbone, nothing stored."""
+    from db import embeddings
+
+    key = (str(cat.data_dir), "test_quarters", None)
+    embeddings._BACKBONES[key] = MeanColours()
+    try:
+        return run_sensitivity(cat, backbone="test_quarters", benchmark="syn", mask_missing=True, masker="grabcut",
+                               n_resamples=100, store=False)
+    finally:
+        embeddings._BACKBONES.pop(key, None)
+
+
 def test_an_empty_mask_is_named_too(unmasked):
     from db.benchmarks import load_benchmark
     from db.masks import store_mask
@@ -498,19 +511,12 @@ def test_an_empty_mask_is_named_too(unmasked):
 
 
 def test_mask_missing_masks_the_photos_first_then_measures(unmasked):
-    from db import embeddings
     from db.benchmarks import load_benchmark
     from db.sensitivity import photos_without_mask
 
     cat = unmasked
     test = load_benchmark(cat, "syn", split="test")
-    key = (str(cat.data_dir), "test_quarters", None)
-    embeddings._BACKBONES[key] = MeanColours()
-    try:
-        res = run_sensitivity(cat, backbone="test_quarters", benchmark="syn", mask_missing=True, masker="grabcut",
-                              n_resamples=100, store=False)
-    finally:
-        embeddings._BACKBONES.pop(key, None)
+    res = measure_with_quarters(cat)
     assert photos_without_mask(cat, test.image_ids) == []
     assert res["masks"]["sources"] == {"grabcut": 8}
     assert "8 of 8 photos masked with grabcut" in res["masks"]["made_now"]
@@ -521,7 +527,6 @@ def test_mask_missing_clicks_in_the_middle_when_the_masker_finds_no_animal(unmas
     """An automatic mask that comes out empty is made again with one click in the middle (as in the Mask tab),
     so --mask-missing finishes; a curator's own empty mask is never overwritten (previous test)."""
     import db.sensitivity as store
-    from db import embeddings
     from db.benchmarks import load_benchmark
     from db.masks import store_mask
 
@@ -535,12 +540,6 @@ def test_mask_missing_clicks_in_the_middle_when_the_masker_finds_no_animal(unmas
         return out
 
     monkeypatch.setattr(store, "mask_images", masker_that_misses_one)
-    key = (str(cat.data_dir), "test_quarters", None)
-    embeddings._BACKBONES[key] = MeanColours()
-    try:
-        res = run_sensitivity(cat, backbone="test_quarters", benchmark="syn", mask_missing=True, masker="grabcut",
-                              n_resamples=100, store=False)
-    finally:
-        embeddings._BACKBONES.pop(key, None)
+    res = measure_with_quarters(cat)
     assert res["n_images"] == 8
     assert store.unusable_masks(cat, test.image_ids) == ([], [])
