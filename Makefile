@@ -8,7 +8,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 7860
 SERVE_ARGS ?=
 
-.PHONY: run test bench venv clean-venv browser
+.PHONY: run test bench venv clean-venv browser postgres
 
 venv: $(STAMP)
 
@@ -32,7 +32,14 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core; } || \
 	  echo "warning: /usr/bin/chromium is missing; the browser tests will fail (apt-get install chromium)"
 
-test: $(STAMP) browser
+# The PostgreSQL tests start a throwaway cluster with Debian's initdb/pg_ctl; install them the same way.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } || \
+	  echo "warning: PostgreSQL's initdb is missing; the postgres tests will fail (apt-get install postgresql)"
+
+test: $(STAMP) browser postgres
 	$(VENV)/bin/lint-imports
 	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(PY) -m pytest -q tests
 
