@@ -10,7 +10,9 @@ runner from the user who submitted the job. Nothing set means ``system``.
 
 Each row carries ``prev_hash`` and ``row_hash = sha256(prev_hash + canonical JSON of the row)``; SQLite lets one
 writer at a time hold the write lock, and a flush that writes an audited change already holds it, so the chain
-never forks. :func:`verify_chain` recomputes it: a past row rewritten or deleted in the database file shows up as
+never forks. PostgreSQL lets writers run side by side, so there the listener first takes a transaction-level
+advisory lock (``pg_advisory_xact_lock``) before it reads the chain's tail: writers of audited changes commit one
+after the other, on one server or several. :func:`verify_chain` recomputes it: a past row rewritten or deleted in the database file shows up as
 the first broken link.
 """
 
@@ -29,7 +31,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, insert, inspect, select
+from sqlalchemy import event, insert, inspect, select, text
 from sqlalchemy.orm import Session
 
 from core.csv_safety import defuse_cell
@@ -50,6 +52,8 @@ from db.models import (
 )
 
 GENESIS = "0" * 64
+#: The key of the transaction-level advisory lock that serialises the chain's tail on PostgreSQL.
+AUDIT_CHAIN_LOCK = 7_263_011_702
 SYSTEM = "system"
 MAX_DETAIL_CHARS = 300  # a long value (a payload, a path list) is cut in the audit row, never the change itself
 
@@ -188,6 +192,10 @@ def _write_audit_rows(session: Session, _flush_context: Any) -> None:
         return
     connection = session.connection()
     table = AuditEvent.__table__
+    if connection.dialect.name == "postgresql":
+        # PostgreSQL lets many writers in at once: hold the chain's tail until this transaction ends, so the next
+        # writer reads this one's last row (SQLite's single write lock already does this)
+        connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": AUDIT_CHAIN_LOCK})
     prev = connection.execute(select(table.c.row_hash).order_by(table.c.id.desc()).limit(1)).scalar() or GENESIS
     user = acting_user()
     for action, target, details in rows:

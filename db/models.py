@@ -19,11 +19,13 @@ from sqlalchemy import (
     Enum,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -31,8 +33,12 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
+#: JSON everywhere, stored as ``jsonb`` on PostgreSQL (indexable, compact, compared by value).
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+    type_annotation_map = {dict[str, Any]: JSONType, list[Any]: JSONType}
 
 
 class Flank(str, enum.Enum):
@@ -138,7 +144,7 @@ class AuditEvent(Base):
     user: Mapped[str] = mapped_column(String(120), index=True)
     action: Mapped[str] = mapped_column(String(80), index=True)  # e.g. "individual.rename", "decision.add"
     target: Mapped[str] = mapped_column(String(120), index=True)  # e.g. "individual#4"
-    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    details: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     prev_hash: Mapped[str] = mapped_column(String(64))
     row_hash: Mapped[str] = mapped_column(String(64), unique=True)
 
@@ -199,9 +205,9 @@ class Image(Base):
     decision_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     mask_path: Mapped[str | None] = mapped_column(String(300), default=None)
     mask_source: Mapped[str | None] = mapped_column(String(40), default=None)  # alpha | sam2 | grabcut
-    mask_details: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    mask_details: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     solidity: Mapped[float | None] = mapped_column(Float, default=None)
-    mask_flags: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
+    mask_flags: Mapped[list[Any] | None] = mapped_column(JSONType, default=None)
     imported_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
     individual: Mapped[Individual | None] = relationship(back_populates="images", foreign_keys=[individual_id])
@@ -216,7 +222,7 @@ class IdentityEvent(Base):
     kind: Mapped[EventKind] = mapped_column(_enum(EventKind, "event_kind"))
     individual_id: Mapped[int | None] = mapped_column(ForeignKey("individuals.id"), default=None)
     other_individual_id: Mapped[int | None] = mapped_column(ForeignKey("individuals.id"), default=None)
-    payload: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     user: Mapped[str] = mapped_column(String(120))
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     undone_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
@@ -246,13 +252,13 @@ class Model(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     backbone: Mapped[str] = mapped_column(String(200))  # backbone registry name
     head: Mapped[str | None] = mapped_column(String(100), default=None)  # head registry name, None = frozen features
-    config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # backbone config incl. preprocessing
+    config: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)  # backbone config incl. preprocessing
     checkpoint_path: Mapped[str | None] = mapped_column(String(300), default=None)
     checkpoint_hash: Mapped[str | None] = mapped_column(String(64), default=None)
-    training_config: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    training_config: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     loss: Mapped[str | None] = mapped_column(String(100), default=None)  # loss registry name (trained models)
     # the exact training data: image ids, identities and their hash (trained models)
-    data_snapshot: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    data_snapshot: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), default=None)  # the job that trained it
     species_id: Mapped[int | None] = mapped_column(ForeignKey("species.id"), default=None)  # trained for
     status: Mapped[ModelStatus] = mapped_column(_enum(ModelStatus, "model_status"), default=ModelStatus.candidate)
@@ -267,7 +273,7 @@ class Benchmark(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     split_kind: Mapped[str] = mapped_column(String(40))  # identity | sighting | test-only | column:<name>
     species_id: Mapped[int | None] = mapped_column(ForeignKey("species.id"), default=None)
-    config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # test_fraction, seed, source
+    config: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)  # test_fraction, seed, source
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
     members: Mapped[list[BenchmarkImage]] = relationship(
@@ -296,14 +302,14 @@ class Evaluation(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     model_id: Mapped[int | None] = mapped_column(ForeignKey("models.id"), default=None)
     model_name: Mapped[str] = mapped_column(String(200))
-    model_config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # exact backbone/head config
+    model_config: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)  # exact backbone/head config
     benchmark_id: Mapped[int | None] = mapped_column(ForeignKey("benchmarks.id"), default=None)
     benchmark_name: Mapped[str] = mapped_column(String(200))
     kind: Mapped[str] = mapped_column(String(40), default="retrieval")  # retrieval | diagnose
     variant: Mapped[str] = mapped_column(String(40), default="full_rgb")
     masker: Mapped[str | None] = mapped_column(String(40), default=None)
     inpainter: Mapped[str | None] = mapped_column(String(80), default=None)
-    metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
@@ -316,7 +322,7 @@ class EmbeddingSet(Base):
     config_fingerprint: Mapped[str] = mapped_column(String(64))
     variant: Mapped[str] = mapped_column(String(40))
     path: Mapped[str] = mapped_column(String(300))
-    image_ids: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    image_ids: Mapped[list[Any]] = mapped_column(JSONType, default=list)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
@@ -325,13 +331,13 @@ class Job(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     kind: Mapped[str] = mapped_column(String(40))
     queue: Mapped[str] = mapped_column(String(16), default="light", index=True)  # light | heavy
-    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    params: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     status: Mapped[JobStatus] = mapped_column(_enum(JobStatus, "job_status"), default=JobStatus.queued, index=True)
     progress: Mapped[float] = mapped_column(Float, default=0.0)
     message: Mapped[str | None] = mapped_column(Text, default=None)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
-    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     cancelled_by: Mapped[str | None] = mapped_column(String(120), default=None)  # who asked it to stop
     worker: Mapped[str | None] = mapped_column(String(120), default=None)
@@ -341,3 +347,16 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
+
+
+class MatchSuggestion(Base):
+    """A photo's best gallery match under a model, stored so that the review queue of a large catalogue is one
+    indexed query (``db.suggestions``) instead of a pending x gallery score matrix."""
+
+    __tablename__ = "match_suggestions"
+    __table_args__ = (Index("ix_match_suggestions_model_score", "model_name", "top_score", "image_id"),)
+    image_id: Mapped[int] = mapped_column(ForeignKey("images.id", ondelete="CASCADE"), primary_key=True)
+    model_name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    top_image_id: Mapped[int | None] = mapped_column(ForeignKey("images.id", ondelete="SET NULL"), default=None)
+    top_score: Mapped[float] = mapped_column(Float)
+    computed_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)

@@ -9,13 +9,16 @@ yields one session per UI event or job; it rolls back unless committed.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 import db.audit  # noqa: F401 - registers the audit-trail listener on every session
@@ -51,11 +54,35 @@ def _sqlite_read_only_pragmas(dbapi_connection, _record) -> None:  # pragma: no 
     cursor.close()
 
 
+#: Seconds to wait for a PostgreSQL server to answer before saying it is not there.
+PG_CONNECT_TIMEOUT_S = 10
+#: The key of the session-level advisory lock held while migrating a PostgreSQL catalogue (any constant will do,
+#: as long as every Rosette uses the same one): two servers starting at once migrate one after the other.
+PG_MIGRATION_LOCK = 7_263_011_701
+
+
+def is_postgres(url: str) -> bool:
+    return url.startswith("postgresql")
+
+
+def display_url(url: str) -> str:
+    """The database URL as it may be shown: the password replaced by ``***``."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - a malformed URL is still worth naming, minus anything before the host
+        return url.split("@")[-1] if "@" in url else url
+
+
 def make_engine(url: str, *, read_only: bool = False) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_read_only_pragmas if read_only else _sqlite_pragmas)
         return engine
+    if is_postgres(url):
+        # a connection checked before use (a restarted server does not break the next request), a small pool per
+        # process (a web server, a worker), recycled now and then so an idle firewall never cuts one silently
+        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10, pool_recycle=1800,
+                             pool_timeout=30, connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S})
     return create_engine(url, pool_pre_ping=True)
 
 
@@ -91,6 +118,9 @@ def alembic_config():
 def upgrade_to_head(engine: Engine) -> None:
     """Run Alembic migrations up to head on ``engine``.
 
+    On PostgreSQL the whole upgrade runs under a session-level advisory lock (``pg_advisory_lock``), so servers
+    on several machines starting at once migrate one after the other.
+
     On SQLite, batch migrations rebuild tables (copy, drop, rename); with foreign keys enforced, dropping a
     table that other rows reference fails. As Alembic's batch-mode documentation advises, foreign keys are
     switched off for the migration and ``PRAGMA foreign_key_check`` must come back empty before they are
@@ -100,9 +130,13 @@ def upgrade_to_head(engine: Engine) -> None:
 
     cfg = alembic_config()
     sqlite = engine.dialect.name == "sqlite"
+    postgres = engine.dialect.name == "postgresql"
     with engine.connect() as connection:
         if sqlite:
             connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            connection.commit()
+        if postgres:  # migration_lock's file lock covers one machine; this covers every server of one database
+            connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": PG_MIGRATION_LOCK})
             connection.commit()
         try:
             with connection.begin():
@@ -115,6 +149,10 @@ def upgrade_to_head(engine: Engine) -> None:
         finally:
             if sqlite:
                 connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+                connection.commit()
+            if postgres:
+                connection.rollback()  # a failed migration leaves an aborted transaction; unlocking needs a fresh one
+                connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": PG_MIGRATION_LOCK})
                 connection.commit()
 
 
@@ -152,15 +190,36 @@ class Catalogue:
 FULL_DISK_BYTES = 64 * 1024 ** 2
 
 
+def _server_reason(message: str) -> str | None:
+    """A PostgreSQL server's refusal (as psycopg words it) in a curator's words; None when it is none of those."""
+    found = re.search(r'password authentication failed for user "[^"]*"', message)
+    if found:
+        return found.group(0)
+    found = re.search(r'(database|role) "[^"]*" does not exist', message)
+    if found:
+        return found.group(0)
+    if "no password supplied" in message:
+        return "the server asks for a password and the URL gives none"
+    gone = ("Connection refused", "connection refused", "could not connect", "timeout expired", "No route to host",
+            "Network is unreachable", "server closed the connection", "the database system is starting up",
+            "the database system is shutting down", "No such file or directory")
+    if "connection" in message and any(words in message for words in gone):
+        return "the server is not running, or not accepting connections at that address"
+    if "could not translate host name" in message or "Name or service not known" in message:
+        return "the server's host name is unknown"
+    return None
+
+
 def _db_reason(exc: Exception, *, data_dir: Path | None = None) -> str:
     text = str(getattr(exc, "orig", exc))
+    server = _server_reason(text)
+    if server is not None:
+        return server
     if "locked" in text:
         return "it is locked by another program (a running import or server); try again in a moment"
     if "disk" in text and "full" in text or "No space" in text:
         return "the disk is full; free some space first"
     if "disk I/O error" in text and data_dir is not None:
-        import shutil
-
         try:  # SQLite often reports a full disk, met while writing its journal, as an I/O error
             free = shutil.disk_usage(data_dir).free
         except OSError:
@@ -171,7 +230,16 @@ def _db_reason(exc: Exception, *, data_dir: Path | None = None) -> str:
     if "readonly" in text or "read-only" in text or "query_only" in text or "attempt to write" in text:
         return ("it is read-only (opened read-only because this user cannot write it, or with --read-only): "
                 "nothing was changed")
-    return text
+    return " ".join(text.split())  # one line (a server's message may run over several)
+
+
+def _hide_password(message: str, url: str) -> str:
+    """``message`` with the URL's password (should a driver ever quote it) replaced by ``***``."""
+    try:
+        password = make_url(url).password
+    except Exception:  # noqa: BLE001 - no URL, no password to hide
+        return message
+    return message.replace(str(password), "***") if password else message
 
 
 @contextmanager
@@ -224,14 +292,16 @@ def open_catalogue(data_dir: str | os.PathLike[str] | None = None, *, url: str |
     try:
         engine = make_engine(db_url)
     except Exception as exc:  # noqa: BLE001 - sqlalchemy raises several kinds for a malformed URL
-        raise ValueError(f"cannot use the database URL {db_url!r}: {exc}") from None
+        raise ValueError(f"cannot use the database URL {display_url(db_url)!r}: "
+                         f"{_hide_password(str(exc), db_url)}") from None
     if migrate:
         try:
             with migration_lock(root):
                 upgrade_to_head(engine)
-        except OperationalError as exc:
+        except (OperationalError, InterfaceError) as exc:
             engine.dispose()
-            raise ValueError(f"cannot open the catalogue database {db_url}: {_db_reason(exc)}") from None
+            raise ValueError(f"cannot open the catalogue database {display_url(db_url)}: "
+                             f"{_hide_password(_db_reason(exc), db_url)}") from None
     return Catalogue(
         data_dir=root,
         url=db_url,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.pg_cluster import create_database, throwaway_cluster
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -75,3 +78,18 @@ def test_job_kinds():
     from jobs.registry import load_extra_job_kinds
 
     load_extra_job_kinds()
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster for the whole test session, started only when a test asks for it: the URL
+    ``postgresql+psycopg://rosette:<pw>@127.0.0.1:<port>/rosette`` (``rosette`` is its superuser). Raises, never
+    skips, when PostgreSQL is not installed."""
+    with throwaway_cluster() as url:
+        yield url
+
+
+@pytest.fixture()
+def pg_db_url(pg_url: str) -> str:
+    """The URL of a fresh, empty database on the session's PostgreSQL cluster (one per test)."""
+    return create_database(pg_url)

@@ -1,5 +1,8 @@
-"""Alembic environment: uses the connection handed over by db.session.upgrade_to_head,
-or the URL in alembic's config (``alembic -x url=...`` style use from the command line)."""
+"""Alembic environment: uses the connection handed over by db.session.upgrade_to_head, or the URL given on the
+command line (``alembic -x url=...``) or in alembic's config. The same migrations run on SQLite and PostgreSQL:
+``render_as_batch`` rebuilds tables on SQLite only (elsewhere batch operations are plain ALTER TABLEs), JSON
+columns are ``jsonb`` on PostgreSQL, and SQLite's PRAGMAs are set by db.session around the upgrade, on SQLite
+only."""
 
 from __future__ import annotations
 
@@ -19,7 +22,11 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    engine = engine_from_config(config.get_section(config.config_ini_section) or {}, prefix="sqlalchemy.", poolclass=pool.NullPool)
+    section = dict(config.get_section(config.config_ini_section) or {})
+    url = context.get_x_argument(as_dictionary=True).get("url")
+    if url:  # ``alembic -x url=postgresql+psycopg://...`` or ``-x url=sqlite:///...``
+        section["sqlalchemy.url"] = url
+    engine = engine_from_config(section, prefix="sqlalchemy.", poolclass=pool.NullPool)
     with engine.connect() as conn:
         context.configure(connection=conn, target_metadata=target_metadata, render_as_batch=True)
         with context.begin_transaction():

@@ -1,27 +1,29 @@
-"""Upkeep of a catalogue: backup and restore (``rosette backup`` / ``restore``), the photo store's unreferenced
-files (``rosette doctor``), what a server says about itself (the app's provenance line, a database problem in
+"""Upkeep of a catalogue: backup and restore (``rosette backup`` / ``restore``), copying it into another database
+(``rosette catalogue copy``), the photo store's unreferenced files (``rosette doctor``), what a server says about itself (the app's provenance line, a database problem in
 words), and getting a server ready (the demo catalogue, a warm backbone)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from core.backbones import DEFAULT_BACKBONE
 from core.readers import IngestReport
 from db import backup as store
-from db import doctor
+from db import catalogue_copy, doctor
+from db.catalogue_copy import CopyReport
 from db.demo import seed_demo_if_empty
 from db.doctor import Orphans
 from db.embeddings import get_backbone
 from db.session import Catalogue, _db_reason
-from jobs.requests.maintenance import BackupRequest, OrphansRequest, RestoreRequest
+from jobs.requests.maintenance import BackupRequest, CatalogueCopyRequest, OrphansRequest, RestoreRequest
 
 # --------------------------------------------------------------------------- backup and restore
 
@@ -35,6 +37,14 @@ def restore(request: RestoreRequest) -> dict[str, Any]:
     """Copy a verified backup into a data directory (no catalogue open: it is the one being replaced); the
     backup's info (when it was made, its counts)."""
     return store.restore(request.path, request.data_dir, force=request.force)
+
+
+def copy_catalogue(cat: Catalogue, request: CatalogueCopyRequest, *,
+                   progress: Callable[[str, int], None] | None = None) -> CopyReport:
+    """Copy every row of the catalogue (ids kept) into the database ``request.to`` (SQLite or PostgreSQL), then
+    compare the row counts per table and verify the target's audit chain (``report.ok``). The photo files stay
+    in the data directory's content-addressed store. A target holding rows is refused unless ``force``."""
+    return catalogue_copy.copy_catalogue(cat, request.to, force=request.force, progress=progress)
 
 
 # --------------------------------------------------------------------------- the photo store
@@ -70,8 +80,8 @@ def provenance_line(cat: Catalogue) -> str:
 
 def database_problem(exc: BaseException, *, data_dir: Path | None = None) -> str | None:
     """Why the catalogue database could not be used, in words, when ``exc`` is the database refusing (locked,
-    disk full ...); None for any other error."""
-    return _db_reason(exc, data_dir=data_dir) if isinstance(exc, OperationalError) else None
+    disk full, a PostgreSQL server gone or refusing the password ...); None for any other error."""
+    return _db_reason(exc, data_dir=data_dir) if isinstance(exc, (OperationalError, InterfaceError)) else None
 
 
 # --------------------------------------------------------------------------- getting a server ready

@@ -6,11 +6,15 @@ Create Date: 2026-11-22 02:16:09.425777
 """
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision = '0001'
 down_revision = None
 branch_labels = None
 depends_on = None
+
+# JSON, stored as jsonb on PostgreSQL (as db.models.JSONType)
+JSON_TYPE = sa.JSON().with_variant(postgresql.JSONB(), 'postgresql')
 
 
 def upgrade() -> None:
@@ -19,7 +23,7 @@ def upgrade() -> None:
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('name', sa.String(length=200), nullable=False),
     sa.Column('split_kind', sa.String(length=40), nullable=False),
-    sa.Column('config', sa.JSON(), nullable=False),
+    sa.Column('config', JSON_TYPE, nullable=False),
     sa.Column('created_at', sa.DateTime(), nullable=False),
     sa.PrimaryKeyConstraint('id'),
     sa.UniqueConstraint('name')
@@ -30,7 +34,7 @@ def upgrade() -> None:
     sa.Column('config_fingerprint', sa.String(length=64), nullable=False),
     sa.Column('variant', sa.String(length=40), nullable=False),
     sa.Column('path', sa.String(length=300), nullable=False),
-    sa.Column('image_ids', sa.JSON(), nullable=False),
+    sa.Column('image_ids', JSON_TYPE, nullable=False),
     sa.Column('created_at', sa.DateTime(), nullable=False),
     sa.PrimaryKeyConstraint('id')
     )
@@ -48,13 +52,13 @@ def upgrade() -> None:
     op.create_table('jobs',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('kind', sa.String(length=40), nullable=False),
-    sa.Column('params', sa.JSON(), nullable=False),
+    sa.Column('params', JSON_TYPE, nullable=False),
     sa.Column('status', sa.Enum('queued', 'running', 'succeeded', 'failed', 'cancelled', name='job_status', native_enum=False, length=16), nullable=False),
     sa.Column('progress', sa.Float(), nullable=False),
     sa.Column('message', sa.Text(), nullable=True),
     sa.Column('heartbeat_at', sa.DateTime(), nullable=True),
     sa.Column('error', sa.Text(), nullable=True),
-    sa.Column('result', sa.JSON(), nullable=True),
+    sa.Column('result', JSON_TYPE, nullable=True),
     sa.Column('cancel_requested', sa.Boolean(), nullable=False),
     sa.Column('worker', sa.String(length=120), nullable=True),
     sa.Column('created_at', sa.DateTime(), nullable=False),
@@ -70,10 +74,10 @@ def upgrade() -> None:
     sa.Column('name', sa.String(length=200), nullable=False),
     sa.Column('backbone', sa.String(length=200), nullable=False),
     sa.Column('head', sa.String(length=100), nullable=True),
-    sa.Column('config', sa.JSON(), nullable=False),
+    sa.Column('config', JSON_TYPE, nullable=False),
     sa.Column('checkpoint_path', sa.String(length=300), nullable=True),
     sa.Column('checkpoint_hash', sa.String(length=64), nullable=True),
-    sa.Column('training_config', sa.JSON(), nullable=True),
+    sa.Column('training_config', JSON_TYPE, nullable=True),
     sa.Column('status', sa.Enum('candidate', 'active', 'archived', name='model_status', native_enum=False, length=16), nullable=False),
     sa.Column('created_at', sa.DateTime(), nullable=False),
     sa.PrimaryKeyConstraint('id'),
@@ -103,14 +107,14 @@ def upgrade() -> None:
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('model_id', sa.Integer(), nullable=True),
     sa.Column('model_name', sa.String(length=200), nullable=False),
-    sa.Column('model_config', sa.JSON(), nullable=False),
+    sa.Column('model_config', JSON_TYPE, nullable=False),
     sa.Column('benchmark_id', sa.Integer(), nullable=True),
     sa.Column('benchmark_name', sa.String(length=200), nullable=False),
     sa.Column('kind', sa.String(length=40), nullable=False),
     sa.Column('variant', sa.String(length=40), nullable=False),
     sa.Column('masker', sa.String(length=40), nullable=True),
     sa.Column('inpainter', sa.String(length=80), nullable=True),
-    sa.Column('metrics', sa.JSON(), nullable=False),
+    sa.Column('metrics', JSON_TYPE, nullable=False),
     sa.Column('created_at', sa.DateTime(), nullable=False),
     sa.ForeignKeyConstraint(['benchmark_id'], ['benchmarks.id'], ),
     sa.ForeignKeyConstraint(['model_id'], ['models.id'], ),
@@ -121,7 +125,7 @@ def upgrade() -> None:
     sa.Column('kind', sa.Enum('create', 'rename', 'assign', 'unassign', 'merge', 'split', 'undo', name='event_kind', native_enum=False, length=16), nullable=False),
     sa.Column('individual_id', sa.Integer(), nullable=True),
     sa.Column('other_individual_id', sa.Integer(), nullable=True),
-    sa.Column('payload', sa.JSON(), nullable=False),
+    sa.Column('payload', JSON_TYPE, nullable=False),
     sa.Column('user', sa.String(length=120), nullable=False),
     sa.Column('created_at', sa.DateTime(), nullable=False),
     sa.Column('undone_at', sa.DateTime(), nullable=True),
@@ -151,9 +155,9 @@ def upgrade() -> None:
     sa.Column('individual_id', sa.Integer(), nullable=True),
     sa.Column('mask_path', sa.String(length=300), nullable=True),
     sa.Column('mask_source', sa.String(length=40), nullable=True),
-    sa.Column('mask_details', sa.JSON(), nullable=True),
+    sa.Column('mask_details', JSON_TYPE, nullable=True),
     sa.Column('solidity', sa.Float(), nullable=True),
-    sa.Column('mask_flags', sa.JSON(), nullable=True),
+    sa.Column('mask_flags', JSON_TYPE, nullable=True),
     sa.Column('imported_at', sa.DateTime(), nullable=False),
     sa.ForeignKeyConstraint(['individual_id'], ['individuals.id'], ),
     sa.ForeignKeyConstraint(['sighting_id'], ['sightings.id'], ),

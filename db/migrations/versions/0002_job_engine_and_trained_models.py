@@ -6,11 +6,15 @@ Create Date: 2026-11-22 17:30:00
 """
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision = '0002'
 down_revision = '0001'
 branch_labels = None
 depends_on = None
+
+# JSON, stored as jsonb on PostgreSQL (as db.models.JSONType)
+JSON_TYPE = sa.JSON().with_variant(postgresql.JSONB(), 'postgresql')
 
 
 def upgrade() -> None:
@@ -24,7 +28,7 @@ def upgrade() -> None:
     op.execute("UPDATE jobs SET queue = 'heavy' WHERE kind IN ('train', 'evaluate', 'diagnose')")
     with op.batch_alter_table('models', schema=None) as batch_op:
         batch_op.add_column(sa.Column('loss', sa.String(length=100), nullable=True))
-        batch_op.add_column(sa.Column('data_snapshot', sa.JSON(), nullable=True))
+        batch_op.add_column(sa.Column('data_snapshot', JSON_TYPE, nullable=True))
         batch_op.add_column(sa.Column('job_id', sa.Integer(), nullable=True))
         batch_op.create_foreign_key('fk_models_job_id_jobs', 'jobs', ['job_id'], ['id'])
 

@@ -28,6 +28,8 @@ def upgrade() -> None:
     sa.UniqueConstraint('name')
     )
     op.execute("INSERT INTO species (id, name, created_at) VALUES (1, 'default', CURRENT_TIMESTAMP)")
+    if op.get_bind().dialect.name == 'postgresql':  # an explicit id leaves the serial's sequence behind it
+        op.execute("SELECT setval(pg_get_serial_sequence('species', 'id'), (SELECT max(id) FROM species))")
     op.execute("UPDATE species SET active_model_id = (SELECT id FROM models WHERE status = 'active' "
                "ORDER BY id LIMIT 1) WHERE id = 1")
     for table in ('individuals', 'images'):

@@ -9,11 +9,15 @@ Create Date: 2026-11-22 19:40:00
 """
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision = '0005'
 down_revision = '0004'
 branch_labels = None
 depends_on = None
+
+# JSON, stored as jsonb on PostgreSQL (as db.models.JSONType)
+JSON_TYPE = sa.JSON().with_variant(postgresql.JSONB(), 'postgresql')
 
 
 def upgrade() -> None:
@@ -31,7 +35,7 @@ def upgrade() -> None:
         sa.Column('user', sa.String(length=120), nullable=False),
         sa.Column('action', sa.String(length=80), nullable=False),
         sa.Column('target', sa.String(length=120), nullable=False),
-        sa.Column('details', sa.JSON(), nullable=False),
+        sa.Column('details', JSON_TYPE, nullable=False),
         sa.Column('prev_hash', sa.String(length=64), nullable=False),
         sa.Column('row_hash', sa.String(length=64), nullable=False),
         sa.PrimaryKeyConstraint('id'),
