@@ -78,9 +78,10 @@ def jobs_html(rows: list[js.JobRow]) -> str:
             f"<td><span class='st st-{r.status}'>{_e(r.status)}</span></td>"
             f"<td><progress max='100' value='{pct}' title='{pct}%'></progress> {pct}%</td>"
             f"<td>{_e(r.message)}{error}</td><td>{_e(r.created)}</td><td>{_e(r.duration)}</td>"
+            f"<td class='ran-on'>{_e(r.ran_on)}</td>"
             f"<td>{''.join(actions)}</td></tr>")
     head = "".join(f"<th>{h}</th>" for h in ("Job", "Kind", "Status", "Progress", "Message", "Queued (UTC)",
-                                             "Ran for", ""))
+                                             "Ran for", "Ran on", ""))
     return f"<table id='jobs-table'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 

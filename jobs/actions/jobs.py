@@ -31,6 +31,16 @@ class JobRow:
     can_retry: bool
     error: str | None
     waited_s: float | None = None  # for a queued job: seconds since it was queued
+    ran_on: str = ""  # where it ran: "local (host)" or "Ray (address)"; empty while queued
+
+
+def ran_on_words(worker: str | None) -> str:
+    """Where a job ran, from its ``worker`` column: ``ray:<address>`` (a Ray cluster) or ``<host>:<pid>``."""
+    if not worker:
+        return ""
+    if worker.startswith("ray:"):
+        return f"Ray ({worker[len('ray:'):] or 'local cluster'})"
+    return f"local ({worker.rsplit(':', 1)[0]})"
 
 
 @dataclass
@@ -73,7 +83,8 @@ def job_rows(cat: Catalogue, *, limit: int = 50) -> list[JobRow]:
                           can_retry=job.status in (JobStatus.failed, JobStatus.cancelled),
                           error=(job.error or "").strip().splitlines()[-1] if job.error else None,
                           waited_s=(utcnow() - job.created_at).total_seconds()
-                          if job.status == JobStatus.queued and job.created_at else None))
+                          if job.status == JobStatus.queued and job.created_at else None,
+                          ran_on=ran_on_words(job.worker)))
     return out
 
 
