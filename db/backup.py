@@ -36,7 +36,8 @@ def _sha256(path: Path) -> str:
 def _sqlite_file(cat: Catalogue) -> Path:
     if not cat.url.startswith("sqlite:///"):
         raise ValueError(f"rosette backup copies SQLite catalogues; this one is {cat.url.split(':')[0]} "
-                         "(use that database's own backup tools for the tables, and copy the data directory)")
+                         "(use pg_dump, or `rosette catalogue copy --to sqlite:////path/catalogue.db` for a SQLite "
+                         "copy of the tables, and copy the data directory)")
     return Path(cat.url[len("sqlite:///"):])
 
 

