@@ -16,6 +16,9 @@ job's ``log.txt`` and watches it:
 
 The loop survives any exception. ``isolate=False`` runs jobs in this process
 (synchronous tests); the default is a child process.
+
+Engines: ``local`` (the default, above) or ``ray`` (:mod:`jobs.ray_engine`: the same claims from the same jobs
+table, each job run as Ray work on a cluster, ``rosette worker --engine ray [--address HOST:PORT]``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from jobs.queue import (
 )
 
 log = logging.getLogger("rosette.worker")
+ENGINES = ("local", "ray")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CANCEL_GRACE_S = 10.0
 
@@ -186,13 +190,69 @@ def start_worker_thread(cat: Catalogue, *, poll_s: float = 1.0, queues: tuple[st
     return threads, stop
 
 
-def main_loop(cat: Catalogue, *, queues: tuple[str, ...] = QUEUES) -> None:  # pragma: no cover - CLI entry
-    threads, stop = start_worker_thread(cat, queues=queues)
+def _check_engine(engine: str, address: str | None) -> None:
+    if engine not in ENGINES:
+        raise JobError(f"unknown worker engine {engine!r}; choose one of: {', '.join(ENGINES)}")
+    if address and engine != "ray":
+        raise JobError("--address names a Ray cluster; use it with --engine ray")
+
+
+def start_ray_threads(cat: Catalogue, *, address: str | None = None, queues: tuple[str, ...] = QUEUES,
+                      poll_s: float = 1.0, num_cpus: int | None = None
+                      ) -> tuple[list[threading.Thread], threading.Event, list[Exception]]:
+    """Connect to Ray (raises :class:`jobs.ray_engine.RayUnavailable` naming the address), then one daemon thread
+    per queue running its jobs on Ray; returns the threads, their stop event and the list that receives the
+    error that stopped them (a cluster lost later)."""
+    from jobs import ray_engine  # lazy: imports ray (seconds of start-up), which only --engine ray needs
+
+    ray_engine.connect(address, num_cpus=num_cpus)
+    stop = threading.Event()
+    errors: list[Exception] = []
+    threads = []
+    for q in queues:
+        t = threading.Thread(target=ray_engine.work_loop, args=(cat,), name=f"rosette-ray-worker-{q}", daemon=True,
+                             kwargs={"address": address, "stop": stop, "poll_s": poll_s, "queue": q,
+                                     "num_cpus": num_cpus, "on_unavailable": errors.append})
+        t.start()
+        threads.append(t)
+    return threads, stop, errors
+
+
+def run_once(cat: Catalogue, *, engine: str = "local", address: str | None = None, queue: str | None = None,
+             isolate: bool = True, num_cpus: int | None = None) -> int | None:
+    """Claim and run one queued job with ``engine``; its id, or None when none was queued."""
+    _check_engine(engine, address)
+    if engine == "ray":
+        from jobs import ray_engine  # lazy: imports ray (seconds of start-up), which only --engine ray needs
+
+        return ray_engine.run_one(cat, address=address, queue=queue, num_cpus=num_cpus)
+    return run_one(cat, queue=queue, isolate=isolate)
+
+
+def main_loop(cat: Catalogue, *, queues: tuple[str, ...] = QUEUES, engine: str = "local",
+              address: str | None = None, num_cpus: int | None = None) -> None:  # pragma: no cover - CLI entry
+    """Serve ``queues`` with ``engine`` until interrupted; a Ray cluster that cannot be reached (at the start or
+    later) ends it with :class:`jobs.ray_engine.RayUnavailable`."""
+    _check_engine(engine, address)
+    errors: list[Exception] = []
+    if engine == "ray":
+        threads, stop, errors = start_ray_threads(cat, address=address, queues=queues, num_cpus=num_cpus)
+    else:
+        threads, stop = start_worker_thread(cat, queues=queues)
     try:
         while any(t.is_alive() for t in threads):
             time.sleep(1.0)
+            if errors:
+                stop.set()
     except KeyboardInterrupt:
         stop.set()
+        if engine == "ray":  # its jobs' Ray work ends with this process: queue them again now, not after a timeout
+            from jobs import ray_engine  # lazy: imports ray (seconds of start-up), which only --engine ray needs
+
+            ray_engine.release_running(cat)
+    if errors:
+        raise errors[0]
 
 
-__all__ = ["run_one", "work_loop", "start_worker_thread", "supervise", "main_loop", "JobError"]
+__all__ = ["ENGINES", "JobError", "main_loop", "run_once", "run_one", "start_ray_threads", "start_worker_thread",
+           "supervise", "work_loop"]
