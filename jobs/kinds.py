@@ -194,10 +194,19 @@ def embed_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[s
     request = EmbedRequest.from_dict(params)
     ids = all_image_ids(cat, species_id=request.species)
     backbone = get_backbone(cat, request.backbone)
-    emb = embed_images(cat, ids, backbone=backbone, variant=request.variant,
-                       progress=ctx.callback(label="embedding"), should_cancel=ctx.cancelled)
-    return {"images": len(ids), "dim": int(emb.shape[1]) if emb.ndim == 2 else 0,
-            "summary": f"embedded {len(ids)} photos with {backbone.config.name}"}
+    dim = 0
+    for start in range(0, len(ids), EMBED_CHUNK):  # a chunk at a time: a million photos' features never sit in memory
+        part = ids[start:start + EMBED_CHUNK]
+        emb = embed_images(cat, part, backbone=backbone, variant=request.variant, should_cancel=ctx.cancelled,
+                           progress=ctx.callback(start=start / len(ids), end=(start + len(part)) / len(ids),
+                                                 label="embedding"))
+        dim = int(emb.shape[1]) if emb.ndim == 2 else dim
+        del emb
+    return {"images": len(ids), "dim": dim, "summary": f"embedded {len(ids)} photos with {backbone.config.name}"}
+
+
+#: Photos whose features an embed job holds at once (the cache is written per photo as it goes).
+EMBED_CHUNK = 20_000
 
 
 @register_job_kind("export")

@@ -72,7 +72,11 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow  # a Ray Data actor starts torch and the backbone: ~20-30 s on 2 busy cores
-def test_embed_job_through_ray_data_gives_the_local_features_and_local_reads_find_them(tmp_path, capsys):
+def test_embed_job_through_ray_data_gives_the_local_features_and_local_reads_find_them(tmp_path, capsys,
+                                                                                        monkeypatch):
+    import jobs.kinds
+
+    monkeypatch.setattr(jobs.kinds, "EMBED_CHUNK", 7)  # the local job embeds 20 photos in chunks of 7, 7 and 6
     on_ray, local = _catalogue(tmp_path / "ray"), _catalogue(tmp_path / "local")
     jid = queue.submit(on_ray, "embed", {"backbone": BACKBONE})
     assert ray_engine.run_one(on_ray) == jid
@@ -80,7 +84,9 @@ def test_embed_job_through_ray_data_gives_the_local_features_and_local_reads_fin
     assert job.status == JobStatus.succeeded, job.error
     assert job.worker == "ray:" and job.progress == 1.0  # the engine is named in the jobs table
     assert job.result["images"] == 20 and job.result["computed"] == 20 and job.result["dim"] == 1280
-    assert queue.submit_and_run(local, "embed", {"backbone": BACKBONE}).status == JobStatus.succeeded
+    local_job = queue.submit_and_run(local, "embed", {"backbone": BACKBONE})
+    assert local_job.status == JobStatus.succeeded and local_job.result["images"] == 20
+    assert local_job.result["dim"] == 1280 and local_job.progress == 1.0
 
     ray_feats, local_feats = _features(on_ray), _features(local)
     assert len(ray_feats) == 20 and set(ray_feats) == set(local_feats)  # the same fingerprint, variant and keys
