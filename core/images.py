@@ -321,19 +321,25 @@ def decode_image(data: bytes, *, name: str = "", max_pixels: int = MAX_PIXELS) -
 
 
 def load_rgb(source: bytes | str | os.PathLike[str], *, max_side: int | None = None,
-             max_pixels: int = MAX_PIXELS) -> np.ndarray:
+             max_pixels: int = MAX_PIXELS, draft: int | None = None) -> np.ndarray:
     """HxWx3 uint8 upright RGB from bytes or a file path.
 
     With ``max_side`` the longest edge is at most ``max_side`` pixels; JPEGs are
     then decoded in *draft* mode (DCT scaling by 1/2, 1/4 or 1/8 while decoding,
     keeping at least ``max_side`` pixels) which is several times faster than a
     full decode followed by a resize.
+
+    With ``draft`` (and no ``max_side``) a JPEG is decoded at the smallest DCT scale
+    (1, 1/2, 1/4, 1/8) that keeps *both* sides at least ``draft`` pixels, and not resized
+    further: for a model input of S pixels, ``draft=2*S`` leaves the model's own resize
+    to do the rest (see :func:`draft_size`). Photos under 2x``draft`` a side decode as without it.
     """
     data = source if isinstance(source, (bytes, bytearray, memoryview)) else open(os.fspath(source), "rb").read()
     name = "" if isinstance(source, (bytes, bytearray, memoryview)) else os.path.basename(os.fspath(source))
     img = _open_checked(bytes(data), name=name, max_pixels=max_pixels)
-    if max_side and img.format == "JPEG" and img.mode in ("RGB", "L", "CMYK", "YCbCr"):
-        img.draft("RGB" if img.mode != "L" else "L", (max_side, max_side))
+    want = max_side or draft
+    if want and img.format == "JPEG" and img.mode in ("RGB", "L", "CMYK", "YCbCr"):
+        img.draft("RGB" if img.mode != "L" else "L", (want, want))
     _load_pixels(img, name=name)
     try:
         orientation = _orientation(img.getexif())
@@ -347,6 +353,13 @@ def load_rgb(source: bytes | str | os.PathLike[str], *, max_side: int | None = N
         size = (max(1, round(rgb.width * scale)), max(1, round(rgb.height * scale)))
         rgb = rgb.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0)
     return np.asarray(rgb, dtype=np.uint8).copy()
+
+
+def draft_size(input_size: tuple[int, int] | int) -> int:
+    """The ``draft`` for :func:`load_rgb` in front of a model with ``input_size`` (H, W): twice its longer side,
+    so the DCT-scaled photo is still at least 2x the input and the model's antialiased resize keeps its look."""
+    side = max(input_size) if isinstance(input_size, tuple) else int(input_size)
+    return 2 * int(side)
 
 
 def make_thumbnail(img: Image.Image, *, size: int = 256, quality: int = 85) -> bytes:

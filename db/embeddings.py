@@ -8,6 +8,7 @@ seed (for ``background_inpainted``), and the backbone config fingerprint.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -269,22 +270,31 @@ def ensure_model_row(cat: Catalogue, backbone: Any) -> Model:
         return model
 
 
+#: Threads that decode and resize photos while the backbone embeds the batch before (``extract_features``).
+PREFETCH_WORKERS = max(1, min(2, os.cpu_count() or 1))
+
+
 def embed_images(cat: Catalogue, image_ids: Sequence[int], *, backbone: Any, variant: str = "full_rgb",
                  inpainter: Any = None, seed: int = 0, batch_size: int = 32,
                  progress: Callable[[int, int], None] | None = None,
                  should_cancel: Callable[[], bool] | None = None,
-                 sources: Sequence[ImageSource] | None = None) -> np.ndarray:
+                 sources: Sequence[ImageSource] | None = None, runtime: str | None = None) -> np.ndarray:
     """N x D embeddings of ``image_ids`` (in that order) for one variant, through the feature cache.
 
     ``sources`` (one per id, in order) replaces the catalogue's view of the photos, e.g. with a diagnostic's
-    cached masks (:func:`db.masks.diagnostic_masks`)."""
+    cached masks (:func:`db.masks.diagnostic_masks`). ``runtime`` (``auto``/``torch``/``onnx``) picks the
+    forward runtime of torch backbones (:func:`core.features.extract_features`); the features are the same."""
     if sources is None:
         sources = sources_for(cat, image_ids)
     elif [s.image_id for s in sources] != [int(i) for i in image_ids]:
         raise ValueError("sources must be the photos of image_ids, in the same order")
     items = [variant_loader(cat, src, variant, inpainter=inpainter, seed=seed) for src in sources]
+    # decode and resize in threads, ahead of the forward pass (PIL and OpenCV release the GIL); an inpainter (a
+    # diffusers pipeline, say) is not known to be thread-safe, so that variant prepares one batch at a time
+    workers = 1 if variant == "background_inpainted" else PREFETCH_WORKERS
     return extract_features(backbone, items, variant=variant, cache_dir=cat.cache_dir / "features",
-                            batch_size=batch_size, progress=progress, should_cancel=should_cancel)
+                            batch_size=batch_size, progress=progress, should_cancel=should_cancel, runtime=runtime,
+                            workers=workers)
 
 
 def gallery_image_ids(cat: Catalogue, *, species_id: int | None = None) -> list[int]:

@@ -143,5 +143,7 @@ def create_backbone(name: str, *, pretrained: bool = True, device: str | None = 
     defaults to CUDA when available, else CPU. Raises
     :class:`~core.registry.UnknownComponentError` for unknown names and
     :class:`WeightsNotFoundError` when pretrained weights are not on this machine.
+    ``efficientnet_lite0`` also takes ``runtime="auto"|"torch"|"onnx"`` (forward pass through ONNX
+    Runtime on CPU by default, same features to 1e-4; see :mod:`core.onnx_runtime`).
     """
     return BACKBONES.create(name, pretrained=pretrained, device=device, **opts)

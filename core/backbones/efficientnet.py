@@ -138,8 +138,13 @@ def lite0_config(*, pretrained: bool, resize: str = "stretch") -> BackboneConfig
 
 
 def create_efficientnet_lite0(*, pretrained: bool = True, device: str | None = None, batch_size: int = 32,
-                              resize: str = "stretch", seed: int = 0, **unused: Any) -> TorchBackbone:
-    """The offline default backbone (random weights drawn with ``seed`` when ``pretrained=False``)."""
+                              resize: str = "stretch", seed: int = 0, runtime: str = "auto",
+                              onnx_cache_dir: str | None = None, **unused: Any) -> TorchBackbone:
+    """The offline default backbone (random weights drawn with ``seed`` when ``pretrained=False``).
+
+    ``runtime``: ``"auto"`` (ONNX Runtime on CPU when it imports, else torch), ``"torch"`` or ``"onnx"``;
+    ``$ROSETTE_RUNTIME`` applies when this is ``"auto"``. ``onnx_cache_dir``: where the export is kept
+    (default: the feature cache folder given to :func:`core.features.extract_features`)."""
     if unused:
         raise TypeError(f"efficientnet_lite0 got unexpected options: {sorted(unused)}")
     with torch.random.fork_rng(devices=[]):  # random init is reproducible and leaves the global RNG alone
@@ -147,4 +152,4 @@ def create_efficientnet_lite0(*, pretrained: bool = True, device: str | None = N
         model = build_lite0_model(pretrained=pretrained, num_classes=0)
     fold_batchnorm_(model)
     return TorchBackbone(model, lite0_config(pretrained=pretrained, resize=resize), device=device,
-                         batch_size=batch_size)
+                         batch_size=batch_size, runtime=runtime, onnx_default=True, onnx_cache_dir=onnx_cache_dir)

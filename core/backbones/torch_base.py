@@ -18,11 +18,23 @@ Convolutional nets run in channels-last memory format on CPU and, for the
 EfficientNet family, with BatchNorm folded into the preceding convolution
 (w' = w * gamma / sqrt(var + eps), b' = (b - mean) * gamma / sqrt(var + eps) + beta),
 which gives the same outputs up to float rounding and is ~1.5x faster on CPU.
+
+Runtime: ``runtime="auto"`` (default), ``"torch"`` or ``"onnx"``, or ``$ROSETTE_RUNTIME``
+(:func:`core.onnx_runtime.requested_runtime`). ``"auto"`` runs the forward pass through ONNX
+Runtime on CPU for backbones built with ``onnx_default=True`` (the embedded default,
+``efficientnet_lite0``) and through torch otherwise; a failed export, a check that does not
+give torch's features to 1e-4, or a missing ``onnxruntime`` falls back to torch with a logged
+reason (:attr:`TorchBackbone.runtime_reason`). The feature fingerprint does not depend on it.
 """
 
 from __future__ import annotations
 
+import copy
+import logging
+import os
+import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,6 +44,9 @@ from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_weights
 
 from core.backbones.config import BackboneConfig
+from core.onnx_runtime import OnnxForward, build_onnx_forward, requested_runtime
+
+log = logging.getLogger(__name__)
 
 PIL_FILTERS = {
     "nearest": Image.Resampling.NEAREST,
@@ -96,8 +111,19 @@ class TorchBackbone:
     metric = "cosine"
 
     def __init__(self, model: nn.Module, config: BackboneConfig, *, device: str | torch.device | None = None,
-                 batch_size: int = 32, channels_last: bool | None = None, token_fn: TokenFn | None = None) -> None:
+                 batch_size: int = 32, channels_last: bool | None = None, token_fn: TokenFn | None = None,
+                 runtime: str = "auto", onnx_default: bool = False,
+                 onnx_cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.config = config
+        requested_runtime(runtime)  # validates the option early
+        self.runtime_option = runtime
+        self.onnx_default = bool(onnx_default)
+        self.onnx_cache_dir = Path(onnx_cache_dir) if onnx_cache_dir is not None else None
+        self.runtime_reason = ""
+        self._onnx: OnnxForward | None = None
+        self._onnx_failed: str | None = None
+        self._onnx_reason = ""
+        self._runtime_lock = threading.Lock()
         self.device = resolve_device(device)
         self.batch_size = int(batch_size)
         is_conv = any(isinstance(m, nn.Conv2d) for m in model.modules()) and not _is_transformer(model)
@@ -112,6 +138,8 @@ class TorchBackbone:
         # x = (p / 255 - mean) / std = p * scale + shift
         self._scale = (1.0 / (255.0 * std)).to(self.device)
         self._shift = (-mean / std).to(self.device)
+        self._scale_np = (1.0 / (255.0 * std)).numpy().astype(np.float32)
+        self._shift_np = (-mean / std).numpy().astype(np.float32)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config.name!r}, device={self.device.type})"
@@ -122,6 +150,11 @@ class TorchBackbone:
         batch = np.empty((len(images), h, w, 3), dtype=np.uint8)
         for i, img in enumerate(images):
             batch[i] = resize_for_config(img, self.config)
+        if self._onnx_active():  # ONNX Runtime reads NCHW numpy; numpy leaves torch's threads to the forward pass
+            arr = np.empty((len(images), 3, h, w), dtype=np.float32)
+            np.multiply(batch.transpose(0, 3, 1, 2), self._scale_np, out=arr)
+            arr += self._shift_np
+            return torch.from_numpy(arr)
         x = torch.from_numpy(batch).to(self.device).permute(0, 3, 1, 2).float()
         x = x * self._scale + self._shift
         if self.channels_last:
@@ -149,9 +182,81 @@ class TorchBackbone:
         with torch.inference_mode():
             return self.preprocess(list(images))
 
+    def use_runtime(self, runtime: str | None = None, *, cache_dir: str | os.PathLike[str] | None = None) -> str:
+        """Choose (``runtime`` not None: sticky for this backbone) and prepare the forward runtime; returns the one
+        that will run: ``"onnx"`` or ``"torch"``. ``cache_dir`` (a feature cache folder) is where the ONNX
+        export is kept, keyed by the config fingerprint (exported once; without one it is exported in memory)."""
+        if runtime is not None:
+            requested_runtime(runtime)
+            self.runtime_option = runtime
+        if cache_dir is not None and self.onnx_cache_dir is None:
+            self.onnx_cache_dir = Path(cache_dir)
+        return self._resolve_runtime()
+
+    @property
+    def runtime(self) -> str:
+        """The runtime the next forward pass uses (``"onnx"`` or ``"torch"``), exporting on first use."""
+        return self._resolve_runtime()
+
+    def _wants_onnx(self) -> bool:
+        wanted = requested_runtime(self.runtime_option)
+        if wanted == "auto":
+            return self.onnx_default and self.device.type == "cpu"
+        return wanted == "onnx"
+
+    def _onnx_active(self) -> bool:
+        return self._onnx is not None and self._wants_onnx()
+
+    def _resolve_runtime(self) -> str:
+        if not self._wants_onnx():
+            self.runtime_reason = f"torch ({requested_runtime(self.runtime_option)} runtime requested)"
+            return "torch"
+        if self._onnx is not None:
+            self.runtime_reason = self._onnx_reason
+            return "onnx"
+        with self._runtime_lock:
+            if self._onnx is None and self._onnx_failed is None:
+                model = self.model if self.device.type == "cpu" else None
+                if model is None:
+                    model = copy.deepcopy(self.model).to("cpu")
+                forward, reason = build_onnx_forward(model, input_size=self.config.input_size,
+                                                     fingerprint=self.config.fingerprint(),
+                                                     cache_dir=self.onnx_cache_dir)
+                if forward is None:
+                    self._onnx_failed = reason
+                    log.warning("%s: ONNX Runtime not used, falling back to torch: %s", self.config.name, reason)
+                else:
+                    self._onnx_reason = (f"onnxruntime CPU, {forward.threads} threads (max |diff| vs torch "
+                                         f"{forward.max_diff:.1e})")
+                    self._onnx = forward
+            if self._onnx is None:
+                self.runtime_reason = f"torch (ONNX fallback: {self._onnx_failed})"
+                return "torch"
+        self.runtime_reason = self._onnx_reason
+        return "onnx"
+
     def embed_prepared(self, batch: torch.Tensor) -> np.ndarray:
         """Model half of :meth:`embed`: a :meth:`prepare` d batch -> N x D float32, rows L2-normalised."""
         out = np.empty((batch.shape[0], self.config.embed_dim), dtype=np.float32)
+        onnx = self._onnx if self._resolve_runtime() == "onnx" else None
+        if onnx is not None:
+            x = batch.detach().to("cpu").contiguous().numpy()
+            try:
+                for start in range(0, x.shape[0], self.batch_size):
+                    feats = onnx(x[start:start + self.batch_size])
+                    if feats.shape[1] != self.config.embed_dim:
+                        raise RuntimeError(f"model gave {feats.shape[1]}-d features, config says "
+                                           f"{self.config.embed_dim}")
+                    out[start:start + feats.shape[0]] = feats
+                return out
+            except Exception as exc:  # noqa: BLE001 - a runtime failure mid-run: finish the job with torch
+                with self._runtime_lock:
+                    self._onnx, self._onnx_failed = None, f"ONNX Runtime failed: {type(exc).__name__}: {exc}"
+                log.warning("%s: %s; falling back to torch", self.config.name, self._onnx_failed)
+                self.runtime_reason = f"torch (ONNX fallback: {self._onnx_failed})"
+        batch = batch.to(self.device)
+        if self.channels_last and not batch.is_contiguous(memory_format=torch.channels_last):
+            batch = batch.contiguous(memory_format=torch.channels_last)
         with torch.inference_mode():
             for start in range(0, batch.shape[0], self.batch_size):
                 feats = self.forward_embed(batch[start:start + self.batch_size])
