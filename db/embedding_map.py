@@ -19,9 +19,19 @@ from db.session import Catalogue
 COLOUR_BY = ("individual", "flank", "solidity", "species", "undecided")
 
 
-def _photo_ids(cat: Catalogue, species_id: int | None) -> list[int]:
+#: A map shows at most this many photos: past it a seeded sample (UMAP of a million points would take hours on a
+#: CPU, and the features of a whole large species would sit in memory at once).
+MAP_MAX_PHOTOS = 50_000
 
-    return all_image_ids(cat, species_id=species_id)
+
+def _photo_ids(cat: Catalogue, species_id: int | None) -> list[int]:
+    """The photos a map shows: every photo of the species, or a seeded sample of :data:`MAP_MAX_PHOTOS` past it
+    (the same sample every time for the same photo set, so the stored map is found again)."""
+    ids = all_image_ids(cat, species_id=species_id)
+    if len(ids) <= MAP_MAX_PHOTOS:
+        return ids
+    rng = np.random.default_rng(len(ids))
+    return sorted(int(i) for i in rng.choice(np.asarray(ids, dtype=np.int64), size=MAP_MAX_PHOTOS, replace=False))
 
 
 def map_path(cat: Catalogue, fingerprint: str, ids: list[int]) -> Path:
@@ -48,7 +58,8 @@ def compute_map(cat: Catalogue, model: str, *, species_id: int | None = None, pr
     atomic_write(path, lambda fh: np.savez(fh, ids=np.array(ids, dtype=np.int64), xy=xy,
                                            metric=backbone.config.metric, model=model))
     return {"path": str(path), "n": len(ids), "seconds_umap": secs, "poincare": backbone.config.metric == "lorentz",
-            "model": model, "summary": f"map of {len(ids)} photos for {model} ({secs:.1f} s UMAP)"}
+            "model": model, "summary": f"map of {len(ids)} photos for {model} ({secs:.1f} s UMAP)"
+                                       + (" (a seeded sample of the species)" if len(ids) == MAP_MAX_PHOTOS else "")}
 
 
 def load_map(cat: Catalogue, model: str, *, species_id: int | None = None) -> dict[str, Any] | None:

@@ -17,6 +17,8 @@ from db.session import Catalogue
 from db.species import active_model_name, species_of_image
 
 _CACHE: dict[tuple, FlankClassifier] = {}
+#: The flank classifier is fitted on at most this many labelled photos (a seeded sample past it).
+FLANK_FIT_MAX = 20_000
 
 
 def _features(cat: Catalogue, image_ids: list[int], backbone: Any) -> np.ndarray:
@@ -36,6 +38,9 @@ def flank_classifier(cat: Catalogue, *, model: str | None = None, species_id: in
         if species_id is not None:
             q = q.where(Image.species_id == species_id)
         rows = [(i, f.value) for i, f in s.execute(q.order_by(Image.id)).all() if flank_class(f.value)]
+    if len(rows) > FLANK_FIT_MAX:  # a seeded sample: a large species' labelled photos never all sit in memory
+        keep = np.random.default_rng(len(rows)).choice(len(rows), size=FLANK_FIT_MAX, replace=False)
+        rows = [rows[k] for k in sorted(keep)]
     key = (str(cat.data_dir), model, species_id, tuple(r[0] for r in rows), tuple(r[1] for r in rows))
     if key not in _CACHE:
         feats = _features(cat, [r[0] for r in rows], get_backbone(cat, model)) if rows else np.zeros((0, 2))
