@@ -284,6 +284,12 @@ def torch_features(model: nn.Module, x: np.ndarray) -> np.ndarray:
     return feats.cpu().numpy().astype(np.float32)
 
 
+#: Exports made in this process, by (fingerprint, input size): another catalogue (another feature cache) with the
+#: same backbone reuses the bytes instead of exporting again; each session is still checked against torch.
+_EXPORTED: dict[tuple[str, tuple[int, ...]], bytes] = {}
+EXPORT_MEMO_SIZE = 4
+
+
 def build_onnx_forward(model: nn.Module, *, input_size: tuple[int, int], fingerprint: str,
                        cache_dir: str | os.PathLike[str] | None, threads: int | None = None,
                        tolerance: float = TOLERANCE) -> tuple[OnnxForward | None, str]:
@@ -302,9 +308,10 @@ def build_onnx_forward(model: nn.Module, *, input_size: tuple[int, int], fingerp
     folder = onnx_dir(cache_dir, fingerprint) if cache_dir is not None else None
     data = _read_verified(folder) if folder is not None else None
     reused = data is not None
+    memo_key = (fingerprint, tuple(input_size))
     try:
         if data is None:
-            data = _export_bytes(model, input_size)
+            data = _EXPORTED.get(memo_key) or _export_bytes(model, input_size)
         session = _session(ort, data, threads)
         x = check_batch(input_size)
         got = np.asarray(session.run(None, {session.get_inputs()[0].name: x})[0], dtype=np.float32)
@@ -318,6 +325,9 @@ def build_onnx_forward(model: nn.Module, *, input_size: tuple[int, int], fingerp
         if folder is not None:
             (folder / META_FILE).unlink(missing_ok=True)  # never reuse an export that failed the check
         return None, f"ONNX features differ from torch's by {max_diff:.2g} (> {tolerance:g}) on the check batch"
+    _EXPORTED[memo_key] = data
+    while len(_EXPORTED) > EXPORT_MEMO_SIZE:  # oldest first out
+        _EXPORTED.pop(next(iter(_EXPORTED)))
     path = None
     if folder is not None:
         path = folder / MODEL_FILE

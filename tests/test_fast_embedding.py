@@ -141,6 +141,7 @@ def test_the_export_is_cached_reused_and_a_partial_file_is_never_used(monkeypatc
         return real(model, size)
 
     monkeypatch.setattr(onnx_runtime, "_export_bytes", counting)
+    monkeypatch.setattr(onnx_runtime, "_EXPORTED", {})  # this process's exports: none yet
     first = create_backbone("efficientnet_lite0", pretrained=False, device="cpu")
     assert first.use_runtime(cache_dir=tmp_path) == "onnx" and len(exports) == 1
     folder = onnx_dir(tmp_path, first.config.fingerprint())
@@ -156,6 +157,13 @@ def test_the_export_is_cached_reused_and_a_partial_file_is_never_used(monkeypatc
 
     forward, reason = build()
     assert forward is not None and reason == "" and len(exports) == 1  # reused, not exported again
+    # another feature cache in this process reuses this process's export (the session is still checked)
+    other = tmp_path / "other-cache"
+    forward, reason = onnx_runtime.build_onnx_forward(first.model, input_size=first.config.input_size,
+                                                      fingerprint=first.config.fingerprint(), cache_dir=other)
+    assert forward is not None and reason == "" and len(exports) == 1
+    assert (onnx_dir(other, first.config.fingerprint()) / MODEL_FILE).read_bytes() == good
+    onnx_runtime._EXPORTED.clear()  # from here on, only the files on disk can spare an export
 
     # a half-written model under the final name (and a stale temporary file beside it) is not opened
     model_file.write_bytes(good[: len(good) // 2])
@@ -168,6 +176,7 @@ def test_the_export_is_cached_reused_and_a_partial_file_is_never_used(monkeypatc
 
     # a model file without its sidecar (the writer died between the two) is not used either
     (folder / META_FILE).unlink()
+    onnx_runtime._EXPORTED.clear()
     forward, _ = build()
     assert forward is not None and len(exports) == 3 and (folder / META_FILE).exists()
 
