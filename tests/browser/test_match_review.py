@@ -119,6 +119,8 @@ def test_confirm_top_candidate_by_button_and_key_then_undo(match_server, page, s
     expect(cards.first).to_be_visible(timeout=TIMEOUT_MS)  # first visit computes the features of 12 photos
     expect(page.locator("#match-query img")).to_be_visible()
     expect(page.locator("#match-header")).to_contain_text("Photo 1 of")
+    # which index found the candidates: a small gallery is searched exactly
+    expect(page.locator("#match-index")).to_contain_text("searched by exact (FAISS flat, ")
     assert "efficientnet_lite0" in page.locator("#match-provenance").get_attribute("title")
     # the top card is chosen by default, and its score bar has a width
     expect(page.locator("#match-candidates .rz-card.rz-selected")).to_have_attribute("data-rank", "1")

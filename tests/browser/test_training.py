@@ -55,6 +55,9 @@ def test_train_from_the_jobs_tab_curve_moves_then_cancel(tmp_path, page, shot):
         page.locator("#train-cancel").click()
         expect(page.locator("#train-summary")).to_contain_text("cancelled", timeout=60_000)
         expect(page.locator("#train-retry")).to_be_enabled(timeout=10_000)
+        # the job list says where the run ran: this server's own (local) worker, not a Ray cluster
+        expect(page.locator("#jobs-table th").filter(has_text="Ran on")).to_have_count(1)
+        expect(page.locator("#job-row-1 td.ran-on")).to_contain_text("local (", timeout=10_000)
         shot("cancelled")
         assert page.external_requests == []
     finally:
