@@ -261,9 +261,9 @@ def store_top_matches(cat: Catalogue, *, species_id: int, model_name: str, backb
     photo_ids = all_image_ids(cat, species_id=species_id)
 
     def best_matches():
-        for start in range(0, len(photo_ids), chunk):
+        features = _chunks(cat, photo_ids, backbone=backbone, chunk=chunk, should_cancel=should_cancel)
+        for start, emb in zip(range(0, len(photo_ids), chunk), features):
             part = photo_ids[start:start + chunk]
-            emb = prepare_cosine(embed_images(cat, part, backbone=backbone, should_cancel=should_cancel))
             scores, pos = index.search_ids(emb, 2)
             for row, photo in enumerate(part):
                 for score, p in zip(scores[row], pos[row]):

@@ -25,8 +25,10 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 import traceback
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -251,6 +253,50 @@ def _finish(cat: Catalogue, job_id: int, new: JobStatus, **fields: Any) -> bool:
         return transition(cat, job_id, new, expect={JobStatus.running}, finished_at=utcnow(), **fields)
     except InvalidTransition:
         return False
+
+
+def requeue_or_fail(cat: Catalogue, job_id: int, why: str, *, detail: str = "", again: bool = True) -> None:
+    """A running job whose work ended without recording an outcome (a killed process, a lost Ray worker): queued
+    again while attempts remain (and ``again``), else failed with ``why`` and ``detail`` (a log tail)."""
+    job = get_job(cat, job_id)
+    if job.status != JobStatus.running:
+        return
+    again = again and job.attempts < job.max_attempts
+    msg = f"{why} (attempt {job.attempts} of {job.max_attempts})" + ("; queued again" if again else "")
+    if again:
+        transition(cat, job_id, JobStatus.queued, expect={JobStatus.running}, message=msg, worker=None, pid=None)
+    else:
+        _finish(cat, job_id, JobStatus.failed, message=f"failed: {msg}", error=f"{msg}\n{detail}"[-20000:])
+
+
+@dataclass
+class JobWatch:
+    """A supervisor's view of the job it runs, polled while the work goes on (a child process, a Ray task)."""
+
+    cat: Catalogue
+    job_id: int
+    cancel_grace_s: float
+    hang_after_s: float
+    cancel_seen: float | None = None
+    job: Job | None = None  # as of the last poll
+
+    def poll(self) -> str:
+        """``wait`` (keep watching), ``recorded`` (the outcome was recorded meanwhile, by the work or a recovery),
+        ``cancel`` (a cancel request's grace ran out) or ``hung`` (no heartbeat for ``hang_after_s``)."""
+        try:
+            self.job = job = get_job(self.cat, self.job_id)
+        except Exception:  # noqa: BLE001 - the database is busy for a moment: look again next time
+            return "wait"
+        if job.status != JobStatus.running:
+            return "recorded"
+        if job.cancel_requested:
+            self.cancel_seen = self.cancel_seen or time.monotonic()
+            if time.monotonic() - self.cancel_seen > self.cancel_grace_s:
+                return "cancel"
+        beat = job.heartbeat_at or job.started_at
+        if beat is not None and (utcnow() - beat).total_seconds() > self.hang_after_s:
+            return "hung"
+        return "wait"
 
 
 def execute(cat: Catalogue, job_id: int) -> JobStatus:

@@ -41,18 +41,20 @@ from ray.exceptions import (
     WorkerCrashedError,
 )
 
-from db.models import Job, JobStatus, utcnow
+from db.models import Job, JobStatus
 from db.session import Catalogue, open_catalogue
 from jobs.context import JobCancelled, JobContext, job_dir
 from jobs.queue import (
     STALE_AFTER_S,
     JobError,
+    JobWatch,
     _finish,
     cancelled_message,
     claim_next,
     execute,
     get_job,
     recover_stale_jobs,
+    requeue_or_fail,
     transition,
 )
 from jobs.ray_embedding import EmbedSettings, ray_embed
@@ -170,20 +172,6 @@ def _words(exc: BaseException) -> str:
             "directory at the same path and reach the database?")
 
 
-def _lost(cat: Catalogue, job_id: int, why: str, *, log_tail: str = "", again: bool = True) -> None:
-    """A job whose Ray work died without recording an outcome: queued again while attempts remain (and ``again``),
-    else failed."""
-    job = get_job(cat, job_id)
-    if job.status != JobStatus.running:
-        return
-    again = again and job.attempts < job.max_attempts
-    msg = f"{why} (attempt {job.attempts} of {job.max_attempts})" + ("; queued again" if again else "")
-    if again:
-        transition(cat, job_id, JobStatus.queued, expect={JobStatus.running}, message=msg, worker=None, pid=None)
-    else:
-        _finish(cat, job_id, JobStatus.failed, message=f"failed: {msg}", error=f"{msg}\n{log_tail}"[-20000:])
-
-
 def _log(cat: Catalogue, job_id: int, text: str) -> None:
     with open(job_dir(cat, job_id) / "log.txt", "a", encoding="utf-8") as fh:
         fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ray supervisor: {text}\n")
@@ -195,30 +183,24 @@ def supervise_task(cat: Catalogue, job_id: int, *, poll_s: float = 0.25, cancel_
     job = get_job(cat, job_id)
     hang_after_s = float(job.params.get("hang_after_s", hang_after_s or STALE_AFTER_S))
     ref = run_job_task.options(**task_resources(job.kind)).remote(str(cat.data_dir), cat.url, job_id)
-    cancel_seen: float | None = None
+    watch = JobWatch(cat, job_id, cancel_grace_s=cancel_grace_s, hang_after_s=hang_after_s)
     outcome: tuple[JobStatus, str] | None = None
     while True:
         ready, _ = ray.wait([ref], timeout=poll_s)
         if ready:
             break
-        try:
-            job = get_job(cat, job_id)
-        except Exception:  # noqa: BLE001, S112 - the database is busy for a moment: look again next time
-            continue
-        if job.status != JobStatus.running:  # recorded meanwhile (by the task, or a recovery)
+        seen = watch.poll()
+        if seen == "recorded":
             ready, _ = ray.wait([ref], timeout=max(5.0, cancel_grace_s))
             if not ready:
                 ray.cancel(ref, force=True)
             break
-        if job.cancel_requested:
-            cancel_seen = cancel_seen or time.monotonic()
-            if time.monotonic() - cancel_seen > cancel_grace_s:
-                ray.cancel(ref, force=True)
-                grace = f" (its Ray task was stopped after a {cancel_grace_s:g} s grace)"
-                outcome = (JobStatus.cancelled, cancelled_message(job, extra=grace))
-                break
-        beat = job.heartbeat_at or job.started_at
-        if beat is not None and (utcnow() - beat).total_seconds() > hang_after_s:
+        if seen == "cancel":
+            ray.cancel(ref, force=True)
+            grace = f" (its Ray task was stopped after a {cancel_grace_s:g} s grace)"
+            outcome = (JobStatus.cancelled, cancelled_message(watch.job, extra=grace))
+            break
+        if seen == "hung":
             ray.cancel(ref, force=True)
             outcome = (JobStatus.failed,
                        f"no progress for {hang_after_s:.0f} s: the job was hung and its Ray task was stopped")
@@ -237,7 +219,7 @@ def supervise_task(cat: Catalogue, job_id: int, *, poll_s: float = 0.25, cancel_
         else:
             why = _words(error) if error is not None else "its Ray task ended without recording an outcome"
             tail = "".join(traceback.format_exception(error)) if error is not None else ""
-            _lost(cat, job_id, why, log_tail=tail, again=error is None or is_lost(error))
+            requeue_or_fail(cat, job_id, why, detail=tail, again=error is None or is_lost(error))
     _log(cat, job_id, get_job(cat, job_id).message or "")
     return get_job(cat, job_id).status
 
@@ -259,7 +241,7 @@ def run_embed(cat: Catalogue, job_id: int, *, settings: EmbedSettings | None = N
         tb = "".join(traceback.format_exception(exc))
         if is_lost(exc):  # an actor or task of the pipeline was lost: the job may run again
             ctx.log(f"{_words(exc)}\n{tb}")
-            _lost(cat, job_id, _words(exc), log_tail=tb)
+            requeue_or_fail(cat, job_id, _words(exc), detail=tb)
         else:
             ctx.log(f"failed: {exc}\n{tb}")
             _finish(cat, job_id, JobStatus.failed, message=f"failed: {exc}", error=tb[-20000:])
@@ -295,7 +277,7 @@ def release_running(cat: Catalogue, *, why: str = "the Ray worker was stopped") 
     again while it has attempts left, else failed, with ``why``. Returns their ids."""
     released = sorted(_RUNNING)
     for job_id in released:
-        _lost(cat, job_id, why)
+        requeue_or_fail(cat, job_id, why)
         _log(cat, job_id, why)
     return released
 

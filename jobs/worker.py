@@ -34,12 +34,13 @@ from pathlib import Path
 
 from sqlalchemy import update
 
-from db.models import Job, JobStatus, utcnow
+from db.models import Job, JobStatus
 from db.session import Catalogue
 from jobs.queue import (
     QUEUES,
     STALE_AFTER_S,
     JobError,
+    JobWatch,
     _finish,
     _kill_tree,
     cancelled_message,
@@ -49,7 +50,7 @@ from jobs.queue import (
     job_dir,
     read_log_tail,
     recover_stale_jobs,
-    transition,
+    requeue_or_fail,
     worker_name,
 )
 
@@ -98,29 +99,23 @@ def supervise(cat: Catalogue, job_id: int, *, poll_s: float = 0.25, cancel_grace
     with cat.unit_of_work() as s:
         s.execute(update(Job).where(Job.id == job_id).values(pid=proc.pid))
         s.commit()
-    cancel_seen: float | None = None
+    watch = JobWatch(cat, job_id, cancel_grace_s=cancel_grace_s, hang_after_s=hang_after_s)
     outcome: tuple[JobStatus, str] | None = None
     while proc.poll() is None:
         time.sleep(poll_s)
-        try:
-            job = get_job(cat, job_id)
-        except Exception:  # the database is busy for a moment: look again next time
-            continue
-        if job.status != JobStatus.running:  # recorded meanwhile (by the child, or a recovery)
+        seen = watch.poll()
+        if seen == "recorded":
             try:
                 proc.wait(timeout=max(5.0, cancel_grace_s))
             except subprocess.TimeoutExpired:
                 _terminate(proc)
             break
-        if job.cancel_requested:
-            cancel_seen = cancel_seen or time.monotonic()
-            if time.monotonic() - cancel_seen > cancel_grace_s:
-                _terminate(proc)
-                outcome = (JobStatus.cancelled,
-                           cancelled_message(job, extra=f" (stopped after a {cancel_grace_s:.0f} s grace)"))
-                break
-        beat = job.heartbeat_at or job.started_at
-        if beat is not None and (utcnow() - beat).total_seconds() > hang_after_s:
+        if seen == "cancel":
+            _terminate(proc)
+            outcome = (JobStatus.cancelled,
+                       cancelled_message(watch.job, extra=f" (stopped after a {cancel_grace_s:.0f} s grace)"))
+            break
+        if seen == "hung":
             _terminate(proc)
             outcome = (JobStatus.failed, f"no progress for {hang_after_s:.0f} s: the job was hung and was stopped")
             break
@@ -128,15 +123,8 @@ def supervise(cat: Catalogue, job_id: int, *, poll_s: float = 0.25, cancel_grace
     job = get_job(cat, job_id)
     if job.status == JobStatus.running:
         if outcome is None:
-            again = job.attempts < job.max_attempts
-            msg = (f"the job's process {_signal_name(rc)} (attempt {job.attempts} of {job.max_attempts})"
-                   + ("; queued again" if again else ""))
             tail = read_log_tail(cat, job_id, max_chars=6000)
-            if again:
-                transition(cat, job_id, JobStatus.queued, expect={JobStatus.running}, message=msg, worker=None,
-                           pid=None)
-            else:
-                _finish(cat, job_id, JobStatus.failed, message=f"failed: {msg}", error=f"{msg}\n\nlog tail:\n{tail}")
+            requeue_or_fail(cat, job_id, f"the job's process {_signal_name(rc)}", detail=f"\nlog tail:\n{tail}")
         else:
             status, msg = outcome
             _finish(cat, job_id, status, message=msg, error=msg if status == JobStatus.failed else None)
