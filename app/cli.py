@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from app.commands import (
+    annotations_cmd,
     audit_cmd,
     backup_cmd,
     benchmark_cmd,
@@ -44,7 +45,7 @@ from db.session import open_catalogue
 from jobs.actions.audit import acting_as
 from jobs.actions.maintenance import database_problem
 
-COMMANDS = (audit_cmd, backup_cmd, benchmark_cmd, catalogue_cmd, catalogue_copy_cmd, compare_cmd, diagnose_cmd, doctor_cmd, eval_cmd, export_cmd, import_cmd, index_cmd, jobs_cmd, loop_cmd, mask_cmd, match_cmd, serve, species_cmd, spots_cmd, stats, train_cmd, users_cmd)
+COMMANDS = (annotations_cmd, audit_cmd, backup_cmd, benchmark_cmd, catalogue_cmd, catalogue_copy_cmd, compare_cmd, diagnose_cmd, doctor_cmd, eval_cmd, export_cmd, import_cmd, index_cmd, jobs_cmd, loop_cmd, mask_cmd, match_cmd, serve, species_cmd, spots_cmd, stats, train_cmd, users_cmd)
 """Every subcommand's module, in the order their help lists them."""
 
 

@@ -99,7 +99,8 @@ AUDITED: dict[type, Audited] = {
                         insert_fields=("name",)),
     Image: Audited("photo", {"flank": "flank", "flank_source": "flank", "mask_path": "mask", "mask_source": "mask",
                              "species_id": "species", "individual_id": "assign", "sighting_id": "sighting"},
-                   on_insert="import", insert_fields=("original_name", "content_hash", "individual_id")),
+                   on_insert="import", insert_fields=("original_name", "content_hash", "individual_id", "photo_id",
+                                                       "box_source", "bbox_x", "bbox_y", "bbox_w", "bbox_h")),
     # a sighting's facts changed by a re-import with "update metadata" (new sightings come with their photos)
     Sighting: Audited("sighting", {f: "metadata" for f in ("date", "place", "lat", "lon", "camera", "observer")},
                       on_insert=None, on_delete=None),

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from core.backbones.weights import sha256_file
 from core.splits import check_split_kind, is_column_split, make_split_any
 from db.catalogue import CatalogueError
-from db.embeddings import all_image_ids
+from db.embeddings import all_image_ids, pixel_key_of
 from db.ingest import ingest_path
 from db.models import Benchmark, BenchmarkImage, Image, Individual, Sighting
 from db.session import Catalogue
@@ -62,12 +62,12 @@ def _manifest_members(cat: Catalogue, manifest: Path, *, user: str,
             raise CatalogueError(f"{manifest.name}: file {row['filename']!r} not found next to the manifest")
         resolved.append((_file_sha256(path), row))
     with cat.unit_of_work() as s:
-        known = dict(s.execute(select(Image.content_hash, Image.id)).all())
+        known = _whole_photo_annotations(s)
     if any(h not in known for h, _ in resolved):
 
         ingest_path(cat, manifest, format="manifest", user=user)
         with cat.unit_of_work() as s:
-            known = dict(s.execute(select(Image.content_hash, Image.id)).all())
+            known = _whole_photo_annotations(s)
     out = []
     for h, row in resolved:
         if h not in known:
@@ -154,11 +154,24 @@ def list_benchmarks(session: Session) -> list[Benchmark]:
     return list(session.scalars(select(Benchmark).order_by(Benchmark.name)))
 
 
+def _whole_photo_annotations(s: Session) -> dict[str, int]:
+    """{content hash: annotation id} of the photos a manifest row can name: a photo's whole-photo annotation,
+    else its only annotation (a photo with several boxes is not one animal, so a manifest row cannot name it)."""
+    rows = s.execute(select(Image.content_hash, Image.id, Image.box_source).order_by(Image.id)).all()
+    whole = {h: i for h, i, src in rows if src == "whole-photo"}
+    counts: dict[str, int] = {}
+    only: dict[str, int] = {}
+    for h, i, _ in rows:
+        counts[h] = counts.get(h, 0) + 1
+        only.setdefault(h, i)
+    return {**{h: i for h, i in only.items() if counts[h] == 1}, **whole}
+
+
 def load_benchmark(cat: Catalogue, name: str, *, split: str = "test") -> BenchmarkData:
     """The images of one split (``test``, ``train`` or ``all``) in benchmark order."""
     with cat.unit_of_work() as s:
         bench = get_benchmark(s, name)
-        q = (select(BenchmarkImage, Image.content_hash).join(Image, Image.id == BenchmarkImage.image_id)
+        q = (select(BenchmarkImage, Image).join(Image, Image.id == BenchmarkImage.image_id)
              .where(BenchmarkImage.benchmark_id == bench.id).order_by(BenchmarkImage.position))
         if split != "all":
             q = q.where(BenchmarkImage.split == split)
@@ -167,7 +180,7 @@ def load_benchmark(cat: Catalogue, name: str, *, split: str = "test") -> Benchma
             name=bench.name, benchmark_id=bench.id,
             image_ids=[r[0].image_id for r in rows], labels=[r[0].identity for r in rows],
             flanks=[r[0].flank for r in rows], sightings=[r[0].sighting for r in rows],
-            content_hashes=[r[1] for r in rows],
+            content_hashes=[pixel_key_of(r[1].content_hash, r[1].box) for r in rows],
         )
 
 

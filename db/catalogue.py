@@ -24,6 +24,7 @@ from db.models import (
     Image,
     Individual,
     MatchDecision,
+    Photo,
     Sighting,
     User,
     utcnow,
@@ -358,10 +359,12 @@ def images_of(session: Session, individual_id: int) -> list[Image]:
 
 
 def catalogue_stats(session: Session) -> dict[str, int]:
-    """Counts shown by ``rosette stats``: individuals, images, sightings, masks, decisions."""
+    """Counts shown by ``rosette stats``: individuals, images (photos), annotations (animals in them), sightings,
+    masks, decisions."""
     return {
         "individuals": session.scalar(select(func.count(Individual.id)).where(Individual.active.is_(True))) or 0,
-        "images": session.scalar(select(func.count(Image.id))) or 0,
+        "images": session.scalar(select(func.count(Photo.id))) or 0,
+        "annotations": session.scalar(select(func.count(Image.id))) or 0,
         "sightings": session.scalar(select(func.count(Sighting.id))) or 0,
         "masks": session.scalar(select(func.count(Image.id)).where(Image.mask_path.is_not(None))) or 0,
         "decisions": session.scalar(select(func.count(MatchDecision.id)).where(MatchDecision.undone_at.is_(None))) or 0,

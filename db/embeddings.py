@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
+from core.annotations import WHOLE_PHOTO, Box, crop_array
 from core.backbones import BACKBONES, DEFAULT_BACKBONE, create_backbone
 from core.backbones.weights import sha256_file
 from core.features import extract_features
@@ -34,13 +35,27 @@ _LOCK = threading.Lock()
 
 @dataclass
 class ImageSource:
-    """What is needed to build any variant of one catalogue image."""
+    """What is needed to build any variant of one annotation: its photo's file, its box and its mask (which is
+    in the pixels of the box's crop)."""
 
     image_id: int
     content_hash: str
     blob_path: str
     mask_path: str | None
     mask_source: str | None
+    box: Box = WHOLE_PHOTO
+
+    @property
+    def pixel_key(self) -> str:
+        return pixel_key_of(self.content_hash, self.box)
+
+
+def pixel_key_of(content_hash: str, box: Box) -> str:
+    """Cache key of an annotation's pixels: the photo's content hash, plus the box for a box inside the photo
+    (a whole-photo annotation keeps the key it had before annotations, so its cached features stay valid)."""
+    if box.is_whole:
+        return content_hash
+    return f"{content_hash}-b{_fingerprint_dict({'box': box.key()})[:12]}"
 
 
 def _mask_digest(mask_path: str | None) -> str:
@@ -50,7 +65,7 @@ def _mask_digest(mask_path: str | None) -> str:
 def masked_content_key(src: ImageSource) -> str:
     """Cache key of what depends on a photo and its mask (mask variants' features, spot keypoints): a new mask
     gives a new key, so nothing computed on the old one is read again."""
-    return f"{src.content_hash}-m{_mask_digest(src.mask_path)}"
+    return f"{src.pixel_key}-m{_mask_digest(src.mask_path)}"
 
 
 def sources_for(cat: Catalogue, image_ids: Sequence[int]) -> list[ImageSource]:
@@ -59,12 +74,18 @@ def sources_for(cat: Catalogue, image_ids: Sequence[int]) -> list[ImageSource]:
     missing = [i for i in image_ids if i not in rows]
     if missing:
         raise CatalogueError(f"unknown image id(s): {missing[:10]}")
-    return [ImageSource(i, rows[i].content_hash, rows[i].blob_path, rows[i].mask_path, rows[i].mask_source)
-            for i in image_ids]
+    return [ImageSource(i, rows[i].content_hash, rows[i].blob_path, rows[i].mask_path, rows[i].mask_source,
+                        rows[i].box) for i in image_ids]
 
 
 def load_photo(cat: Catalogue, src: ImageSource) -> np.ndarray:
+    """The annotation's pixels: its box's crop of the photo (box plus CROP_MARGIN on every side, clipped), or
+    the whole photo for a whole-photo annotation."""
+    return crop_array(load_rgb(cat.blobs.path(src.blob_path)), src.box)
 
+
+def load_frame(cat: Catalogue, src: ImageSource) -> np.ndarray:
+    """The whole photo an annotation lies in (for drawing its box on the frame)."""
     return load_rgb(cat.blobs.path(src.blob_path))
 
 
@@ -90,7 +111,7 @@ def inpainted_background(cat: Catalogue, src: ImageSource, rgb: np.ndarray, mask
                          inpainter: Any, seed: int = 0) -> np.ndarray:
     """The photo with the animal removed and filled in, cached on disk per (image, mask, inpainter, seed)."""
     key = _fingerprint_dict(inpainter.config)
-    path = cat.cache_dir / "inpainted" / key / f"{src.content_hash}_{_mask_digest(src.mask_path)}_s{seed}.png"
+    path = cat.cache_dir / "inpainted" / key / f"{src.pixel_key}_{_mask_digest(src.mask_path)}_s{seed}.png"
     if path.exists():
         try:
             return load_rgb(path)
@@ -117,7 +138,7 @@ def variant_loader(cat: Catalogue, src: ImageSource, variant: str, *, inpainter:
                    seed: int = 0) -> tuple[str, Callable[[], np.ndarray]]:
     """(cache key, loader) for one image and variant, as ``core.features.extract_features`` expects."""
     if variant in MASK_FREE_VARIANTS:
-        return src.content_hash, lambda: load_photo(cat, src)
+        return src.pixel_key, lambda: load_photo(cat, src)
     if not src.mask_path:
         raise CatalogueError(f"image {src.image_id} has no mask; mask it in the Mask tab (or `rosette mask`) before "
                               f"using the {variant!r} variant")

@@ -24,7 +24,7 @@ FLANK_FIT_MAX = 20_000
 def _features(cat: Catalogue, image_ids: list[int], backbone: Any) -> np.ndarray:
     """[f(x) + f(flip x), f(x) - f(flip x)] for catalogue photos, both embeddings through the feature cache."""
     plain = embed_images(cat, image_ids, backbone=backbone)
-    items = [(src.content_hash, (lambda s=src: flip_horizontal(load_photo(cat, s)))) for src in sources_for(cat, image_ids)]
+    items = [(src.pixel_key, (lambda s=src: flip_horizontal(load_photo(cat, s)))) for src in sources_for(cat, image_ids)]
     flipped = extract_features(backbone, items, variant="full_rgb_flipped", cache_dir=cat.cache_dir / "features")
     return orientation_features(plain, flipped)
 

@@ -20,13 +20,16 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from core.images import MAX_PIXELS, DecodedImage, extension_for
+from core.annotations import CURATOR_SOURCES, DEFAULT_MIN_CONFIDENCE, WHOLE_PHOTO, Box, Detection, crop_rect
+from core.images import MAX_PIXELS, DecodedImage, decode_image, extension_for, make_thumbnail
+from core.privacy import blur_boxes
 from core.readers import (
     FORMATS,
     Entry,
@@ -47,10 +50,23 @@ from core.readers import (
     upload_entries,
 )
 from core.readers import parse_flank as parse_flank_word
+from core.readers.megadetector import DetectionsFormatError, match_frames, read_megadetector_json
 from core.readers.prepare import alpha_threshold
 from db.audit import acting_as
 from db.catalogue import CatalogueError, find_individual_by_name, get_or_create_individual, get_or_create_user
-from db.models import DEFAULT_SPECIES_ID, EventKind, Flank, IdentityEvent, Image, Individual, Sighting, utcnow
+from db.models import (
+    DEFAULT_SPECIES_ID,
+    PHOTO_FILE_COLUMNS,
+    EventKind,
+    Flank,
+    IdentityEvent,
+    Image,
+    Individual,
+    MatchDecision,
+    Photo,
+    Sighting,
+    utcnow,
+)
 from db.species import get_or_create_species
 from db.storage import sha256_bytes
 
@@ -96,12 +112,42 @@ def _shown(value: Any) -> str:
     return "(none)" if value is None else repr(value) if isinstance(value, str) else str(value)
 
 
+@dataclass(frozen=True)
+class FrameBoxes:
+    """What a detector saw in one frame: the animal boxes to catalogue and the person boxes to blur."""
+
+    animals: tuple[Detection, ...] = ()
+    people: tuple[Detection, ...] = ()
+
+
+@dataclass
+class DetectionPlan:
+    """Boxes for the files of an import, by the entry's name (relative path), and where they came from."""
+
+    frames: dict[str, FrameBoxes]
+    source: str  # the annotations' box source: megadetector | camtrap-dp | detector:<name>
+    details: dict[str, Any] = field(default_factory=dict)  # stored on each photo: detector, threshold, file
+    keep_empty: bool = False  # a frame with no animal box is kept as a photo without annotations
+
+
+#: An annotation a machine box may not replace: drawn by a curator, or already decided / named.
+def _curator_owned(session: Session, ann: Image) -> bool:
+    if ann.box_source in CURATOR_SOURCES or ann.individual_id is not None or ann.decision_version:
+        return True
+    return session.scalar(select(MatchDecision.id).where(MatchDecision.query_image_id == ann.id).limit(1)) is not None
+
+
+#: Boxes this close (intersection over union) are taken as the same animal.
+SAME_ANIMAL_IOU = 0.5
+
+
 class _Importer:
     """Runs entries through decode -> blobs -> rows, one transaction per file."""
 
     def __init__(self, cat, *, user: str, dry_run: bool, origin: str, max_pixels: int = MAX_PIXELS,
-                 update_metadata: bool = False) -> None:
+                 update_metadata: bool = False, plan: DetectionPlan | None = None) -> None:
         self.cat = cat
+        self.plan = plan
         self.user = user
         self.dry_run = dry_run
         self.update_metadata = update_metadata  # replace a known photo's sighting facts with the import's
@@ -133,7 +179,8 @@ class _Importer:
         """Remove blobs written for a failed file unless a committed image uses them."""
         for rel in written:
             used = session.scalar(select(Image.id).where(
-                or_(Image.blob_path == rel, Image.thumb_path == rel, Image.mask_path == rel)).limit(1))
+                or_(Image.blob_path == rel, Image.thumb_path == rel, Image.mask_path == rel)).limit(1)) or \
+                session.scalar(select(Photo.id).where(or_(Photo.blob_path == rel, Photo.thumb_path == rel)).limit(1))
             if used is None:
                 try:
                     self.cat.blobs.delete(rel)
@@ -233,11 +280,15 @@ class _Importer:
         session.rollback()
         self._pending.clear()
 
-    def _lookup(self, session: Session, digest: str) -> Image | None:
-        """The catalogued image with these bytes; skips the query for bytes unseen at start and in this run."""
+    def _lookup(self, session: Session, digest: str) -> Photo | None:
+        """The catalogued photo with these bytes; skips the query for bytes unseen at start and in this run."""
         if digest not in self.known_hashes and digest not in self.run_hashes:
             return None
-        return session.scalar(select(Image).where(Image.content_hash == digest))
+        return session.scalar(select(Photo).where(Photo.content_hash == digest))
+
+    def _boxes(self, e: Entry) -> FrameBoxes | None:
+        """The detector's boxes for this file (None: no plan, or the plan does not name it)."""
+        return self.plan.frames.get(e.name) if self.plan is not None else None
 
     # ---- one file
 
@@ -271,60 +322,121 @@ class _Importer:
             return prep.result
         decoded = prep.decoded
         desc = describe(decoded, e, mask=prep.mask_png is not None)
+        boxes = self._boxes(e)
+        if self.plan is not None and boxes is None:
+            desc += "; not in the detections file: imported as one whole-photo annotation"
+        if boxes is not None and not boxes.animals and not self.plan.keep_empty:
+            people = f" ({len(boxes.people)} person box(es))" if boxes.people else ""
+            return IngestItemResult(e.name, "empty", f"no animal box at or above the detector threshold{people}: "
+                                    "not imported (import with --keep-empty to keep empty frames)")
+        if boxes is not None:
+            desc += f"; {_animals(len(boxes.animals))}" + (f", {len(boxes.people)} person box(es) blurred"
+                                                          if boxes.people else "")
         if self.dry_run:
             self.seen[prep.digest] = e.name
             if e.identity and e.identity not in self.planned_individuals and find_individual_by_name(session, e.identity) is None:
                 desc += " (new individual)"
                 self.planned_individuals.add(e.identity)
             return IngestItemResult(e.name, "would-import", desc)
-        return self._store(session, e, prep.data, prep.digest, decoded, prep.thumb, prep.mask_png, prep.quality, desc)
+        return self._store(session, e, prep.data, prep.digest, decoded, prep.thumb, prep.mask_png, prep.quality, desc,
+                           boxes)
 
     def run_one(self, session: Session, e: Entry) -> IngestItemResult:
         """Prepare and handle one entry in the calling thread."""
         return self.handle(session, self.prepare(e))
 
     def _store(self, session, e: Entry, data: bytes, digest: str, decoded: DecodedImage, thumb: bytes,
-               mask_png: bytes | None, quality, desc: str) -> IngestItemResult:
+               mask_png: bytes | None, quality, desc: str, boxes: FrameBoxes | None = None) -> IngestItemResult:
         written: list[str] = []
         try:
             blob = self._put(written, data, kind="images", ext=extension_for(decoded.format), digest=digest)
+            people = [d.box for d in boxes.people] if boxes is not None else []
+            if people:  # camera traps photograph people: their boxes are blurred in every thumbnail
+                thumb = make_thumbnail(blur_boxes(decoded.image, people))
             thumb_rel = self._put(written, thumb, kind="thumbs", ext=".jpg", digest=digest)
-            img = Image(
+            photo = Photo(
                 content_hash=digest, original_name=e.name[:500], blob_path=blob, thumb_path=thumb_rel,
                 format=decoded.format[:16], mode=decoded.mode[:16], width=decoded.width, height=decoded.height,
                 size_bytes=len(data), exif_time=decoded.exif_time, gps_lat=decoded.gps_lat, gps_lon=decoded.gps_lon,
-                flank=_flank(e) or Flank.unknown, flank_source="manifest" if e.flank else None,
-                species_id=self._species_id(session, e.species),
+                people=[[*d.box.as_list(), round(d.confidence, 4)] for d in boxes.people] if people else None,
+                detections=dict(self.plan.details) if boxes is not None else None,
             )
-            if mask_png is not None:
-                img.mask_path = self._put(written, mask_png, kind="masks", ext=".png")
-                img.mask_source = "alpha"
-                img.solidity = quality.solidity
-                img.mask_flags = list(quality.flags)
-                img.mask_details = {"rule": "alpha > threshold", "threshold": alpha_threshold(),
-                                    "area_fraction": quality.area_fraction, "n_components": quality.n_components}
             if e.sighting:
-                img.sighting = self._sighting(session, e.sighting, decoded)
-            session.add(img)
-            note = self._assign(session, img, e.identity) if e.identity else ""
+                photo.sighting = self._sighting(session, e.sighting, decoded)
+            session.add(photo)
+            species_id = self._species_id(session, e.species)
+            made: list[Image] = []
+            if boxes is None:  # one animal: the whole photo
+                img = self._annotation(photo, e, species_id=species_id, thumb_rel=thumb_rel)
+                if mask_png is not None:
+                    img.mask_path = self._put(written, mask_png, kind="masks", ext=".png")
+                    img.mask_source = "alpha"
+                    img.solidity = quality.solidity
+                    img.mask_flags = list(quality.flags)
+                    img.mask_details = {"rule": "alpha > threshold", "threshold": alpha_threshold(),
+                                        "area_fraction": quality.area_fraction, "n_components": quality.n_components}
+                made.append(img)
+            else:
+                for det in boxes.animals:
+                    made.append(self._annotation(
+                        photo, e, species_id=species_id, box=det.box, confidence=det.confidence,
+                        thumb_rel=self._put(written, _crop_thumbnail(decoded, det.box, people), kind="thumbs",
+                                            ext=".jpg")))
+            for img in made:
+                session.add(img)
+            note = self._assign(session, made[0], e.identity) if e.identity and len(made) == 1 else ""
+            if e.identity and len(made) > 1:
+                note = f"{len(made)} animals in this photo: {e.identity!r} was not assigned to any of them"
             session.flush()
-            self._before_commit(session, img)
+            for img in made:
+                self._before_commit(session, img)
             self._commit(session, digest)
         except Exception as exc:  # any failure: this file leaves nothing behind
             self._rollback(session)
             self._discard(session, written)
-            raced = session.scalar(select(Image).where(Image.content_hash == digest))
+            raced = session.scalar(select(Photo).where(Photo.content_hash == digest))
             if raced is not None:  # another import stored the same bytes meanwhile
                 return self._existing(session, e, raced)
             return IngestItemResult(e.name, "error", f"could not be stored ({short_error(exc)}); nothing was kept for this file")
+        ids = tuple(img.id for img in made)
+        if not made:
+            desc += "; an empty frame, kept as a photo without annotations"
         return IngestItemResult(e.name, "imported", desc + (f"; {note}" if note else "")
-                                + (f"; warning: {e.warning}" if e.warning else ""), img.id)
+                                + (f"; warning: {e.warning}" if e.warning else ""), ids[0] if ids else None,
+                                photo_id=photo.id, annotation_ids=ids)
+
+    def _annotation(self, photo: Photo, e: Entry, *, species_id: int, thumb_rel: str | None,
+                    box: Box = WHOLE_PHOTO, confidence: float | None = None) -> Image:
+        """A new annotation of ``photo``: its file columns, box and the facts the entry states."""
+        img = Image(photo=photo, **{c: getattr(photo, c) for c in PHOTO_FILE_COLUMNS}, thumb_path=thumb_rel,
+                    flank=_flank(e) or Flank.unknown, flank_source="manifest" if e.flank else None,
+                    species_id=species_id, box_source="whole-photo" if box.is_whole and confidence is None
+                    else self.plan.source, box_confidence=confidence)
+        img.box = box
+        img.sighting = photo.sighting
+        return img
 
     def _before_commit(self, session: Session, img: Image) -> None:
         """Hook for tests (fault injection after the blobs were written)."""
 
-    def _existing(self, session: Session, e: Entry, img: Image) -> IngestItemResult:
-        """Same bytes already catalogued: fill in missing facts, report contradictions."""
+    def _existing(self, session: Session, e: Entry, photo: Photo) -> IngestItemResult:
+        """Same bytes already catalogued: add the detector's new boxes, fill in missing facts, report
+        contradictions."""
+        anns = list(session.scalars(select(Image).where(Image.photo_id == photo.id).order_by(Image.id)))
+        boxes = self._boxes(e)
+        base = f"already in the catalogue as photo #{photo.id}"
+        same_as = photo.original_name if photo.original_name != e.name else None
+        if same_as:
+            base = f"same bytes as {same_as!r}, already in the catalogue as photo #{photo.id}"
+        if boxes is not None:
+            return self._existing_boxes(session, e, photo, anns, boxes, base, same_as)
+        if len(anns) != 1:
+            ids = ", ".join(f"#{a.id}" for a in anns) or "none"
+            msg = f"{base}; it holds {len(anns)} annotations ({ids}): facts for one animal were not applied"
+            return IngestItemResult(e.name, "duplicate", msg, anns[0].id if anns else None, same_as=same_as,
+                                    photo_id=photo.id, annotation_ids=tuple(a.id for a in anns))
+        img = anns[0]
+        base = base.replace(f"photo #{photo.id}", f"image #{img.id}") if img.id == photo.id else base
         changes: list[str] = []
         notes: list[str] = []
         current = session.get(Individual, img.individual_id) if img.individual_id else None
@@ -350,14 +462,12 @@ class _Importer:
             else:
                 notes.append(f"the import has other metadata ({words}): not changed; import again with "
                              "“update metadata of existing photos” to apply it")
-        base = f"already in the catalogue as image #{img.id}"
-        same_as = img.original_name if img.original_name != e.name else None
-        if same_as:
-            base = f"same bytes as {same_as!r}, already in the catalogue as image #{img.id}"
+        found = {"photo_id": photo.id, "annotation_ids": (img.id,)}
         if not changes:
-            return IngestItemResult(e.name, "duplicate", "; ".join([base, *notes]), img.id, same_as=same_as)
+            return IngestItemResult(e.name, "duplicate", "; ".join([base, *notes]), img.id, same_as=same_as, **found)
         if self.dry_run:
-            return IngestItemResult(e.name, "would-update", "; ".join([base, "would set " + ", ".join(changes), *notes]), img.id)
+            return IngestItemResult(e.name, "would-update", "; ".join([base, "would set " + ", ".join(changes), *notes]),
+                                    img.id, **found)
         try:
             note = ""
             if e.identity and current is None:
@@ -366,6 +476,7 @@ class _Importer:
                 img.flank, img.flank_source = flank, "manifest"
             if e.sighting and img.sighting_id is None:
                 img.sighting = self._sighting(session, e.sighting, None)
+                photo.sighting = img.sighting
             if self.update_metadata:  # an audited change of the sighting (db.audit: sighting.metadata)
                 for attr, _old, value in metadata:
                     setattr(sighting, attr, value)
@@ -373,8 +484,73 @@ class _Importer:
             self._commit(session)
         except Exception as exc:
             self._rollback(session)
-            return IngestItemResult(e.name, "error", f"{base}; could not update it ({short_error(exc)})", img.id)
-        return IngestItemResult(e.name, "updated", "; ".join([base, "set " + ", ".join(changes), *notes, *([note] if note else [])]), img.id)
+            return IngestItemResult(e.name, "error", f"{base}; could not update it ({short_error(exc)})", img.id,
+                                    **found)
+        return IngestItemResult(e.name, "updated", "; ".join([base, "set " + ", ".join(changes), *notes, *([note] if note else [])]),
+                                img.id, **found)
+
+    def _existing_boxes(self, session: Session, e: Entry, photo: Photo, anns: list[Image], boxes: FrameBoxes,
+                        base: str, same_as: str | None) -> IngestItemResult:
+        """A known photo imported again with a detector's boxes: add the boxes it lacks, once.
+
+        A box already there (same source, same box) is not added again, so importing the same detections twice
+        changes nothing. A machine box over an annotation a curator drew, named or decided stays out (the
+        curator's stays, the report says so). An undecided whole-photo annotation is the photo before anyone
+        knew where the animal was: the first new box takes its place (same id), the others are added.
+        """
+        notes: list[str] = []
+        new: list[Detection] = []
+        for det in boxes.animals:
+            if any(a.box_source == self.plan.source and a.box == det.box for a in anns):
+                continue
+            kept = next((a for a in anns if not a.box.is_whole and a.box.iou(det.box) >= SAME_ANIMAL_IOU
+                         and _curator_owned(session, a)), None)
+            if kept is not None:
+                notes.append(f"the {self.plan.source} box {det.box.as_list()} lies over annotation #{kept.id} "
+                             f"({kept.box_source}, kept by the curator): not added")
+                continue
+            new.append(det)
+        found = {"photo_id": photo.id, "annotation_ids": tuple(a.id for a in anns)}
+        if not new:
+            return IngestItemResult(e.name, "duplicate", "; ".join([base, "no new boxes", *notes]),
+                                    anns[0].id if anns else None, same_as=same_as, **found)
+        if self.dry_run:
+            return IngestItemResult(e.name, "would-update", "; ".join([base, f"would add {_animals(len(new))}",
+                                                                       *notes]), None, **found)
+        written: list[str] = []
+        try:
+            whole = [a for a in anns if a.box.is_whole and not _curator_owned(session, a)]
+            decoded = None
+            people = [d.box for d in boxes.people]
+            for det in new:
+                if decoded is None:
+                    decoded = decode_image(self.cat.blobs.path(photo.blob_path).read_bytes(),
+                                           name=e.name, max_pixels=self.max_pixels)
+                thumb_rel = self._put(written, _crop_thumbnail(decoded, det.box, people), kind="thumbs", ext=".jpg")
+                if whole:
+                    ann = whole.pop(0)
+                    ann.box, ann.box_source, ann.box_confidence, ann.thumb_path = \
+                        det.box, self.plan.source, det.confidence, thumb_rel
+                    ann.mask_path = ann.mask_source = ann.mask_details = ann.solidity = ann.mask_flags = None
+                else:
+                    ann = self._annotation(photo, e, species_id=anns[0].species_id if anns else
+                                           self._species_id(session, e.species), thumb_rel=thumb_rel, box=det.box,
+                                           confidence=det.confidence)
+                    session.add(ann)
+                    anns.append(ann)
+            if people and not photo.people:
+                photo.people = [[*d.box.as_list(), round(d.confidence, 4)] for d in boxes.people]
+            photo.detections = dict(self.plan.details)
+            session.flush()
+            self._commit(session)
+        except Exception as exc:
+            self._rollback(session)
+            self._discard(session, written)
+            return IngestItemResult(e.name, "error", f"{base}; could not add its boxes ({short_error(exc)})",
+                                    None, **found)
+        found["annotation_ids"] = tuple(a.id for a in anns)
+        return IngestItemResult(e.name, "updated", "; ".join([base, f"added {_animals(len(new))}", *notes]),
+                                anns[0].id, **found)
 
     # ---- many files
 
@@ -394,7 +570,7 @@ class _Importer:
         results: list[IngestItemResult] = []
         total = len(entries)
         with self.cat.unit_of_work() as session:
-            self.known_hashes = set(session.scalars(select(Image.content_hash)))
+            self.known_hashes = set(session.scalars(select(Photo.content_hash)))
             session.rollback()
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-prepare") as pool:
                 queue: deque[Future[Prepared]] = deque()
@@ -428,6 +604,45 @@ class _Importer:
         return results
 
 
+def megadetector_plan(path: str | Path, names: Sequence[str], *, min_confidence: float = DEFAULT_MIN_CONFIDENCE,
+                      keep_empty: bool = False) -> tuple[DetectionPlan, list[IngestItemResult]]:
+    """The boxes a MegaDetector batch JSON gives the files ``names`` of an import, and the report lines about
+    the JSON itself (files it names that the import lacks, detections it could not read). Raises IngestError
+    when the file is not MegaDetector output of a version Rosette reads."""
+    p = Path(path).expanduser()
+    try:
+        output = read_megadetector_json(p, min_confidence=min_confidence)
+    except FileNotFoundError:
+        raise IngestError(f"{p}: no such detections file") from None
+    except DetectionsFormatError as exc:
+        raise IngestError(f"{p.name}: {exc}") from None
+    matched, missing = match_frames(output, names)
+    notes = [IngestItemResult(p.name, "error", f"detections file: {problem}") for problem in output.problems]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        notes.append(IngestItemResult(p.name, "error", f"{len(missing)} file(s) named in the detections file are "
+                                      f"not in the import: {shown}"))
+    failed = sorted(name for name, fd in matched.items() if fd.failure)
+    if failed:  # the detector could not read these: they come in as whole photos, as without a detections file
+        notes.append(IngestItemResult(p.name, "error", f"the detector could not read {len(failed)} file(s) "
+                                      f"({', '.join(failed[:5])}): imported as whole photos"))
+    frames = {name: FrameBoxes(animals=fd.animals, people=fd.people) for name, fd in matched.items()
+              if not fd.failure}
+    details = {"source": "megadetector", "file": p.name, "detector": output.detector,
+               "format_version": output.format_version, "min_confidence": min_confidence}
+    return DetectionPlan(frames=frames, source="megadetector", details=details, keep_empty=keep_empty), notes
+
+
+def _animals(n: int) -> str:
+    return f"{n} animal box{'es' if n != 1 else ''}"
+
+
+def _crop_thumbnail(decoded: DecodedImage, box: Box, people: Sequence[Box]) -> bytes:
+    """The thumbnail of one annotation: its box's crop, person boxes blurred first."""
+    img = blur_boxes(decoded.image, people) if people else decoded.image
+    return make_thumbnail(img.crop(crop_rect(box, img.width, img.height)))
+
+
 def _finish(report: IngestReport, t0: float) -> IngestReport:
     report.seconds = time.perf_counter() - t0
     return report
@@ -435,8 +650,13 @@ def _finish(report: IngestReport, t0: float) -> IngestReport:
 
 def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, dry_run: bool = False,
                 progress: Progress | None = None, should_cancel: Callable[[], bool] | None = None,
-                max_pixels: int = MAX_PIXELS, update_metadata: bool = False) -> IngestReport:
+                max_pixels: int = MAX_PIXELS, update_metadata: bool = False, detections: str | Path | None = None,
+                min_confidence: float = DEFAULT_MIN_CONFIDENCE, keep_empty: bool = False) -> IngestReport:
     """Import a file, folder, zip, manifest CSV or Kaggle layout; one report line per file.
+
+    With ``detections`` (a MegaDetector batch-output JSON) every animal box at or above ``min_confidence``
+    becomes an annotation of its photo, person boxes are blurred in its thumbnails, and a frame with no animal
+    box is reported as ``empty`` and left out unless ``keep_empty``. Importing the same JSON again adds nothing.
 
     ``format`` is one of FORMATS (auto-detected when None). With ``dry_run``
     every file is read and decoded but nothing is written (database or disk).
@@ -463,8 +683,13 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
             return _finish(report, t0)
         report.format = layout
         problems = [pr for t in trees for pr in t.problems]
+        plan = None
+        if detections is not None:
+            plan, notes = megadetector_plan(detections, [e.name for e in entries], min_confidence=min_confidence,
+                                            keep_empty=keep_empty)
+            problems.extend(notes)
         importer = _Importer(cat, user=user, dry_run=dry_run, origin=f"{layout}:{p.name}", max_pixels=max_pixels,
-                             update_metadata=update_metadata)
+                             update_metadata=update_metadata, plan=plan)
         report.items.extend(problems)
         report.items.extend(importer.run(entries, progress=progress, should_cancel=should_cancel))
     finally:

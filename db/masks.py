@@ -109,7 +109,7 @@ def diagnostic_masks(cat: Catalogue, image_ids: Sequence[int], *, masker: str | 
             if should_cancel and should_cancel():
                 break
             src = sources[i]
-            here = cat.cache_dir / folder / src.content_hash
+            here = cat.cache_dir / folder / src.pixel_key
             found = sorted(here.glob("*.png")) if here.is_dir() else []
             try:
                 if found:

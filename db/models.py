@@ -14,6 +14,8 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    event,
+    insert,
     Boolean,
     DateTime,
     Enum,
@@ -27,6 +29,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from core.annotations import Box
 
 
 def utcnow() -> datetime:
@@ -179,13 +183,60 @@ class Sighting(Base):
     images: Mapped[list[Image]] = relationship(back_populates="sighting")
 
 
-class Image(Base):
-    __tablename__ = "images"
+class Photo(Base):
+    """A file as it came in: its bytes (content-addressed), size and EXIF, and what a detector saw in it.
+
+    The animals in it are its annotations (:class:`Image` rows). A frame in which a detector found no animal is
+    a photo without annotations (kept only with ``--keep-empty``); ``people`` holds the person boxes that its
+    thumbnails blur.
+    """
+
+    __tablename__ = "photos"
     id: Mapped[int] = mapped_column(primary_key=True)
     content_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)  # sha256 of the stored bytes
     original_name: Mapped[str] = mapped_column(String(500))
     blob_path: Mapped[str] = mapped_column(String(300))  # relative to the data directory
-    thumb_path: Mapped[str | None] = mapped_column(String(300), default=None)
+    thumb_path: Mapped[str | None] = mapped_column(String(300), default=None)  # person boxes blurred
+    format: Mapped[str] = mapped_column(String(16))
+    mode: Mapped[str] = mapped_column(String(16))
+    width: Mapped[int] = mapped_column(Integer)
+    height: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    exif_time: Mapped[str | None] = mapped_column(String(40), default=None)
+    gps_lat: Mapped[float | None] = mapped_column(Float, default=None)
+    gps_lon: Mapped[float | None] = mapped_column(Float, default=None)
+    sighting_id: Mapped[int | None] = mapped_column(ForeignKey("sightings.id"), default=None, index=True)
+    # person boxes [[x, y, w, h, confidence], ...] from a detector: never catalogued, blurred in thumbnails
+    people: Mapped[list[Any] | None] = mapped_column(JSONType, default=None)
+    # where the boxes came from: {"source": "megadetector", "detector": ..., "min_confidence": ..., "file": ...}
+    detections: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    imported_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    annotations: Mapped[list[Image]] = relationship(back_populates="photo", order_by="Image.id")
+    sighting: Mapped[Sighting | None] = relationship()
+
+    @property
+    def has_people(self) -> bool:
+        return bool(self.people)
+
+
+class Image(Base):
+    """An annotation: one animal in a photo (docs/DESIGN.md section 8), the unit of identity.
+
+    The table keeps its historic name ``images`` (a catalogue made before annotations has one whole-photo
+    annotation per photo, with the photo's id), so every id, decision and training set stays valid. The file
+    columns repeat its photo's (they are content-addressed and never change); the box (normalised x, y, w, h,
+    origin top-left) says which part of the photo is this animal, and everything about the animal (embedding,
+    mask, spots, diagnostics) reads the box's crop (:func:`core.annotations.crop_rect`).
+    """
+
+    __tablename__ = "images"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    photo_id: Mapped[int] = mapped_column(ForeignKey("photos.id"), index=True)
+    content_hash: Mapped[str] = mapped_column(String(64), index=True)  # sha256 of the photo's stored bytes
+    original_name: Mapped[str] = mapped_column(String(500))
+    blob_path: Mapped[str] = mapped_column(String(300))  # relative to the data directory
+    thumb_path: Mapped[str | None] = mapped_column(String(300), default=None)  # of the crop
     format: Mapped[str] = mapped_column(String(16))
     mode: Mapped[str] = mapped_column(String(16))  # PIL mode of the original file
     width: Mapped[int] = mapped_column(Integer)
@@ -194,16 +245,23 @@ class Image(Base):
     exif_time: Mapped[str | None] = mapped_column(String(40), default=None)
     gps_lat: Mapped[float | None] = mapped_column(Float, default=None)
     gps_lon: Mapped[float | None] = mapped_column(Float, default=None)
+    bbox_x: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    bbox_y: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    bbox_w: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
+    bbox_h: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
+    # whole-photo | drawn | megadetector | camtrap-dp | detector:<name> (core.annotations.BOX_SOURCES)
+    box_source: Mapped[str] = mapped_column(String(80), default="whole-photo", server_default="whole-photo")
+    box_confidence: Mapped[float | None] = mapped_column(Float, default=None)  # a machine box's confidence
     flank: Mapped[Flank] = mapped_column(_enum(Flank, "flank"), default=Flank.unknown)
     flank_source: Mapped[str | None] = mapped_column(String(40), default=None)  # manifest | curator | suggested
     sighting_id: Mapped[int | None] = mapped_column(ForeignKey("sightings.id"), default=None, index=True)
     individual_id: Mapped[int | None] = mapped_column(ForeignKey("individuals.id"), default=None, index=True)
     species_id: Mapped[int] = mapped_column(ForeignKey("species.id"), default=DEFAULT_SPECIES_ID,
                                             server_default=str(DEFAULT_SPECIES_ID), index=True)
-    # bumped by every match decision on this photo (and its undo): a decision names the version it saw and is
-    # applied with a conditional UPDATE, so of two simultaneous decisions exactly one wins
+    # bumped by every match decision on this annotation (and its undo): a decision names the version it saw and
+    # is applied with a conditional UPDATE, so of two simultaneous decisions exactly one wins
     decision_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    mask_path: Mapped[str | None] = mapped_column(String(300), default=None)
+    mask_path: Mapped[str | None] = mapped_column(String(300), default=None)  # in the crop's pixels
     mask_source: Mapped[str | None] = mapped_column(String(40), default=None)  # alpha | sam2 | grabcut
     mask_details: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     solidity: Mapped[float | None] = mapped_column(Float, default=None)
@@ -212,6 +270,51 @@ class Image(Base):
 
     individual: Mapped[Individual | None] = relationship(back_populates="images", foreign_keys=[individual_id])
     sighting: Mapped[Sighting | None] = relationship(back_populates="images")
+    photo: Mapped[Photo] = relationship(back_populates="annotations")
+
+    @property
+    def box(self) -> Box:
+        return Box(self.bbox_x, self.bbox_y, self.bbox_w, self.bbox_h)
+
+    @box.setter
+    def box(self, value: Box) -> None:
+        self.bbox_x, self.bbox_y, self.bbox_w, self.bbox_h = value.x, value.y, value.w, value.h
+
+
+class BoxEdit(Base):
+    """A curator's change to the boxes of a photo (add, move, delete), with what undo needs to restore it."""
+
+    __tablename__ = "box_edits"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    photo_id: Mapped[int] = mapped_column(ForeignKey("photos.id"), index=True)
+    annotation_id: Mapped[int] = mapped_column(Integer)  # no foreign key: a deleted annotation is named too
+    kind: Mapped[str] = mapped_column(String(16))  # add | move | delete
+    before: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)  # the annotation's row before
+    after: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    user: Mapped[str] = mapped_column(String(120))
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    undone_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
+
+
+#: What an annotation repeats of its photo (the file columns).
+PHOTO_FILE_COLUMNS = ("content_hash", "original_name", "blob_path", "format", "mode", "width", "height",
+                      "size_bytes", "exif_time", "gps_lat", "gps_lon")
+
+
+@event.listens_for(Image, "before_insert")
+def _photo_for_annotation(mapper: Any, connection: Any, target: Image) -> None:
+    """An annotation inserted without its photo (older writers: one photo, one animal) gets a photo row made
+    from its own file columns, or the one already holding these bytes: every annotation belongs to a photo."""
+    if target.photo_id is not None or target.photo is not None:
+        return
+    photos = Photo.__table__
+    found = connection.execute(photos.select().with_only_columns(photos.c.id)
+                               .where(photos.c.content_hash == target.content_hash)).scalar()
+    if found is None:
+        values = {c: getattr(target, c) for c in PHOTO_FILE_COLUMNS}
+        values.update(thumb_path=target.thumb_path, sighting_id=target.sighting_id, imported_at=utcnow())
+        found = connection.execute(insert(photos).values(**values)).inserted_primary_key[0]
+    target.photo_id = found
 
 
 class IdentityEvent(Base):

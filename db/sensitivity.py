@@ -260,7 +260,7 @@ def run_sensitivity(cat: Catalogue, *, backbone: str, benchmark: str, seed: int 
         raise CatalogueError(f"the identity edit needs, for every test photo, a test photo of another individual of "
                              f"the same species; photo(s) #{', #'.join(map(str, alone[:SHOWN_MISSING]))} have none "
                              f"in benchmark {benchmark!r}")
-    keys = [src.content_hash for src in sources]
+    keys = [src.pixel_key for src in sources]
     bg_donor = background_donors(keys, data.labels, data.sightings if any(data.sightings) else None, seed=seed)
 
     editor: DiffusionIdentityEditor | None = None

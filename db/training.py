@@ -46,7 +46,7 @@ from core.training_loop import (
 from core.variants import flip_horizontal, make_variant
 from db.benchmarks import load_benchmark
 from db.catalogue import CatalogueError
-from db.embeddings import inpainted_background, load_mask, load_photo, sources_for
+from db.embeddings import inpainted_background, load_mask, load_photo, pixel_key_of, sources_for
 from db.models import DecisionKind, Image, Individual, MatchDecision, Model, ModelStatus, Sighting, Species
 from db.session import Catalogue
 from db.species import active_model_name
@@ -129,8 +129,8 @@ def training_set(cat: Catalogue, *, source: str = "benchmark", benchmark: str | 
         keep = set(image_ids)
         rows = [r for r in rows if r[0] in keep]
     with cat.unit_of_work() as s:
-        meta = {r[0]: (r[1], r[2]) for r in s.execute(
-            select(Image.id, Image.content_hash, Image.solidity).where(Image.id.in_([r[0] for r in rows])))}
+        meta = {r.id: (pixel_key_of(r.content_hash, r.box), r.solidity) for r in s.scalars(
+            select(Image).where(Image.id.in_([r[0] for r in rows])))}
     if len(rows) < MIN_TRAIN_PHOTOS or len({r[1] for r in rows}) < 2:
         raise CatalogueError(f"training needs at least {MIN_TRAIN_PHOTOS} photos of at least two individuals; "
                              f"this training set has {len(rows)} photo(s) of {len({r[1] for r in rows})}")

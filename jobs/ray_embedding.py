@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from core.annotations import Box
 from core.features import atomic_write, feature_cache_path, read_cached, write_cached
 from db.embeddings import ImageSource, all_image_ids, get_backbone, sources_for, variant_loader
 from db.session import Catalogue, open_catalogue
@@ -70,7 +71,8 @@ def worker_catalogue(data_dir: str, url: str) -> Catalogue:
 
 def _source(row: dict[str, Any]) -> ImageSource:
     return ImageSource(int(row["image_id"]), str(row["content_hash"]), str(row["blob_path"]),
-                       str(row["mask_path"]) or None, str(row["mask_source"]) or None)
+                       str(row["mask_path"]) or None, str(row["mask_source"]) or None,
+                       Box(*(float(v) for v in row["box"])))
 
 
 def decode_and_resize(batch: dict[str, np.ndarray], *, data_dir: str, url: str, variant: str,
@@ -83,7 +85,7 @@ def decode_and_resize(batch: dict[str, np.ndarray], *, data_dir: str, url: str, 
     keys = [str(k) for k in batch["key"]]
     images = []
     for i in range(len(keys)):
-        row = {c: batch[c][i] for c in ("image_id", "content_hash", "blob_path", "mask_path", "mask_source")}
+        row = {c: batch[c][i] for c in ("image_id", "content_hash", "blob_path", "mask_path", "mask_source", "box")}
         _, load = variant_loader(cat, _source(row), variant)
         images.append(resize(load()))
     pixels = np.stack(images) if images and all(im.shape == images[0].shape for im in images) else \
@@ -161,7 +163,8 @@ def ray_embed(cat: Catalogue, params: dict[str, Any], ctx: JobContext, *,
     if pending:
         _write_provenance(cache_dir, fp, backbone)
         items = [{"key": key, "image_id": s.image_id, "content_hash": s.content_hash, "blob_path": s.blob_path,
-                  "mask_path": s.mask_path or "", "mask_source": s.mask_source or ""} for key, s in pending.items()]
+                  "mask_path": s.mask_path or "", "mask_source": s.mask_source or "",
+                  "box": [s.box.x, s.box.y, s.box.w, s.box.h]} for key, s in pending.items()]
         ray.data.DataContext.get_current().enable_progress_bars = False  # progress goes to the jobs table
         where = {"data_dir": str(cat.data_dir), "url": cat.url}
         ds = (ray.data.from_items(items)

@@ -16,6 +16,7 @@ import sys
 import time
 
 from app.console import print_table
+from core.annotations import DEFAULT_MIN_CONFIDENCE
 from jobs.actions.ingest import FORMATS, import_path
 from jobs.requests.ingest import ImportPathRequest
 
@@ -33,6 +34,13 @@ def register(sub) -> None:
     p.add_argument("--update-metadata", action="store_true",
                    help="for photos already in the catalogue, replace their sighting's date, place, position, camera "
                         "and observer with the manifest's (audited); without it differences are only reported")
+    p.add_argument("--detections", metavar="MD.json", default=None,
+                   help="MegaDetector batch output for these photos: each animal box at or above --min-confidence "
+                        "becomes its own annotation, person boxes are blurred in thumbnails")
+    p.add_argument("--min-confidence", type=float, default=DEFAULT_MIN_CONFIDENCE,
+                   help=f"the detector threshold for animal and person boxes (default {DEFAULT_MIN_CONFIDENCE})")
+    p.add_argument("--keep-empty", action="store_true",
+                   help="import frames with no animal box too (as photos without annotations)")
     p.set_defaults(func=run)
 
 
@@ -52,7 +60,8 @@ def _progress_printer(stream):
 
 def run(args, ctx) -> int:
     request = ImportPathRequest(args.path, user=ctx.user, format=args.format, dry_run=args.dry_run,
-                                update_metadata=args.update_metadata)
+                                update_metadata=args.update_metadata, detections=args.detections,
+                                min_confidence=args.min_confidence, keep_empty=args.keep_empty)
     report = import_path(ctx.catalogue, request, progress=_progress_printer(sys.stderr))
     print(f"import of {report.source} as {report.format}")
     if args.show_all or len(report.items) <= FULL_TABLE_MAX:

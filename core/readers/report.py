@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 #: Result statuses, in the order reports list their counts.
-STATUSES = ("imported", "updated", "duplicate", "would-import", "would-update", "skipped", "error")
+STATUSES = ("imported", "updated", "duplicate", "would-import", "would-update", "empty", "skipped", "error")
 
 
 @dataclass
@@ -19,11 +19,13 @@ class IngestItemResult:
     message: str = ""
     image_id: int | None = None
     same_as: str | None = None  # duplicates: the name the same bytes already have, when it differs
+    photo_id: int | None = None
+    annotation_ids: tuple[int, ...] = ()  # every annotation (animal) of the photo this import made or found
 
     @property
     def needs_attention(self) -> bool:
         """Errors, skipped files, updates and duplicates under another name (not plain re-imports)."""
-        return self.status in ("error", "skipped", "updated", "would-update") or (
+        return self.status in ("error", "skipped", "updated", "would-update", "empty") or (
             self.status == "duplicate" and self.same_as is not None)
 
 

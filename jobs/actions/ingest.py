@@ -84,7 +84,9 @@ def import_uploads(cat: Catalogue, request: ImportUploadsRequest, *, progress: P
 def import_path(cat: Catalogue, request: ImportPathRequest, *, progress: Progress | None = None) -> IngestReport:
     """Import a photo, folder, zip, manifest or Kaggle layout on this machine; the report of every file."""
     return ingest_path(cat, request.path, format=request.format, user=curator_name(request.user),
-                       dry_run=request.dry_run, progress=progress, update_metadata=request.update_metadata)
+                       dry_run=request.dry_run, progress=progress, update_metadata=request.update_metadata,
+                       detections=request.detections, min_confidence=request.min_confidence,
+                       keep_empty=request.keep_empty)
 
 
 def warm_features(cat: Catalogue, *, user: str) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.annotations import DEFAULT_MIN_CONFIDENCE
 from core.requests import Request
 
 
@@ -35,6 +36,15 @@ class ImportPathRequest(Request):
     format: str | None = None
     dry_run: bool = False
     update_metadata: bool = False
+    detections: str | None = None  # a MegaDetector batch-output JSON: each animal box becomes an annotation
+    min_confidence: float = DEFAULT_MIN_CONFIDENCE
+    keep_empty: bool = False  # keep frames with no animal box (as photos without annotations)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", str(self.path))
+        if self.detections is not None:
+            object.__setattr__(self, "detections", str(self.detections))
+        if not 0.0 <= float(self.min_confidence) <= 1.0:
+            raise ValueError(f"--min-confidence must be between 0 and 1, got {self.min_confidence}")
+        if self.keep_empty and self.detections is None:
+            raise ValueError("--keep-empty needs --detections (without a detections file no frame is empty)")

@@ -1,0 +1,191 @@
+"""Annotations in the store: list them, find the one a photo id means, and a curator's box edits (add, move,
+delete, undo), each one transaction, audited, and recorded in ``box_edits`` so that undo restores it exactly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from core.annotations import Box
+from db.audit import acting_as
+from db.catalogue import CatalogueError, get_or_create_user
+from db.models import PHOTO_FILE_COLUMNS, BoxEdit, Flank, Image, Individual, MatchDecision, MatchSuggestion, Photo, utcnow
+from db.session import Catalogue
+
+
+@dataclass(frozen=True)
+class AnnotationRow:
+    """One annotation as the CLI and the tabs list it (``image_id`` is its photo)."""
+
+    id: int
+    image_id: int
+    bbox: tuple[float, float, float, float]
+    confidence: float | None
+    source: str
+    individual: str | None
+    individual_id: int | None
+    flank: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "image_id": self.image_id, "bbox": list(self.bbox), "confidence": self.confidence,
+                "source": self.source, "individual": self.individual, "flank": self.flank}
+
+
+def list_annotations(cat: Catalogue, *, photo_id: int | None = None, limit: int | None = None) -> list[AnnotationRow]:
+    """Every annotation (of one photo when ``photo_id``), by id."""
+    with cat.unit_of_work() as s:
+        if photo_id is not None and s.get(Photo, photo_id) is None:
+            raise CatalogueError(f"no image with id {photo_id}")
+        q = (select(Image, Individual.name).outerjoin(Individual, Image.individual_id == Individual.id)
+             .order_by(Image.id))
+        if photo_id is not None:
+            q = q.where(Image.photo_id == photo_id)
+        if limit is not None:
+            q = q.limit(limit)
+        return [AnnotationRow(a.id, a.photo_id, (a.bbox_x, a.bbox_y, a.bbox_w, a.bbox_h), a.box_confidence,
+                              a.box_source, name, a.individual_id, a.flank.value) for a, name in s.execute(q)]
+
+
+def count_annotations(cat: Catalogue) -> int:
+    with cat.unit_of_work() as s:
+        return int(s.scalar(select(func.count(Image.id))) or 0)
+
+
+def annotation_for_photo(cat: Catalogue, photo_id: int) -> int:
+    """The annotation a photo id means: its only one. A photo with several animals (or none) is refused with
+    the list of its annotations, so the curator picks one."""
+    rows = list_annotations(cat, photo_id=photo_id)
+    if len(rows) == 1:
+        return rows[0].id
+    if not rows:
+        raise CatalogueError(f"photo {photo_id} has no annotation (an empty frame): draw a box in the Mask tab first")
+    listed = "; ".join(f"#{r.id} {r.source} box {[round(v, 3) for v in r.bbox]}"
+                       + (f" ({r.individual})" if r.individual else "") for r in rows)
+    raise CatalogueError(f"photo {photo_id} holds {len(rows)} annotations: {listed}; "
+                         "name one with --annotation ID")
+
+
+def annotation_exists(cat: Catalogue, annotation_id: int) -> int:
+    with cat.unit_of_work() as s:
+        if s.get(Image, annotation_id) is None:
+            raise CatalogueError(f"no annotation with id {annotation_id}")
+    return annotation_id
+
+
+_ROW_FIELDS = ("photo_id", *PHOTO_FILE_COLUMNS, "thumb_path", "bbox_x", "bbox_y", "bbox_w", "bbox_h", "box_source",
+               "box_confidence", "flank", "flank_source", "sighting_id", "individual_id", "species_id",
+               "decision_version", "mask_path", "mask_source", "mask_details", "solidity", "mask_flags")
+
+
+def _row(ann: Image) -> dict[str, Any]:
+    out = {f: getattr(ann, f) for f in _ROW_FIELDS}
+    out["flank"] = ann.flank.value
+    out["id"] = ann.id
+    return out
+
+
+def _in_use(s: Session, ann: Image) -> str | None:
+    """Why an annotation cannot be deleted (it carries identity work), or None."""
+    if ann.individual_id is not None:
+        return "it is assigned to an individual"
+    decided = s.scalar(select(func.count(MatchDecision.id)).where(
+        (MatchDecision.query_image_id == ann.id) | (MatchDecision.candidate_image_id == ann.id)))
+    if decided:
+        return f"{decided} match decision(s) name it"
+    return None
+
+
+def add_box(cat: Catalogue, photo_id: int, box: Box, *, user: str) -> int:
+    """A curator draws a new animal on a photo: a ``drawn`` annotation of the photo's species; its id."""
+    with acting_as(user), cat.unit_of_work() as s:
+        photo = s.get(Photo, photo_id)
+        if photo is None:
+            raise CatalogueError(f"no image with id {photo_id}")
+        sibling = s.scalar(select(Image).where(Image.photo_id == photo_id).limit(1))
+        get_or_create_user(s, user)
+        ann = Image(photo=photo, **{c: getattr(photo, c) for c in PHOTO_FILE_COLUMNS}, thumb_path=photo.thumb_path,
+                    box_source="drawn", sighting_id=photo.sighting_id,
+                    species_id=sibling.species_id if sibling is not None else 1)
+        ann.box = box
+        s.add(ann)
+        s.flush()
+        s.add(BoxEdit(photo_id=photo_id, annotation_id=ann.id, kind="add", before=None, after=_row(ann), user=user))
+        s.commit()
+        return ann.id
+
+
+def move_box(cat: Catalogue, annotation_id: int, box: Box, *, user: str) -> None:
+    """A curator moves or resizes an annotation's box. Its mask was drawn on the old crop, so it is cleared
+    (the edit keeps it for undo) and its cached features follow the new box (they are keyed by it)."""
+    with acting_as(user), cat.unit_of_work() as s:
+        ann = s.get(Image, annotation_id)
+        if ann is None:
+            raise CatalogueError(f"no annotation with id {annotation_id}")
+        before = _row(ann)
+        ann.box = box
+        if ann.box_source != "drawn":
+            ann.box_source, ann.box_confidence = "drawn", None
+        ann.mask_path = ann.mask_source = ann.mask_details = ann.solidity = ann.mask_flags = None
+        s.query(MatchSuggestion).filter(MatchSuggestion.image_id == annotation_id).delete()
+        get_or_create_user(s, user)
+        s.add(BoxEdit(photo_id=ann.photo_id, annotation_id=ann.id, kind="move", before=before, after=_row(ann),
+                      user=user))
+        s.commit()
+
+
+def delete_box(cat: Catalogue, annotation_id: int, *, user: str) -> None:
+    """A curator removes an annotation that is not an animal (a false detection). One that carries identity
+    work (an individual, decisions) is refused: nothing a curator decided is lost."""
+    with acting_as(user), cat.unit_of_work() as s:
+        ann = s.get(Image, annotation_id)
+        if ann is None:
+            raise CatalogueError(f"no annotation with id {annotation_id}")
+        why = _in_use(s, ann)
+        if why:
+            raise CatalogueError(f"annotation {annotation_id} cannot be deleted: {why}; undo those first")
+        before = _row(ann)
+        s.query(MatchSuggestion).filter((MatchSuggestion.image_id == annotation_id)
+                                        | (MatchSuggestion.top_image_id == annotation_id)).delete()
+        get_or_create_user(s, user)
+        s.add(BoxEdit(photo_id=ann.photo_id, annotation_id=ann.id, kind="delete", before=before, after=None,
+                      user=user))
+        s.delete(ann)
+        s.commit()
+
+
+def undo_box_edit(cat: Catalogue, photo_id: int, *, user: str) -> BoxEdit:
+    """Undo the latest box edit on a photo that is not undone yet: an added box goes (if nothing was decided on
+    it since), a moved box goes back with its mask, a deleted annotation comes back with its id."""
+    with acting_as(user), cat.unit_of_work() as s:
+        edit = s.scalar(select(BoxEdit).where(BoxEdit.photo_id == photo_id, BoxEdit.undone_at.is_(None))
+                        .order_by(BoxEdit.id.desc()).limit(1))
+        if edit is None:
+            raise CatalogueError(f"photo {photo_id} has no box change to undo")
+        get_or_create_user(s, user)
+        ann = s.get(Image, edit.annotation_id)
+        if edit.kind == "add":
+            if ann is not None:
+                why = _in_use(s, ann)
+                if why:
+                    raise CatalogueError(f"the box added as annotation {ann.id} cannot be removed: {why}")
+                s.delete(ann)
+        elif edit.kind == "move":
+            if ann is None:
+                raise CatalogueError(f"annotation {edit.annotation_id} no longer exists")
+            for f in ("bbox_x", "bbox_y", "bbox_w", "bbox_h", "box_source", "box_confidence", "mask_path",
+                      "mask_source", "mask_details", "solidity", "mask_flags"):
+                setattr(ann, f, edit.before[f])
+        else:
+            if ann is not None:
+                raise CatalogueError(f"annotation {edit.annotation_id} exists again")
+            values = dict(edit.before)
+            values["flank"] = Flank(values["flank"])
+            s.add(Image(**values))
+        edit.undone_at = utcnow()
+        s.commit()
+        s.refresh(edit)
+        s.expunge(edit)
+        return edit
