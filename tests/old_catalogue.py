@@ -1,0 +1,270 @@
+"""The catalogue made before migration 0008 (``tests/fixtures/catalogue_0007/``), for upgrade tests.
+
+The fixture is a Rosette data directory written at schema revision 0007 by the code of commit 912e1b0, through the
+service functions the command line and the web app call (``tests/fixtures/build_catalogue_0007.py`` says how it was
+built and how to build it again): 12 photos in 3 sightings, 6 individuals (one merged away, one split out, a merge
+undone), match decisions of every kind (one undone), flanks, masks (alpha and GrabCut), a benchmark, an evaluation,
+jobs, stored best matches and the hash-chained audit trail of all of it.
+
+- :func:`copy_old_catalogue` copies it somewhere a test may change it (opening it with ``open_catalogue`` migrates
+  that copy, never the fixture);
+- :func:`load_old_catalogue_into_postgres` makes the same catalogue on an empty PostgreSQL database: the schema at
+  revision 0007 by Alembic, then every row of every table, ids kept; the database is left at 0007, for a test to
+  upgrade;
+- :data:`OLD_CATALOGUE_COUNTS` is the number of rows per table (``alembic_version`` included), what both hold.
+
+Nothing here imports the models of today's code: the tables are reflected from the databases themselves, so the
+helpers keep working whatever later migrations add.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, MetaData, Table, bindparam, create_engine, inspect, select, text, update
+
+FIXTURE_DIR = Path(__file__).resolve().parent / "fixtures" / "catalogue_0007"
+FIXTURE_DB = FIXTURE_DIR / "catalogue.db"  # the data directory's database file (``db.session``: catalogue.db)
+OLD_REVISION = "0007"
+
+#: Rows per table in the fixture (and in its PostgreSQL copy).
+OLD_CATALOGUE_COUNTS: dict[str, int] = {
+    "alembic_version": 1,
+    "audit_events": 79,
+    "benchmark_images": 10,
+    "benchmarks": 1,
+    "embedding_sets": 0,
+    "evaluations": 1,
+    "identity_events": 23,
+    "images": 12,
+    "individuals": 6,
+    "jobs": 3,
+    "match_decisions": 5,
+    "match_suggestions": 2,
+    "models": 1,
+    "sightings": 3,
+    "species": 1,
+    "users": 3,
+}
+
+
+# --------------------------------------------------------------------------- the data directory
+
+
+def copy_old_catalogue(dest_dir: str | os.PathLike[str]) -> Path:
+    """Copy the fixture's data directory (database, photo store, audit head, job logs) into ``dest_dir`` (created
+    if missing; it must be empty) and return it as the data directory to open. The copy is writable, whatever
+    the checkout's file modes."""
+    dest = Path(dest_dir)
+    if dest.exists() and any(dest.iterdir()):
+        raise ValueError(f"{dest} is not empty; copy the old catalogue into an empty folder")
+    shutil.copytree(FIXTURE_DIR, dest, dirs_exist_ok=True)
+    for path in [dest, *dest.rglob("*")]:
+        mode = path.stat().st_mode
+        path.chmod(mode | stat.S_IWUSR | stat.S_IRUSR | (stat.S_IXUSR if path.is_dir() else 0))
+    return dest
+
+
+def sqlite_url(sqlite_path: str | os.PathLike[str], *, read_only: bool = False) -> str:
+    path = Path(sqlite_path).resolve()
+    return f"sqlite:///file:{path}?mode=ro&uri=true" if read_only else f"sqlite:///{path}"
+
+
+# --------------------------------------------------------------------------- reading a database
+
+
+def revision_of(engine: Engine) -> str | None:
+    """The Alembic revision the database is at (None: no ``alembic_version`` table, or no row)."""
+    with engine.connect() as conn:
+        if "alembic_version" not in inspect(conn).get_table_names():
+            return None
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def table_counts(engine: Engine) -> dict[str, int]:
+    """Rows per table (every table of the database, ``alembic_version`` included), by raw SQL."""
+    with engine.connect() as conn:
+        names = sorted(inspect(conn).get_table_names())
+        return {name: int(conn.execute(text(f'SELECT count(*) FROM "{name}"')).scalar_one()) for name in names}
+
+
+def table_rows(engine: Engine, table: str) -> list[dict[str, Any]]:
+    """Every row of ``table`` ordered by its primary key, as dicts of Python values (types read by reflection)."""
+    meta = MetaData()
+    t = Table(table, meta, autoload_with=engine)
+    with engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(select(t).order_by(*t.primary_key.columns))]
+
+
+def audit_chain_holds(engine: Engine) -> tuple[int, int | None]:
+    """Recompute the audit trail's hash chain from the raw rows (``db.audit.row_hash``, the function Rosette
+    hashes with): (rows, id of the first broken row or None)."""
+    from db.audit import GENESIS, row_hash
+
+    prev, n = GENESIS, 0
+    for r in table_rows(engine, "audit_events"):
+        n += 1
+        expected = row_hash(prev, at=r["at"], user=r["user"], action=r["action"], target=r["target"],
+                            details=r["details"])
+        if r["prev_hash"] != prev or r["row_hash"] != expected:
+            return n, r["id"]
+        prev = r["row_hash"]
+    return n, None
+
+
+# --------------------------------------------------------------------------- migrating to a given revision
+
+
+def upgrade_to_revision(url_or_engine: str | Engine, revision: str = OLD_REVISION) -> None:
+    """Run the catalogue's Alembic migrations up to ``revision`` (not head) on any database, as
+    ``db.session.upgrade_to_head`` does up to head (SQLite: foreign keys off during the batch rebuilds and
+    ``PRAGMA foreign_key_check`` empty afterwards)."""
+    from alembic import command
+
+    from db.session import alembic_config
+
+    engine = create_engine(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
+    try:
+        cfg = alembic_config()
+        sqlite = engine.dialect.name == "sqlite"
+        with engine.connect() as connection:
+            if sqlite:
+                connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+                connection.commit()
+            try:
+                with connection.begin():
+                    cfg.attributes["connection"] = connection
+                    command.upgrade(cfg, revision)
+                    if sqlite:
+                        bad = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+                        if bad:
+                            raise RuntimeError(f"the migration left rows pointing nowhere: {bad[:5]}")
+            finally:
+                if sqlite:
+                    connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+                    connection.commit()
+    finally:
+        if isinstance(url_or_engine, str):
+            engine.dispose()
+
+
+# --------------------------------------------------------------------------- SQLite -> PostgreSQL at 0007
+
+
+@contextmanager
+def _engine(url: str) -> Iterator[Engine]:
+    engine = create_engine(url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def load_old_catalogue_into_postgres(sqlite_path: str | os.PathLike[str], pg_url: str) -> dict[str, int]:
+    """Make the catalogue of ``sqlite_path`` (a database at revision 0007, e.g. :data:`FIXTURE_DB`, read only) on
+    the empty PostgreSQL database ``pg_url``: the schema by Alembic up to 0007 (``upgrade_to_revision``), then
+    every row of every table with its own id, in one transaction, in foreign-key order (reusing
+    ``db.catalogue_copy``: forward and self references such as ``species.active_model_id`` and
+    ``individuals.merged_into_id`` written as NULL first and filled in once every row is there; JSON NULL stays
+    SQL NULL); then each id sequence is moved past the largest id. The database is left at revision 0007.
+    Returns the rows per table of the PostgreSQL database (as :func:`table_counts`)."""
+    from db.catalogue_copy import _copy_tables, _empty, _reset_sequences, copy_order, deferred_columns
+
+    with _engine(sqlite_url(sqlite_path, read_only=True)) as source, _engine(pg_url) as target:
+        if target.dialect.name != "postgresql":
+            raise ValueError(f"{target.url.render_as_string(hide_password=True)} is not a PostgreSQL database")
+        have = revision_of(source)
+        if have != OLD_REVISION:
+            raise ValueError(f"{sqlite_path} is at schema {have}, not {OLD_REVISION}")
+        busy = inspect(target).get_table_names()
+        if busy:
+            raise ValueError(f"the PostgreSQL database is not empty (tables: {', '.join(sorted(busy))})")
+        upgrade_to_revision(target, OLD_REVISION)
+
+        source_meta, target_meta = MetaData(), MetaData()
+        source_meta.reflect(source)
+        target_meta.reflect(target)
+        names = set(source_meta.tables) - {"alembic_version"}
+        if names != set(target_meta.tables) - {"alembic_version"}:
+            raise ValueError(f"the tables differ: {sorted(names ^ (set(target_meta.tables) - {'alembic_version'}))}")
+        for name in names:
+            a, b = set(source_meta.tables[name].c.keys()), set(target_meta.tables[name].c.keys())
+            if a != b:
+                raise ValueError(f"table {name}: the columns differ ({sorted(a ^ b)})")
+
+        shown = MetaData()
+        for name in sorted(names):
+            target_meta.tables[name].to_metadata(shown)
+        order = copy_order(shown)  # each table after those it points to; the species <-> models cycle broken
+        deferred = deferred_columns(order)
+        tables = _copy_tables(order)  # JSON columns write Python None as SQL NULL
+        with source.connect() as sconn, target.begin() as tconn:
+            _empty(tconn, tables, deferred)  # the default species the migrations seed
+            for t in tables:
+                _copy_rows(sconn, tconn, source_meta.tables[t.name], t, deferred.get(t.name, []))
+            for t in tables:
+                if deferred.get(t.name):
+                    _fill_later(sconn, tconn, source_meta.tables[t.name], t, deferred[t.name])
+            _reset_sequences(tconn, tables)
+        if revision_of(target) != OLD_REVISION:  # pragma: no cover - the upgrade above says otherwise
+            raise RuntimeError("the PostgreSQL database is not at the old revision after loading")
+        return table_counts(target)
+
+
+def _copy_rows(sconn: Connection, tconn: Connection, source: Table, target: Table, later: list[str]) -> None:
+    """Every row of ``source`` (read with SQLite's reflected types) into ``target`` (written with PostgreSQL's),
+    the ``later`` columns as NULL."""
+    rows = [dict(r._mapping) for r in sconn.execute(select(source).order_by(*source.primary_key.columns))]
+    for r in rows:
+        for c in later:
+            r[c] = None
+    if rows:
+        tconn.execute(target.insert(), rows)
+
+
+def _fill_later(sconn: Connection, tconn: Connection, source: Table, target: Table, columns: list[str]) -> None:
+    """Write the forward and self references held back while copying."""
+    pk = [c.name for c in target.primary_key.columns]
+    query = select(*[source.c[c] for c in (*pk, *columns)]).order_by(*[source.c[c] for c in pk])
+    rows = [{**{f"k_{c}": r._mapping[c] for c in pk}, **{f"v_{c}": r._mapping[c] for c in columns}}
+            for r in sconn.execute(query) if any(r._mapping[c] is not None for c in columns)]
+    if rows:
+        statement = update(target).where(*[target.c[c] == bindparam(f"k_{c}") for c in pk]) \
+            .values({c: bindparam(f"v_{c}") for c in columns})
+        tconn.execute(statement, rows)
+
+
+def pg_next_ids(engine: Engine) -> dict[str, int]:
+    """Per table with a serial id, the id its sequence hands out next without taking it (``last_value`` and
+    ``is_called``): one past the largest id when the sequences were reset."""
+    out = {}
+    with engine.connect() as conn:
+        for name in inspect(conn).get_table_names():
+            seq = conn.execute(text("SELECT pg_get_serial_sequence(:t, 'id')"), {"t": name}).scalar() \
+                if "id" in {c["name"] for c in inspect(conn).get_columns(name)} else None
+            if seq is None:
+                continue
+            last, called = conn.execute(text(f"SELECT last_value, is_called FROM {seq}")).one()
+            out[name] = int(last) + 1 if called else int(last)
+    return out
+
+
+def max_ids(engine: Engine) -> dict[str, int]:
+    """Per table with an ``id`` column, its largest id (0 when empty)."""
+    out = {}
+    with engine.connect() as conn:
+        for name in inspect(conn).get_table_names():
+            if "id" in {c["name"] for c in inspect(conn).get_columns(name)}:
+                out[name] = int(conn.execute(text(f'SELECT coalesce(max(id), 0) FROM "{name}"')).scalar_one())
+    return out
+
+
+__all__ = ["FIXTURE_DB", "FIXTURE_DIR", "OLD_CATALOGUE_COUNTS", "OLD_REVISION", "audit_chain_holds",
+           "copy_old_catalogue", "load_old_catalogue_into_postgres", "max_ids", "pg_next_ids", "revision_of",
+           "sqlite_url", "table_counts", "table_rows", "upgrade_to_revision"]

@@ -1,0 +1,304 @@
+"""Annotations (issue 22): camera-trap frames with MegaDetector boxes become one annotation per animal, each
+matched and decided on its own; bad boxes, files and formats get clear messages and lose nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image as PILImage
+from sqlalchemy import func, select
+
+from app.cli import main as cli
+from core.annotations import Box, InvalidBoxError, crop_rect
+from core.readers import IngestError
+from db.annotations import add_box, annotation_for_photo, delete_box, list_annotations, move_box, undo_box_edit
+from db.audit import verify_chain
+from db.catalogue import CatalogueError
+from db.embeddings import load_photo, sources_for
+from db.ingest import ingest_path
+from db.models import BoxEdit, Image, MatchDecision, Photo
+from db.session import open_catalogue
+from tests.conftest import DEMO_DIR
+
+BOX_A = [0.02, 0.05, 0.46, 0.9]
+BOX_B = [0.52, 0.05, 0.46, 0.9]
+
+
+def _demo_photos(n: int) -> list[Path]:
+    return sorted((DEMO_DIR / "images").glob("*.jpg"))[:n]
+
+
+def _two_animal_frame(path: Path, left: Path, right: Path, *, size: tuple[int, int] = (1200, 600)) -> None:
+    """A frame holding two animals side by side: each demo photo fills one of BOX_A / BOX_B."""
+    frame = PILImage.new("RGB", size, (90, 110, 70))
+    for src, box in ((left, BOX_A), (right, BOX_B)):
+        x, y, w, h = crop_rect(Box(*box), *size, margin=0.0)
+        frame.paste(PILImage.open(src).convert("RGB").resize((w - x, h - y)), (x, y))
+    frame.save(path, quality=95)
+
+
+def _md(frames: dict[str, list[dict]], *, version: str = "1.3") -> dict:
+    return {"info": {"format_version": version, "detector": "md_v5a.0.0.pt"},
+            "detection_categories": {"1": "animal", "2": "person", "3": "vehicle"},
+            "images": [{"file": f, "detections": d} for f, d in frames.items()]}
+
+
+def _det(box, conf=0.9, category="1") -> dict:
+    return {"category": category, "conf": conf, "bbox": list(box)}
+
+
+@pytest.fixture(scope="module")
+def trap(tmp_path_factory):
+    """A camera-trap folder: one two-animal frame, a person frame, an empty frame, and its MegaDetector JSON
+    (naming a file that is not there); plus the two source photos as a gallery, each of a named individual."""
+    root = tmp_path_factory.mktemp("trap")
+    frames = root / "frames"
+    frames.mkdir()
+    a, b = _demo_photos(40)[0], _demo_photos(40)[20]
+    _two_animal_frame(frames / "pair.jpg", a, b)
+    rng = np.random.default_rng(0)
+    PILImage.fromarray(rng.integers(0, 255, (300, 400, 3), dtype=np.uint8)).save(frames / "person.jpg")
+    PILImage.fromarray(np.full((300, 400, 3), 120, np.uint8)).save(frames / "empty.jpg")
+    md = _md({"pair.jpg": [_det(BOX_A, 0.93), _det(BOX_B, 0.61), _det([0.1, 0.1, 0.05, 0.05], 0.1)],
+              "person.jpg": [_det([0.05, 0.1, 0.3, 0.8], 0.8, "2"), _det([0.5, 0.5, 0.45, 0.45], 0.7)],
+              "empty.jpg": [],
+              "gone.jpg": [_det(BOX_A)]})
+    (root / "md.json").write_text(json.dumps(md))
+    gallery = root / "gallery"
+    gallery.mkdir()
+    (gallery / "a.jpg").write_bytes(a.read_bytes())
+    (gallery / "b.jpg").write_bytes(b.read_bytes())
+    (gallery / "manifest.csv").write_text("filename,identity,flank\na.jpg,Ana,left\nb.jpg,Bia,right\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def imported(trap, tmp_path_factory):
+    """The trap folder imported with its detections into a catalogue that holds the gallery (built once)."""
+    cat = open_catalogue(tmp_path_factory.mktemp("annotations-data"))
+    ingest_path(cat, trap / "gallery" / "manifest.csv", user="ana")
+    report = ingest_path(cat, trap / "frames", user="ana", detections=trap / "md.json")
+    return cat, report
+
+
+def _pair_annotations(cat) -> list:
+    with cat.unit_of_work() as s:
+        photo = s.scalar(select(Photo).where(Photo.original_name == "pair.jpg"))
+        return list_annotations(cat, photo_id=photo.id)
+
+
+def test_two_animal_frame_becomes_two_annotations_with_their_boxes(imported):
+    cat, report = imported
+    by_name = {it.name: it for it in report.items}
+    pair = by_name["pair.jpg"]
+    assert pair.status == "imported" and len(pair.annotation_ids) == 2
+    rows = _pair_annotations(cat)
+    assert [r.source for r in rows] == ["megadetector", "megadetector"]
+    assert [list(r.bbox) for r in rows] == [BOX_A, BOX_B]
+    assert [r.confidence for r in rows] == [pytest.approx(0.93), pytest.approx(0.61)]  # the 0.1 box stayed out
+    assert by_name["empty.jpg"].status == "empty" and "--keep-empty" in by_name["empty.jpg"].message
+    missing = [it for it in report.items if it.name == "md.json"]
+    assert len(missing) == 1 and "1 file(s)" in missing[0].message and "gone.jpg" in missing[0].message
+    with cat.unit_of_work() as s:
+        assert s.scalar(select(func.count(Photo.id)).where(Photo.original_name == "empty.jpg")) == 0
+        person = s.scalar(select(Photo).where(Photo.original_name == "person.jpg"))
+        assert person.people == [[0.05, 0.1, 0.3, 0.8, 0.8]]
+        assert person.detections["detector"] == "md_v5a.0.0.pt" and person.detections["min_confidence"] == 0.2
+
+
+def test_each_annotation_reads_its_own_crop(imported):
+    cat, _ = imported
+    a, b = (r.id for r in _pair_annotations(cat))
+    src_a, src_b = sources_for(cat, [a, b])
+    crop_a, crop_b = load_photo(cat, src_a), load_photo(cat, src_b)
+    la, ta, ra, ba = crop_rect(Box(*BOX_A), 1200, 600)
+    assert crop_a.shape == (ba - ta, ra - la, 3)
+    assert src_a.pixel_key != src_b.pixel_key and src_a.pixel_key.startswith(src_a.content_hash)
+    assert np.abs(crop_a.astype(int)[:, :100].mean() - crop_b.astype(int)[:, :100].mean()) > 1  # different pixels
+
+
+def test_person_box_is_blurred_in_the_thumbnail(imported, trap):
+    cat, _ = imported
+    with cat.unit_of_work() as s:
+        person = s.scalar(select(Photo).where(Photo.original_name == "person.jpg"))
+        thumb = np.asarray(PILImage.open(cat.blobs.path(person.thumb_path)).convert("L"), dtype=float)
+    h, w = thumb.shape
+    inside = thumb[int(0.15 * h):int(0.85 * h), int(0.08 * w):int(0.33 * w)]
+    outside = thumb[int(0.15 * h):int(0.85 * h), int(0.6 * w):int(0.9 * w)]
+    assert inside.std() < 0.3 * outside.std()  # random noise there: blurred inside the person's box only
+
+
+def test_each_animal_is_matched_and_decided_on_its_own(imported):
+    from jobs.actions.decisions import DecideRequest, decide, decision_claim
+    from jobs.actions.match import ranked_candidates
+
+    cat, _ = imported
+    a, b = (r.id for r in _pair_annotations(cat))
+    names = {}
+    for ann in (a, b):
+        res = ranked_candidates(cat, ann, k=5)
+        names[ann] = res.candidates[0].individual_name
+        top = res.candidates[0]
+        seen = decision_claim(cat, ann)
+        decide(cat, DecideRequest(query_image_id=ann, decision="same", user="ana", candidate_image_id=top.image_id,
+                                  seen_individual_id=seen.individual_id, seen_decision_id=seen.decision_id,
+                                  seen_version=seen.version))
+    assert names == {a: "Ana", b: "Bia"}  # each crop finds the photo it was cut from, not its neighbour
+    rows = {r.id: r for r in _pair_annotations(cat)}
+    assert rows[a].individual == "Ana" and rows[b].individual == "Bia"
+    with cat.unit_of_work() as s:
+        assert s.scalar(select(func.count(MatchDecision.id)).where(MatchDecision.query_image_id.in_([a, b]))) == 2
+    assert verify_chain(cat).ok
+
+
+def test_reimporting_the_same_detections_adds_nothing(imported, trap):
+    cat, _ = imported
+    with cat.unit_of_work() as s:
+        before = s.scalar(select(func.count(Image.id)))
+    again = ingest_path(cat, trap / "frames", user="ana", detections=trap / "md.json")
+    assert {it.name: it.status for it in again.items}["pair.jpg"] == "duplicate"
+    with cat.unit_of_work() as s:
+        assert s.scalar(select(func.count(Image.id))) == before
+
+
+def test_a_photo_id_means_its_only_animal_and_several_are_listed(imported):
+    cat, _ = imported
+    with cat.unit_of_work() as s:
+        pair = s.scalar(select(Photo).where(Photo.original_name == "pair.jpg"))
+        person = s.scalar(select(Photo).where(Photo.original_name == "person.jpg"))
+    (only,) = list_annotations(cat, photo_id=person.id)
+    assert annotation_for_photo(cat, person.id) == only.id
+    with pytest.raises(CatalogueError, match=r"holds 2 annotations: #\d+ megadetector box .*--annotation"):
+        annotation_for_photo(cat, pair.id)
+
+
+def test_cli_annotations_match_decide_and_stats(trap, tmp_path, capsys):
+    d = str(tmp_path / "cli-data")
+    assert cli(["--data-dir", d, "--user", "ana", "import", str(trap / "gallery" / "manifest.csv")]) == 0
+    assert cli(["--data-dir", d, "--user", "ana", "import", str(trap / "frames"), "--detections",
+                str(trap / "md.json"), "--keep-empty"]) == 0
+    capsys.readouterr()
+    assert cli(["--data-dir", d, "annotations", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    pair = [r for r in rows if r["bbox"] in (BOX_A, BOX_B)]
+    assert len(pair) == 2 and pair[0]["image_id"] == pair[1]["image_id"]
+    assert set(rows[0]) == {"id", "image_id", "bbox", "confidence", "source", "individual", "flank"}
+    assert cli(["--data-dir", d, "match", str(pair[0]["image_id"])]) == 1
+    err = capsys.readouterr().err
+    assert f"#{pair[0]['id']}" in err and f"#{pair[1]['id']}" in err
+    assert cli(["--data-dir", d, "match", "--annotation", str(pair[1]["id"]), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["query_annotation_id"] == pair[1]["id"] and res["candidates"][0]["individual"] == "Bia"
+    assert cli(["--data-dir", d, "--user", "ana", "decide", "--annotation", str(pair[1]["id"]), "same",
+                "--candidate", str(res["candidates"][0]["annotation_id"])]) == 0
+    capsys.readouterr()
+    assert cli(["--data-dir", d, "stats", "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["images"] == 5 and stats["annotations"] == 5  # gallery 2 + pair + person; the empty frame: none
+    assert cli(["--data-dir", d, "annotations", "--image", str(pair[0]["image_id"]), "--json"]) == 0
+    decided = {r["id"]: r["individual"] for r in json.loads(capsys.readouterr().out)}
+    assert decided == {pair[0]["id"]: None, pair[1]["id"]: "Bia"}
+
+
+def test_box_edits_are_audited_and_undone(imported):
+    cat, _ = imported
+    with cat.unit_of_work() as s:
+        person = s.scalar(select(Photo).where(Photo.original_name == "person.jpg"))
+    new = add_box(cat, person.id, Box(0.0, 0.0, 0.2, 0.2), user="ana")
+    move_box(cat, new, Box(0.1, 0.1, 0.3, 0.3), user="ana")
+    assert [r.bbox for r in list_annotations(cat, photo_id=person.id) if r.id == new] == [(0.1, 0.1, 0.3, 0.3)]
+    undo_box_edit(cat, person.id, user="ana")  # the move
+    assert [r.bbox for r in list_annotations(cat, photo_id=person.id) if r.id == new] == [(0.0, 0.0, 0.2, 0.2)]
+    delete_box(cat, new, user="ana")
+    assert new not in [r.id for r in list_annotations(cat, photo_id=person.id)]
+    undo_box_edit(cat, person.id, user="ana")  # the delete: it comes back with its id
+    assert new in [r.id for r in list_annotations(cat, photo_id=person.id)]
+    undo_box_edit(cat, person.id, user="ana")  # the add
+    assert new not in [r.id for r in list_annotations(cat, photo_id=person.id)]
+    with pytest.raises(CatalogueError, match="no box change to undo"):
+        undo_box_edit(cat, person.id, user="ana")
+    with cat.unit_of_work() as s:
+        assert [e.kind for e in s.scalars(select(BoxEdit).where(BoxEdit.photo_id == person.id))] == \
+            ["add", "move", "delete"]
+    assert verify_chain(cat).ok
+
+
+def test_a_decided_annotation_cannot_be_deleted(imported):
+    cat, _ = imported
+    decided = next(r for r in _pair_annotations(cat) if r.individual)
+    with pytest.raises(CatalogueError, match="cannot be deleted: it is assigned to an individual"):
+        delete_box(cat, decided.id, user="ana")
+    assert decided.id in [r.id for r in _pair_annotations(cat)]
+
+
+def test_machine_box_over_a_curators_box_keeps_the_curators(tmp_path):
+    frames = tmp_path / "f"
+    frames.mkdir()
+    a, b = _demo_photos(2)
+    _two_animal_frame(frames / "pair.jpg", a, b)
+    cat = open_catalogue(tmp_path / "data")
+    first = ingest_path(cat, frames, user="ana")  # no detections: one whole-photo annotation
+    (whole,) = first.items[0].annotation_ids
+    photo = first.items[0].photo_id
+    drawn = add_box(cat, photo, Box(*BOX_A), user="ana")
+    (tmp_path / "md.json").write_text(json.dumps(_md({"pair.jpg": [_det([0.03, 0.05, 0.45, 0.9]), _det(BOX_B)]})))
+    report = ingest_path(cat, frames, user="ana", detections=tmp_path / "md.json")
+    item = report.items[-1]
+    assert item.status == "updated" and f"over annotation #{drawn}" in item.message and "added 1 animal box" in item.message
+    rows = {r.id: r for r in list_annotations(cat, photo_id=photo)}
+    assert rows[drawn].source == "drawn" and list(rows[drawn].bbox) == BOX_A
+    assert rows[whole].source == "megadetector" and list(rows[whole].bbox) == BOX_B  # the undecided whole photo
+    assert len(rows) == 2
+
+
+@pytest.mark.parametrize("box, words", [([0.5, 0.5, 0.6, 0.2], "outside the frame"), ([0.1, 0.1, 0.0, 0.2], "zero area"),
+                                        ([-0.2, 0.1, 0.3, 0.2], "outside the frame")])
+def test_bad_boxes_are_named_and_the_rest_imported(tmp_path, box, words):
+    frames = tmp_path / "f"
+    frames.mkdir()
+    PILImage.new("RGB", (200, 100), (10, 20, 30)).save(frames / "x.jpg")
+    (tmp_path / "md.json").write_text(json.dumps(_md({"x.jpg": [_det(box), _det([0.1, 0.1, 0.3, 0.3])]})))
+    cat = open_catalogue(tmp_path / "data")
+    report = ingest_path(cat, frames, user="ana", detections=tmp_path / "md.json")
+    problems = [it.message for it in report.items if it.name == "md.json"]
+    assert len(problems) == 1 and words in problems[0] and "x.jpg" in problems[0]
+    assert [list(r.bbox) for r in list_annotations(cat)] == [[0.1, 0.1, 0.3, 0.3]]
+    with pytest.raises(InvalidBoxError, match=words):
+        Box(*box)
+
+
+@pytest.mark.parametrize("payload, words", [
+    ({"images": [{"file_name": "x.jpg", "id": 1}], "annotations": [], "categories": []}, "COCO"),
+    (_md({"x.jpg": []}, version="2.0"), "2.0 is not supported"),
+    ([1, 2, 3], "not MegaDetector batch output"),
+])
+def test_a_json_of_another_format_or_version_is_refused_before_anything_is_imported(tmp_path, payload, words):
+    frames = tmp_path / "f"
+    frames.mkdir()
+    PILImage.new("RGB", (200, 100)).save(frames / "x.jpg")
+    (tmp_path / "md.json").write_text(json.dumps(payload))
+    cat = open_catalogue(tmp_path / "data")
+    with pytest.raises(IngestError, match=words):
+        ingest_path(cat, frames, user="ana", detections=tmp_path / "md.json")
+    assert list_annotations(cat) == []
+
+
+def test_truncated_and_huge_frames_get_a_message_and_the_rest_come_in(tmp_path):
+    frames = tmp_path / "f"
+    frames.mkdir()
+    PILImage.new("RGB", (400, 300), (200, 10, 10)).save(frames / "good.jpg")
+    whole = (frames / "good.jpg").read_bytes()
+    (frames / "cut.jpg").write_bytes(whole[: len(whole) // 3])
+    PILImage.new("L", (12_000, 9_000)).save(frames / "huge.png")  # 108 MP
+    (tmp_path / "md.json").write_text(json.dumps(_md({n: [_det([0.1, 0.1, 0.5, 0.5])]
+                                                      for n in ("good.jpg", "cut.jpg", "huge.png")})))
+    cat = open_catalogue(tmp_path / "data")
+    report = ingest_path(cat, frames, user="ana", detections=tmp_path / "md.json")
+    status = {it.name: (it.status, it.message) for it in report.items}
+    assert status["good.jpg"][0] == "imported"
+    assert status["cut.jpg"][0] == "error" and "truncated" in status["cut.jpg"][1].lower()
+    assert status["huge.png"][0] == "error" and "100" in status["huge.png"][1]
+    assert len(list_annotations(cat)) == 1
