@@ -123,6 +123,17 @@ def crop_array(rgb: np.ndarray, box: Box, *, margin: float = CROP_MARGIN) -> np.
     return np.ascontiguousarray(rgb[top:bottom, left:right])
 
 
+def box_prompt(box: Box, crop_shape: tuple[int, ...], *, margin: float = CROP_MARGIN
+               ) -> tuple[float, float, float, float] | None:
+    """The masker's box prompt (x0, y0, x1, y1 in the crop's pixels) for an annotation: its own box inside its
+    crop; None for a whole-photo annotation (the masker's default prompt then covers the photo)."""
+    if box.is_whole:
+        return None
+    x, y, w, h = box_in_crop(box, box, margin=margin)
+    ch, cw = crop_shape[0], crop_shape[1]
+    return (max(0.0, x * cw), max(0.0, y * ch), min(float(cw), (x + w) * cw), min(float(ch), (y + h) * ch))
+
+
 def box_in_crop(box: Box, crop: Box, *, margin: float = CROP_MARGIN) -> tuple[float, float, float, float]:
     """Where ``box`` lies inside ``crop``'s cut (both in frame coordinates) as shares of the cut; used to draw
     a box on a crop. Not clipped: a box partly outside the cut gives values outside [0, 1]."""

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
+from core.annotations import box_prompt, crop_rect
 from core.masking import create_masker, default_masker_name, encode_mask_png, mask_quality, prompt_of
 from db.catalogue import CatalogueError, get_image, get_or_create_user
 from db.embeddings import CACHED_MASK_PREFIX, ImageSource, load_photo, sources_for
@@ -28,8 +29,11 @@ def store_mask(cat: Catalogue, image_id: int, mask: np.ndarray, *, source: str, 
     rel = cat.blobs.put(encode_mask_png(mask), kind="masks", ext=".png")
     with cat.unit_of_work() as s:
         img = get_image(s, image_id)
-        if tuple(mask.shape) != (img.height, img.width):
-            raise CatalogueError(f"mask is {mask.shape[1]}x{mask.shape[0]} but the photo is {img.width}x{img.height}")
+        left, top, right, bottom = crop_rect(img.box, img.width, img.height)
+        if tuple(mask.shape) != (bottom - top, right - left):
+            what = "photo" if img.box.is_whole else "annotation's crop"
+            raise CatalogueError(f"mask is {mask.shape[1]}x{mask.shape[0]} but the {what} is "
+                                 f"{right - left}x{bottom - top}")
         get_or_create_user(s, user)
         img.mask_path = rel
         img.mask_source = source
@@ -47,6 +51,8 @@ def predict_mask(cat: Catalogue, image_id: int, *, masker: str, points: Sequence
     """Run a masker on one catalogue photo (nothing stored); returns the core ``MaskResult``."""
     src = sources_for(cat, [image_id])[0]
     rgb = load_photo(cat, src)
+    if box is None and not points:  # no prompt drawn: the annotation's own box is the prompt
+        box = box_prompt(src.box, rgb.shape)
     return create_masker(masker, **masker_opts).predict(rgb, points=points, point_labels=point_labels, box=box)
 
 
@@ -69,7 +75,8 @@ def mask_images(cat: Catalogue, *, masker: str | None = None, image_ids: Sequenc
         if should_cancel and should_cancel():
             break
         try:
-            res = model.predict(load_photo(cat, src))
+            rgb = load_photo(cat, src)
+            res = model.predict(rgb, box=box_prompt(src.box, rgb.shape))
             q = store_mask(cat, src.image_id, res.mask, source=res.source, details=res.details, user=user)
             done += 1
             flagged += bool(q["flags"])
@@ -115,7 +122,8 @@ def diagnostic_masks(cat: Catalogue, image_ids: Sequence[int], *, masker: str | 
                 if found:
                     path, reused = found[0], reused + 1
                 else:
-                    mask = model.predict(load_photo(cat, src)).mask
+                    rgb = load_photo(cat, src)
+                    mask = model.predict(rgb, box=box_prompt(src.box, rgb.shape)).mask
                     png = encode_mask_png(mask)
                     path = here / f"{hashlib.sha256(png).hexdigest()[:32]}.png"
                     here.mkdir(parents=True, exist_ok=True)

@@ -302,3 +302,24 @@ def test_truncated_and_huge_frames_get_a_message_and_the_rest_come_in(tmp_path):
     assert status["cut.jpg"][0] == "error" and "truncated" in status["cut.jpg"][1].lower()
     assert status["huge.png"][0] == "error" and "100" in status["huge.png"][1]
     assert len(list_annotations(cat)) == 1
+
+
+def test_masking_an_annotation_is_prompted_with_its_box(imported):
+    from core.annotations import box_prompt
+    from db.masks import mask_images
+
+    cat, _ = imported
+    a = _pair_annotations(cat)[0]
+    src = sources_for(cat, [a.id])[0]
+    crop = load_photo(cat, src)
+    x0, y0, x1, y1 = box_prompt(src.box, crop.shape)
+    assert 0 < x0 < 0.12 * crop.shape[1] and 0.88 * crop.shape[1] < x1 <= crop.shape[1]  # the box inside its margin
+    assert box_prompt(Box(0, 0, 1, 1), crop.shape) is None
+    out = mask_images(cat, masker="grabcut", image_ids=[a.id], only_missing=False, user="ana")
+    assert out["masked"] == 1, out
+    with cat.unit_of_work() as s:
+        ann = s.get(Image, a.id)
+        assert ann.mask_source == "grabcut" and ann.solidity is not None
+        mask = np.asarray(PILImage.open(cat.blobs.path(ann.mask_path)))
+    assert mask.shape[:2] == crop.shape[:2]  # the mask lives in the crop's pixels
+    assert mask[:, : int(x0) - 1].sum() == 0  # nothing outside the prompt box (GrabCut's hard background)
