@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError
 
+from core.annotations import CROP_MARGIN, Box, crop_rect
+
 #: Largest photo accepted, in pixels (width x height as announced by the file header),
 #: checked before any pixel is decoded. 100 megapixels is far above any camera-trap or
 #: DSLR photo (a 45 MP camera gives 8256 x 5504) and about 400 MB of RGBA in memory.
@@ -385,3 +387,160 @@ IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".tif", 
 def extension_for(fmt: str) -> str:
     """Storage extension for a PIL format name (``.jpg`` for JPEG, ``.bin`` when unknown)."""
     return FORMAT_EXTENSIONS.get((fmt or "").upper(), "." + fmt.lower() if fmt and fmt.isalnum() else ".bin")
+
+
+# --------------------------------------------------------------------------- annotation crops
+
+#: JPEG DCT scale reductions that draft mode can decode at (1 = none).
+DRAFT_SCALES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True, eq=False)
+class CropDecode:
+    """An annotation's crop as decoded by :func:`load_crop`.
+
+    ``rgb`` is the H x W x 3 uint8 crop (upright); ``scale`` the JPEG draft reduction the frame was decoded at
+    (1: full resolution; 2, 4 or 8: DCT-scaled); ``frame_size`` the (W, H) of the full-resolution frame after
+    EXIF orientation (as a person sees it); ``rect`` the (left, top, right, bottom) of the crop in the *decoded*
+    frame (multiply by ``scale`` for full-resolution pixels, to within ``scale`` pixels).
+    """
+
+    rgb: np.ndarray
+    scale: int
+    frame_size: tuple[int, int]
+    rect: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+
+def decode_key(scale: int) -> str:
+    """The text a feature fingerprint records for a crop decoded at JPEG draft ``scale``: ``""`` for a full
+    decode (1), ``"-draft2"``, ``"-draft4"``, ``"-draft8"`` otherwise."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, np.integer)) or int(scale) not in DRAFT_SCALES:
+        raise ValueError(f"JPEG draft scale must be one of {', '.join(map(str, DRAFT_SCALES))}, got {scale!r}")
+    return "" if int(scale) == 1 else f"-draft{int(scale)}"
+
+
+def _read_source(source: bytes | bytearray | memoryview | str | os.PathLike[str]) -> tuple[bytes, str]:
+    """(bytes, file name for messages) of a photo given as bytes or a path (same rules as :func:`load_rgb`)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return bytes(source), ""
+    path = os.fspath(source)
+    with open(path, "rb") as fh:
+        return fh.read(), os.path.basename(path)
+
+
+def _can_draft(img: Image.Image) -> bool:
+    """Whether ``img`` (opened, not loaded) can be DCT-scaled while decoding (what :func:`load_rgb` drafts)."""
+    return img.format == "JPEG" and img.mode in ("RGB", "L", "CMYK", "YCbCr")
+
+
+def _header_orientation(img: Image.Image) -> int:
+    try:
+        return _orientation(img.getexif())
+    except Exception:  # malformed EXIF must not block an otherwise good photo
+        return 1
+
+
+def _oriented_size(size: tuple[int, int], orientation: int) -> tuple[int, int]:
+    """(W, H) after applying EXIF ``orientation`` (5-8 swap the sides)."""
+    return (size[1], size[0]) if orientation in (5, 6, 7, 8) else (size[0], size[1])
+
+
+def crop_draft_scale(frame_size: tuple[int, int], box: Box, min_side: int | None, *,
+                     margin: float = CROP_MARGIN) -> int:
+    """The largest JPEG draft reduction (1, 2, 4 or 8) at which ``box``'s crop of a ``frame_size`` (W, H) frame
+    (the upright, full-resolution frame) still has its longer side at least ``min_side`` pixels; 1 when
+    ``min_side`` is None or the crop is already smaller. The crop is measured exactly as it will be cut from
+    the DCT-scaled frame (each side ``ceil(side / scale)``), so the promise holds to the pixel."""
+    if min_side is None:
+        return 1
+    if min_side < 1:
+        raise ValueError(f"min_side must be >= 1, got {min_side}")
+    w, h = int(frame_size[0]), int(frame_size[1])
+    for s in sorted(DRAFT_SCALES, reverse=True):
+        if s == 1:
+            return 1
+        if w < s or h < s:
+            continue
+        sw, sh = -(-w // s), -(-h // s)
+        left, top, right, bottom = crop_rect(box, sw, sh, margin=margin)
+        if max(right - left, bottom - top) >= min_side:
+            return s
+    return 1
+
+
+def _decode_frame(data: bytes, *, name: str, max_pixels: int, scale: int,
+                  opened: Image.Image | None = None) -> tuple[Image.Image, int, tuple[int, int]]:
+    """(upright RGB frame, draft scale actually used, full-resolution upright (W, H)), decoded as :func:`load_rgb`
+    does: draft (when ``scale`` > 1 and the file is a JPEG) before loading, EXIF orientation after converting.
+    ``opened``: the file already opened (header only) by :func:`_open_checked`, used instead of opening again."""
+    img = opened if opened is not None else _open_checked(data, name=name, max_pixels=max_pixels)
+    full = img.size
+    used = 1
+    if scale > 1 and _can_draft(img):
+        res = img.draft("RGB" if img.mode != "L" else "L", (max(1, full[0] // scale), max(1, full[1] // scale)))
+        if res is not None:
+            used = max(1, round(full[0] / res[1][2]))
+    _load_pixels(img, name=name)
+    orientation = _header_orientation(img)
+    try:
+        rgb = to_rgb8(img)
+    except ImageDecodeError as exc:
+        raise ImageDecodeError(f"{_label(name)}{exc}") from None
+    except (OSError, ValueError) as exc:
+        raise ImageDecodeError(f"{_label(name)}the colours could not be converted ({exc})") from None
+    if orientation != 1:
+        rgb = rgb.transpose(_ORIENTATION_TRANSPOSE[orientation])
+    return rgb, used, _oriented_size(full, orientation)
+
+
+def load_crops(source: bytes | str | os.PathLike[str], boxes: list[Box] | tuple[Box, ...], *,
+               margin: float = CROP_MARGIN, min_side: int | None = None,
+               max_pixels: int = MAX_PIXELS) -> list[CropDecode]:
+    """:func:`load_crop` for several boxes of one frame, decoding the frame once per distinct draft scale
+    (usually once): each result is exactly what :func:`load_crop` gives for that box alone."""
+    boxes = list(boxes)
+    if not boxes:
+        return []
+    if margin < 0:
+        raise ValueError(f"crop margin must be >= 0, got {margin}")
+    if min_side is not None and min_side < 1:
+        raise ValueError(f"min_side must be >= 1, got {min_side}")
+    data, name = _read_source(source)
+    head: Image.Image | None = _open_checked(data, name=name, max_pixels=max_pixels)  # header only
+    wanted = [1] * len(boxes)
+    if min_side is not None and _can_draft(head):
+        frame = _oriented_size(head.size, _header_orientation(head))
+        wanted = [crop_draft_scale(frame, b, min_side, margin=margin) for b in boxes]
+    out: list[CropDecode | None] = [None] * len(boxes)
+    for scale in sorted(set(wanted)):  # the first decode reuses the opened header, a second one reopens
+        rgb_img, used, frame_size = _decode_frame(data, name=name, max_pixels=max_pixels, scale=scale, opened=head)
+        head = None
+        rgb = np.asarray(rgb_img, dtype=np.uint8)
+        for i, b in enumerate(boxes):
+            if wanted[i] != scale:
+                continue
+            rect = crop_rect(b, rgb.shape[1], rgb.shape[0], margin=margin)
+            crop = rgb[rect[1]:rect[3], rect[0]:rect[2]]
+            out[i] = CropDecode(rgb=np.array(crop, dtype=np.uint8, copy=True), scale=used,
+                                frame_size=frame_size, rect=rect)
+    return [c for c in out if c is not None]
+
+
+def load_crop(source: bytes | str | os.PathLike[str], box: Box, *, margin: float = CROP_MARGIN,
+              min_side: int | None = None, max_pixels: int = MAX_PIXELS) -> CropDecode:
+    """Decode one annotation's crop (``box`` grown by ``margin``, see :func:`core.annotations.crop_rect`) from
+    photo bytes or a path, as fast as the crop allows.
+
+    With ``min_side`` (for a model input of S pixels, :func:`draft_size` (S)) a JPEG is decoded in draft mode
+    at the largest DCT reduction (1/2, 1/4, 1/8) that keeps the crop's *longer* side at least ``min_side``
+    pixels (:func:`crop_draft_scale`), and the crop is cut from that smaller frame; without it (or for other
+    formats) the frame is decoded in full (``scale`` 1) and the crop equals
+    ``crop_array(load_rgb(source), box, margin=margin)`` exactly. The crop is always computed in the upright
+    (EXIF-oriented) frame: draft is applied to the stored pixels, then the orientation, then the crop.
+
+    Raises :class:`ImageDecodeError` as :func:`load_rgb` does: an empty file, a non-image, a header announcing
+    more than ``max_pixels`` pixels (before decoding) or a damaged / truncated file. Record
+    :func:`decode_key` (``result.scale``) in the feature fingerprint: draft crops are not pixel-identical to
+    full-resolution ones.
+    """
+    return load_crops(source, [box], margin=margin, min_side=min_side, max_pixels=max_pixels)[0]

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.annotations import WHOLE_PHOTO, Box, crop_array
+from core.annotations import CROP_MARGIN, WHOLE_PHOTO, Box, crop_array
 from core.backbones import BACKBONES, DEFAULT_BACKBONE, create_backbone
 from core.backbones.weights import sha256_file
 from core.features import extract_features
-from core.images import load_rgb
+from core.images import crop_draft_scale, decode_key, draft_size, load_crops, load_rgb
 from core.masking import decode_mask_png
 from core.variants import MASK_FREE_VARIANTS, make_variant
 from db.catalogue import CatalogueError
@@ -44,6 +44,14 @@ class ImageSource:
     mask_path: str | None
     mask_source: str | None
     box: Box = WHOLE_PHOTO
+    frame_size: tuple[int, int] | None = None  # (W, H) of the upright photo
+    draftable: bool = False  # a JPEG whose decode can be DCT-scaled (core.images: draft)
+
+    def decode_scale(self, min_side: int | None, *, margin: float = CROP_MARGIN) -> int:
+        """The JPEG draft reduction the crop is decoded at for a model wanting ``min_side`` pixels (1: none)."""
+        if min_side is None or not self.draftable or self.frame_size is None:
+            return 1
+        return crop_draft_scale(self.frame_size, self.box, min_side, margin=margin)
 
     @property
     def pixel_key(self) -> str:
@@ -75,16 +83,68 @@ def sources_for(cat: Catalogue, image_ids: Sequence[int]) -> list[ImageSource]:
     if missing:
         raise CatalogueError(f"unknown image id(s): {missing[:10]}")
     return [ImageSource(i, rows[i].content_hash, rows[i].blob_path, rows[i].mask_path, rows[i].mask_source,
-                        rows[i].box) for i in image_ids]
+                        rows[i].box, (rows[i].width, rows[i].height),
+                        rows[i].format == "JPEG" and rows[i].mode in DRAFTABLE_MODES) for i in image_ids]
+
+
+#: PIL modes of JPEGs that decode DCT-scaled (``core.images``' draft rule).
+DRAFTABLE_MODES = ("RGB", "L", "CMYK", "YCbCr")
 
 
 def load_photo(cat: Catalogue, src: ImageSource) -> np.ndarray:
-    """The annotation's pixels: its box's crop of the photo (box plus CROP_MARGIN on every side, clipped), or
-    the whole photo for a whole-photo annotation."""
+    """The annotation's pixels at full resolution: its box's crop of the photo (box plus CROP_MARGIN on every
+    side, clipped), or the whole photo for a whole-photo annotation."""
     return crop_array(load_rgb(cat.blobs.path(src.blob_path)), src.box)
 
 
+class FrameCrops:
+    """Crops for a model that needs ``min_side`` pixels, decoded once per photo: the first annotation of a photo
+    to load decodes the crops of all its annotations in this batch (JPEG draft at the scale each needs), and
+    the others take theirs. Thread-safe (the feature pipeline loads in threads)."""
+
+    def __init__(self, cat: Catalogue, sources: Sequence[ImageSource], *, min_side: int | None,
+                 margin: float = CROP_MARGIN) -> None:
+        self.cat, self.min_side, self.margin = cat, min_side, margin
+        self._siblings: dict[str, list[ImageSource]] = {}
+        for src in sources:
+            self._siblings.setdefault(src.blob_path, []).append(src)
+        self._left: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def key(self, src: ImageSource) -> str:
+        """Cache key of the crop: the annotation's pixel key plus the decode (``-draft4``: decoded at 1/4)."""
+        margin = "" if self.margin == CROP_MARGIN or src.box.is_whole else f"-c{self.margin:g}"
+        return src.pixel_key + margin + decode_key(self._scale(src))
+
+    def _scale(self, src: ImageSource) -> int:
+        return src.decode_scale(self.min_side, margin=self.margin)
+
+    def load(self, src: ImageSource) -> np.ndarray:
+        with self._lock:
+            crop = self._left.pop(src.image_id, None)
+        if crop is not None:
+            return crop
+        group = self._siblings.get(src.blob_path) or [src]
+        crops = load_crops(self.cat.blobs.path(src.blob_path), [g.box for g in group], min_side=self.min_side,
+                           margin=self.margin)
+        for g, c in zip(group, crops):
+            if c.scale != self._scale(g):  # the key promised another decode: never mislabel it
+                raise RuntimeError(f"photo {g.image_id} decoded at 1/{c.scale}, expected 1/{self._scale(g)}")
+        with self._lock:
+            self._left.update({g.image_id: c.rgb for g, c in zip(group, crops) if g.image_id != src.image_id})
+        return next(c.rgb for g, c in zip(group, crops) if g.image_id == src.image_id)
+
+
+def decode_side(backbone: Any) -> int | None:
+    """How many pixels a backbone's input needs of a photo's longer side: twice its input size
+    (:func:`core.images.draft_size`), which lets large JPEGs decode DCT-scaled; None for other backbones."""
+    size = getattr(getattr(backbone, "config", None), "input_size", None)
+    return draft_size(tuple(size)) if size else None
+
+
 def load_frame(cat: Catalogue, src: ImageSource) -> np.ndarray:
+
+
     """The whole photo an annotation lies in (for drawing its box on the frame)."""
     return load_rgb(cat.blobs.path(src.blob_path))
 
@@ -135,9 +195,12 @@ def _fingerprint_dict(d: dict[str, Any]) -> str:
 
 
 def variant_loader(cat: Catalogue, src: ImageSource, variant: str, *, inpainter: Any = None,
-                   seed: int = 0) -> tuple[str, Callable[[], np.ndarray]]:
-    """(cache key, loader) for one image and variant, as ``core.features.extract_features`` expects."""
+                   seed: int = 0, crops: FrameCrops | None = None) -> tuple[str, Callable[[], np.ndarray]]:
+    """(cache key, loader) for one image and variant, as ``core.features.extract_features`` expects. With
+    ``crops`` the mask-free variants decode large JPEGs at the scale the model needs (recorded in the key)."""
     if variant in MASK_FREE_VARIANTS:
+        if crops is not None:
+            return crops.key(src), lambda: crops.load(src)
         return src.pixel_key, lambda: load_photo(cat, src)
     if not src.mask_path:
         raise CatalogueError(f"image {src.image_id} has no mask; mask it in the Mask tab (or `rosette mask`) before "
@@ -309,7 +372,13 @@ def embed_images(cat: Catalogue, image_ids: Sequence[int], *, backbone: Any, var
         sources = sources_for(cat, image_ids)
     elif [s.image_id for s in sources] != [int(i) for i in image_ids]:
         raise ValueError("sources must be the photos of image_ids, in the same order")
-    items = [variant_loader(cat, src, variant, inpainter=inpainter, seed=seed) for src in sources]
+    margin = float(getattr(getattr(backbone, "config", None), "crop_margin", CROP_MARGIN))
+    if variant not in MASK_FREE_VARIANTS and margin != CROP_MARGIN:
+        raise CatalogueError(f"masks are drawn on crops with a margin of {CROP_MARGIN}; the {variant!r} variant "
+                             f"cannot be built for a backbone cropping with {margin}")
+    crops = FrameCrops(cat, sources, min_side=decode_side(backbone), margin=margin) \
+        if variant in MASK_FREE_VARIANTS else None
+    items = [variant_loader(cat, src, variant, inpainter=inpainter, seed=seed, crops=crops) for src in sources]
     # decode and resize in threads, ahead of the forward pass (PIL and OpenCV release the GIL); an inpainter (a
     # diffusers pipeline, say) is not known to be thread-safe, so that variant prepares one batch at a time
     workers = 1 if variant == "background_inpainted" else PREFETCH_WORKERS

@@ -25,9 +25,18 @@ from typing import Any
 import numpy as np
 import ray
 
-from core.annotations import Box
+from core.annotations import CROP_MARGIN, Box
 from core.features import atomic_write, feature_cache_path, read_cached, write_cached
-from db.embeddings import ImageSource, all_image_ids, get_backbone, sources_for, variant_loader
+from core.variants import MASK_FREE_VARIANTS
+from db.embeddings import (
+    FrameCrops,
+    ImageSource,
+    all_image_ids,
+    decode_side,
+    get_backbone,
+    sources_for,
+    variant_loader,
+)
 from db.session import Catalogue, open_catalogue
 from jobs.context import JobCancelled, JobContext
 from jobs.requests.map import EmbedRequest
@@ -72,11 +81,13 @@ def worker_catalogue(data_dir: str, url: str) -> Catalogue:
 def _source(row: dict[str, Any]) -> ImageSource:
     return ImageSource(int(row["image_id"]), str(row["content_hash"]), str(row["blob_path"]),
                        str(row["mask_path"]) or None, str(row["mask_source"]) or None,
-                       Box(*(float(v) for v in row["box"])))
+                       Box(*(float(v) for v in row["box"])), tuple(int(v) for v in row["frame"]),
+                       bool(row["draftable"]))
 
 
 def decode_and_resize(batch: dict[str, np.ndarray], *, data_dir: str, url: str, variant: str,
-                      resize_to: Any = None) -> dict[str, Any]:
+                      resize_to: Any = None, min_side: int | None = None,
+                      margin: float = CROP_MARGIN) -> dict[str, Any]:
     """Ray Data stage: each photo's pixels as the local path loads them (the same variant loader), resized to
     ``resize_to`` (a torch backbone's config) the way its ``prepare`` resizes, so the actor's own resize is then
     the identity; photos of other backbones go on as decoded."""
@@ -85,8 +96,11 @@ def decode_and_resize(batch: dict[str, np.ndarray], *, data_dir: str, url: str, 
     keys = [str(k) for k in batch["key"]]
     images = []
     for i in range(len(keys)):
-        row = {c: batch[c][i] for c in ("image_id", "content_hash", "blob_path", "mask_path", "mask_source", "box")}
-        _, load = variant_loader(cat, _source(row), variant)
+        row = {c: batch[c][i] for c in ("image_id", "content_hash", "blob_path", "mask_path", "mask_source", "box",
+                                        "frame", "draftable")}
+        src = _source(row)
+        crops = FrameCrops(cat, [src], min_side=min_side, margin=margin) if variant in MASK_FREE_VARIANTS else None
+        _, load = variant_loader(cat, src, variant, crops=crops)
         images.append(resize(load()))
     pixels = np.stack(images) if images and all(im.shape == images[0].shape for im in images) else \
         np.array(images + [None], dtype=object)[:-1]
@@ -150,8 +164,12 @@ def ray_embed(cat: Catalogue, params: dict[str, Any], ctx: JobContext, *,
     cache_dir = cat.cache_dir / "features"
     pending: dict[str, ImageSource] = {}
     cached = 0
-    for src in sources_for(cat, ids):
-        key, _ = variant_loader(cat, src, request.variant)
+    sources = sources_for(cat, ids)
+    min_side = decode_side(backbone)  # large JPEGs decode at the scale the model needs, as the local path does
+    crops = FrameCrops(cat, sources, min_side=min_side, margin=config.crop_margin) \
+        if request.variant in MASK_FREE_VARIANTS else None
+    for src in sources:
+        key, _ = variant_loader(cat, src, request.variant, crops=crops)
         if key in pending:
             continue
         if read_cached(feature_cache_path(cache_dir, fp, request.variant, key), dim) is not None:
@@ -164,12 +182,14 @@ def ray_embed(cat: Catalogue, params: dict[str, Any], ctx: JobContext, *,
         _write_provenance(cache_dir, fp, backbone)
         items = [{"key": key, "image_id": s.image_id, "content_hash": s.content_hash, "blob_path": s.blob_path,
                   "mask_path": s.mask_path or "", "mask_source": s.mask_source or "",
-                  "box": [s.box.x, s.box.y, s.box.w, s.box.h]} for key, s in pending.items()]
+                  "box": [s.box.x, s.box.y, s.box.w, s.box.h], "frame": list(s.frame_size or (0, 0)),
+                  "draftable": s.draftable} for key, s in pending.items()]
         ray.data.DataContext.get_current().enable_progress_bars = False  # progress goes to the jobs table
         where = {"data_dir": str(cat.data_dir), "url": cat.url}
         ds = (ray.data.from_items(items)
               .map_batches(decode_and_resize, batch_size=settings.batch_size, num_cpus=settings.decode_cpus,
-                           fn_kwargs={**where, "variant": request.variant,
+                           fn_kwargs={**where, "variant": request.variant, "min_side": min_side,
+                                      "margin": config.crop_margin,
                                       "resize_to": config if _splits(backbone) else None})
               .map_batches(EmbedActor, fn_constructor_kwargs={**where, "backbone": request.backbone},
                            batch_size=settings.batch_size, num_cpus=settings.actor_cpus, num_gpus=settings.gpus(),

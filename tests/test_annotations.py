@@ -323,3 +323,28 @@ def test_masking_an_annotation_is_prompted_with_its_box(imported):
         mask = np.asarray(PILImage.open(cat.blobs.path(ann.mask_path)))
     assert mask.shape[:2] == crop.shape[:2]  # the mask lives in the crop's pixels
     assert mask[:, : int(x0) - 1].sum() == 0  # nothing outside the prompt box (GrabCut's hard background)
+
+
+def test_large_frames_decode_once_per_frame_at_the_scale_the_model_needs(tmp_path, monkeypatch):
+    import db.embeddings as emb
+
+    frames = tmp_path / "f"
+    frames.mkdir()
+    a, b = _demo_photos(2)
+    _two_animal_frame(frames / "big.jpg", a, b, size=(4000, 3000))
+    (tmp_path / "md.json").write_text(json.dumps(_md({"big.jpg": [_det(BOX_A), _det(BOX_B)]})))
+    cat = open_catalogue(tmp_path / "data")
+    ids = list(ingest_path(cat, frames, user="ana", detections=tmp_path / "md.json").items[0].annotation_ids)
+    srcs = sources_for(cat, ids)
+    calls = []
+    real = emb.load_crops
+    monkeypatch.setattr(emb, "load_crops", lambda *a, **k: calls.append(a) or real(*a, **k))
+    crops = emb.FrameCrops(cat, srcs, min_side=448)
+    keys = [crops.key(s) for s in srcs]
+    assert [k.endswith("-draft4") for k in keys] == [True, True] and keys[0] != keys[1]
+    pixels = [crops.load(s) for s in srcs]
+    assert len(calls) == 1  # one decode for both animals
+    assert all(max(p.shape[:2]) >= 448 for p in pixels)
+    full = [load_photo(cat, s) for s in srcs]  # full resolution: four times the size, same picture
+    assert [p.shape[0] for p in pixels] == [pytest.approx(f.shape[0] / 4, abs=2) for f in full]
+    assert emb.FrameCrops(cat, srcs, min_side=None).key(srcs[0]) == srcs[0].pixel_key  # no draft: key as before

@@ -404,3 +404,19 @@ def test_miewid_checkpoint_with_arcface_head_loads_and_wrong_one_fails(no_local_
     torch.save(state, folder / "pytorch_model.bin")
     with pytest.raises(RuntimeError, match="do not fit"):
         create_backbone("miewid-msv3", image_size=96)
+
+
+def test_crop_margin_is_in_the_config_and_in_the_fingerprint_when_it_is_not_the_default():
+    from core.annotations import CROP_MARGIN
+    from core.backbones import create_backbone
+
+    cfg = create_backbone("sift_vlad").config
+    assert cfg.crop_margin == CROP_MARGIN and cfg.to_dict()["crop_margin"] == CROP_MARGIN
+    wider = cfg.with_updates(crop_margin=0.25)
+    assert wider.fingerprint() != cfg.fingerprint()
+    assert type(cfg).from_dict(wider.to_dict()) == wider
+    # a config stored before the field existed (no crop_margin key) reads back with the same fingerprint
+    old = {k: v for k, v in cfg.to_dict().items() if k != "crop_margin"}
+    assert type(cfg).from_dict(old).fingerprint() == cfg.fingerprint() == old["fingerprint"]
+    with pytest.raises(ValueError, match="crop_margin"):
+        cfg.with_updates(crop_margin=-0.1)

@@ -10,7 +10,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from core.annotations import CROP_MARGIN
+
 DEFAULT_BACKBONE = "efficientnet_lite0"
+#: Fields added after fingerprints were first stored, with the value every older config had: a config at that
+#: value hashes as it did before the field existed; any other value is part of its fingerprint.
+FINGERPRINT_SINCE_DEFAULTS = {"crop_margin": CROP_MARGIN}
 RESIZE_MODES = ("stretch", "letterbox", "longest_edge")
 
 
@@ -74,8 +79,13 @@ class BackboneConfig:
     extra: tuple[tuple[str, Any], ...] = field(default=())
     resize: str = "stretch"
     metric: str = "cosine"
+    # an annotation's crop: its box grown by this share of the box on every side (core.annotations)
+    crop_margin: float = CROP_MARGIN
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "crop_margin", float(self.crop_margin))
+        if not 0.0 <= self.crop_margin < 1.0:
+            raise ValueError(f"crop_margin must be in [0, 1), got {self.crop_margin}")
         object.__setattr__(self, "input_size", tuple(int(v) for v in self.input_size))
         object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
         object.__setattr__(self, "std", tuple(float(v) for v in self.std))
@@ -110,6 +120,9 @@ class BackboneConfig:
         """16 hex chars of SHA-256 over the canonical JSON of all fields (cache key and provenance)."""
         payload = {f.name: getattr(self, f.name) for f in fields(self)}
         payload["extra"] = _thaw(self.extra)
+        for name, default in FINGERPRINT_SINCE_DEFAULTS.items():  # at its default, as every config made before
+            if payload[name] == default:  # the field existed: those fingerprints (caches, checkpoints) stay valid
+                del payload[name]
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=list)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
