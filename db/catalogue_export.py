@@ -23,7 +23,8 @@ from db.session import Catalogue
 INDIVIDUAL_COLUMNS = ("individual_id", "name", "species", "active", "merged_into_id", "photos", "sightings",
                       "first_seen", "last_seen", "notes")
 PHOTO_COLUMNS = ("image_id", "original_name", "content_hash", "individual_id", "individual", "species", "flank",
-                 "sighting", "date", "place", "camera", "observer", "mask_source", "solidity", "width", "height")
+                 "sighting", "date", "place", "camera", "observer", "mask_source", "solidity", "width", "height",
+                 "photo_id", "bbox_x", "bbox_y", "bbox_w", "bbox_h", "box_source", "box_confidence")
 SIGHTING_COLUMNS = ("sighting_id", "sighting", "date", "place", "lat", "lon", "camera", "observer", "photos")
 DECISION_COLUMNS = ("decision_id", "at_utc", "user", "decision", "query_image_id", "candidate_image_id",
                     "candidate_individual_id", "model", "score", "rank", "undone_at_utc")
@@ -118,7 +119,9 @@ def export_catalogue(cat: Catalogue, out: Path, *, user: str = "curator", includ
                    names.get(img.individual_id, "") if img.individual_id else "", species.get(img.species_id, ""),
                    img.flank.value, sg.key if sg else "", (sg.date if sg else None) or img.exif_time or "",
                    (sg.place if sg else "") or "", (sg.camera if sg else "") or "", (sg.observer if sg else "") or "",
-                   img.mask_source or "", "" if img.solidity is None else f"{img.solidity:.3f}", img.width, img.height)
+                   img.mask_source or "", "" if img.solidity is None else f"{img.solidity:.3f}", img.width, img.height,
+                   img.photo_id, *img.box.as_list(), img.box_source,
+                   "" if img.box_confidence is None else f"{img.box_confidence:.4f}")
                   for img in images for sg in [sightings.get(img.sighting_id) if img.sighting_id else None]]
     sighting_rows = [(sg.id, sg.key, sg.date or "", sg.place or "", "" if sg.lat is None else sg.lat,
                       "" if sg.lon is None else sg.lon, sg.camera or "", sg.observer or "", photos_per_sighting[sg.id])
