@@ -56,7 +56,7 @@ def fit_flank_classifier(features: np.ndarray, flanks: list[str], *, seed: int =
     from sklearn.model_selection import train_test_split
 
     y = np.array([flank_class(f) for f in flanks], dtype=object)
-    keep = np.array([c is not None for c in y])
+    keep = np.array([c is not None for c in y], dtype=bool)  # an empty list must still index as a mask
     x, y = np.asarray(features)[keep], y[keep].astype(str)
     classes = tuple(sorted(set(y)))
     if len(classes) < 2 or len(y) < 10:

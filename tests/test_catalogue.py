@@ -277,4 +277,5 @@ def test_list_individuals_counts_and_stats(cat):
         _add_image(s, 2, a.id)
         summaries = {x.name: x for x in cat_ops.list_individuals(s)}
         assert summaries["A"].n_images == 2 and summaries["B"].n_images == 0
-        assert cat_ops.catalogue_stats(s) == {"individuals": 2, "images": 2, "sightings": 0, "masks": 0, "decisions": 0}
+        assert cat_ops.catalogue_stats(s) == {"individuals": 2, "images": 2, "annotations": 2, "sightings": 0,
+                                               "masks": 0, "decisions": 0}

@@ -169,6 +169,8 @@ def test_flank_classifier_on_orientation_features():
     assert flank_class("front") == "other" and flank_class("unknown") is None
     with pytest.raises(ValueError, match="at least 10 photos"):
         fit_flank_classifier(np.zeros((3, 4)), ["left", "right", "left"])
+    with pytest.raises(ValueError, match="there are 0"):  # no labelled photo at all: words, not an IndexError
+        fit_flank_classifier(np.zeros((0, 4)), [])
 
 
 def test_flank_suggestion_for_an_unlabelled_photo_and_accept(loop):

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import insert
 
 from db.matching import record_decision, undo_decision
-from db.models import Image, Individual
+from db.models import Image, Individual, Photo
 from db.session import open_catalogue
 from db.suggestions import Suggestion, queue_from_suggestions, store_suggestions, suggestion_count
 
@@ -28,11 +28,13 @@ def _catalogue(path, url):
     with cat.engine.begin() as conn:
         conn.execute(insert(Individual.__table__), [{"id": 1, "name": "Amber", "active": True, "species_id": 1,
                                                      "created_at": T0}])
+        files = [{"id": i, "content_hash": hashlib.sha256(bytes([i])).hexdigest(), "original_name": f"{i}.jpg",
+                  "blob_path": f"b/{i}.jpg", "format": "JPEG", "mode": "RGB", "width": 10, "height": 10,
+                  "size_bytes": 1, "imported_at": T0} for i in range(1, 7)]
+        conn.execute(insert(Photo.__table__), files)  # every annotation belongs to a photo
         conn.execute(insert(Image.__table__), [
-            {"id": i, "content_hash": hashlib.sha256(bytes([i])).hexdigest(), "original_name": f"{i}.jpg",
-             "blob_path": f"b/{i}.jpg", "format": "JPEG", "mode": "RGB", "width": 10, "height": 10,
-             "size_bytes": 1, "flank": "unknown", "species_id": 1, "individual_id": 1 if i <= 2 else None,
-             "decision_version": 0, "imported_at": T0} for i in range(1, 7)])
+            {**f, "photo_id": f["id"], "flank": "unknown", "species_id": 1,
+             "individual_id": 1 if f["id"] <= 2 else None, "decision_version": 0} for f in files])
     return cat
 
 

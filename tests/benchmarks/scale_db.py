@@ -43,7 +43,8 @@ def populate(cat, n_photos: int, *, seed: int = 0) -> dict[str, float]:
     from sqlalchemy import insert
 
     from db.audit import GENESIS, row_hash
-    from db.models import AuditEvent, DecisionKind, Evaluation, Image, Individual, MatchDecision, MatchSuggestion, Model
+    from db.models import (AuditEvent, DecisionKind, Evaluation, Image, Individual, MatchDecision, MatchSuggestion,
+                           Model, Photo)
 
     rng = random.Random(seed)
     n_ind = max(1, n_photos // 10)
@@ -61,11 +62,15 @@ def populate(cat, n_photos: int, *, seed: int = 0) -> dict[str, float]:
 
     load("individuals", Individual.__table__, n_ind,
          lambda i: {"id": i + 1, "name": f"animal-{i + 1:07d}", "active": True, "species_id": 1, "created_at": t0})
+    def photo(i: int) -> dict:
+        return {"id": i + 1, "content_hash": hashlib.sha256(str(i).encode()).hexdigest(), "original_name": f"p{i}.jpg",
+                "blob_path": f"blobs/{i % 256:02x}/{i}.jpg", "format": "JPEG", "mode": "RGB", "width": 1600,
+                "height": 1200, "size_bytes": 350_000, "imported_at": t0 + timedelta(seconds=i)}
+
+    load("photos", Photo.__table__, n_photos, photo)  # one whole-photo annotation per photo, as after 0008
     load("images", Image.__table__, n_photos, lambda i: {
-        "id": i + 1, "content_hash": hashlib.sha256(str(i).encode()).hexdigest(), "original_name": f"p{i}.jpg",
-        "blob_path": f"blobs/{i % 256:02x}/{i}.jpg", "format": "JPEG", "mode": "RGB", "width": 1600,
-        "height": 1200, "size_bytes": 350_000, "flank": "unknown", "species_id": 1, "individual_id": owner[i],
-        "decision_version": 1 if i in decided else 0, "imported_at": t0 + timedelta(seconds=i)})
+        **photo(i), "photo_id": i + 1, "flank": "unknown", "species_id": 1, "individual_id": owner[i],
+        "decision_version": 1 if i in decided else 0})
     decided_list = sorted(decided)
     load("match_decisions", MatchDecision.__table__, len(decided_list), lambda k: {
         "id": k + 1, "query_image_id": decided_list[k] + 1, "candidate_image_id": (decided_list[k] + 7) % n_photos + 1,
@@ -96,7 +101,7 @@ def populate(cat, n_photos: int, *, seed: int = 0) -> dict[str, float]:
         "created_at": t0 + timedelta(minutes=e)})
     if cat.engine.dialect.name == "postgresql":  # the rows carried their ids: move the sequences past them
         with cat.engine.begin() as conn:
-            for table in ("individuals", "images", "match_decisions", "audit_events", "models", "evaluations"):
+            for table in ("individuals", "photos", "images", "match_decisions", "audit_events", "models", "evaluations"):
                 conn.exec_driver_sql(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
                                      f"(SELECT max(id) FROM {table}))")
             conn.exec_driver_sql("ANALYZE")
