@@ -185,7 +185,7 @@ def _catalogue_rows(frames, n_annot: int) -> list[dict]:
         for p, _ in frames:
             (folder / p.name).symlink_to(p)
         md = {"info": {"format_version": "1.4", "detector": "bench"}, "detection_categories": {"1": "animal"},
-              "images": [{"file": p.name, "detections": [{"category": "1", "conf": 0.9, "bbox": list(b)}
+              "images": [{"file": p.name, "detections": [{"category": "1", "conf": 0.9, "bbox": b.as_list()}
                                                            for b in boxes]} for p, boxes in frames]}
         (root / "md.json").write_text(json.dumps(md))
         cat = open_catalogue(root / "data")
