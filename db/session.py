@@ -115,8 +115,8 @@ def alembic_config():
     return cfg
 
 
-def upgrade_to_head(engine: Engine) -> None:
-    """Run Alembic migrations up to head on ``engine``.
+def upgrade_to_head(engine: Engine, *, revision: str = "head") -> None:
+    """Run Alembic migrations up to head (or an older ``revision``, for the upgrade tests) on ``engine``.
 
     On PostgreSQL the whole upgrade runs under a session-level advisory lock (``pg_advisory_lock``), so servers
     on several machines starting at once migrate one after the other.
@@ -141,7 +141,7 @@ def upgrade_to_head(engine: Engine) -> None:
         try:
             with connection.begin():
                 cfg.attributes["connection"] = connection
-                command.upgrade(cfg, "head")
+                command.upgrade(cfg, revision)
                 if sqlite:
                     bad = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
                     if bad:

@@ -122,33 +122,13 @@ def audit_chain_holds(engine: Engine) -> tuple[int, int | None]:
 
 
 def upgrade_to_revision(url_or_engine: str | Engine, revision: str = OLD_REVISION) -> None:
-    """Run the catalogue's Alembic migrations up to ``revision`` (not head) on any database, as
-    ``db.session.upgrade_to_head`` does up to head (SQLite: foreign keys off during the batch rebuilds and
-    ``PRAGMA foreign_key_check`` empty afterwards)."""
-    from alembic import command
-
-    from db.session import alembic_config
+    """Run the catalogue's Alembic migrations up to ``revision`` (not head) on any database, through the same
+    ``db.session.upgrade_to_head`` the app migrates with."""
+    from db.session import upgrade_to_head
 
     engine = create_engine(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
     try:
-        cfg = alembic_config()
-        sqlite = engine.dialect.name == "sqlite"
-        with engine.connect() as connection:
-            if sqlite:
-                connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
-                connection.commit()
-            try:
-                with connection.begin():
-                    cfg.attributes["connection"] = connection
-                    command.upgrade(cfg, revision)
-                    if sqlite:
-                        bad = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
-                        if bad:
-                            raise RuntimeError(f"the migration left rows pointing nowhere: {bad[:5]}")
-            finally:
-                if sqlite:
-                    connection.exec_driver_sql("PRAGMA foreign_keys=ON")
-                    connection.commit()
+        upgrade_to_head(engine, revision=revision)
     finally:
         if isinstance(url_or_engine, str):
             engine.dispose()
