@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from db.models import AuditEvent, Image
+from db.models import AuditEvent, Image, Photo
 from db.session import Catalogue
 
 STORE_KINDS = ("images", "thumbs", "masks")
@@ -43,6 +43,8 @@ class Orphans:
 def referenced_files(cat: Catalogue) -> set[str]:
     with cat.unit_of_work() as s:
         refs = {p for row in s.execute(select(Image.blob_path, Image.thumb_path, Image.mask_path)) for p in row if p}
+        # a photo's own files: its bytes and its thumbnail (person boxes blurred), also for a frame kept empty
+        refs |= {p for row in s.execute(select(Photo.blob_path, Photo.thumb_path)) for p in row if p}
         for details in s.scalars(select(AuditEvent.details)):
             refs.update(_BLOB.findall(str(details)))
     return refs

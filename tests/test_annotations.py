@@ -348,3 +348,17 @@ def test_large_frames_decode_once_per_frame_at_the_scale_the_model_needs(tmp_pat
     full = [load_photo(cat, s) for s in srcs]  # full resolution: four times the size, same picture
     assert [p.shape[0] for p in pixels] == [pytest.approx(f.shape[0] / 4, abs=2) for f in full]
     assert emb.FrameCrops(cat, srcs, min_side=None).key(srcs[0]) == srcs[0].pixel_key  # no draft: key as before
+
+
+def test_doctor_keeps_the_files_of_photos_and_of_frames_kept_empty(trap, tmp_path):
+    from db.doctor import find_orphans
+
+    cat = open_catalogue(tmp_path / "data")
+    ingest_path(cat, trap / "frames", user="ana", detections=trap / "md.json", keep_empty=True)
+    with cat.unit_of_work() as s:
+        empty = s.scalar(select(Photo).where(Photo.original_name == "empty.jpg"))
+        person = s.scalar(select(Photo).where(Photo.original_name == "person.jpg"))
+        assert empty is not None and not empty.annotations  # kept, as a photo without annotations
+        kept = {empty.blob_path, empty.thumb_path, person.thumb_path}
+    orphans = find_orphans(cat, min_age_s=0)
+    assert not kept & set(orphans.files) and len(kept) == 3
