@@ -700,8 +700,13 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
 
 def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | None = None, user: str,
                    dry_run: bool = False, progress: Progress | None = None,
-                   should_cancel: Callable[[], bool] | None = None, update_metadata: bool = False) -> IngestReport:
+                   should_cancel: Callable[[], bool] | None = None, update_metadata: bool = False,
+                   detections: str | Path | None = None, min_confidence: float = DEFAULT_MIN_CONFIDENCE,
+                   keep_empty: bool = False) -> IngestReport:
     """Import files uploaded through the UI: photos and/or zips, with an optional manifest CSV.
+
+    ``detections``, ``min_confidence`` and ``keep_empty`` are as for :func:`ingest_path` (the JSON's file names
+    are matched against the uploaded names).
 
     The manifest gives identity / flank / sighting by *original file name*
     (matched on the file name, folders ignored); its rows naming no uploaded file
@@ -715,7 +720,13 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
         report.items.extend(upload.items)
         if upload.refused:
             return _finish(report, t0)
-        importer = _Importer(cat, user=user, dry_run=dry_run, origin="upload", update_metadata=update_metadata)
+        plan = None
+        if detections is not None:
+            plan, notes = megadetector_plan(detections, [e.name for e in upload.entries],
+                                            min_confidence=min_confidence, keep_empty=keep_empty)
+            report.items.extend(notes)
+        importer = _Importer(cat, user=user, dry_run=dry_run, origin="upload", update_metadata=update_metadata,
+                             plan=plan)
         report.items.extend(importer.run(upload.entries, progress=progress, should_cancel=should_cancel))
     finally:
         upload.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from app.ui_base import UIContext, curator_action
+from core.annotations import DEFAULT_MIN_CONFIDENCE
 from jobs.actions import ingest as services
 from jobs.actions.common import upload_path
 from jobs.requests.ingest import ImportUploadsRequest
@@ -18,6 +19,11 @@ MANIFEST_HELP = """\
 Optional columns: `flank` (left / right / front / other), `sighting` (photos taken in the same encounter
 share a sighting label), and sighting details such as `date`, `place`, `camera`, `observer`.
 Photos without a row are imported without an individual, ready to be matched.
+"""
+
+DETECTIONS_HELP = """\
+Boxes can come from a MegaDetector batch JSON (run MegaDetector, AddaxAI or Timelapse on your frames first).
+Each animal box at or above the minimum confidence becomes one animal of its photo; person boxes are blurred.
 """
 
 
@@ -38,6 +44,17 @@ def build(ctx: UIContext) -> None:
                                           info="photos already in the catalogue take the manifest's date, place, "
                                                "camera and observer (an audited change); otherwise differences are "
                                                "only reported")
+            gr.Markdown(DETECTIONS_HELP, elem_classes=["help-text"], elem_id="ingest-detections-help")
+            with gr.Accordion("MegaDetector boxes (optional)", open=False, elem_id="ingest-detections-box"):
+                detections = gr.File(label="MegaDetector output (JSON)", file_count="single", file_types=[".json"],
+                                     elem_id="ingest-detections", height=110)
+                with gr.Row():
+                    min_confidence = gr.Number(label="minimum confidence", value=DEFAULT_MIN_CONFIDENCE, minimum=0,
+                                               maximum=1, step=0.05, elem_id="ingest-min-confidence",
+                                               info="animal boxes below this confidence are left out")
+                    keep_empty = gr.Checkbox(label="keep empty frames", value=False, elem_id="ingest-keep-empty",
+                                             info="import frames with no animal box too (as photos without "
+                                                  "animals); otherwise they are reported and left out")
     with gr.Row():
         import_button = gr.Button("Import", variant="primary", elem_id="ingest-import", scale=4)
         stop_button = gr.Button("Stop import", elem_id="ingest-stop", scale=1, min_width=120)
@@ -46,7 +63,8 @@ def build(ctx: UIContext) -> None:
                           label="Import report", elem_id="ingest-report", max_height=420)
 
     @curator_action
-    def run_import(uploaded, manifest_file, update, user, request: gr.Request, progress=gr.Progress()):
+    def run_import(uploaded, manifest_file, update, detections_file, confidence, empty, user, request: gr.Request,
+                   progress=gr.Progress()):
         def step(done: int, total: int) -> None:
             progress((done, total), desc="Importing photos", unit="photos")
 
@@ -54,14 +72,18 @@ def build(ctx: UIContext) -> None:
         services.IMPORT_STOPS.clear(key)
         asked = ImportUploadsRequest(tuple(upload_path(f) for f in (uploaded or [])), user=user,
                                      manifest=upload_path(manifest_file) if manifest_file else None,
-                                     update_metadata=bool(update))
+                                     update_metadata=bool(update),
+                                     detections=upload_path(detections_file) if detections_file else None,
+                                     min_confidence=DEFAULT_MIN_CONFIDENCE if confidence is None else float(confidence),
+                                     keep_empty=bool(empty))
         outcome = services.import_uploads(cat, asked, progress=step, should_cancel=services.IMPORT_STOPS.checker(key))
         stopped = outcome.counts.get("skipped", 0) and services.IMPORT_STOPS.checker(key)()
         services.IMPORT_STOPS.clear(key)
         head = "**Import stopped:**" if stopped else "**Import finished:**"
         return f"{head} {outcome.summary}", outcome.rows
 
-    event = import_button.click(run_import, inputs=[files, manifest, update_metadata, ctx.user], outputs=[summary, report],
+    event = import_button.click(run_import, inputs=[files, manifest, update_metadata, detections, min_confidence,
+                                                          keep_empty, ctx.user], outputs=[summary, report],
                                 api_name="import_photos", concurrency_limit=1)
     ctx.changed(event)
 

@@ -14,6 +14,8 @@ This module holds the layout and the handlers; what the grid, the facts line and
 
 from __future__ import annotations
 
+import base64
+
 import gradio as gr
 
 from app.tabs.match_cards import FACTS_CSS, candidates_html, compare_label, facts_html, header_html
@@ -21,6 +23,7 @@ from app.ui_base import ASSETS_DIR, UIContext, curator_action, guarded_viewer
 from db.models import Role
 from jobs.actions import decisions as ds
 from jobs.actions import flanks as fs
+from jobs.actions import frames as fr
 from jobs.actions import match as ms
 from jobs.actions import species as sa
 from jobs.actions.common import curator_name, upload_path
@@ -108,6 +111,8 @@ def build(ctx: UIContext) -> None:
                 prev_button = gr.Button("← Previous", elem_id="match-prev", size="sm")
                 next_button = gr.Button("Next →", elem_id="match-next", size="sm")
                 undo_button = gr.Button("Undo my last decision (Z)", elem_id="match-undo", size="sm")
+                # below the decisions, so the buttons stay above the fold: the whole photos with every box drawn
+                whole_frame = gr.Checkbox(label="Whole frame", value=False, elem_id="whole-frame", container=False)
                 new_name = gr.Textbox(label="Name for a new individual", placeholder="new individual's name (optional)",
                                       max_lines=1, elem_id="match-new-name", scale=2, container=False)
             with gr.Row(equal_height=True):
@@ -142,15 +147,24 @@ def build(ctx: UIContext) -> None:
                     candidates_html(None, None), None, 1)
         chosen = view.candidate(selected)
         has_mask = bool(view.query.mask_path)
-        return (ms.query_picture(view.query, outline=bool(show_outline) and has_mask),
+        return (_query_crop(view, bool(show_outline) and has_mask),
                 gr.update(visible=has_mask, value=bool(show_outline) and has_mask), facts_html(view),
                 gr.update(value=_full_photo(chosen), label=compare_label(chosen)), header_html(view, queue, pos),
                 candidates_html(view, chosen.rank if chosen else None), view, chosen.rank if chosen else 1)
 
+    def _query_crop(view, show_outline):
+        if show_outline:
+            return ms.query_picture(view.query, outline=True)
+        return fr.annotation_picture(cat, view.query.image_id)
+
     def _full_photo(chosen):
         if chosen is None:
             return None
-        return ms.query_photo(cat, chosen.image_id).path or chosen.thumb
+        picture = fr.annotation_picture(cat, chosen.image_id)
+        return chosen.thumb if isinstance(picture, str) and not picture else picture
+
+    def _frame_uri(image_id):
+        return "data:image/jpeg;base64," + base64.b64encode(fr.frame_jpeg(cat, image_id)).decode("ascii")
 
     def show(image_id, model_name, flank, show_outline, queue, pos, progress=None, selected=1):
         step = None
@@ -246,10 +260,32 @@ def build(ctx: UIContext) -> None:
         return show(view.query.image_id, model_name, flank, show_outline, queue, pos, progress)
 
     @curator_action(role=Role.viewer)
-    def on_outline(view, show_outline):
-        if view is None:
+    def on_outline(view, show_outline, whole):
+        if view is None or whole:
             return gr.skip()
-        return ms.query_picture(view.query, outline=bool(show_outline))
+        return _query_crop(view, bool(show_outline))
+
+    @curator_action(role=Role.viewer)
+    def on_whole_frame(view, selected, whole, show_outline):
+        """The query, the chosen candidate and the cards as whole frames with their boxes, or back to crops."""
+        if view is None:
+            return (gr.skip(),) * 3
+        chosen = view.candidate(selected)
+        rank = chosen.rank if chosen else None
+        if not whole:
+            return (_query_crop(view, bool(show_outline) and bool(view.query.mask_path)),
+                    _full_photo(chosen), candidates_html(view, rank))
+        pictures = {c.image_id: _frame_uri(c.image_id) for c in view.candidates}
+        return (fr.frame_with_boxes(cat, view.query.image_id),
+                fr.frame_with_boxes(cat, chosen.image_id) if chosen else None,
+                candidates_html(view, rank, pictures))
+
+    @curator_action(role=Role.viewer)
+    def follow_whole_frame(view, selected, whole, show_outline):
+        # a new photo or candidate was drawn as crops: draw it again as whole frames while the box is ticked
+        if not whole:
+            return (gr.skip(),) * 3
+        return on_whole_frame(view, selected, whole, show_outline)
 
     @curator_action
     def on_upload(file, user, model_name, flank, show_outline, queue, progress=gr.Progress()):
@@ -276,9 +312,11 @@ def build(ctx: UIContext) -> None:
     # ------------------------------------------------------------------ wiring
 
     hidden = dict(show_progress="hidden", api_visibility="private")
+    # one progress line, in one place: over the candidates, not over every output of the screen (issue 24, item 3)
+    one_bar = dict(show_progress_on=[candidates])
     if tab is not None:
         tab.select(on_open_tab, inputs=[view_state, model, filters_state, outline],
-                   outputs=[queue_state, pos_state, *screen], show_progress="full", api_visibility="private")
+                   outputs=[queue_state, pos_state, *screen], show_progress="full", api_visibility="private", **one_bar)
     ctx.on_refresh(photo_list, inputs=[photo_pick], outputs=[photo_pick], on_tab_select=False)
     # flank suggestion for the photo on screen (when its flank is not labelled), accepted with F
     @curator_action(role=Role.viewer)
@@ -296,7 +334,8 @@ def build(ctx: UIContext) -> None:
     view_state.change(suggest_flank, inputs=[view_state], outputs=[flank_hint, accept_flank], **hidden)
     ctx.changed(accept_flank.click(take_flank, inputs=[view_state, ctx.user, model, filters_state, outline,
                                                        queue_state, pos_state],
-                                   outputs=[*screen, status, flank_hint, accept_flank], api_name="accept_flank"))
+                                   outputs=[*screen, status, flank_hint, accept_flank], api_name="accept_flank",
+                                   **one_bar))
 
     # the species' new-individual threshold (a calibrated probability), set by the curator
     @curator_action(role=Role.viewer)
@@ -338,27 +377,29 @@ def build(ctx: UIContext) -> None:
 
     ctx.on_refresh(follow_active, inputs=[model, last_active], outputs=[model, last_active, switched]).then(
         guarded_viewer(reload_if_switched), inputs=[switched, model, filters_state, outline],
-        outputs=[queue_state, pos_state, *screen, status], api_visibility="private")
+        outputs=[queue_state, pos_state, *screen, status], api_visibility="private", **one_bar)
     reload_button.click(on_reload, inputs=[model, filters_state, outline],
-                        outputs=[queue_state, pos_state, *screen, status], api_name="reload_review_queue")
+                        outputs=[queue_state, pos_state, *screen, status], api_name="reload_review_queue",
+                        **one_bar)
     for button, delta in ((prev_button, -1), (next_button, 1)):
         button.click(guarded_viewer(lambda *a, _d=delta: on_move(_d, *a)),
                      inputs=[queue_state, pos_state, model, filters_state, outline],
-                     outputs=[pos_state, *screen, status], api_visibility="private")
+                     outputs=[pos_state, *screen, status], api_visibility="private", **one_bar)
     for button, kind in ((same_button, "same"), (not_button, "not"), (unsure_button, "unsure"), (new_button, "new"),
                          (sighting_button, "sighting")):
         ctx.changed(button.click(
             curator_action(lambda *a, _k=kind: on_decide(_k, *a)),
             inputs=[view_state, selected_state, new_name, ctx.user, queue_state, pos_state, model, filters_state,
                     outline],
-            outputs=[pos_state, *screen, new_name, status], api_name=f"decide_{kind}", trigger_mode="once"))
+            outputs=[pos_state, *screen, new_name, status], api_name=f"decide_{kind}", trigger_mode="once",
+            **one_bar))
     ctx.changed(undo_button.click(on_undo, inputs=[ctx.user, queue_state, model, filters_state, outline],
-                                  outputs=[pos_state, *screen, status], api_name="undo_decision",
+                                  outputs=[pos_state, *screen, status], api_name="undo_decision", **one_bar,
                                   trigger_mode="once"))
     candidates.click(on_pick_candidate, inputs=[view_state, outline, queue_state, pos_state], outputs=screen,
                      **hidden)
     photo_pick.input(on_open_photo, inputs=[photo_pick, model, filters_state, outline, queue_state],
-                     outputs=[pos_state, *screen], api_visibility="private")
+                     outputs=[pos_state, *screen], api_visibility="private", **one_bar)
     @curator_action(role=Role.viewer)
     def set_filters(flank, place, start, end):
         # a malformed date is refused here, before anything changes: the screen and the filters stay as they were
@@ -368,14 +409,19 @@ def build(ctx: UIContext) -> None:
            date_from.blur, date_to.blur], set_filters, inputs=[flank_filter, place_filter, date_from, date_to],
           outputs=[filters_state], **hidden).success(
         on_rerank, inputs=[view_state, model, filters_state, outline, queue_state, pos_state], outputs=screen,
-        api_visibility="private")
+        api_visibility="private", **one_bar)
     model.input(on_rerank, inputs=[view_state, model, filters_state, outline, queue_state, pos_state],
-                outputs=screen, api_visibility="private")
-    outline.input(on_outline, inputs=[view_state, outline], outputs=[query_image], **hidden)
+                outputs=screen, api_visibility="private", **one_bar)
+    outline.input(on_outline, inputs=[view_state, outline, whole_frame], outputs=[query_image], **hidden)
+    whole_frame.input(on_whole_frame, inputs=[view_state, selected_state, whole_frame, outline],
+                      outputs=[query_image, compare_image, candidates], **hidden)
+    gr.on([view_state.change, selected_state.change], follow_whole_frame,
+          inputs=[view_state, selected_state, whole_frame, outline],
+          outputs=[query_image, compare_image, candidates], **hidden)
     spots_button.click(on_show_spots, inputs=[view_state, selected_state], outputs=[spots_image, spots_text],
                        api_name="show_matched_spots", concurrency_limit=2)
     # another photo or candidate on screen: the matched spots shown belong to the previous pair
     gr.on([view_state.change, selected_state.change], clear_spots, outputs=[spots_image, spots_text], **hidden)
     ctx.changed(upload.upload(on_upload, inputs=[upload, ctx.user, model, filters_state, outline, queue_state],
-                              outputs=[*screen, status], api_visibility="private"))
+                              outputs=[*screen, status], api_visibility="private", **one_bar))
 

@@ -23,8 +23,9 @@ def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
 
 
-def candidates_html(view: ms.MatchView | None, selected: int | None) -> str:
-    """The ranked candidate grid as HTML (cards carry ``data-rank`` for selection)."""
+def candidates_html(view: ms.MatchView | None, selected: int | None, pictures: dict[int, str] | None = None) -> str:
+    """The ranked candidate grid as HTML (cards carry ``data-rank`` for selection). ``pictures`` (image id ->
+    URL) replaces a card's picture, e.g. by its whole frame with the boxes drawn."""
     if view is None:
         return f"<div class='rz-empty'>{EMPTY_QUEUE}</div>"
     if not view.candidates:
@@ -65,8 +66,9 @@ def candidates_html(view: ms.MatchView | None, selected: int | None) -> str:
                           "</span>")
         bar = (c.probability or 0.0) if view.pipeline else c.score
         width = max(0.0, min(1.0, bar)) * 100
-        img = (f"<img src='{_e(file_url(c.thumb))}' alt='candidate {c.rank}: {_e(c.individual_name)}' loading='lazy'>"
-               if c.thumb else "")
+        src = (pictures or {}).get(c.image_id) or (file_url(c.thumb) if c.thumb else "")
+        img = (f"<img src='{_e(src)}' alt='candidate {c.rank}: {_e(c.individual_name)}' loading='lazy'>"
+               if src else "")
         flank = f"{c.flank} flank" if c.flank != "unknown" else "flank not set"
         sighting = f" · sighting {_e(c.sighting)}" if c.sighting else ""
         cards.append(

@@ -75,7 +75,9 @@ def import_uploads(cat: Catalogue, request: ImportUploadsRequest, *, progress: P
     """
     user = curator_name(request.user)
     report = ingest_uploads(cat, list(request.paths), manifest=request.manifest, user=user, progress=progress,
-                            should_cancel=should_cancel, update_metadata=request.update_metadata)
+                            should_cancel=should_cancel, update_metadata=request.update_metadata,
+                            detections=request.detections, min_confidence=request.min_confidence,
+                            keep_empty=request.keep_empty)
     warm = warm_features(cat, user=user) if report.counts.get("imported") else None
     return ImportOutcome(rows=[[str(c) for c in row] for row in report.rows()], counts=dict(report.counts),
                          features_job=warm)

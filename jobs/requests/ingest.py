@@ -8,6 +8,19 @@ from core.annotations import DEFAULT_MIN_CONFIDENCE
 from core.requests import Request
 
 
+def _check_detections(request: ImportUploadsRequest | ImportPathRequest) -> None:
+    """The MegaDetector options both imports share: a threshold in [0, 1], and no empty frames kept without a
+    detections file (without one no frame is empty)."""
+    if request.detections is not None:
+        object.__setattr__(request, "detections", str(request.detections))
+    if not 0.0 <= float(request.min_confidence) <= 1.0:
+        raise ValueError(f"the minimum confidence (--min-confidence) must be between 0 and 1, "
+                         f"got {request.min_confidence}")
+    if request.keep_empty and request.detections is None:
+        raise ValueError("keeping empty frames (--keep-empty) needs a MegaDetector output file (--detections): "
+                         "without one no frame is empty")
+
+
 @dataclass(frozen=True)
 class ImportUploadsRequest(Request):
     """Import uploaded photos / zips (their paths on the server, named as uploaded) and an optional manifest CSV.
@@ -18,12 +31,16 @@ class ImportUploadsRequest(Request):
     user: str
     manifest: str | None = None
     update_metadata: bool = False
+    detections: str | None = None  # a MegaDetector batch-output JSON: each animal box becomes an annotation
+    min_confidence: float = DEFAULT_MIN_CONFIDENCE
+    keep_empty: bool = False  # keep frames with no animal box (as photos without annotations)
 
     def __post_init__(self) -> None:
         paths = tuple(str(p) for p in (self.paths or ()))
         if not paths:
             raise ValueError("Choose some photos or a zip archive to import first.")
         object.__setattr__(self, "paths", paths)
+        _check_detections(self)
 
 
 @dataclass(frozen=True)
@@ -42,9 +59,4 @@ class ImportPathRequest(Request):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", str(self.path))
-        if self.detections is not None:
-            object.__setattr__(self, "detections", str(self.detections))
-        if not 0.0 <= float(self.min_confidence) <= 1.0:
-            raise ValueError(f"--min-confidence must be between 0 and 1, got {self.min_confidence}")
-        if self.keep_empty and self.detections is None:
-            raise ValueError("--keep-empty needs --detections (without a detections file no frame is empty)")
+        _check_detections(self)

@@ -1,0 +1,53 @@
+"""Draw annotation boxes on a frame: each box's outline with its label, the highlighted one thicker."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+
+from core.annotations import Box
+
+#: Outline colours (RGB): the highlighted box, the others.
+HIGHLIGHT_COLOUR = (255, 196, 0)
+OTHER_COLOUR = (0, 200, 255)
+
+
+def _box_rect(box: Box, width: int, height: int) -> tuple[int, int, int, int]:
+    x0 = min(max(0, round(box.x * width)), width - 1)
+    y0 = min(max(0, round(box.y * height)), height - 1)
+    x1 = min(max(x0, round((box.x + box.w) * width) - 1), width - 1)
+    y1 = min(max(y0, round((box.y + box.h) * height) - 1), height - 1)
+    return x0, y0, x1, y1
+
+
+def draw_boxes(rgb: np.ndarray, boxes: Sequence[Box], labels: Sequence[str], *,
+               highlight: int | None = None) -> np.ndarray:
+    """A copy of the H x W x 3 uint8 ``rgb`` frame with each normalised box outlined and labelled; the box at
+    index ``highlight`` is drawn thicker (and in its own colour). ``labels`` pairs with ``boxes``."""
+    if len(boxes) != len(labels):
+        raise ValueError(f"{len(boxes)} boxes but {len(labels)} labels")
+    out = np.ascontiguousarray(rgb[..., :3] if rgb.ndim == 3 else np.stack([rgb] * 3, axis=-1), dtype=np.uint8).copy()
+    height, width = out.shape[:2]
+    base = max(1, round(min(width, height) / 300))
+    scale = max(0.4, min(width, height) / 800)
+    order = [i for i in range(len(boxes)) if i != highlight] + ([highlight] if highlight is not None
+                                                                  and 0 <= highlight < len(boxes) else [])
+    for i in order:
+        hl = i == highlight
+        colour = HIGHLIGHT_COLOUR if hl else OTHER_COLOUR
+        thick = base * 3 if hl else base
+        x0, y0, x1, y1 = _box_rect(boxes[i], width, height)
+        cv2.rectangle(out, (x0, y0), (x1, y1), colour, thick)
+        label = str(labels[i])
+        if not label:
+            continue
+        text_thick = max(1, thick // 2)
+        (tw, th), baseline = cv2.getTextSize(label, cv2.FONT_HERSHEY_SIMPLEX, scale, text_thick)
+        ty = y0 - thick if y0 - th - baseline - thick >= 0 else min(height - 1, y0 + th + baseline + thick)
+        tx = min(max(0, x0), max(0, width - tw - 2))
+        cv2.rectangle(out, (tx, ty - th - baseline), (tx + tw + 2, ty + baseline // 2), colour, cv2.FILLED)
+        cv2.putText(out, label, (tx + 1, ty - baseline // 2), cv2.FONT_HERSHEY_SIMPLEX, scale, (0, 0, 0),
+                    text_thick, cv2.LINE_AA)
+    return out

@@ -1,0 +1,108 @@
+"""What a person sees of an annotation: its crop, or the whole frame with every animal's box drawn on it.
+
+Person boxes (``Photo.people``, from the detector) are blurred before anything is shown."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from PIL import Image as PILImage
+from sqlalchemy import select
+
+from core.annotations import Box, InvalidBoxError, box_in_crop
+from core.box_drawing import draw_boxes
+from core.images import load_rgb
+from core.privacy import blur_boxes
+from db.catalogue import CatalogueError
+from db.embeddings import load_photo, sources_for
+from db.models import Image, Individual, Photo
+from db.session import Catalogue
+
+__all__ = ["annotation_crop", "annotation_picture", "frame_jpeg", "frame_with_boxes", "photo_frame", "photo_of"]
+
+
+def _people(photo: Photo | None) -> list[Box]:
+    out = []
+    for row in (photo.people or []) if photo is not None else []:
+        try:
+            out.append(Box.from_sequence(list(row[:4])))
+        except (InvalidBoxError, TypeError):
+            continue
+    return out
+
+
+def _blurred(rgb: np.ndarray, people: list[Box]) -> np.ndarray:
+    if not people:
+        return rgb
+    return np.asarray(blur_boxes(PILImage.fromarray(np.ascontiguousarray(rgb)), people))
+
+
+def photo_frame(cat: Catalogue, photo_id: int, *, highlight: int | None = None) -> np.ndarray:
+    """A photo, person boxes blurred, with every animal box drawn and labelled (the individual's name, else
+    ``#<annotation id>``); annotation ``highlight``'s box drawn thicker."""
+    with cat.unit_of_work() as s:
+        photo = s.get(Photo, photo_id)
+        if photo is None:
+            raise CatalogueError(f"no image with id {photo_id}")
+        people, blob = _people(photo), photo.blob_path
+        rows = s.execute(select(Image, Individual.name).outerjoin(Individual, Image.individual_id == Individual.id)
+                         .where(Image.photo_id == photo_id).order_by(Image.id)).all()
+        boxes = [a.box for a, _ in rows]
+        labels = [name or f"#{a.id}" for a, name in rows]
+        index = next((i for i, (a, _) in enumerate(rows) if a.id == highlight), None)
+    frame = _blurred(load_rgb(cat.blobs.path(blob)), people)
+    return draw_boxes(frame, boxes, labels, highlight=index)
+
+
+def photo_of(cat: Catalogue, annotation_id: int) -> int:
+    """The id of the photo an annotation lies in."""
+    with cat.unit_of_work() as s:
+        ann = s.get(Image, annotation_id)
+        if ann is None:
+            raise CatalogueError(f"no annotation with id {annotation_id}")
+        return ann.photo_id
+
+
+def frame_with_boxes(cat: Catalogue, annotation_id: int) -> np.ndarray:
+    """The whole photo of an annotation, person boxes blurred, with all its photo's animal boxes drawn and
+    labelled (the individual's name, else ``#<annotation id>``); the given annotation's box is highlighted."""
+    return photo_frame(cat, photo_of(cat, annotation_id), highlight=annotation_id)
+
+
+def annotation_crop(cat: Catalogue, annotation_id: int) -> np.ndarray:
+    """The annotation's pixels (its box's crop, as matching sees it), any person in it blurred."""
+    src = sources_for(cat, [annotation_id])[0]
+    crop = load_photo(cat, src)
+    with cat.unit_of_work() as s:
+        ann = s.get(Image, annotation_id)
+        people = _people(s.get(Photo, ann.photo_id)) if ann is not None else []
+    inside = []
+    for p in people:
+        x, y, w, h = box_in_crop(p, src.box)
+        x0, y0, x1, y1 = max(0.0, x), max(0.0, y), min(1.0, x + w), min(1.0, y + h)
+        if x1 > x0 and y1 > y0:
+            inside.append(Box(x0, y0, x1 - x0, y1 - y0))
+    return _blurred(crop, inside)
+
+
+def annotation_picture(cat: Catalogue, annotation_id: int) -> str | np.ndarray:
+    """What a screen shows for an annotation: the stored photo's path for a whole-photo annotation of a photo
+    without people (nothing to cut or blur), else :func:`annotation_crop`."""
+    with cat.unit_of_work() as s:
+        ann = s.get(Image, annotation_id)
+        if ann is None:
+            raise CatalogueError(f"no annotation with id {annotation_id}")
+        photo = s.get(Photo, ann.photo_id)
+        whole, blob = ann.box.is_whole and not (photo is not None and photo.people), ann.blob_path
+    path = cat.blobs.existing(blob) if whole else None
+    return str(path) if path else annotation_crop(cat, annotation_id)
+
+
+def frame_jpeg(cat: Catalogue, annotation_id: int, *, max_side: int = 480) -> bytes:
+    """:func:`frame_with_boxes` shrunk to at most ``max_side`` pixels a side, as JPEG bytes (for a card)."""
+    img = PILImage.fromarray(frame_with_boxes(cat, annotation_id))
+    img.thumbnail((max_side, max_side))
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=82)
+    return buf.getvalue()
