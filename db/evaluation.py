@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from core.evaluation import RERANK_METHODS, evaluate_embeddings, similarity_for
+from core.evaluation import RERANK_METHODS, check_flank, evaluate_embeddings, similarity_for
 from db.benchmarks import load_benchmark, load_benchmark_fit_ids
 from db.embeddings import embed_images, get_backbone, sources_for, variant_loader
 from db.models import Benchmark, Evaluation, Model
@@ -23,12 +23,16 @@ __all__ = ["RERANK_METHODS", "evaluate_embeddings", "list_evaluations", "run_eva
 def run_evaluation(cat: Catalogue, *, backbone: str, benchmark: str, variant: str = "full_rgb",
                    rerank: str = "none", inpainter: Any = None, masker: str | None = None,
                    progress: Callable[[int, int], None] | None = None,
-                   should_cancel: Callable[[], bool] | None = None, store: bool = True) -> dict[str, Any]:
+                   should_cancel: Callable[[], bool] | None = None, store: bool = True,
+                   flank: str = "any") -> dict[str, Any]:
     """Evaluate ``backbone`` on the test split of ``benchmark`` (all-vs-all, docs/DESIGN.md section 4).
 
     The headline figures exclude gallery photos from the query's own sighting;
-    ``with_same_sighting`` holds the figures with them (their gap is a context-leakage signal).
+    ``with_same_sighting`` holds the figures with them (their gap is a context-leakage signal). ``flank``
+    (any, same, cross) restricts each query's gallery to its own flank or the other one; the setting is stored
+    with the figures (``metrics["flank"]``).
     """
+    check_flank(flank)
     if rerank not in RERANK_METHODS:
         raise ValueError(f"unknown re-ranking {rerank!r}; expected one of {', '.join(RERANK_METHODS)}")
     data = load_benchmark(cat, benchmark, split="test")
@@ -43,7 +47,8 @@ def run_evaluation(cat: Catalogue, *, backbone: str, benchmark: str, variant: st
                              f"{model.config.name} has none")
         patches = model.embed_patches([variant_loader(cat, src, variant, inpainter=inpainter)[1]()
                                        for src in sources_for(cat, data.image_ids)])
-    metrics = evaluate_embeddings(emb, data.labels, data.sightings, metric=metric, rerank=rerank, patches=patches)
+    metrics = evaluate_embeddings(emb, data.labels, data.sightings, metric=metric, rerank=rerank, patches=patches,
+                                  flanks=data.flanks, flank=flank)
     result = {
         **metrics,
         "metric": metric,

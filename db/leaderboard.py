@@ -1,6 +1,7 @@
 """The models leaderboard of one benchmark and variant: every model's latest retrieval evaluation joined with
 its latest diagnostics, its latest selective-sensitivity run (``selectivity``, None when there is none) and its
-training facts (what the Models tab shows, with provenance)."""
+training facts (what the Models tab shows, with provenance). The headline figures are of evaluations over every
+flank; ``map_same_flank`` / ``map_cross_flank`` are the latest ``rosette eval --flank same`` / ``cross``."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from db.sensitivity import SENSITIVITY_KIND
 from db.session import Catalogue
 from db.species import model_status
 
-SORT_KEYS = ("map_macro", "map_micro", "cmc1_macro", "cmc5_macro", "cross_within", "bg_fg", "mirror_sim",
-             "selectivity", "train_seconds", "name")
+SORT_KEYS = ("map_macro", "map_micro", "cmc1_macro", "cmc5_macro", "map_same_flank", "map_cross_flank",
+             "cross_within", "bg_fg", "mirror_sim", "selectivity", "train_seconds", "name")
 
 
 def leaderboard(cat: Catalogue, *, benchmark: str, variant: str = "full_rgb", sort: str = "map_macro",
@@ -27,12 +28,16 @@ def leaderboard(cat: Catalogue, *, benchmark: str, variant: str = "full_rgb", so
         evals = list(s.scalars(select(Evaluation).where(Evaluation.benchmark_name == benchmark)
                                .order_by(Evaluation.id)))
         models = {m.name: m for m in s.scalars(select(Model))}
-    retrieval = {e.model_name: e for e in evals if e.kind == "retrieval" and e.variant == variant
-                 and (e.metrics or {}).get("rerank", "none") in ("none", None)}
+    plain = [e for e in evals if e.kind == "retrieval" and e.variant == variant
+             and (e.metrics or {}).get("rerank", "none") in ("none", None)]
+    # the headline: every flank; same- / cross-flank columns: the latest `rosette eval --flank same|cross`
+    retrieval = {e.model_name: e for e in plain if (e.metrics or {}).get("flank", "any") in ("any", None)}
+    by_flank = {f: {e.model_name: e for e in plain if (e.metrics or {}).get("flank") == f} for f in ("same", "cross")}
     diagnose = {e.model_name: e for e in evals if e.kind == "diagnose"}
     sensitivity = {e.model_name: e for e in evals if e.kind == SENSITIVITY_KIND}
     rows = []
-    for name in sorted(set(retrieval) | set(diagnose) | set(sensitivity)):
+    for name in sorted(set(retrieval) | set(diagnose) | set(sensitivity) | set(by_flank["same"])
+                       | set(by_flank["cross"])):
         m = models.get(name)
         st = status.get(name, {"status": "candidate", "active_for": []})
         if st["status"] == "archived" and not include_archived:
@@ -49,6 +54,9 @@ def leaderboard(cat: Catalogue, *, benchmark: str, variant: str = "full_rgb", so
             "map_macro": met.get("map_macro"), "map_micro": met.get("map_micro"),
             "cmc1_macro": (met.get("cmc_macro") or {}).get("1"), "cmc5_macro": (met.get("cmc_macro") or {}).get("5"),
             "n_queries": met.get("n_queries"),
+            "map_same_flank": _flank_map(by_flank["same"].get(name)),
+            "map_cross_flank": _flank_map(by_flank["cross"].get(name)),
+            "flank_evaluation_ids": {f: by_flank[f][name].id for f in ("same", "cross") if name in by_flank[f]},
             "cross_flank_map": cross.get("map_macro"), "within_flank_map": within.get("map_macro"),
             "cross_within": dm.get("cross_within_ratio"),
             "bg_fg": dm.get("bg_fg"), "bg_fg_band": dm.get("bg_fg_band"),
@@ -69,6 +77,10 @@ def leaderboard(cat: Catalogue, *, benchmark: str, variant: str = "full_rgb", so
         return (v is None, -(v if v is not None else 0.0))
     rows.sort(key=key)
     return rows
+
+
+def _flank_map(ev: Evaluation | None) -> float | None:
+    return None if ev is None else (ev.metrics or {}).get("map_macro")
 
 
 def config_provenance(cfg: dict[str, Any], dg: Evaluation | None = None) -> str:

@@ -24,6 +24,7 @@ from sqlalchemy import select
 
 from core.calibration import ENOUGH_DECISIONS, Calibrator
 from core.features import ExtractionCancelled
+from core.evaluation import flank_counts, flank_gallery
 from core.metrics import all_vs_all_valid, retrieval_metrics
 from core.similarity import paired_scores, pairwise_scores
 from core.spots import (
@@ -43,6 +44,7 @@ from core.spots.stored import (
     COMPONENTS,
     PIPELINE_HEAD,
     StoredPipeline,
+    calibration_basis,
     calibration_sample,
     component_metrics,
     decided_pair_inliers,
@@ -73,7 +75,7 @@ from db.photos import image_rows
 from db.session import Catalogue
 
 __all__ = ["CALIBRATION_PHOTOS", "COMPONENTS", "PIPELINE_HEAD", "StoredPipeline", "calibration_image_ids",
-           "decided_pairs", "evaluate_pipeline", "evaluate_request", "extract_keypoints", "features_for",
+           "decided_pairs", "evaluate_pipeline", "evaluate_request", "evaluate_stored_pipeline", "extract_keypoints", "features_for",
            "folder_features", "fuse_pairs", "get_matcher", "is_pipeline", "load_pipeline", "matcher_for",
            "pipeline_name", "pipeline_similarity", "rerank_with_pipeline", "spot_summary", "verify_candidates",
            "with_decision_calibration"]  # the pure part (StoredPipeline, fuse_pairs...) lives in core.spots.stored
@@ -174,7 +176,8 @@ def matcher_for(pipeline: StoredPipeline) -> LocalMatcher:
     if matcher.config.fingerprint() != cfg.get("fingerprint"):
         raise CatalogueError(f"pipeline {pipeline.name!r} was calibrated with matcher config {cfg.get('fingerprint')}, "
                              f"but this installation builds {matcher.config.fingerprint()} (another OpenCV or "
-                             "matcher version); evaluate it again to recalibrate")
+                             f"matcher version); build it again to recalibrate (rosette eval --backbone "
+                             f"{pipeline.global_model} --verify {pipeline.settings.matcher} ...)")
     return matcher
 
 
@@ -209,7 +212,7 @@ def calibration_image_ids(cat: Catalogue, benchmark: str, *, limit: int = CALIBR
     data = load_benchmark(cat, benchmark, split="train")
     if not data.image_ids:
         raise CatalogueError(f"benchmark {benchmark!r} has no train split to calibrate the spot scorers on "
-                             "(a test-only benchmark); use a benchmark with a train split")
+                             "(a test-only benchmark); choose a benchmark with a train split")
     return calibration_sample(data.image_ids, data.labels, limit=limit, seed=seed, exclude=exclude)
 
 
@@ -282,25 +285,50 @@ def _set_of(cat: Catalogue, image_ids: list[int], benchmark: str) -> tuple[list[
             [data.flanks[pos[i]] for i in image_ids])
 
 
+def _check_calibration_benchmark(cat: Catalogue, benchmark: str, calibrate_on: str | None, *, name: str) -> str:
+    """The benchmark whose train split calibrates the pipeline ``name`` being built (``calibrate_on``, else
+    ``benchmark``), refused when it has none, with what to do instead."""
+    if calibrate_on and calibrate_on != benchmark:
+        if not load_benchmark(cat, calibrate_on, split="train").image_ids:
+            raise CatalogueError(f"benchmark {calibrate_on!r}, given to calibrate on, has no train split either "
+                                 "(a test-only benchmark): choose one with a train split (rosette benchmark list)")
+        return calibrate_on
+    if not load_benchmark(cat, benchmark, split="train").image_ids:
+        stored = (f"; or evaluate the stored pipeline {name} by its name, which keeps the calibration it was built "
+                  "with" if is_pipeline(cat, name) else "")
+        raise CatalogueError(f"benchmark {benchmark!r} has no train split to calibrate the spot scorers on (a "
+                             "test-only benchmark): calibrate on another benchmark's train split with --calibrate-on "
+                             f"BENCHMARK (one of the same species with a train split){stored}")
+    return benchmark
+
+
 def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, settings: PipelineSettings,
                       store: bool = True, progress: Callable[[str, int, int], None] | None = None,
-                      should_cancel: Callable[[], bool] | None = None) -> dict[str, Any]:
-    """Evaluate ``global_model`` + spot evidence on ``benchmark``'s test split (all-vs-all, same-sighting photos
-    excluded): calibrate every scorer on a sample of the train split scored the same way, fuse over the global
+                      should_cancel: Callable[[], bool] | None = None, calibrate_on: str | None = None,
+                      flank: str = "any") -> dict[str, Any]:
+    """Build ``global_model`` + spot evidence and evaluate it on ``benchmark``'s test split (all-vs-all,
+    same-sighting photos excluded): calibrate every scorer on a sample of the train split of ``calibrate_on``
+    (default: ``benchmark`` itself; never a photo of the test split) scored the same way, fuse over the global
     top-K, and report the pipeline's metrics with every component beside it (global alone, + verification,
-    + LNBNN, LNBNN alone, all fused). Registers the pipeline as a candidate model and stores the evaluation."""
+    + LNBNN, LNBNN alone, all fused). Registers the pipeline as a candidate model and stores the evaluation.
+    Only building calibrates: :func:`evaluate_stored_pipeline` uses a pipeline's stored calibration."""
     t0 = time.perf_counter()
+    cal_bench = _check_calibration_benchmark(cat, benchmark, calibrate_on, name=pipeline_name(global_model, settings))
     matcher = get_matcher(settings.matcher)
     backbone = get_backbone(cat, global_model, fit_image_ids=load_benchmark_fit_ids(cat, benchmark))
     test = load_benchmark(cat, benchmark, split="test")
     if not test.image_ids:
         raise CatalogueError(f"benchmark {benchmark!r} has an empty test split")
     trained_on = _trained_on(cat, backbone.config.name)
-    cal_ids = calibration_image_ids(cat, benchmark, limit=max(CALIBRATION_PHOTOS, 0), exclude=trained_on)
+    not_test = [*trained_on, *test.image_ids]  # another benchmark's train split may hold this one's test photos
+    cal_ids = calibration_image_ids(cat, cal_bench, limit=max(CALIBRATION_PHOTOS, 0), exclude=not_test)
     held_out = bool(trained_on) and len(cal_ids) >= MIN_HELD_OUT_PHOTOS
     if trained_on and not held_out:  # too few photos the model has not seen: calibrate where it trained, and say so
-        cal_ids = calibration_image_ids(cat, benchmark, limit=max(CALIBRATION_PHOTOS, 0))
-    cal_labels, cal_sightings, cal_flanks = _set_of(cat, cal_ids, benchmark)
+        cal_ids = calibration_image_ids(cat, cal_bench, limit=max(CALIBRATION_PHOTOS, 0), exclude=test.image_ids)
+    if not cal_ids:
+        raise CatalogueError(f"benchmark {cal_bench!r}'s train split has no individual with two photos outside "
+                             f"{benchmark!r}'s test split to calibrate the spot scorers on")
+    cal_labels, cal_sightings, cal_flanks = _set_of(cat, cal_ids, cal_bench)
     # the calibration set is scored with every scorer, so the components can all be reported
     full = PipelineSettings(**{**settings.to_dict(), "verification": True, "lnbnn": True})
     tagged = (lambda part: (lambda what, d, t: progress(f"{part}: {what}", d, t))) if progress else (lambda part: None)
@@ -310,26 +338,33 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
     same_cal = np.asarray(cal_labels)[:, None] == np.asarray(cal_labels)[None, :]
     calibrators = fit_scorer_calibrations(cal.spots.raw, same_cal, cal.spots.shortlist & cal.valid,
                                           {k: v for k, v in cal.spots.applies.items() if k != GLOBAL},
-                                          source=f"benchmark {benchmark} train photos, top-{settings.shortlist} pairs")
+                                          source=f"benchmark {cal_bench} train photos, top-{settings.shortlist} pairs")
     tst = _score_set(cat, test.image_ids, test.labels, test.sightings, test.flanks, backbone=backbone, matcher=matcher,
                      settings=full, progress=tagged("test photos"), should_cancel=should_cancel)
     t_test = time.perf_counter()
-    components = component_metrics(tst.spots, tst.valid, test.labels, calibrators, shortlist=settings.shortlist)
+    scored = flank_gallery(tst.valid, test.flanks, flank)  # the gallery each query is scored against
+    components = component_metrics(tst.spots, scored, test.labels, calibrators, shortlist=settings.shortlist)
     scorers = settings.scorers
     if not all(s in calibrators for s in scorers):
         missing = [s for s in scorers if s not in calibrators]
         raise CatalogueError(f"could not calibrate {', '.join(missing)}: the calibration photos gave too few same / "
                              "not-same pairs with spot evidence (too few keypoints, or no masks on opposite flanks?)")
     fused = fuse_scores(tst.spots, tst.valid, calibrators, scorers, shortlist=settings.shortlist)
-    main = retrieval_metrics(fused, test.labels, test.labels, valid=tst.valid).to_dict()
+    main = {**retrieval_metrics(fused, test.labels, test.labels, valid=scored).to_dict(),
+            **flank_counts(test.flanks, flank)}
     name = pipeline_name(backbone.config.name, settings)
     where = ("photos of its train split the global model was not trained on" if held_out else
              "train split" + (" (including photos the global model was trained on: too few held out)"
                               if trained_on else ""))
-    cal_source = {"what": f"benchmark {benchmark} {where}, {len(cal_ids)} photos of "
+    cal_source = {"what": f"benchmark {cal_bench} {where}, {len(cal_ids)} photos of "
                           f"{len(set(cal_labels))} individuals, top-{settings.shortlist} pairs",
                   "held_out_from_global_training": held_out,
-                  "benchmark": benchmark, "image_ids": cal_ids, "n_pairs": {k: c.n_outcomes for k, c in calibrators.items()}}
+                  "benchmark": cal_bench, "split": "train", "image_ids": cal_ids, "n_photos": len(cal_ids),
+                  "n_individuals": len(set(cal_labels)), "scorers": list(scorers),
+                  "n_pairs": {k: c.n_outcomes for k, c in calibrators.items()},
+                  "n_positive": {k: c.n_positive for k, c in calibrators.items()},
+                  "fitted_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                  "built_on": benchmark, "global_fit_benchmark": benchmark}
     species_id = None
     with cat.unit_of_work() as s:
         sp = s.scalars(select(Image.species_id).where(Image.id.in_(test.image_ids[:50]))).all()
@@ -346,6 +381,7 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
         "spots": {"test": tst.summary, "calibration": cal.summary,
                   "verified_pairs": int(np.isfinite(tst.spots.raw[VERIFICATION]).sum() // 2)},
         "calibration": {k: {"n_pairs": c.n_outcomes, "n_same": c.n_positive} for k, c in calibrators.items()},
+        "calibrated_on": calibration_basis(pipeline, fitted_now=True),
         "seconds": {"calibration": round(t_cal - t0, 1), "test": round(t_test - t_cal, 1),
                     "total": round(time.perf_counter() - t0, 1)},
         "provenance": pipeline.provenance(),
@@ -353,8 +389,66 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
                          "matcher": matcher.config.to_dict(), "settings": settings.to_dict(),
                          "calibration": {k: calibrator_to_dict(c) for k, c in pipeline.calibrators.items()}},
     }
+    return _stored_result(cat, result, test.image_ids, store=store)
+
+
+def evaluate_stored_pipeline(cat: Catalogue, pipeline: StoredPipeline, *, benchmark: str, store: bool = True,
+                             progress: Callable[[str, int, int], None] | None = None,
+                             should_cancel: Callable[[], bool] | None = None, flank: str = "any") -> dict[str, Any]:
+    """Evaluate a stored pipeline on ``benchmark``'s test split (any benchmark, a test-only one included) with
+    its stored calibration, unchanged: nothing is refitted and the pipeline's row is not touched. The photos are
+    scored exactly as when it was built (its global model, fitted where it was fitted, and its matcher config);
+    the result says what the calibration rests on (``calibrated_on``) and stores the evaluation."""
+    t0 = time.perf_counter()
+    src = pipeline.calibration_source
+    matcher = matcher_for(pipeline)
+    fit_bench = src.get("global_fit_benchmark") or src.get("benchmark")
+    try:
+        fit_ids = load_benchmark_fit_ids(cat, fit_bench) if fit_bench else None
+    except CatalogueError:  # the benchmark it was built on is gone: the catalogue's own fit
+        fit_ids = None
+    backbone = get_backbone(cat, pipeline.global_model, fit_image_ids=fit_ids)
+    test = load_benchmark(cat, benchmark, split="test")
+    if not test.image_ids:
+        raise CatalogueError(f"benchmark {benchmark!r} has an empty test split")
+    settings = pipeline.settings
+    scorers = [s for s in settings.scorers if s in pipeline.calibrators]
+    if len(scorers) != len(settings.scorers):
+        missing = [s for s in settings.scorers if s not in pipeline.calibrators]
+        raise CatalogueError(f"pipeline {pipeline.name!r} stores no calibration for {', '.join(missing)}; "
+                             "build it again")
+    full = PipelineSettings(**{**settings.to_dict(), "verification": True, "lnbnn": True})  # as when built
+    tagged = (lambda part: (lambda what, d, t: progress(f"{part}: {what}", d, t))) if progress else (lambda part: None)
+    tst = _score_set(cat, test.image_ids, test.labels, test.sightings, test.flanks, backbone=backbone, matcher=matcher,
+                     settings=full, progress=tagged("test photos"), should_cancel=should_cancel)
+    t_test = time.perf_counter()
+    cals = pipeline.calibrators
+    scored = flank_gallery(tst.valid, test.flanks, flank)  # the gallery each query is scored against
+    components = component_metrics(tst.spots, scored, test.labels, cals, shortlist=settings.shortlist)
+    fused = fuse_scores(tst.spots, tst.valid, cals, scorers, shortlist=settings.shortlist)
+    main = {**retrieval_metrics(fused, test.labels, test.labels, valid=scored).to_dict(),
+            **flank_counts(test.flanks, flank)}
+    result: dict[str, Any] = {
+        **main, "model": pipeline.name, "global_model": pipeline.global_model, "variant": "full_rgb",
+        "benchmark": benchmark, "rerank": "none", "metric": "probability",
+        "same_sighting_excluded": any(s for s in test.sightings),
+        "pipeline": settings.to_dict(), "scorers": list(scorers), "components": components,
+        "spots": {"test": tst.summary, "verified_pairs": int(np.isfinite(tst.spots.raw[VERIFICATION]).sum() // 2)},
+        "calibration": {k: {"n_pairs": c.n_outcomes, "n_same": c.n_positive} for k, c in cals.items()},
+        "calibrated_on": calibration_basis(pipeline, fitted_now=False),
+        "seconds": {"calibration": 0.0, "test": round(t_test - t0, 1), "total": round(time.perf_counter() - t0, 1)},
+        "provenance": pipeline.provenance(),
+        "model_config": {"pipeline": pipeline.name, "global_config": backbone.config.to_dict(),
+                         "matcher": matcher.config.to_dict(), "settings": settings.to_dict(),
+                         "calibration": {k: calibrator_to_dict(c) for k, c in cals.items()}},
+    }
+    return _stored_result(cat, result, test.image_ids, store=store)
+
+
+def _stored_result(cat: Catalogue, result: dict[str, Any], test_ids: list[int], *, store: bool) -> dict[str, Any]:
+    """The result with the test photos' mask sources, stored as an evaluation when ``store``."""
     with cat.unit_of_work() as s:
-        sources = s.scalars(select(Image.mask_source).where(Image.id.in_(test.image_ids))).all()
+        sources = s.scalars(select(Image.mask_source).where(Image.id.in_(test_ids))).all()
     counts = {str(k or "none"): sources.count(k) for k in sorted(set(sources), key=lambda v: str(v or ""))}
     result["masks"] = counts
     masker = next(iter(counts)) if len(counts) == 1 else ", ".join(f"{k} {v}" for k, v in counts.items())
@@ -443,13 +537,21 @@ def folder_features(cat: Catalogue, paths: Sequence[Path], keys: Sequence[str], 
 def evaluate_request(cat: Catalogue, request: SpotEvaluationRequest, *,
                    progress: Callable[[str, int, int], None] | None = None,
                    should_cancel: Callable[[], bool] | None = None) -> dict[str, Any]:
-    """Evaluate and register the fused pipeline (a pipeline's own name re-evaluates it with its settings)."""
+    """Build, calibrate and register the fused pipeline and evaluate it (calibrated on ``request.calibrate_on``'s
+    train split when given, else the benchmark's own); a stored pipeline's own name evaluates it with its stored
+    settings and calibration, unchanged (only building calibrates)."""
     stored = load_pipeline(cat, request.model)
     if stored is not None:
-        return evaluate_pipeline(cat, global_model=stored.global_model, benchmark=request.benchmark,
-                                 settings=stored.settings, progress=progress, should_cancel=should_cancel)
+        if request.calibrate_on:
+            raise CatalogueError(f"{request.model!r} is a stored pipeline: it keeps the calibration it was built with "
+                                 f"({calibration_basis(stored)['words']}); to calibrate on {request.calibrate_on!r}, "
+                                 f"build it again from its global model (--backbone {stored.global_model} --verify "
+                                 f"{stored.settings.matcher} ... --calibrate-on {request.calibrate_on})")
+        return evaluate_stored_pipeline(cat, stored, benchmark=request.benchmark, progress=progress,
+                                        should_cancel=should_cancel, flank=request.flank)
     return evaluate_pipeline(cat, global_model=request.model, benchmark=request.benchmark,
-                             settings=request.settings(), progress=progress, should_cancel=should_cancel)
+                             settings=request.settings(), progress=progress, should_cancel=should_cancel,
+                             calibrate_on=request.calibrate_on, flank=request.flank)
 
 
 def extract_keypoints(cat: Catalogue, request: KeypointsRequest, *, progress: Callable[[int, int], None] | None = None,

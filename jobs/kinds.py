@@ -139,10 +139,10 @@ def evaluate_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dic
     request = EvaluateRequest.from_dict(params)
     res = run_evaluation(cat, backbone=request.backbone, benchmark=request.benchmark, variant=request.variant,
                          rerank=request.rerank, progress=ctx.callback(end=0.95, label="embedding"),
-                         should_cancel=ctx.cancelled)
+                         should_cancel=ctx.cancelled, flank=request.flank)
     ctx.check_cancelled()
     keep = ("map_macro", "map_micro", "cmc_macro", "cmc_micro", "n_queries", "model", "variant", "benchmark",
-            "rerank", "evaluation_id")
+            "rerank", "flank", "evaluation_id")
     return {**{k: res[k] for k in keep if k in res},
             "summary": f"{res['model']} on {res['benchmark']}: mAP macro {res['map_macro']:.3f}"}
 
@@ -157,7 +157,10 @@ def diagnose_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dic
                        keep_masks=request.keep_masks)
     ctx.check_cancelled()
     return {"evaluation_id": res["evaluation_id"], "bg_fg": res["bg_fg"], "mirror_tier": res["mirror_tier"],
-            "summary": f"{res['model']} on {res['benchmark']}: BG/FG {res['bg_fg']}, mirror tier {res['mirror_tier']}"}
+            "mask_run": res["mask_run"],
+            "summary": f"{res['model']} on {res['benchmark']}: BG/FG {res['bg_fg']}, mirror tier {res['mirror_tier']}"
+                       + (f"; {res['mask_run']['empty']} test photos got an empty mask (no animal found): mask them in "
+                          "the Mask tab" if res["mask_run"].get("empty") else "")}
 
 
 @register_job_kind("sensitivity", queue=HEAVY)

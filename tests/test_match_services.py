@@ -301,7 +301,7 @@ def test_create_benchmark_and_launch_an_evaluation_job(cat):
         job = s.get(Job, job_id)
     assert job.kind == "evaluate" and job.status == JobStatus.queued
     assert job.params == {"backbone": "efficientnet_lite0", "benchmark": "amber-bruno-cleo",
-                          "variant": "foreground_only", "rerank": "aqe", "user": "ana"}
+                          "variant": "foreground_only", "rerank": "aqe", "user": "ana", "flank": "any"}
     with pytest.raises(CatalogueError, match="no benchmark named 'nope'"):
         bs.launch_evaluation(cat, bs.EvaluateRequest(benchmark="nope", backbone="efficientnet_lite0", user="ana"))
     with pytest.raises(ValueError, match="re-ranking"):

@@ -1,6 +1,7 @@
 """``rosette eval --backbone NAME --benchmark NAME [--variant V] [--rerank R] [--verify MATCHER [--lnbnn]
-[--shortlist K]] [--json]``; with ``--verify`` (or a fused pipeline's name) the global model's shortlist is
-re-ranked by calibrated spot evidence and the pipeline is registered as a model."""
+[--shortlist K] [--calibrate-on BENCHMARK]] [--json]``; with ``--verify`` the global model's shortlist is
+re-ranked by calibrated spot evidence and the pipeline is built (calibrated) and registered as a model; a fused
+pipeline's name evaluates it with its stored calibration (only building calibrates)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 
 from app.console import print_table
 from core.backbones import DEFAULT_BACKBONE
-from core.evaluation import RERANK_METHODS
+from core.evaluation import FLANK_SETTINGS, RERANK_METHODS
 from jobs.actions.benchmarks import EvaluateRequest, evaluate, is_fused_pipeline
 from jobs.actions.spots import SpotEvaluationRequest, evaluate_spots
 
@@ -21,6 +22,10 @@ def register(sub) -> None:
     p.add_argument("--benchmark", required=True)
     p.add_argument("--variant", default="full_rgb")
     p.add_argument("--rerank", default="none", choices=list(RERANK_METHODS))
+    p.add_argument("--flank", default="any", choices=list(FLANK_SETTINGS),
+                   help="the gallery of each query: any photo (default), only its own flank (same: what curators "
+                        "review) or only the other one (cross: left against right); photos without a left/right "
+                        "flank are left out of same and cross")
     p.add_argument("--verify", metavar="MATCHER", default=None,
                    help="re-rank the global shortlist with verified spot evidence from this local matcher "
                         "(sift, orb, ...); registers the fused pipeline as a model")
@@ -29,6 +34,9 @@ def register(sub) -> None:
     p.add_argument("--lnbnn-only", action="store_true",
                    help="with --verify: fuse LNBNN voting with the global score, without pairwise verification")
     p.add_argument("--shortlist", type=int, default=50, help="with --verify: global top-K re-ranked (default 50)")
+    p.add_argument("--calibrate-on", metavar="BENCHMARK", default=None,
+                   help="with --verify: calibrate the pipeline being built on this benchmark's train split (for a "
+                        "test-only --benchmark); a stored pipeline's name keeps its stored calibration")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -42,15 +50,17 @@ def progress_printer(label: str):
 
 
 def run(args, ctx) -> int:
-    if args.verify or args.lnbnn or args.lnbnn_only or is_fused_pipeline(ctx.catalogue, args.backbone):
+    if (args.verify or args.lnbnn or args.lnbnn_only or args.calibrate_on
+            or is_fused_pipeline(ctx.catalogue, args.backbone)):
         return run_spots(args, ctx)
 
     request = EvaluateRequest(benchmark=args.benchmark, backbone=args.backbone, variant=args.variant,
-                              rerank=args.rerank, user=ctx.user)
+                              rerank=args.rerank, user=ctx.user, flank=args.flank)
     res = evaluate(ctx.catalogue, request, progress=progress_printer("embedding"))
     if args.json:
         keys = ("map_macro", "map_micro", "cmc_macro", "cmc_micro", "n_queries", "n_identities", "model", "variant",
-                "benchmark", "rerank", "same_sighting_excluded", "with_same_sighting", "evaluation_id")
+                "benchmark", "rerank", "flank", "flank_counts", "same_sighting_excluded", "with_same_sighting",
+                "evaluation_id")
         print(json.dumps({k: res[k] for k in keys if k in res}))
         return 0
     rows = [("mAP (macro, identity-balanced)", f"{res['map_macro']:.4f}"), ("mAP (micro)", f"{res['map_micro']:.4f}")]
@@ -63,12 +73,17 @@ def run(args, ctx) -> int:
     print_table(rows, ["metric", "value"])
     print(f"model {res['model']} ({res['model_config'].get('weight_source', '')}), variant {res['variant']}, "
           f"benchmark {res['benchmark']} test split, re-ranking {res['rerank']}; stored as evaluation {res['evaluation_id']}")
+    if res.get("flank", "any") != "any":
+        fc = res.get("flank_counts") or {}
+        print(f"gallery: {'same flank only' if res['flank'] == 'same' else 'the other flank only (left <-> right)'}; "
+              f"{fc.get('left', 0)} left and {fc.get('right', 0)} right test photos; {fc.get('no_side', 0)} without "
+              "a left/right flank (front, other, unknown) left out as queries and as candidates")
     return 0
 
 
 SPOT_KEYS = ("map_macro", "map_micro", "cmc_macro", "cmc_micro", "n_queries", "n_identities", "model", "global_model",
              "variant", "benchmark", "rerank", "same_sighting_excluded", "evaluation_id", "pipeline", "scorers",
-             "components", "spots", "calibration", "seconds")
+             "components", "spots", "calibration", "calibrated_on", "seconds", "flank", "flank_counts")
 COMPONENT_WORDS = {"global": "global model alone", "global+verification": "+ spot verification (inliers)",
                    "global+lnbnn": "+ LNBNN voting", "fused": "+ verification + LNBNN", "lnbnn_alone": "LNBNN alone"}
 
@@ -78,7 +93,8 @@ def run_spots(args, ctx) -> int:
         raise ValueError("--verify evaluates full photos without re-ranking; drop --variant / --rerank")
     request = SpotEvaluationRequest(benchmark=args.benchmark, model=args.backbone, matcher=args.verify or "sift",
                                     shortlist=args.shortlist, verification=not args.lnbnn_only,
-                                    lnbnn=bool(args.lnbnn or args.lnbnn_only), user=ctx.user)
+                                    lnbnn=bool(args.lnbnn or args.lnbnn_only), user=ctx.user,
+                                    calibrate_on=args.calibrate_on, flank=args.flank)
     last = {"what": None}
 
     def report(what: str, done: int, total: int) -> None:
@@ -102,5 +118,7 @@ def run_spots(args, ctx) -> int:
           f"{sp['no_spot_evidence']} without spot evidence); {res['spots']['verified_pairs']} pairs verified; "
           f"{res['seconds']['total']:.0f} s")
     print(res["provenance"])
+    if res.get("calibrated_on"):
+        print(f"calibration: {res['calibrated_on']['words']}")
     print(f"stored as evaluation {res.get('evaluation_id')}; the pipeline {res['model']} works as --model everywhere")
     return 0

@@ -69,6 +69,9 @@ def build(ctx: UIContext) -> None:
                                       elem_id="bench-variant",
                                       info="Variants other than the whole photo need masks (Ingest or `rosette mask`).")
                 rerank = gr.Dropdown(bs.RERANK_CHOICES, value="none", label="Re-ranking", elem_id="bench-rerank")
+                flank = gr.Dropdown(bs.FLANK_CHOICES, value="any", label="Candidates shown", elem_id="bench-flank",
+                                    info="Same flank: what curators review. Other flank: left against right. "
+                                         "Photos without a left/right flank are left out of both.")
                 eval_button = gr.Button("Start evaluation", variant="primary", elem_id="bench-evaluate")
             with gr.Accordion("Re-rank with spot evidence (matched keypoints on the coat)", open=False,
                               elem_id="bench-spots-box"):
@@ -98,8 +101,8 @@ def build(ctx: UIContext) -> None:
                                label="Stored evaluations (newest first; the last column says exactly which model, "
                                      "weights, variant, masker and inpainter produced each number)",
                                elem_id="bench-evaluations", max_height=420,
-                               column_widths=["50px", "150px", "130px", "140px", "120px", "90px", "110px", "90px",
-                                              "90px", "70px", "120px", "80px", "520px"])
+                               column_widths=["50px", "150px", "130px", "140px", "120px", "90px", "70px", "110px",
+                                              "90px", "90px", "70px", "120px", "80px", "520px"])
 
     def render(shown_bench, picked):
         names = bs.benchmark_names(cat)
@@ -125,9 +128,9 @@ def build(ctx: UIContext) -> None:
         return bs.create_benchmark(cat, request).message
 
     @curator_action
-    def do_evaluate(bench_name, backbone_name, variant_name, rerank_name, user):
+    def do_evaluate(bench_name, backbone_name, variant_name, rerank_name, flank_name, user):
         request = bs.EvaluateRequest(benchmark=bench_name or "", backbone=backbone_name or "", variant=variant_name,
-                                     rerank=rerank_name, user=curator_name(user))
+                                     rerank=rerank_name, flank=flank_name or "any", user=curator_name(user))
         _job_id, message = bs.launch_evaluation(cat, request)
         return message
 
@@ -154,5 +157,5 @@ def build(ctx: UIContext) -> None:
     created.success(guarded_viewer(lambda shown, new: render(shown, (new or "").strip())),
                     inputs=[show_bench, name], outputs=outputs,
                     show_progress="hidden", api_visibility="private")
-    ctx.changed(eval_button.click(do_evaluate, inputs=[bench_pick, backbone, variant, rerank, ctx.user],
+    ctx.changed(eval_button.click(do_evaluate, inputs=[bench_pick, backbone, variant, rerank, flank, ctx.user],
                                   outputs=[status], api_name="start_evaluation"))

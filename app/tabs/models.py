@@ -25,6 +25,7 @@ td.prov { text-decoration: underline dotted; cursor: help; font-weight: 600; }
 .note, .empty { color: var(--body-text-color-subdued); font-size: var(--text-xs); padding: 6px 0; }
 """
 SORT_LABELS = {"map_macro": "mAP macro", "map_micro": "mAP micro", "cmc1_macro": "CMC@1", "cmc5_macro": "CMC@5",
+               "map_same_flank": "same-flank mAP", "map_cross_flank": "cross-flank mAP",
                "cross_within": "cross/within flank", "bg_fg": "BG/FG", "mirror_sim": "mirror similarity",
                "selectivity": "selectivity (coat vs context)",
                "train_seconds": "training time", "name": "name"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.backbones import DEFAULT_BACKBONE
+from core.evaluation import check_flank
 from core.requests import Request
 from core.spots import list_matchers, matcher_available
 from core.spots.base import DEFAULT_MATCHER, MatcherUnavailableError
@@ -39,10 +40,20 @@ class SpotEvaluationRequest(Request):
     verification: bool = True
     lnbnn: bool = False
     user: str = "curator"
+    #: build the pipeline with its calibration fitted on this benchmark's train split (for a test-only benchmark);
+    #: None: the evaluated benchmark's own train split. A stored pipeline's name keeps its stored calibration.
+    calibrate_on: str | None = None
+    #: the gallery of each query: any photo, its own flank (same) or the other one (cross)
+    flank: str = "any"
 
     def __post_init__(self) -> None:
         if not (self.benchmark or "").strip():
             raise ValueError("choose a benchmark to evaluate on")
+        check_flank(self.flank)
+        if self.calibrate_on is not None:
+            if not isinstance(self.calibrate_on, str):
+                raise ValueError(f"the benchmark to calibrate on must be a name, got {self.calibrate_on!r}")
+            object.__setattr__(self, "calibrate_on", self.calibrate_on.strip() or None)
         if not (self.model or "").strip():
             raise ValueError("choose the global model that makes the shortlist")
         if isinstance(self.shortlist, bool) or not isinstance(self.shortlist, int):

@@ -76,6 +76,34 @@ def pipeline_config(name: str, *, global_model: str, global_config: dict[str, An
             "weight_source": f"{global_config.get('weight_source', '')} + {matcher.config.weight_source}"}
 
 
+def calibration_basis(pipeline: StoredPipeline, *, fitted_now: bool = False) -> dict[str, Any]:
+    """What a pipeline's calibration rests on, read from what the pipeline stored: the benchmark and split its
+    calibration photos came from, how many photos and individuals, the pairs (and same-animal pairs) each scorer
+    was fitted on, when, and by which scorers; ``words`` says it in one line. ``fitted_now``: fitted by this
+    build (otherwise the stored calibration, used unchanged)."""
+    src = pipeline.calibration_source
+    scorers = [s for s in pipeline.settings.scorers if s in pipeline.calibrators]
+    n_pairs = {k: int(c.n_outcomes) for k, c in pipeline.calibrators.items()}
+    n_positive = {k: int(c.n_positive) for k, c in pipeline.calibrators.items()}
+    photos = src.get("n_photos", len(src.get("image_ids") or []))
+    basis = {"benchmark": src.get("benchmark"), "split": src.get("split", "train"), "photos": int(photos),
+             "individuals": src.get("n_individuals"), "scorers": scorers, "n_pairs": n_pairs,
+             "n_positive": n_positive, "fitted_at": src.get("fitted_at"), "built_on": src.get("built_on"),
+             "held_out_from_global_training": bool(src.get("held_out_from_global_training", False)),
+             "what": src.get("what", "benchmark pairs"), "fitted_now": fitted_now}
+    pairs = ", ".join(f"{k} {n_pairs[k]} ({n_positive[k]} same)" for k in scorers)
+    where = (f"benchmark {basis['benchmark']}'s {basis['split']} split" if basis["benchmark"]
+             else str(basis["what"]))
+    animals = f" of {basis['individuals']} individuals" if basis["individuals"] is not None else ""
+    when = f", fitted {basis['fitted_at']}" if basis["fitted_at"] else ""
+    built = (f" when the pipeline was built on {basis['built_on']}"
+             if basis["built_on"] and basis["built_on"] != basis["benchmark"] else "")
+    how = "fitted now (building the pipeline)" if fitted_now else "the pipeline's stored calibration, not refitted"
+    basis["words"] = (f"calibrated on {where}: {basis['photos']} photos{animals}; pairs per scorer {pairs}"
+                      f"{when}{built}; {how}")
+    return basis
+
+
 def pipeline_name(global_model: str, settings: PipelineSettings) -> str:
     parts = [global_model, settings.matcher]
     if settings.lnbnn:

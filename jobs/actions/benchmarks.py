@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from core.evaluation import RERANK_METHODS
+from core.evaluation import FLANK_SETTINGS, RERANK_METHODS
 from db.benchmarks import create_benchmark as store_benchmark
 from db.benchmarks import list_benchmarks
 from db.catalogue import CatalogueError
@@ -37,6 +37,8 @@ RERANK_WORDS = {"none": "No re-ranking", "k_reciprocal": "k-reciprocal re-rankin
                 "aqe": "Average query expansion (aqe)",
                 "patch_ot": "Patch transport on the top 20 (patch_ot; idsim models)"}
 RERANK_CHOICES: list[tuple[str, str]] = [(RERANK_WORDS.get(m, m), m) for m in RERANK_METHODS]
+FLANK_WORDS = {"any": "Any flank", "same": "Same flank only", "cross": "Other flank only (left <-> right)"}
+FLANK_CHOICES: list[tuple[str, str]] = [(FLANK_WORDS[f], f) for f in FLANK_SETTINGS]
 SPLIT_CHOICES: list[tuple[str, str]] = [
     ("New individuals (identity-disjoint: test animals are unseen)", "identity"),
     ("Known individuals, new sightings (sighting-disjoint)", "sighting"),
@@ -44,7 +46,7 @@ SPLIT_CHOICES: list[tuple[str, str]] = [
 
 BENCHMARK_HEADERS = ["Benchmark", "Split", "Photos", "Test photos", "Individuals", "Test individuals", "Seed",
                      "Test share", "Source", "Created (UTC)"]
-EVALUATION_HEADERS = ["#", "When (UTC)", "Benchmark", "Model", "Variant", "Re-ranking", "mAP per individual",
+EVALUATION_HEADERS = ["#", "When (UTC)", "Benchmark", "Model", "Variant", "Re-ranking", "Flank", "mAP per individual",
                       "mAP per photo", "Top-1 hit", "Top-5 hit", "mAP with same sighting", "Queries",
                       "Provenance"]
 
@@ -95,7 +97,7 @@ def evaluate(cat: Catalogue, request: EvaluateRequest, *, progress: Callable[[in
     """Evaluate at once (``rosette eval``, and the ``evaluate`` job that :func:`launch_evaluation` queues): the
     figures, stored as an evaluation (its id under ``evaluation_id``)."""
     return run_evaluation(cat, backbone=request.backbone, benchmark=request.benchmark, variant=request.variant,
-                          rerank=request.rerank, progress=progress, should_cancel=should_cancel)
+                          rerank=request.rerank, progress=progress, should_cancel=should_cancel, flank=request.flank)
 
 
 def is_fused_pipeline(cat: Catalogue, name: str) -> bool:
@@ -113,7 +115,8 @@ def launch_evaluation(cat: Catalogue, request: EvaluateRequest) -> tuple[int, st
         raise ValueError(f"unknown image variant {request.variant!r}")
     job_id = submit(cat, "evaluate", request.to_dict())
     return job_id, (f"Evaluation of {request.backbone} on {request.benchmark} ({request.variant}, re-ranking "
-                    f"{request.rerank}) queued as job #{job_id}; follow it in the Jobs tab. Its numbers appear here "
+                    f"{request.rerank}, {FLANK_WORDS[request.flank].lower()}) queued as job #{job_id}; follow it in the "
+                    "Jobs tab. Its numbers appear here "
                     "when it finishes.")
 
 
@@ -143,6 +146,9 @@ def provenance_text(ev: Evaluation) -> str:
     rerank = (ev.metrics or {}).get("rerank")
     if rerank:
         parts.append(f"re-ranking {rerank}")
+    flank = (ev.metrics or {}).get("flank")
+    if flank and flank != "any":
+        parts.append(f"gallery: {FLANK_WORDS.get(flank, flank).lower()}")
     return " · ".join(parts)
 
 
@@ -170,15 +176,17 @@ class EvaluationRow:
     map_macro_with_same_sighting: float | None
     n_queries: int | None
     provenance: str
+    flank: str = "any"
 
     def cells(self) -> list[object]:
-        return [self.id, self.when, self.benchmark, self.model, self.variant, self.rerank, self.map_macro,
+        return [self.id, self.when, self.benchmark, self.model, self.variant, self.rerank, self.flank, self.map_macro,
                 self.map_micro, self.cmc1, self.cmc5, self.map_macro_with_same_sighting, self.n_queries,
                 self.provenance]
 
     @property
     def label(self) -> str:
         extra = f" + {self.rerank}" if self.rerank not in ("none", "") else ""
+        extra += f" · {self.flank} flank" if self.flank != "any" else ""
         return f"#{self.id} {self.model} · {self.variant}{extra}"
 
 
@@ -194,7 +202,7 @@ def evaluation_rows(cat: Catalogue, *, benchmark: str | None = None) -> list[Eva
             map_micro=_num(m.get("map_micro")), cmc1=_num((m.get("cmc_macro") or {}).get("1")),
             cmc5=_num((m.get("cmc_macro") or {}).get("5")),
             map_macro_with_same_sighting=_num(with_same.get("map_macro")) if m.get("same_sighting_excluded") else None,
-            n_queries=m.get("n_queries"), provenance=provenance_text(ev)))
+            n_queries=m.get("n_queries"), provenance=provenance_text(ev), flank=str(m.get("flank") or "any")))
     return rows
 
 

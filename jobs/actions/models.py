@@ -51,7 +51,8 @@ def leaderboard_html(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return ("<div class='empty' id='models-empty'>No evaluation on this benchmark and variant yet: evaluate a "
                 "model (Benchmarks tab, or <code>rosette eval</code>) or train one (Jobs tab).</div>")
-    head = ("Model", "Status", "Head / loss", "mAP macro", "mAP micro", "CMC@1", "CMC@5", "Cross/within flank",
+    head = ("Model", "Status", "Head / loss", "mAP macro", "mAP micro", "CMC@1", "CMC@5", "Same-flank mAP",
+            "Cross-flank mAP", "Cross/within flank",
             "BG/FG (risk)", "Mirror (tier)", "Selectivity", "Trained", "Photos trained on")
     body = []
     for r in rows:
@@ -66,7 +67,11 @@ def leaderboard_html(rows: list[dict[str, Any]]) -> str:
             f"<td title='{_e(r['provenance'])}' class='prov'>{_e(r['name'])}</td><td>{_e(status)}</td>"
             f"<td>{_e(r['head'] or 'frozen features')}{' / ' + _e(r['loss']) if r['loss'] else ''}</td>"
             f"<td>{_f(r['map_macro'])}</td><td>{_f(r['map_micro'])}</td><td>{_f(r['cmc1_macro'])}</td>"
-            f"<td>{_f(r['cmc5_macro'])}</td><td>{_f(r['cross_within'])}</td>"
+            f"<td>{_f(r['cmc5_macro'])}</td>"
+            f"<td class='flank-same' title='rosette eval --flank same: each query ranks only its own flank'>"
+            f"{_f(r.get('map_same_flank'))}</td>"
+            f"<td class='flank-cross' title='rosette eval --flank cross: each query ranks only the other flank'>"
+            f"{_f(r.get('map_cross_flank'))}</td><td>{_f(r['cross_within'])}</td>"
             f"<td>{_f(r['bg_fg'])} {_e(r['bg_fg_band'] or '')}</td><td>{mirror}</td>"
             f"<td class='selectivity' title='selective sensitivity: |identity slope| / steepest context slope "
             f"(run #{r.get('sensitivity_id') or '–'}); above 1, another animal&#39;s coat moves the model more than "

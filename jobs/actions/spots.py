@@ -49,8 +49,9 @@ def launch_spot_evaluation(cat: Catalogue, request: SpotEvaluationRequest) -> tu
     """Queue the evaluation of ``request`` (the Benchmarks tab's form); returns (job id, message)."""
     with cat.unit_of_work() as s:
         known = {b.name for b in list_benchmarks(s)}
-    if request.benchmark not in known:
-        raise CatalogueError(f"There is no benchmark named {request.benchmark!r}.")
+    for name in (request.benchmark, request.calibrate_on):
+        if name and name not in known:
+            raise CatalogueError(f"There is no benchmark named {name!r}.")
     job_id = submit_spot_evaluation(cat, request)
     scorers = " + ".join(request.settings().scorers)
     return job_id, (f"Evaluation of {request.model} re-ranked by {request.matcher} spot evidence ({scorers}, top "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.backbones import DEFAULT_BACKBONE
-from core.evaluation import RERANK_METHODS
+from core.evaluation import FLANK_SETTINGS, RERANK_METHODS
 from core.requests import Request
 from core.splits import check_split_kind
 from core.variants import canonical_variant
@@ -50,13 +50,15 @@ class CreateBenchmarkRequest(Request):
 @dataclass(frozen=True)
 class EvaluateRequest(Request):
     """Evaluate ``backbone`` (a registry name or a trained model) on ``benchmark``'s test split, all against all,
-    seeing ``variant`` of each photo and re-ranked by ``rerank``."""
+    seeing ``variant`` of each photo and re-ranked by ``rerank``; ``flank`` (any, same, cross) restricts each
+    query's gallery to photos of its own flank or of the other one."""
 
     benchmark: str
     backbone: str = DEFAULT_BACKBONE
     variant: str = "full_rgb"
     rerank: str = "none"
     user: str = "curator"
+    flank: str = "any"
 
     def __post_init__(self) -> None:
         if not self.benchmark:
@@ -66,3 +68,5 @@ class EvaluateRequest(Request):
         canonical_variant(self.variant)  # an unknown variant is named with the known ones
         if self.rerank not in RERANK_METHODS:
             raise ValueError(f"unknown re-ranking {self.rerank!r}")
+        if self.flank not in FLANK_SETTINGS:
+            raise ValueError(f"unknown flank setting {self.flank!r}; expected one of {', '.join(FLANK_SETTINGS)}")
