@@ -70,14 +70,28 @@ def lora_targets(model: nn.Module) -> list[str]:
     return names
 
 
+def adapted_widths(model: nn.Module, targets: list[str] | tuple[str, ...] | None = None) -> list[tuple[str, int]]:
+    """(name, :func:`layer_width`) of every adapted layer (``targets``, default :func:`lora_targets`), in model
+    order: all a rank check needs, so a request can be checked before any training."""
+    modules = dict(model.named_modules())
+    return [(n, layer_width(modules[n])) for n in (lora_targets(model) if targets is None else targets)]
+
+
+def rank_refusal(widths: list[tuple[str, int]] | tuple[tuple[str, int], ...], rank: int) -> str | None:
+    """Why ``rank`` is refused for layers of these (name, width) -- larger than the narrowest, named -- or None."""
+    too_narrow = [(n, w) for n, w in widths if w < rank]
+    if not too_narrow:
+        return None
+    name, width = min(too_narrow, key=lambda t: t[1])
+    return (f"LoRA rank {rank} is larger than layer {name!r}'s width {width} "
+            f"({len(too_narrow)} layer(s) are narrower than the rank); use --rank {width} or less")
+
+
 def check_rank(model: nn.Module, targets: list[str] | tuple[str, ...], rank: int) -> None:
     """Refuse a rank larger than the narrowest adapted layer, naming it."""
-    modules = dict(model.named_modules())
-    too_narrow = [(n, layer_width(modules[n])) for n in targets if layer_width(modules[n]) < rank]
-    if too_narrow:
-        name, width = min(too_narrow, key=lambda t: t[1])
-        raise ValueError(f"LoRA rank {rank} is larger than layer {name!r}'s width {width} "
-                         f"({len(too_narrow)} layer(s) are narrower than the rank); use --rank {width} or less")
+    why = rank_refusal(adapted_widths(model, targets), rank)
+    if why:
+        raise ValueError(why)
 
 
 def add_lora(model: nn.Module, *, rank: int, alpha: float, dropout: float) -> LoraSpec:

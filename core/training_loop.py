@@ -12,6 +12,7 @@ store's part (``db.training.train_model``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.adapters import LoraSpec, adapter_parameters, adapter_state, add_lora
+from core.adapters import LoraSpec, adapted_widths, adapter_parameters, adapter_state, add_lora, rank_refusal
 from core.backbones import BackboneConfig, create_backbone
 from core.backbones.torch_base import resize_for_config
 from core.backbones.trained import CHECKPOINT_FORMAT
@@ -200,6 +201,24 @@ class TrainedRun:
                 "validation_image_ids": list(self.validation_image_ids),
                 "trainable_backbone_params": self.trainable_backbone_params,
                 "history": self.state.history, "job_id": job_id, "nearid": self.nearid}
+
+
+@functools.cache
+def backbone_adapted_widths(backbone: str) -> tuple[tuple[str, int], ...] | None:
+    """(name, width) of the layers LoRA adapters would go on in ``backbone``, from its architecture alone (random
+    weights on the CPU, built once per process); None for a backbone without a torch model."""
+    base = create_backbone(backbone, pretrained=False, device="cpu")
+    model = getattr(base, "model", None)
+    return None if model is None else tuple(adapted_widths(model))
+
+
+def check_lora_rank(backbone: str, rank: int) -> None:
+    """Refuse, before any job exists, a LoRA rank wider than ``backbone``'s narrowest adapted layer, in the words
+    the running job would use (:func:`core.adapters.check_rank`)."""
+    widths = backbone_adapted_widths(backbone)
+    why = None if widths is None else rank_refusal(widths, rank)
+    if why:
+        raise ValueError(why)
 
 
 def run_training(tset: TrainingSet, photos: TrainingPhotos, *, backbone: str, config: TrainConfig, name: str,

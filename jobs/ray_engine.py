@@ -126,6 +126,11 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> str:
         return _STATE["label"]
 
 
+def cluster_gpus() -> float:
+    """The GPUs the connected cluster declares (what a ``--device cuda`` training request may count on)."""
+    return float(ray.cluster_resources().get("GPU", 0))
+
+
 def task_resources(kind: str) -> dict[str, float]:
     """Declared resources of a job's Ray task: one CPU; a GPU for training when the cluster has one."""
     gpus = 1.0 if kind in GPU_KINDS and ray.cluster_resources().get("GPU", 0) >= 1 else 0.0

@@ -23,6 +23,7 @@ table, each job run as Ray work on a cluster, ``rosette worker --engine ray [--a
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -56,6 +57,7 @@ from jobs.queue import (
 
 log = logging.getLogger("rosette.worker")
 ENGINES = ("local", "ray")
+RAY_CLUSTER_FILE = "ray-cluster.json"  # <data_dir>/jobs/: what the serving Ray worker's cluster declares
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CANCEL_GRACE_S = 10.0
 
@@ -178,6 +180,28 @@ def start_worker_thread(cat: Catalogue, *, poll_s: float = 1.0, queues: tuple[st
     return threads, stop
 
 
+def declare_ray_cluster(cat: Catalogue, *, label: str, gpus: float) -> None:
+    """Record, for the requests queued meanwhile, that a Ray worker serves this catalogue and how many GPUs its
+    cluster declares (``<data_dir>/jobs/ray-cluster.json``; removed by :func:`forget_ray_cluster` when it stops)."""
+    folder = cat.data_dir / "jobs"
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{RAY_CLUSTER_FILE}.{os.getpid()}"
+    tmp.write_text(json.dumps({"label": label, "gpus": float(gpus), "pid": os.getpid(), "at": time.time()}))
+    tmp.replace(folder / RAY_CLUSTER_FILE)
+
+
+def forget_ray_cluster(cat: Catalogue) -> None:
+    (cat.data_dir / "jobs" / RAY_CLUSTER_FILE).unlink(missing_ok=True)
+
+
+def ray_cluster_gpus(cat: Catalogue) -> float:
+    """GPUs declared by the Ray cluster of the Ray worker serving this catalogue (0 when none serves it)."""
+    try:
+        return float(json.loads((cat.data_dir / "jobs" / RAY_CLUSTER_FILE).read_text()).get("gpus") or 0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0.0
+
+
 def _check_engine(engine: str, address: str | None) -> None:
     if engine not in ENGINES:
         raise JobError(f"unknown worker engine {engine!r}; choose one of: {', '.join(ENGINES)}")
@@ -193,7 +217,8 @@ def start_ray_threads(cat: Catalogue, *, address: str | None = None, queues: tup
     error that stopped them (a cluster lost later)."""
     from jobs import ray_engine  # lazy: imports ray (seconds of start-up), which only --engine ray needs
 
-    ray_engine.connect(address, num_cpus=num_cpus)
+    label = ray_engine.connect(address, num_cpus=num_cpus)
+    declare_ray_cluster(cat, label=label, gpus=ray_engine.cluster_gpus())
     stop = threading.Event()
     errors: list[Exception] = []
     threads = []
@@ -238,6 +263,9 @@ def main_loop(cat: Catalogue, *, queues: tuple[str, ...] = QUEUES, engine: str =
             from jobs import ray_engine  # lazy: imports ray (seconds of start-up), which only --engine ray needs
 
             ray_engine.release_running(cat)
+    finally:
+        if engine == "ray":
+            forget_ray_cluster(cat)
     if errors:
         raise errors[0]
 

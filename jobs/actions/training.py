@@ -22,7 +22,7 @@ from db.species import model_status
 from jobs import queue
 from jobs.actions.common import curator_name
 from jobs.requests.training import TrainRequest
-from jobs.worker import supervise
+from jobs.worker import ray_cluster_gpus, supervise
 
 BLOCK_CHOICES = [("head only, on cached features (minutes on a CPU)", "0"), ("last 2 blocks", "2"),
                  ("last 4 blocks (about 80 s per nyala epoch on 2 CPU cores)", "4"), ("last 8 blocks", "8"),
@@ -115,7 +115,8 @@ def training_form(*, backbone: str, head: str, blocks: str, epochs: float | int 
 def train(cat: Catalogue, request: TrainRequest) -> int:
     """Queue a training run on the heavy queue (``rosette train`` and the Jobs tab); returns the job id. The
     ``train`` job rebuilds the request, trains, then evaluates, diagnoses and compares as it asks. Unknown
-    benchmarks, and more identities or sources per batch than the training set has, are refused here
+    benchmarks, more identities or sources per batch than the training set has, ``--device cuda`` where no
+    worker has CUDA, and a LoRA rank wider than the backbone's narrowest adapted layer are refused here
     (:func:`check_training_request`), before anything is queued."""
     check_training_request(cat, request)
     return queue.submit(cat, "train", replace(request, user=curator_name(request.user)).to_dict())
@@ -125,7 +126,9 @@ def check_training_request(cat: Catalogue, request: TrainRequest) -> None:
     """Refuse, in words, what the catalogue says a training request cannot do: benchmarks it does not have (all
     of them named), and -- when they were asked for explicitly -- more identities per batch than the training set
     has individuals, or more sources per batch than it has sources (benchmarks, or species from the
-    catalogue)."""
+    catalogue). Also what the machines say it cannot do (:func:`check_training_device`, :func:`check_lora`)."""
+    check_training_device(cat, request)
+    check_lora(request)
     with cat.unit_of_work() as s:
         known = sorted(b.name for b in list_benchmarks(s))
     unknown = [b for b in request.benchmarks if b not in known]
@@ -151,6 +154,44 @@ def check_training_request(cat: Catalogue, request: TrainRequest) -> None:
         raise CatalogueError(f"{sources_asked} sources per batch asked for, but the training photos come from "
                              f"{len(sources)} source(s) ({', '.join(sources)}); ask for at most {len(sources)} "
                              "(--sources-per-batch)")
+
+
+def check_training_device(cat: Catalogue, request: TrainRequest) -> None:
+    """Refuse ``--device cuda`` when this machine has no usable CUDA GPU (the local engine runs the job here,
+    or on a worker of the same machine), in the words the job itself would use -- unless the Ray worker serving
+    this catalogue declares GPUs on its cluster (:func:`jobs.worker.ray_cluster_gpus`; its training tasks get
+    one)."""
+    if not request.device.startswith("cuda"):
+        return
+    import torch  # lazy: torch takes seconds to import (the request has imported it already)
+
+    if torch.cuda.is_available() or ray_cluster_gpus(cat) >= 1:
+        return
+    from core.training import resolve_device  # lazy: core.training imports torch
+
+    try:
+        resolve_device(request.device)
+    except ValueError as exc:  # "device 'cuda' was asked for but this machine has no usable CUDA GPU; ..."
+        raise CatalogueError(f"{exc} (no Ray worker with GPUs serves this catalogue either)") from None
+
+
+def check_lora(request: TrainRequest) -> None:
+    """Refuse a LoRA rank wider than the backbone's narrowest adapted layer, in the running job's words
+    (:func:`core.training_loop.check_lora_rank`, from the backbone's architecture, without training). A backbone
+    whose architecture cannot be built here (unknown, weights elsewhere) is left to the job's own refusal."""
+    if request.config.get("adapter") != "lora":
+        return
+    from core.training_loop import backbone_adapted_widths, check_lora_rank  # lazy: imports torch
+
+    rank = request.train_config().lora_rank
+    try:
+        backbone_adapted_widths(request.backbone)
+    except Exception:  # noqa: BLE001 - the job says why the backbone cannot be built
+        return
+    try:
+        check_lora_rank(request.backbone, rank)
+    except ValueError as exc:
+        raise CatalogueError(str(exc)) from None
 
 
 def launch_training(cat: Catalogue, request: TrainRequest) -> tuple[int, str]:
@@ -201,7 +242,8 @@ def models_overview(cat: Catalogue) -> list[dict[str, Any]]:
     with cat.unit_of_work() as s:
         models = list(s.scalars(select(Model).order_by(Model.id)))
         evals = list(s.scalars(select(Evaluation).where(Evaluation.kind == "retrieval").order_by(Evaluation.id)))
-    latest = {e.model_name: e for e in evals if e.variant == "full_rgb"}
+    latest = {e.model_name: e for e in evals if e.variant == "full_rgb"
+              and (e.metrics or {}).get("flank", "any") in ("any", None)}
     out = []
     for m in models:
         tc = m.training_config or {}
