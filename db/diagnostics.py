@@ -85,7 +85,8 @@ def run_diagnose(cat: Catalogue, *, backbone: str, benchmark: str, masker: str |
         **figures,
         "per_image": {"image_ids": data.image_ids, "labels": data.labels, **per_image},
         "masker": masker_name,
-        "mask_run": {k: mask_run[k] for k in ("masked", "cached", "flagged", "todo", "kept_in_catalogue")},
+        "mask_run": {k: mask_run.get(k, 0) for k in ("masked", "cached", "flagged", "empty", "retried", "todo",
+                                                      "kept_in_catalogue")},
         "inpainter": inp.name, "inpainter_config": inp.config, "seeds": list(seeds),
         "model_config": model.config.to_dict(),
     }

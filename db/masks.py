@@ -13,13 +13,96 @@ import numpy as np
 from sqlalchemy import select
 
 from core.annotations import box_prompt, crop_rect
-from core.masking import create_masker, default_masker_name, encode_mask_png, mask_quality, prompt_of
+from core.masking import (
+    MaskResult,
+    create_masker,
+    decode_mask_png,
+    default_masker_name,
+    encode_mask_png,
+    mask_quality,
+    prompt_of,
+)
 from db.catalogue import CatalogueError, get_image, get_or_create_user
 from db.embeddings import CACHED_MASK_PREFIX, ImageSource, load_photo, sources_for
 from db.models import Flank, Image
 from db.session import Catalogue
 
 FLANKS = [f.value for f in Flank]
+#: The maskers a batch run uses; only their masks are ever made again by one (issue 24, item 2).
+AUTOMATIC_MASKERS = ("grabcut", "sam2")
+#: Key of a mask's details saying who made it: ``automatic`` (a batch run) or ``curator`` (accepted in the Mask tab).
+MADE_BY = "made_by"
+CENTRE_RETRY = "one click in the middle, after the box prompt found no animal"
+
+
+def centre_click(shape: Sequence[int]) -> tuple[list[tuple[float, float]], list[int]]:
+    """(points, labels) of one click on the animal in the middle of the picture of ``shape`` (HxW...): what a
+    curator tries first in the Mask tab, and what a batch run tries when its box prompt found no animal."""
+    h, w = shape[0], shape[1]
+    return [(w / 2, h / 2)], [1]
+
+
+def automatic_mask(model: Any, rgb: np.ndarray, box: tuple[float, float, float, float] | None) -> MaskResult:
+    """A batch run's mask of one photo: ``model`` prompted with ``box`` (the annotation's box, or None for the
+    masker's default), and, when that mask is empty, once more with :func:`centre_click`. The details say it was
+    made automatically (:data:`MADE_BY`), and ``retry`` when the click made it."""
+    res = model.predict(rgb, box=box)
+    if not np.asarray(res.mask).any():
+        points, labels = centre_click(rgb.shape)
+        again = model.predict(rgb, points=points, point_labels=labels)
+        if np.asarray(again.mask).any():
+            res = MaskResult(mask=again.mask, source=again.source, details={**again.details, "retry": CENTRE_RETRY})
+    return MaskResult(mask=res.mask, source=res.source, details={**res.details, MADE_BY: "automatic"})
+
+
+def made_automatically(source: str | None, details: dict[str, Any] | None) -> bool:
+    """Whether a stored mask came from a batch run (``rosette mask``, the mask job, a diagnostic's mask pass), so
+    that a run may make it again when it is empty. A curator's mask never is: one accepted in the Mask tab
+    (``made_by: curator``), one whose details show a curator's prompt (clicks, a drawn box), or one stored with
+    no record of a masker's prompt. Masks from before :data:`MADE_BY` count as automatic only with the masker's
+    own default prompt and no click."""
+    if source not in AUTOMATIC_MASKERS:
+        return False
+    details = details or {}
+    if MADE_BY in details:
+        return details[MADE_BY] == "automatic"
+    prompt = details.get("prompt")
+    if not isinstance(prompt, dict) or prompt.get("points"):
+        return False
+    return str(prompt.get("box_source") or "").startswith("default")
+
+
+def empty_automatic_masks(cat: Catalogue, image_ids: Sequence[int]) -> list[int]:
+    """The photos of ``image_ids`` whose stored mask is empty and :func:`made_automatically`, in the given order."""
+    with cat.unit_of_work() as s:
+        rows = {r.id: r for r in s.execute(select(Image.id, Image.mask_source, Image.mask_details, Image.mask_flags)
+                                           .where(Image.id.in_(list(image_ids)), Image.mask_path.is_not(None)))}
+    return [int(i) for i in image_ids if i in rows and "empty" in (rows[i].mask_flags or [])
+            and made_automatically(rows[i].mask_source, rows[i].mask_details)]
+
+
+def retry_empty_masks(cat: Catalogue, image_ids: Sequence[int], *, masker: str, user: str) -> int:
+    """Mask again, with :func:`centre_click`, the photos of ``image_ids`` whose automatic mask came out empty;
+    returns how many now have an animal. Those still empty stay so (a run that needs them names them)."""
+    model = create_masker(masker)
+    made = 0
+    for src in sources_for(cat, list(image_ids)):
+        rgb = load_photo(cat, src)
+        points, labels = centre_click(rgb.shape)
+        res = model.predict(rgb, points=points, point_labels=labels)
+        if np.asarray(res.mask).any():
+            store_mask(cat, src.image_id, res.mask, source=res.source,
+                       details={**res.details, "retry": CENTRE_RETRY, MADE_BY: "automatic"}, user=user)
+            made += 1
+    return made
+
+
+def empty_mask_words(empty_ids: Sequence[int], *, shown: int = 5) -> str:
+    """What a curator does about photos whose mask came out empty, naming them."""
+    named = ", ".join(f"#{i}" for i in empty_ids[:shown]) + (
+        f" and {len(empty_ids) - shown} more" if len(empty_ids) > shown else "")
+    return (f"the masker found no animal in photo{'s' if len(empty_ids) != 1 else ''} {named}, even with a click in "
+            "the middle: draw a box around the animal or click on it in the Mask tab, then accept the mask")
 
 
 def store_mask(cat: Catalogue, image_id: int, mask: np.ndarray, *, source: str, details: dict[str, Any] | None = None,
@@ -70,22 +153,33 @@ def mask_images(cat: Catalogue, *, masker: str | None = None, image_ids: Sequenc
         if only_missing:
             q = q.where(Image.mask_path.is_(None))
         todo = list(s.scalars(q))
-    done, flagged, errors = 0, 0, []
+    done, flagged, retried, errors = 0, 0, 0, []
+    empty: list[int] = []
     for n, src in enumerate(sources_for(cat, todo)):
         if should_cancel and should_cancel():
             break
         try:
             rgb = load_photo(cat, src)
-            res = model.predict(rgb, box=box_prompt(src.box, rgb.shape))
+            res = automatic_mask(model, rgb, box_prompt(src.box, rgb.shape))
             q = store_mask(cat, src.image_id, res.mask, source=res.source, details=res.details, user=user)
-            done += 1
-            flagged += bool(q["flags"])
+            retried += "retry" in res.details
+            if "empty" in q["flags"]:
+                empty.append(src.image_id)
+            else:
+                done += 1
+                flagged += bool(q["flags"])
         except Exception as exc:  # one bad photo must not stop the batch
             errors.append({"image_id": src.image_id, "error": str(exc)})
         if progress:
             progress(n + 1, len(todo))
-    return {"masker": name, "masked": done, "flagged": flagged, "errors": errors, "todo": len(todo),
-            "summary": f"{done} of {len(todo)} photos masked with {name} ({flagged} flagged, {len(errors)} errors)"}
+    summary = (f"{done} of {len(todo)} photos masked with {name} ({flagged} flagged, {len(empty)} empty, "
+               f"{len(errors)} errors)")
+    if retried:
+        summary += f"; {retried} found with a click in the middle after the box found no animal"
+    if empty:
+        summary += f"; {empty_mask_words(empty)}"
+    return {"masker": name, "masked": done, "flagged": flagged, "empty": len(empty), "empty_ids": empty,
+            "retried": retried, "errors": errors, "todo": len(todo), "summary": summary}
 
 
 def diagnostic_masks(cat: Catalogue, image_ids: Sequence[int], *, masker: str | None = None,
@@ -105,7 +199,8 @@ def diagnostic_masks(cat: Catalogue, image_ids: Sequence[int], *, masker: str | 
         return sources_for(cat, image_ids), {**run, "cached": 0, "kept_in_catalogue": True}
     sources = sources_for(cat, image_ids)
     missing = [i for i, src in enumerate(sources) if not src.mask_path]
-    made = reused = flagged = 0
+    made = reused = flagged = retried = 0
+    empty: list[int] = []
     errors: list[dict[str, Any]] = []
     if missing:
         model = create_masker(name)
@@ -119,18 +214,24 @@ def diagnostic_masks(cat: Catalogue, image_ids: Sequence[int], *, masker: str | 
             here = cat.cache_dir / folder / src.pixel_key
             found = sorted(here.glob("*.png")) if here.is_dir() else []
             try:
-                if found:
+                if found and decode_mask_png(found[0].read_bytes()).any():
                     path, reused = found[0], reused + 1
-                else:
+                else:  # none yet, or an empty one from before the batch retry: made (again)
                     rgb = load_photo(cat, src)
-                    mask = model.predict(rgb, box=box_prompt(src.box, rgb.shape)).mask
+                    res = automatic_mask(model, rgb, box_prompt(src.box, rgb.shape))
+                    mask, retried = res.mask, retried + ("retry" in res.details)
+                    for old in found:
+                        old.unlink(missing_ok=True)
                     png = encode_mask_png(mask)
                     path = here / f"{hashlib.sha256(png).hexdigest()[:32]}.png"
                     here.mkdir(parents=True, exist_ok=True)
                     tmp = path.with_suffix(".tmp")
                     tmp.write_bytes(png)
                     tmp.replace(path)
-                    made, flagged = made + 1, flagged + bool(mask_quality(mask).flags)
+                    if mask.any():
+                        made, flagged = made + 1, flagged + bool(mask_quality(mask).flags)
+                    else:
+                        empty.append(src.image_id)
                 rel = path.relative_to(cat.cache_dir).as_posix()
                 sources[i] = dataclasses.replace(src, mask_path=f"{CACHED_MASK_PREFIX}{rel}",
                                                  mask_source=f"{name} (diagnostic cache)")
@@ -138,10 +239,13 @@ def diagnostic_masks(cat: Catalogue, image_ids: Sequence[int], *, masker: str | 
                 errors.append({"image_id": src.image_id, "error": str(exc)})
             if progress:
                 progress(n + 1, len(missing))
-    summary = (f"{made} masks made and {reused} reused with {name} in the diagnostic cache "
+    summary = (f"{made} masks made, {len(empty)} empty and {reused} reused with {name} in the diagnostic cache "
                f"(the catalogue's masks are unchanged)" if missing else "every photo has a catalogue mask")
-    return sources, {"masker": name, "masked": made, "cached": reused, "flagged": flagged, "errors": errors,
-                     "todo": len(missing), "kept_in_catalogue": False, "summary": summary}
+    if empty:
+        summary += f"; {empty_mask_words(empty)}"
+    return sources, {"masker": name, "masked": made, "cached": reused, "flagged": flagged, "empty": len(empty),
+                     "empty_ids": empty, "retried": retried, "errors": errors, "todo": len(missing),
+                     "kept_in_catalogue": False, "summary": summary}
 
 
 def set_flank(cat: Catalogue, image_id: int, flank: str, *, user: str = "curator", source: str = "curator") -> None:

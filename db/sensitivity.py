@@ -55,7 +55,7 @@ from db.embeddings import (
     sources_for,
 )
 from db.evaluation import store_evaluation
-from db.masks import image_source, mask_images, predict_mask, store_mask
+from db.masks import empty_automatic_masks, mask_images, retry_empty_masks
 from db.models import Image, Species
 from db.session import Catalogue
 
@@ -71,14 +71,23 @@ SHOWN_MISSING = 5
 
 class MissingMasksError(CatalogueError):
     """Test photos without a usable mask (none, or an empty one): the edits need one, and none is skipped.
-    ``missing`` and ``empty`` hold (id, name) pairs."""
+    ``missing`` and ``empty`` hold (id, name) pairs; ``automatic`` the ids of the empty masks a batch run made
+    (:func:`db.masks.made_automatically`), which ``--mask-missing`` makes again. With ``masked_first`` (the run
+    already masked what it could, ``--mask-missing``) the message says what to do by hand instead of naming that
+    option again (issue 24, item 2)."""
 
     def __init__(self, benchmark: str, missing: Sequence[tuple[int, str]], total: int, *,
-                 empty: Sequence[tuple[int, str]] = (), errors: Sequence[dict[str, Any]] = ()) -> None:
+                 empty: Sequence[tuple[int, str]] = (), errors: Sequence[dict[str, Any]] = (),
+                 automatic: Sequence[int] = (), masked_first: bool = False) -> None:
         self.benchmark, self.missing, self.empty, self.total = benchmark, list(missing), list(empty), total
+        self.automatic, self.masked_first = [int(i) for i in automatic], masked_first
 
         def named(photos: list[tuple[int, str]]) -> str:
             shown = ", ".join(f"{name} (photo #{i})" for i, name in photos[:SHOWN_MISSING])
+            return shown + (f" and {len(photos) - SHOWN_MISSING} more" if len(photos) > SHOWN_MISSING else "")
+
+        def numbers(photos: list[tuple[int, str]]) -> str:
+            shown = ", ".join(f"#{i}" for i, _ in photos[:SHOWN_MISSING])
             return shown + (f" and {len(photos) - SHOWN_MISSING} more" if len(photos) > SHOWN_MISSING else "")
 
         parts = []
@@ -89,14 +98,27 @@ class MissingMasksError(CatalogueError):
             parts.append(f"{len(self.empty)} of the {total} test photos of benchmark {benchmark!r} have an empty mask "
                          f"(the masker found no animal): {named(self.empty)}.")
         why = f" The masker failed on some: {errors[0].get('error')}" if errors else ""
-        super().__init__(
-            " ".join(parts) + f"{why} The selective-sensitivity diagnostic changes the background outside the "
-            "animal's mask and the coat inside it, so it needs every test photo masked and skips none. Mask them "
-            "first with `rosette mask` (every photo without a mask; `--masker grabcut` or `sam2`) or one by one in the "
-            "Mask tab; or let this run mask them: `rosette diagnose --sensitivity --mask-missing`, or tick \"Mask the "
-            "photos without a mask first\" in the Diagnostics tab."
-            + (" An empty mask has to be made again in the Mask tab, with a click on the animal." if self.empty
-               else ""))
+        need = (" The selective-sensitivity diagnostic changes the background outside the animal's mask and the coat "
+                "inside it, so it needs every test photo masked and skips none.")
+        curators = [p for p in self.empty if p[0] not in set(self.automatic)]
+        by_hand = self.missing + self.empty if masked_first else curators
+        advice = []
+        if not masked_first and (self.missing or len(by_hand) < len(self.empty)):
+            first = ("Mask them first with `rosette mask` (every photo without a mask; `--masker grabcut` or `sam2`) "
+                     "or one by one in the Mask tab; or let" if self.missing else "Let")
+            advice.append(f"{first} this run mask them (an empty mask a batch run made is made again): `rosette "
+                          "diagnose --sensitivity --mask-missing`, or tick \"Mask the photos without a mask first\" "
+                          "in the Diagnostics tab.")
+        if masked_first and (self.missing or len(by_hand) > len(curators)):
+            advice.append("This run already masked what a batch run may mask (photos without a mask, empty masks a "
+                          "batch run made), and tried again with a click in the middle where the masker found no "
+                          "animal.")
+        if by_hand:
+            kept = (" A curator's own mask is never replaced by a batch run." if curators else "")
+            advice.append(f"Open photo{'s' if len(by_hand) != 1 else ''} {numbers(by_hand)} in the Mask tab, click on "
+                          "the animal or draw a box around it, press \"Make mask\" and accept the mask; then run "
+                          f"this again.{kept}")
+        super().__init__(" ".join(parts) + why + need + (" " + " ".join(advice) if advice else ""))
 
 
 def unusable_masks(cat: Catalogue, image_ids: Sequence[int]) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
@@ -113,20 +135,6 @@ def unusable_masks(cat: Catalogue, image_ids: Sequence[int]) -> tuple[list[tuple
 def photos_without_mask(cat: Catalogue, image_ids: Sequence[int]) -> list[tuple[int, str]]:
     """(id, original name) of the photos of ``image_ids`` with no catalogue mask, in the given order."""
     return unusable_masks(cat, image_ids)[0]
-
-
-def retry_empty_masks(cat: Catalogue, image_ids: Sequence[int], *, masker: str, user: str) -> int:
-    """Mask again, with one click in the middle of the photo (what a curator does first in the Mask tab), the
-    photos whose automatic mask came out empty; returns how many now have an animal. Those still empty stay so
-    (and are named by the refusal)."""
-    made = 0
-    for image_id in image_ids:
-        h, w = load_photo(cat, image_source(cat, image_id)).shape[:2]
-        res = predict_mask(cat, image_id, masker=masker, points=[(w / 2, h / 2)], point_labels=[1])
-        if np.asarray(res.mask).any():
-            store_mask(cat, image_id, res.mask, source=res.source, details=res.details, user=user)
-            made += 1
-    return made
 
 
 def identity_edit_in_use(requested: str | None = None) -> str:
@@ -211,12 +219,13 @@ def run_sensitivity(cat: Catalogue, *, backbone: str, benchmark: str, seed: int 
     similarity of each edit to the original, and summarise (:func:`core.sensitivity.summarise_sensitivity`).
 
     Test photos without a catalogue mask, or with an empty one, raise :class:`MissingMasksError` naming them; with
-    ``mask_missing``, ``masker`` (default: SAM 2 if configured, else GrabCut) first masks those without one into
-    the catalogue, as ``rosette mask`` does (a mask that comes out empty is refused the same way). The background edit blends in the painted-out background (by ``inpainter``, default as
-    the BG/FG diagnostic) of another test photo, drawn per photo among other individuals and sightings; the identity
-    edit takes the coat of the nearest other individual of the same species by the model's own ranking of the
-    whole photos, or repaints the animal with a diffusion model (``identity_edit``, see
-    :func:`identity_edit_in_use`)."""
+    ``mask_missing``, ``masker`` (default: SAM 2 if configured, else GrabCut) first masks those without one, and
+    makes again the empty masks a batch run made (never a curator's), into the catalogue as ``rosette mask`` does
+    (a mask that still comes out empty is refused the same way). The background edit blends in the painted-out
+    background (by ``inpainter``, default as the BG/FG diagnostic) of another test photo, drawn per photo among
+    other individuals and sightings; the identity edit takes the coat of the nearest other individual of the same
+    species by the model's own ranking of the whole photos, or repaints the animal with a diffusion model
+    (``identity_edit``, see :func:`identity_edit_in_use`)."""
 
     def report(frac: float, msg: str) -> None:
         if progress:
@@ -230,22 +239,28 @@ def run_sensitivity(cat: Catalogue, *, backbone: str, benchmark: str, seed: int 
         raise CatalogueError(f"benchmark {benchmark!r} has {len(data)} test photo(s); the sensitivity diagnostic "
                              "needs at least two")
     missing, empty = unusable_masks(cat, data.image_ids)
+    automatic = empty_automatic_masks(cat, [i for i, _ in empty])
     mask_run: dict[str, Any] | None = None
-    if missing and mask_missing:
+    if (missing or automatic) and mask_missing:
         masker_name = masker or default_masker_name()
-        report(0.0, f"masking {len(missing)} test photos without a mask ({masker_name})")
-        mask_run = mask_images(cat, masker=masker_name, image_ids=[i for i, _ in missing], only_missing=True,
+        redo = set(automatic)
+        report(0.0, f"masking {len(missing)} test photos without a mask and {len(redo)} with an empty automatic "
+                    f"mask ({masker_name})")
+        todo = [i for i, _ in missing] + [i for i in data.image_ids if i in redo]
+        mask_run = mask_images(cat, masker=masker_name, image_ids=todo, only_missing=False,
                                user=user, should_cancel=should_cancel,
                                progress=lambda d, t: report(0.15 * d / max(t, 1), f"masking {d}/{t}"))
-        newly = {i for i, _ in missing}
+        made_now = set(todo)
         missing, empty = unusable_masks(cat, data.image_ids)
-        retried = retry_empty_masks(cat, [i for i, _ in empty if i in newly], masker=masker_name, user=user)
+        retried = retry_empty_masks(cat, [i for i, _ in empty if i in made_now], masker=masker_name, user=user)
         if retried:
             mask_run = {**mask_run, "made_again_with_a_click": retried}
             missing, empty = unusable_masks(cat, data.image_ids)
+        automatic = empty_automatic_masks(cat, [i for i, _ in empty])
     if missing or empty:
         raise MissingMasksError(data.name, missing, len(data), empty=empty,
-                                errors=(mask_run or {}).get("errors") or ())
+                                errors=(mask_run or {}).get("errors") or (), automatic=automatic,
+                                masked_first=mask_missing)
 
     model = get_backbone(cat, backbone, fit_image_ids=load_benchmark_fit_ids(cat, benchmark))
     metric = model.config.metric

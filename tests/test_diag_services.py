@@ -474,7 +474,8 @@ def test_diagnose_masks_photos_in_its_cache_and_leaves_the_catalogue_alone(cat):
                              user="ana", store=False)
         assert catalogue_masks() == 0  # the catalogue is as the curators left it
         assert first["mask_run"] == {"masked": len(test), "cached": 0, "flagged": first["mask_run"]["flagged"],
-                                     "todo": len(test), "kept_in_catalogue": False}
+                                     "empty": 0, "retried": first["mask_run"]["retried"], "todo": len(test),
+                                     "kept_in_catalogue": False}
         cached = sorted((cat.cache_dir / "masks").rglob("*.png"))
         assert len(cached) == len(test)
         again = run_diagnose(cat, backbone="test_halves", benchmark="tiny", masker="grabcut", inpainter="opencv",

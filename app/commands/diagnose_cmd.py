@@ -45,7 +45,9 @@ def _masks_words(run: dict) -> str:
     if not run.get("todo"):
         return "every test photo had a catalogue mask"
     where = "stored in the catalogue" if run.get("kept_in_catalogue") else "kept in the diagnostic's cache only"
-    return f"{run['masked']} made, {run.get('cached', 0)} reused for photos without one, {where}"
+    empty = (f", {run['empty']} empty (the masker found no animal, even with a click in the middle: mask those in the "
+             "Mask tab)" if run.get("empty") else "")
+    return f"{run['masked']} made, {run.get('cached', 0)} reused for photos without one{empty}, {where}"
 
 
 def _progress(frac: float, msg: str) -> None:
@@ -79,6 +81,8 @@ def run_sensitivity(args, ctx) -> int:
     for line in res["verdicts"]:
         print(line)
     cache = res["cache"]
+    if (res.get("masks") or {}).get("made_now"):
+        print(f"masks made first: {res['masks']['made_now']}")
     print(f"model {res['model']} (fingerprint {res['model_fingerprint']}), benchmark {res['benchmark']} test split "
           f"({res['n_images']} photos), edit seed {res['edits']['seed']}, identity edit {res['edits']['identity']}, "
           f"backgrounds: {res['inpainter']}; {cache['edited_photos']} edited photos, {cache['cached']} from the "

@@ -21,6 +21,7 @@ from core.sensitivity_stats import sensitivity_figure
 from core.variants import VARIANTS
 from db.benchmarks import create_benchmark, list_benchmarks, load_benchmark
 from db.diagnostics import run_diagnose
+from db.masks import empty_automatic_masks
 from db.evaluation import list_evaluations
 from db.models import Evaluation, JobStatus
 from db.sensitivity import SENSITIVITY_KIND, MissingMasksError, identity_edit_in_use, run_sensitivity, unusable_masks
@@ -330,13 +331,17 @@ def submit_sensitivity(cat: Catalogue, request: SensitivityRequest) -> tuple[int
         raise ValueError(f"There is no benchmark named {request.benchmark!r}.")
     data = load_benchmark(cat, request.benchmark, split="test")
     missing, empty = unusable_masks(cat, data.image_ids)
-    if empty or (missing and not request.mask_missing):
-        raise MissingMasksError(data.name, [] if request.mask_missing else missing, len(data), empty=empty)
+    automatic = empty_automatic_masks(cat, [i for i, _ in empty])
+    by_hand = [p for p in empty if p[0] not in set(automatic)] if request.mask_missing else empty
+    if by_hand or (missing and not request.mask_missing):  # the job makes again the empty masks a batch run made
+        raise MissingMasksError(data.name, [] if request.mask_missing else missing, len(data), empty=by_hand,
+                                automatic=automatic, masked_first=request.mask_missing)
     identity_edit_in_use(request.identity_edit)  # an unknown edit is refused before queueing
     request = replace(request, backbone=request.backbone or active_model_name(cat), user=user)
     job_id = queue.submit(cat, "sensitivity", request.to_dict())
-    masking = (f" {len(missing)} photos without a mask are masked first ({request.masker or masker_in_use()[0]})."
-               if missing else "")
+    redo = f" and {len(automatic)} with an empty automatic mask" if automatic else ""
+    masking = (f" {len(missing)} photos without a mask{redo} are masked first "
+               f"({request.masker or masker_in_use()[0]})." if missing or automatic else "")
     return job_id, (f"Queued job #{job_id}: selective sensitivity of {request.backbone} on {request.benchmark} "
                     f"({len(data)} test photos x 4 kinds of change x 4 strengths, seed {request.seed}).{masking} "
                     "The curves appear here when it has finished; follow it in the Jobs tab.")

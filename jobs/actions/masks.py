@@ -16,7 +16,7 @@ from sqlalchemy import select
 from core.masking import mask_quality
 from db.catalogue import CatalogueError
 from db.embeddings import load_mask, load_photo, sources_for
-from db.masks import mask_images, predict_mask, set_flank, store_mask
+from db.masks import MADE_BY, mask_images, predict_mask, set_flank, store_mask
 from db.models import Image, Individual
 from db.session import Catalogue
 from jobs import queue
@@ -113,7 +113,8 @@ def accept_mask(cat: Catalogue, request: AcceptMaskRequest) -> str:
     """Store the proposed mask for the photo (replacing any earlier one); returns what happened."""
     user = curator_name(request.user)
     draft = request.draft
-    q = store_mask(cat, draft.image_id, draft.mask, source=draft.source or "unknown", details=draft.details, user=user)
+    q = store_mask(cat, draft.image_id, draft.mask, source=draft.source or "unknown",
+                   details={**(draft.details or {}), MADE_BY: "curator"}, user=user)  # no batch run replaces it
     draft.stored = True
     problems = f" Check it: {' '.join(FLAG_WORDS[f][0] for f in q['flags'] if f in FLAG_WORDS)}" if q["flags"] else ""
     return (f"Saved the mask of photo #{draft.image_id} (made by {describe_mask_source(q['source'], draft.details)}, "

@@ -1,0 +1,33 @@
+"""The Match review screen draws one progress line, in one place (issue 24, item 3): the events that fill the screen
+(the first opening of the tab above all, which computes the photo features) show their progress over the candidates
+only, not over every output at once, on top of the text beneath them."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+
+def test_every_event_that_fills_the_review_screen_shows_its_progress_over_the_candidates_only(tmp_path):
+    from app.tabs import match
+    from app.ui_base import UIContext
+    from db.session import open_catalogue
+
+    cat = open_catalogue(tmp_path / "data")
+    try:
+        with gr.Blocks() as demo:
+            ctx = UIContext(catalogue=cat, user=gr.State("ana"), version=gr.State(0), demo=demo)
+            with gr.Tab("Match review") as tab:
+                ctx.tab = tab
+                match.build(ctx)
+    finally:
+        cat.close()
+    by_id = {block._id: block for block in demo.blocks.values()}
+    candidates = next(i for i, b in by_id.items() if getattr(b, "elem_id", None) == "match-candidates")
+    shown = []
+    for dep in demo.get_config_file()["dependencies"]:
+        if candidates not in dep["outputs"] or dep["show_progress"] == "hidden":
+            continue
+        shown.append(dep)
+        assert dep["show_progress_on"] == [candidates], (dep["targets"], dep["show_progress_on"])
+    first_opening = [d for d in shown if (tab._id, "select") in [tuple(t) for t in d["targets"]]]
+    assert len(first_opening) == 1 and len(shown) >= 10
