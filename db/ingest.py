@@ -28,7 +28,8 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from core.annotations import CURATOR_SOURCES, DEFAULT_MIN_CONFIDENCE, WHOLE_PHOTO, Box, Detection, crop_rect
-from core.images import MAX_PIXELS, DecodedImage, decode_image, extension_for, make_thumbnail
+from core.detectors import create_detector, detector_available
+from core.images import MAX_PIXELS, DecodedImage, decode_image, extension_for, load_rgb, make_thumbnail
 from core.privacy import blur_boxes
 from core.readers import (
     FORMATS,
@@ -633,6 +634,34 @@ def megadetector_plan(path: str | Path, names: Sequence[str], *, min_confidence:
     return DetectionPlan(frames=frames, source="megadetector", details=details, keep_empty=keep_empty), notes
 
 
+def detector_plan(name: str, entries: Sequence[Entry], *, min_confidence: float = DEFAULT_MIN_CONFIDENCE,
+                  keep_empty: bool = False, max_pixels: int = MAX_PIXELS,
+                  progress: Progress | None = None) -> tuple[DetectionPlan, list[IngestItemResult]]:
+    """Run the registered detector ``name`` on every file of an import first (boxes with source
+    ``detector:<name>``, the same path as a MegaDetector JSON). Raises IngestError when the detector cannot run
+    here (no weights: the reason names where they go). A file that cannot be read or decoded is left out of the
+    plan; the import then reports it as it does without a detector."""
+    available, why = detector_available(name)
+    if not available:
+        raise IngestError(f"the {name} detector cannot run here: {why}")
+    detector = create_detector(name)
+    frames: dict[str, FrameBoxes] = {}
+    for n, e in enumerate(entries):
+        if e.read is None or e.error:
+            continue
+        try:
+            found = detector.detect(load_rgb(e.read(), max_pixels=max_pixels))
+        except (OSError, ValueError):  # unreadable: the import itself says why, for this file
+            continue
+        keep = [d for d in found if d.confidence >= min_confidence]
+        frames[e.name] = FrameBoxes(animals=tuple(d for d in keep if d.category == "animal"),
+                                    people=tuple(d for d in keep if d.category == "person"))
+        if progress is not None:
+            progress(n + 1, len(entries))
+    details = {"source": f"detector:{name}", **detector.details(), "min_confidence": min_confidence}
+    return DetectionPlan(frames=frames, source=f"detector:{name}", details=details, keep_empty=keep_empty), []
+
+
 def _animals(n: int) -> str:
     return f"{n} animal box{'es' if n != 1 else ''}"
 
@@ -651,12 +680,14 @@ def _finish(report: IngestReport, t0: float) -> IngestReport:
 def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, dry_run: bool = False,
                 progress: Progress | None = None, should_cancel: Callable[[], bool] | None = None,
                 max_pixels: int = MAX_PIXELS, update_metadata: bool = False, detections: str | Path | None = None,
-                min_confidence: float = DEFAULT_MIN_CONFIDENCE, keep_empty: bool = False) -> IngestReport:
+                min_confidence: float = DEFAULT_MIN_CONFIDENCE, keep_empty: bool = False,
+                detector: str | None = None) -> IngestReport:
     """Import a file, folder, zip, manifest CSV or Kaggle layout; one report line per file.
 
     With ``detections`` (a MegaDetector batch-output JSON) every animal box at or above ``min_confidence``
     becomes an annotation of its photo, person boxes are blurred in its thumbnails, and a frame with no animal
     box is reported as ``empty`` and left out unless ``keep_empty``. Importing the same JSON again adds nothing.
+    With ``detector`` (a registered detector whose weights are here) the boxes come from running it instead.
 
     ``format`` is one of FORMATS (auto-detected when None). With ``dry_run``
     every file is read and decoded but nothing is written (database or disk).
@@ -684,10 +715,15 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
         report.format = layout
         problems = [pr for t in trees for pr in t.problems]
         plan = None
+        if detections is not None and detector is not None:
+            raise IngestError("boxes come from a detections file or from a detector, not both")
         if detections is not None:
             plan, notes = megadetector_plan(detections, [e.name for e in entries], min_confidence=min_confidence,
                                             keep_empty=keep_empty)
             problems.extend(notes)
+        elif detector is not None:
+            plan, _ = detector_plan(detector, entries, min_confidence=min_confidence, keep_empty=keep_empty,
+                                    max_pixels=max_pixels)
         importer = _Importer(cat, user=user, dry_run=dry_run, origin=f"{layout}:{p.name}", max_pixels=max_pixels,
                              update_metadata=update_metadata, plan=plan)
         report.items.extend(problems)

@@ -362,3 +362,35 @@ def test_doctor_keeps_the_files_of_photos_and_of_frames_kept_empty(trap, tmp_pat
         kept = {empty.blob_path, empty.thumb_path, person.thumb_path}
     orphans = find_orphans(cat, min_age_s=0)
     assert not kept & set(orphans.files) and len(kept) == 3
+
+
+def test_boxes_from_a_detector_run_inside_rosette(trap, tmp_path, monkeypatch):
+    """``rosette import --detector NAME``: the registered detector's boxes take the MegaDetector JSON's path
+    (source ``detector:<name>``, threshold, people blurred); one that cannot run here is refused before any file."""
+    from core.annotations import Detection
+    from core.detectors import DETECTORS
+
+    class TwoAnimals:
+        name = "fake"
+
+        def detect(self, rgb):
+            return [Detection("animal", Box(*BOX_A), 0.9), Detection("animal", Box(*BOX_B), 0.15),
+                    Detection("person", Box(0.0, 0.0, 0.1, 0.1), 0.8)]
+
+        def details(self):
+            return {"detector": "fake", "weights_sha256": None}
+
+    monkeypatch.setitem(DETECTORS._factories, "fake", lambda **_: TwoAnimals())
+    monkeypatch.delenv("ROSETTE_WEIGHTS_DIR", raising=False)
+    cat = open_catalogue(tmp_path / "data")
+    report = ingest_path(cat, trap / "frames", user="ana", detector="fake", min_confidence=0.2)
+    assert {it.name: it.status for it in report.items} == {"pair.jpg": "imported", "person.jpg": "imported",
+                                                           "empty.jpg": "imported"}
+    rows = list_annotations(cat)
+    assert {r.source for r in rows} == {"detector:fake"} and len(rows) == 3  # one box above 0.2 per frame
+    assert all(list(r.bbox) == BOX_A for r in rows)
+    with cat.unit_of_work() as s:
+        assert all(p.people and p.detections["source"] == "detector:fake" for p in s.scalars(select(Photo)))
+    with pytest.raises(IngestError, match="megadetector detector cannot run here: no MegaDetector weights"):
+        ingest_path(cat, trap / "frames", user="ana", detector="megadetector")
+    assert cli(["--data-dir", str(tmp_path / "cli"), "import", str(trap / "frames"), "--detector", "nope"]) == 1

@@ -39,6 +39,9 @@ def register(sub) -> None:
                         "becomes its own annotation, person boxes are blurred in thumbnails")
     p.add_argument("--min-confidence", type=float, default=DEFAULT_MIN_CONFIDENCE,
                    help=f"the detector threshold for animal and person boxes (default {DEFAULT_MIN_CONFIDENCE})")
+    p.add_argument("--detector", default=None, metavar="NAME",
+                   help="run a detector for the boxes instead (rosette detectors: which can run here; "
+                        "megadetector needs its weights in $ROSETTE_WEIGHTS_DIR)")
     p.add_argument("--keep-empty", action="store_true",
                    help="import frames with no animal box too (as photos without annotations)")
     p.set_defaults(func=run)
@@ -61,7 +64,8 @@ def _progress_printer(stream):
 def run(args, ctx) -> int:
     request = ImportPathRequest(args.path, user=ctx.user, format=args.format, dry_run=args.dry_run,
                                 update_metadata=args.update_metadata, detections=args.detections,
-                                min_confidence=args.min_confidence, keep_empty=args.keep_empty)
+                                min_confidence=args.min_confidence, keep_empty=args.keep_empty,
+                                detector=args.detector)
     report = import_path(ctx.catalogue, request, progress=_progress_printer(sys.stderr))
     print(f"import of {report.source} as {report.format}")
     if args.show_all or len(report.items) <= FULL_TABLE_MAX:

@@ -33,6 +33,7 @@ __all__ = [
     "Detector",
     "DetectorUnavailableError",
     "UnknownComponentError",
+    "check_detector_name",
     "create_detector",
     "describe_detectors",
     "detector_available",
@@ -77,6 +78,13 @@ def detector_available(name: str) -> tuple[bool, str]:
 def detector_status() -> list[tuple[str, bool, str]]:
     """(name, available here?, reason) for every registered detector, available or not."""
     return [(name, *detector_available(name)) for name in list_detectors()]
+
+
+def check_detector_name(name: str) -> str:
+    """``name`` if a detector is registered under it (a request checks this when made), else the registry's
+    error listing the known ones."""
+    DETECTORS.resolve(name)
+    return name
 
 
 def create_detector(name: str, **opts: Any) -> Detector:

@@ -88,7 +88,7 @@ def import_path(cat: Catalogue, request: ImportPathRequest, *, progress: Progres
     return ingest_path(cat, request.path, format=request.format, user=curator_name(request.user),
                        dry_run=request.dry_run, progress=progress, update_metadata=request.update_metadata,
                        detections=request.detections, min_confidence=request.min_confidence,
-                       keep_empty=request.keep_empty)
+                       keep_empty=request.keep_empty, detector=request.detector)
 
 
 def warm_features(cat: Catalogue, *, user: str) -> int | None:

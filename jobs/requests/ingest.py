@@ -5,10 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.annotations import DEFAULT_MIN_CONFIDENCE
+from core.detectors import check_detector_name
 from core.requests import Request
 
 
 def _check_detections(request: ImportUploadsRequest | ImportPathRequest) -> None:
+    if getattr(request, "detector", None) is not None:
+        if request.detections is not None:
+            raise ValueError("boxes come from a detections file (--detections) or a detector (--detector), not both")
+        check_detector_name(request.detector)
     """The MegaDetector options both imports share: a threshold in [0, 1], and no empty frames kept without a
     detections file (without one no frame is empty)."""
     if request.detections is not None:
@@ -16,7 +21,7 @@ def _check_detections(request: ImportUploadsRequest | ImportPathRequest) -> None
     if not 0.0 <= float(request.min_confidence) <= 1.0:
         raise ValueError(f"the minimum confidence (--min-confidence) must be between 0 and 1, "
                          f"got {request.min_confidence}")
-    if request.keep_empty and request.detections is None:
+    if request.keep_empty and request.detections is None and getattr(request, "detector", None) is None:
         raise ValueError("keeping empty frames (--keep-empty) needs a MegaDetector output file (--detections): "
                          "without one no frame is empty")
 
@@ -56,6 +61,7 @@ class ImportPathRequest(Request):
     detections: str | None = None  # a MegaDetector batch-output JSON: each animal box becomes an annotation
     min_confidence: float = DEFAULT_MIN_CONFIDENCE
     keep_empty: bool = False  # keep frames with no animal box (as photos without annotations)
+    detector: str | None = None  # run this registered detector (its weights here) for the boxes
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", str(self.path))
