@@ -178,3 +178,26 @@ def test_review_two_animals_of_one_frame_with_whole_frame(trap_server, page, sho
     page.locator("#box-undo").click()
     expect(page.locator("#box-status")).to_contain_text(f"Undid the move of annotation {b}", timeout=TIMEOUT_MS)
     expect(page.locator("#box-x input")).to_have_value(re.compile(r"^0\.52"))
+
+    # --- mask animal A on its own (prompted with its box, no click needed), accept it: B stays unmasked
+    choose(page, "mask-pick", f"#{a} ·")
+    report = page.locator("#mask-report")
+    expect(report).to_contain_text("No mask proposed yet", timeout=TIMEOUT_MS)
+    page.locator("#mask-run").click()
+    expect(report).to_contain_text("Mask made by GrabCut", timeout=2 * TIMEOUT_MS)  # GrabCut on the crop
+    page.locator("#mask-accept").click()
+    expect(page.locator("#mask-status")).to_contain_text(f"Saved the mask of photo #{a}", timeout=TIMEOUT_MS)
+    shot("masked-a")
+    assert _mask_sources(data, a, b) == ("grabcut", None)
+
+
+def _mask_sources(data, a: int, b: int) -> tuple:
+    from db.models import Image
+    from db.session import open_catalogue
+
+    cat = open_catalogue(data, migrate=False)
+    try:
+        with cat.unit_of_work() as s:
+            return s.get(Image, a).mask_source, s.get(Image, b).mask_source
+    finally:
+        cat.close()
