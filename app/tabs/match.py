@@ -112,7 +112,8 @@ def build(ctx: UIContext) -> None:
                 next_button = gr.Button("Next →", elem_id="match-next", size="sm")
                 undo_button = gr.Button("Undo my last decision (Z)", elem_id="match-undo", size="sm")
                 # below the decisions, so the buttons stay above the fold: the whole photos with every box drawn
-                whole_frame = gr.Checkbox(label="Whole frame", value=False, elem_id="whole-frame", container=False)
+                whole_frame = gr.Checkbox(label="Whole frame", value=False, elem_id="whole-frame", container=False,
+                                          min_width=150)
                 new_name = gr.Textbox(label="Name for a new individual", placeholder="new individual's name (optional)",
                                       max_lines=1, elem_id="match-new-name", scale=2, container=False)
             with gr.Row(equal_height=True):
