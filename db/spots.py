@@ -349,7 +349,9 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
         missing = [s for s in scorers if s not in calibrators]
         raise CatalogueError(f"could not calibrate {', '.join(missing)}: the calibration photos gave too few same / "
                              "not-same pairs with spot evidence (too few keypoints, or no masks on opposite flanks?)")
-    fused = fuse_scores(tst.spots, tst.valid, calibrators, scorers, shortlist=settings.shortlist)
+    # the shortlist is taken inside the flank's gallery too, as a curator reviewing that flank sees it (and as
+    # the components beside it are fused)
+    fused = fuse_scores(tst.spots, scored, calibrators, scorers, shortlist=settings.shortlist)
     main = {**retrieval_metrics(fused, test.labels, test.labels, valid=scored).to_dict(),
             **flank_counts(test.flanks, flank)}
     name = pipeline_name(backbone.config.name, settings)
@@ -425,7 +427,7 @@ def evaluate_stored_pipeline(cat: Catalogue, pipeline: StoredPipeline, *, benchm
     cals = pipeline.calibrators
     scored = flank_gallery(tst.valid, test.flanks, flank)  # the gallery each query is scored against
     components = component_metrics(tst.spots, scored, test.labels, cals, shortlist=settings.shortlist)
-    fused = fuse_scores(tst.spots, tst.valid, cals, scorers, shortlist=settings.shortlist)
+    fused = fuse_scores(tst.spots, scored, cals, scorers, shortlist=settings.shortlist)  # as when built
     main = {**retrieval_metrics(fused, test.labels, test.labels, valid=scored).to_dict(),
             **flank_counts(test.flanks, flank)}
     result: dict[str, Any] = {
