@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,13 +103,18 @@ class FrameCrops:
     to load decodes the crops of all its annotations in this batch (JPEG draft at the scale each needs), and
     the others take theirs. Thread-safe (the feature pipeline loads in threads)."""
 
+    #: Photos whose decoded crops are kept for annotations still to ask.
+    KEEP_PHOTOS = 64
+
     def __init__(self, cat: Catalogue, sources: Sequence[ImageSource], *, min_side: int | None,
                  margin: float = CROP_MARGIN) -> None:
         self.cat, self.min_side, self.margin = cat, min_side, margin
         self._siblings: dict[str, list[ImageSource]] = {}
         for src in sources:
             self._siblings.setdefault(src.blob_path, []).append(src)
-        self._left: dict[int, np.ndarray] = {}
+        # photo -> its annotations' crops, oldest first; a photo's siblings load next to each other, so a few
+        # photos suffice, and one whose other annotation is cached (never asks) is let go with the oldest
+        self._decoding: dict[str, Future[dict[int, np.ndarray]]] = {}
         self._lock = threading.Lock()
 
     def key(self, src: ImageSource) -> str:
@@ -120,19 +126,43 @@ class FrameCrops:
         return src.decode_scale(self.min_side, margin=self.margin)
 
     def load(self, src: ImageSource) -> np.ndarray:
+        """The annotation's crop. The first of a photo's annotations to ask decodes them all; one that asks while
+        that decode runs (the pipeline's other thread, usually) waits for it instead of decoding again."""
         with self._lock:
-            crop = self._left.pop(src.image_id, None)
-        if crop is not None:
-            return crop
-        group = self._siblings.get(src.blob_path) or [src]
-        crops = load_crops(self.cat.blobs.path(src.blob_path), [g.box for g in group], min_side=self.min_side,
+            decoding = self._decoding.get(src.blob_path)
+            owner = decoding is None
+            if owner:
+                decoding = self._decoding[src.blob_path] = Future()
+                while len(self._decoding) > self.KEEP_PHOTOS:  # siblings that never ask (cached) must not pile up
+                    oldest = next(iter(self._decoding))
+                    if not self._decoding[oldest].done():
+                        break
+                    del self._decoding[oldest]
+        if owner:
+            try:
+                decoding.set_result(self._decode(src.blob_path))
+            except BaseException as exc:
+                decoding.set_exception(exc)
+                with self._lock:  # a later call may try again
+                    self._decoding.pop(src.blob_path, None)
+                raise
+        crops = decoding.result()
+        with self._lock:
+            crop = crops.pop(src.image_id, None)
+            if not crops:  # every annotation of the photo has its crop: let the pixels go
+                self._decoding.pop(src.blob_path, None)
+        if crop is None:  # asked twice (a retry): decode this one again
+            return self._decode(src.blob_path)[src.image_id]
+        return crop
+
+    def _decode(self, blob_path: str) -> dict[int, np.ndarray]:
+        group = self._siblings[blob_path]
+        crops = load_crops(self.cat.blobs.path(blob_path), [g.box for g in group], min_side=self.min_side,
                            margin=self.margin)
         for g, c in zip(group, crops):
             if c.scale != self._scale(g):  # the key promised another decode: never mislabel it
                 raise RuntimeError(f"photo {g.image_id} decoded at 1/{c.scale}, expected 1/{self._scale(g)}")
-        with self._lock:
-            self._left.update({g.image_id: c.rgb for g, c in zip(group, crops) if g.image_id != src.image_id})
-        return next(c.rgb for g, c in zip(group, crops) if g.image_id == src.image_id)
+        return {g.image_id: c.rgb for g, c in zip(group, crops)}
 
 
 def decode_side(backbone: Any) -> int | None:

@@ -394,3 +394,29 @@ def test_boxes_from_a_detector_run_inside_rosette(trap, tmp_path, monkeypatch):
     with pytest.raises(IngestError, match="megadetector detector cannot run here: no MegaDetector weights"):
         ingest_path(cat, trap / "frames", user="ana", detector="megadetector")
     assert cli(["--data-dir", str(tmp_path / "cli"), "import", str(trap / "frames"), "--detector", "nope"]) == 1
+
+
+def test_frame_crops_decode_once_under_threads_and_keep_a_bounded_number_of_photos(imported, monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    import db.embeddings as emb
+
+    cat, _ = imported
+    srcs = sources_for(cat, [r.id for r in _pair_annotations(cat)])
+    calls = []
+    real = emb.load_crops
+    monkeypatch.setattr(emb, "load_crops", lambda *a, **k: calls.append(a) or real(*a, **k))
+    crops = emb.FrameCrops(cat, srcs, min_side=None)
+    with ThreadPoolExecutor(2) as pool:  # both animals asked at once, as the feature pipeline's threads do
+        got = list(pool.map(crops.load, srcs))
+    assert len(calls) == 1 and [g.shape for g in got] == [load_photo(cat, s).shape for s in srcs]
+    assert not crops._decoding  # every annotation took its crop: nothing kept
+    with cat.unit_of_work() as s:
+        person = s.scalar(select(Photo).where(Photo.original_name == "person.jpg"))
+    (other,) = sources_for(cat, [list_annotations(cat, photo_id=person.id)[0].id])
+    lone = emb.FrameCrops(cat, [*srcs, other], min_side=None)
+    lone.KEEP_PHOTOS = 1
+    lone.load(srcs[0])  # its sibling never asks (its features were cached): the pair's crops wait ...
+    assert list(lone._decoding) == [srcs[0].blob_path]
+    lone.load(other)  # ... until the next photo comes: then the oldest is let go, and nothing piles up
+    assert not lone._decoding

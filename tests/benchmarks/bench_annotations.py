@@ -182,8 +182,11 @@ def _catalogue_rows(frames, n_annot: int) -> list[dict]:
     try:
         folder = root / "frames"
         folder.mkdir()
-        for p, _ in frames:
-            (folder / p.name).symlink_to(p)
+        for p, _ in frames:  # hard links: the import refuses symbolic links that leave its folder
+            try:
+                os.link(p, folder / p.name)
+            except OSError:
+                shutil.copyfile(p, folder / p.name)
         md = {"info": {"format_version": "1.4", "detector": "bench"}, "detection_categories": {"1": "animal"},
               "images": [{"file": p.name, "detections": [{"category": "1", "conf": 0.9, "bbox": b.as_list()}
                                                            for b in boxes]} for p, boxes in frames]}
