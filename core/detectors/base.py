@@ -3,7 +3,6 @@ import this, not the package, whose registry imports them."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -44,24 +43,3 @@ def weights_dir() -> Path | None:
     return Path(root).expanduser() if root else None
 
 
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex SHA-256 of a file, streamed."""
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-def as_rgb_uint8(rgb: np.ndarray) -> np.ndarray:
-    """Validate a photo as HxWx3 uint8 (grey HxW is stacked, an alpha channel dropped, floats in [0, 1] scaled)."""
-    arr = np.asarray(rgb)
-    if arr.ndim == 2:
-        arr = np.repeat(arr[:, :, None], 3, axis=2)
-    if arr.ndim != 3 or arr.shape[2] not in (3, 4):
-        raise ValueError(f"expected an HxWx3 RGB image, got shape {arr.shape}")
-    arr = arr[:, :, :3]
-    if arr.shape[0] < 1 or arr.shape[1] < 1:
-        raise ValueError(f"empty image of shape {arr.shape}")
-    if arr.dtype != np.uint8:
-        if np.issubdtype(arr.dtype, np.floating) and arr.size and float(np.nanmax(arr)) <= 1.0:
-            arr = arr * 255.0
-        arr = np.clip(np.rint(np.nan_to_num(arr)), 0, 255).astype(np.uint8)
-    return np.ascontiguousarray(arr)

@@ -30,7 +30,9 @@ from typing import Any
 import numpy as np
 
 from core.annotations import DETECTION_CATEGORIES, Box, Detection, InvalidBoxError
-from core.detectors.base import WEIGHTS_DIR_ENV, DetectorUnavailableError, as_rgb_uint8, sha256_file, weights_dir
+from core.backbones.weights import sha256_file
+from core.detectors.base import WEIGHTS_DIR_ENV, DetectorUnavailableError, weights_dir
+from core.masking.base import as_rgb_uint8
 
 NAME = "megadetector"
 #: MegaDetector v5 files, most preferred first (5a and 5b are equally good; 5a is MegaDetector's default).
