@@ -160,6 +160,19 @@ def _resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:
         return dict(getattr(fn, "__annotations__", {}))
 
 
+def refreshed_choices(choices: Sequence[Any], current: Any, *, values: Sequence[Any] | None = None) -> Any:
+    """A dropdown update for a refresh: new ``choices``, and the value cleared only when the current pick is gone.
+
+    A refresh runs with the value the dropdown had when it was triggered; a pick made while it was in flight arrives
+    as ``None``, so ``None`` leaves the value alone instead of wiping that pick. ``values`` are the choices' values
+    (by default the second item of each ``(label, value)`` pair).
+    """
+    known = list(values) if values is not None else [c[1] if isinstance(c, tuple) else c for c in choices]
+    if current is None or current in known:
+        return gr.update(choices=list(choices))
+    return gr.update(choices=list(choices), value=None)
+
+
 def guarded_viewer(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``curator_action(fn, role=Role.viewer)``: for handlers that only read or only change the screen."""
     return curator_action(fn, role=Role.viewer)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text
+from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text, refreshed_choices
 from db.models import Role
 from jobs.actions import catalogue as services
 from jobs.actions import species as sa
@@ -104,9 +104,8 @@ def build(ctx: UIContext) -> None:
         everyone = services.individual_cards(cat) if (search_text or "").strip() else cards
         pictured = [c for c in cards if c.thumb]
         choices = [(c.caption, c.id) for c in everyone]
-        value = current if any(c.id == current for c in everyone) else None
         return ([(c.thumb, c.caption) for c in pictured], [c.id for c in pictured], services.catalogue_summary(cat),
-                gr.update(choices=choices, value=value))
+                refreshed_choices(choices, current, values=[c.id for c in everyone]))
 
     def render_detail(current, ticked=None, target=None):
         everyone = services.individual_cards(cat)

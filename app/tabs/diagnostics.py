@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from app.ui_base import UIContext, curator_action, guarded_viewer
+from app.ui_base import UIContext, curator_action, guarded_viewer, refreshed_choices
 from core.inpainting import default_inpainter_name
 from db.models import Role
 from jobs.actions import diagnostic_words as dw
@@ -151,10 +151,9 @@ def build(ctx: UIContext) -> None:
         photos = photo.masked_image_choices(cat)
         benches = ds.benchmark_names(cat)
         runs = ds.diagnosis_choices(cat)
-        photo_value = current_photo if any(c[1] == current_photo for c in photos) else None
         bench_value = current_bench if current_bench in benches else (benches[0] if benches else None)
         stored_value = current_stored if any(c[1] == current_stored for c in runs) else (runs[0][1] if runs else None)
-        return (gr.update(choices=photos, value=photo_value), gr.update(choices=benches, value=bench_value),
+        return (refreshed_choices(photos, current_photo), gr.update(choices=benches, value=bench_value),
                 gr.update(choices=runs, value=stored_value))
 
     refresh_outputs = [photo_pick, run_benchmark, stored]

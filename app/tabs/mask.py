@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app.ui_base import ASSETS_DIR, UIContext, curator_action, guarded_viewer
+from app.ui_base import ASSETS_DIR, UIContext, curator_action, guarded_viewer, refreshed_choices
 from db.models import Role
 from jobs.actions import annotations as an
 from jobs.actions import flanks as fs
@@ -110,8 +110,7 @@ def build(ctx: UIContext) -> None:
 
     def refresh(current):
         choices = mk.mask_image_choices(cat)
-        value = current if any(c[1] == current for c in choices) else None
-        return gr.update(choices=choices, value=value)
+        return refreshed_choices(choices, current)
 
     ctx.on_refresh(refresh, inputs=[picker], outputs=[picker])
 
