@@ -163,12 +163,41 @@ class Individual(Base):
     merged_into_id: Mapped[int | None] = mapped_column(ForeignKey("individuals.id"), default=None)
     species_id: Mapped[int] = mapped_column(ForeignKey("species.id"), default=DEFAULT_SPECIES_ID,
                                             server_default=str(DEFAULT_SPECIES_ID), index=True)
+    # Camtrap DP vocabularies: sex female | male | unknown; life stage adult | subadult | juvenile | unknown
+    sex: Mapped[str | None] = mapped_column(String(20), default=None)
+    life_stage: Mapped[str | None] = mapped_column(String(20), default=None)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
     images: Mapped[list[Image]] = relationship(back_populates="individual", foreign_keys="Image.individual_id")
 
 
+class Deployment(Base):
+    """One camera at one location for one active period (Camtrap DP ``deployments``, docs/DESIGN.md section 8).
+
+    A location whose camera was down for some days is several deployments sharing ``location_id``. ``start`` and
+    ``end`` are ISO 8601 with the deployment's UTC offset (its local time); occasions count days in that time.
+    """
+
+    __tablename__ = "deployments"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), unique=True)  # Camtrap DP deploymentID
+    location_id: Mapped[str | None] = mapped_column(String(200), default=None, index=True)
+    location_name: Mapped[str | None] = mapped_column(String(200), default=None)
+    lat: Mapped[float | None] = mapped_column(Float, default=None)  # WGS84
+    lon: Mapped[float | None] = mapped_column(Float, default=None)
+    start: Mapped[str] = mapped_column(String(40))  # ISO 8601 with offset, e.g. 2024-05-01T12:00:00-04:00
+    end: Mapped[str] = mapped_column(String(40))
+    camera_id: Mapped[str | None] = mapped_column(String(200), default=None)
+    camera_model: Mapped[str | None] = mapped_column(String(200), default=None)
+    # the other Camtrap DP deployment fields as they came (habitat, setupBy, cameraHeight, ...), for the export
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
 class Sighting(Base):
+    """An event: photos of one animal-passing, from a manifest's sighting column, a Camtrap DP ``eventID``, or
+    photos of one deployment within 60 s of each other."""
+
     __tablename__ = "sightings"
     id: Mapped[int] = mapped_column(primary_key=True)
     key: Mapped[str] = mapped_column(String(200), unique=True)  # label from the manifest, or generated
@@ -178,6 +207,8 @@ class Sighting(Base):
     lon: Mapped[float | None] = mapped_column(Float, default=None)
     camera: Mapped[str | None] = mapped_column(String(200), default=None)
     observer: Mapped[str | None] = mapped_column(String(200), default=None)
+    deployment_id: Mapped[int | None] = mapped_column(ForeignKey("deployments.id"), default=None, index=True)
+    event_key: Mapped[str | None] = mapped_column(String(200), default=None)  # a Camtrap DP eventID, as it came
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
     images: Mapped[list[Image]] = relationship(back_populates="sighting")
@@ -210,10 +241,17 @@ class Photo(Base):
     people: Mapped[list[Any] | None] = mapped_column(JSONType, default=None)
     # where the boxes came from: {"source": "megadetector", "detector": ..., "min_confidence": ..., "file": ...}
     detections: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    deployment_id: Mapped[int | None] = mapped_column(ForeignKey("deployments.id"), default=None, index=True)
+    # when it was taken, ISO 8601 with the UTC offset (Camtrap DP media.timestamp; EXIF time + the deployment's)
+    taken_at: Mapped[str | None] = mapped_column(String(40), default=None)
+    media_key: Mapped[str | None] = mapped_column(String(200), default=None, unique=True)  # Camtrap DP mediaID
+    # the other Camtrap DP media fields as they came (captureMethod, favorite, mediaComments, ...)
+    media_details: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     imported_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
     annotations: Mapped[list[Image]] = relationship(back_populates="photo", order_by="Image.id")
     sighting: Mapped[Sighting | None] = relationship()
+    deployment: Mapped[Deployment | None] = relationship()
 
     @property
     def has_people(self) -> bool:
@@ -266,6 +304,11 @@ class Image(Base):
     mask_details: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     solidity: Mapped[float | None] = mapped_column(Float, default=None)
     mask_flags: Mapped[list[Any] | None] = mapped_column(JSONType, default=None)
+    # a Camtrap DP observation: its observationID, the lifeStage and sex it stated, its other fields as they came
+    observation_key: Mapped[str | None] = mapped_column(String(200), default=None, unique=True)
+    life_stage: Mapped[str | None] = mapped_column(String(20), default=None)
+    sex: Mapped[str | None] = mapped_column(String(20), default=None)
+    observation_details: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     imported_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
     individual: Mapped[Individual | None] = relationship(back_populates="images", foreign_keys=[individual_id])

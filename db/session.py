@@ -311,6 +311,13 @@ def open_catalogue(data_dir: str | os.PathLike[str] | None = None, *, url: str |
     )
 
 
+def head_revision() -> str:
+    """The newest schema revision this Rosette knows (the Alembic head)."""
+    from alembic.script import ScriptDirectory  # lazy, as in the other migration helpers here
+
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
 def _open_read_only(root: Path, db_file: Path, *, migrate: bool) -> Catalogue:
     """The catalogue opened read-only; it must already be at the newest schema (migrating would write)."""
     from alembic.migration import MigrationContext
