@@ -183,7 +183,7 @@ def deployment_at(deployments: Sequence[DeploymentSpec], when: datetime) -> Depl
 def group_events(times: Sequence[datetime], *, gap_s: float = EVENT_GAP_S) -> list[int]:
     """Event number per photo of one deployment: a photo more than ``gap_s`` after the previous one (in time
     order) starts a new event. Numbers count from 0 in time order; the input order does not matter."""
-    if gap_s < 0:
+    if not gap_s >= 0:  # also refuses NaN, which no comparison would ever exceed (one event for everything)
         raise StationError(f"the event gap must be at least 0 s (got {gap_s})")
     order = sorted(range(len(times)), key=lambda i: times[i])
     events = [0] * len(times)
@@ -198,6 +198,10 @@ def group_events(times: Sequence[datetime], *, gap_s: float = EVENT_GAP_S) -> li
 
 
 def active_days(start: datetime, end: datetime) -> list[date]:
-    """The local calendar days a deployment was active on (start and end days included)."""
+    """The local calendar days a deployment was active on (start and end days included), in the deployment's local
+    time: its start's UTC offset (:attr:`DeploymentSpec.offset`, the offset its photos' times are put in), whatever
+    offset the end was written with."""
+    if start.tzinfo is not None and end.tzinfo is not None:
+        end = end.astimezone(start.tzinfo)  # an end written in UTC ("...Z") is the same instant, in local time
     first, last = start.date(), end.date()
     return [first + timedelta(days=k) for k in range((last - first).days + 1)]

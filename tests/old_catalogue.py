@@ -1,17 +1,31 @@
-"""The catalogue made before migration 0008 (``tests/fixtures/catalogue_0007/``), for upgrade tests.
+"""The catalogues made before a migration (``tests/fixtures/catalogue_<revision>/``), for upgrade tests.
 
-The fixture is a Rosette data directory written at schema revision 0007 by the code of commit 912e1b0, through the
-service functions the command line and the web app call (``tests/fixtures/build_catalogue_0007.py`` says how it was
-built and how to build it again): 12 photos in 3 sightings, 6 individuals (one merged away, one split out, a merge
-undone), match decisions of every kind (one undone), flanks, masks (alpha and GrabCut), a benchmark, an evaluation,
-jobs, stored best matches and the hash-chained audit trail of all of it.
+Each fixture is a Rosette data directory written by the code of its time through the service functions the command
+line and the web app call, never by hand-written rows.
 
-- :func:`copy_old_catalogue` copies it somewhere a test may change it (opening it with ``open_catalogue`` migrates
-  that copy, never the fixture);
+``tests/fixtures/catalogue_0007/`` (before migration 0008, annotations) was written at schema revision 0007 by the
+code of commit 912e1b0 (``tests/fixtures/build_catalogue_0007.py`` says how it was built and how to build it
+again): 12 photos in 3 sightings, 6 individuals (one merged away, one split out, a merge undone), match decisions
+of every kind (one undone), flanks, masks (alpha and GrabCut), a benchmark, an evaluation, jobs, stored best
+matches and the hash-chained audit trail of all of it.
+
+``tests/fixtures/catalogue_0008/`` (before migration 0009, deployments) was written at revision 0008 by the code of
+commit 1759791 (``tests/fixtures/build_catalogue_0008.py``): the same story, then what 0008 brought: camera-trap
+frames imported with a MegaDetector JSON (a photo with two animals and a person box, a photo with one, a photo of
+only a person kept without annotations), a drawn box, a box move undone and a decision on one animal of a photo
+holding two. :data:`OLD_CATALOGUES` holds both, by revision (:class:`OldCatalogue`: folder, database file, rows
+per table).
+
+- :func:`copy_old_catalogue` copies one somewhere a test may change it (opening it with ``open_catalogue``
+  migrates that copy, never the fixture);
 - :func:`load_old_catalogue_into_postgres` makes the same catalogue on an empty PostgreSQL database: the schema at
-  revision 0007 by Alembic, then every row of every table, ids kept; the database is left at 0007, for a test to
-  upgrade;
-- :data:`OLD_CATALOGUE_COUNTS` is the number of rows per table (``alembic_version`` included), what both hold.
+  the fixture's revision by Alembic, then every row of every table, ids kept; the database is left at that
+  revision, for a test to upgrade;
+- :data:`OLD_CATALOGUE_COUNTS` is the number of rows per table (``alembic_version`` included) of the 0007 fixture,
+  what both hold (``OLD_CATALOGUES[revision].counts`` for any of them).
+
+The revision is a keyword (``revision="0008"``); left out it is ``"0007"`` (:data:`OLD_REVISION`), the first
+fixture, whose names (:data:`FIXTURE_DIR`, :data:`FIXTURE_DB`) stay as they were.
 
 Nothing here imports the models of today's code: the tables are reflected from the databases themselves, so the
 helpers keep working whatever later migrations add.
@@ -25,15 +39,17 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, MetaData, Table, bindparam, create_engine, inspect, select, text, update
 
-FIXTURE_DIR = Path(__file__).resolve().parent / "fixtures" / "catalogue_0007"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURE_DIR = FIXTURES / "catalogue_0007"
 FIXTURE_DB = FIXTURE_DIR / "catalogue.db"  # the data directory's database file (``db.session``: catalogue.db)
 OLD_REVISION = "0007"
 
-#: Rows per table in the fixture (and in its PostgreSQL copy).
+#: Rows per table in the 0007 fixture (and in its PostgreSQL copy).
 OLD_CATALOGUE_COUNTS: dict[str, int] = {
     "alembic_version": 1,
     "audit_events": 79,
@@ -53,18 +69,71 @@ OLD_CATALOGUE_COUNTS: dict[str, int] = {
     "users": 3,
 }
 
+#: Rows per table in the 0008 fixture (and in its PostgreSQL copy).
+CATALOGUE_0008_COUNTS: dict[str, int] = {
+    "alembic_version": 1,
+    "audit_events": 86,
+    "benchmark_images": 10,
+    "benchmarks": 1,
+    "box_edits": 2,
+    "embedding_sets": 0,
+    "evaluations": 1,
+    "identity_events": 24,
+    "images": 16,
+    "individuals": 6,
+    "jobs": 3,
+    "match_decisions": 6,
+    "match_suggestions": 5,
+    "models": 1,
+    "photos": 15,
+    "sightings": 3,
+    "species": 1,
+    "users": 3,
+}
+
+
+@dataclass(frozen=True)
+class OldCatalogue:
+    """One fixture: the data directory written at ``revision`` by the code of that time."""
+
+    revision: str
+    dir: Path
+    counts: dict[str, int]
+
+    @property
+    def db(self) -> Path:
+        """Its database file (``db.session``: catalogue.db)."""
+        return self.dir / "catalogue.db"
+
+
+#: The fixtures by the revision they were written at.
+OLD_CATALOGUES: dict[str, OldCatalogue] = {
+    "0007": OldCatalogue("0007", FIXTURE_DIR, OLD_CATALOGUE_COUNTS),
+    "0008": OldCatalogue("0008", FIXTURES / "catalogue_0008", CATALOGUE_0008_COUNTS),
+}
+
+
+def old_catalogue(revision: str) -> OldCatalogue:
+    """The fixture written at ``revision``; an unknown one is refused with the list of those there are."""
+    try:
+        return OLD_CATALOGUES[revision]
+    except KeyError:
+        raise ValueError(f"no old catalogue at revision {revision!r}; there are {', '.join(OLD_CATALOGUES)}") \
+            from None
+
 
 # --------------------------------------------------------------------------- the data directory
 
 
-def copy_old_catalogue(dest_dir: str | os.PathLike[str]) -> Path:
-    """Copy the fixture's data directory (database, photo store, audit head, job logs) into ``dest_dir`` (created
-    if missing; it must be empty) and return it as the data directory to open. The copy is writable, whatever
-    the checkout's file modes."""
+def copy_old_catalogue(dest_dir: str | os.PathLike[str], *, revision: str = OLD_REVISION) -> Path:
+    """Copy the data directory of the fixture written at ``revision`` (database, photo store, audit head, job logs)
+    into ``dest_dir`` (created if missing; it must be empty) and return it as the data directory to open. The copy
+    is writable, whatever the checkout's file modes."""
+    fixture = old_catalogue(revision)
     dest = Path(dest_dir)
     if dest.exists() and any(dest.iterdir()):
         raise ValueError(f"{dest} is not empty; copy the old catalogue into an empty folder")
-    shutil.copytree(FIXTURE_DIR, dest, dirs_exist_ok=True)
+    shutil.copytree(fixture.dir, dest, dirs_exist_ok=True)
     for path in [dest, *dest.rglob("*")]:
         mode = path.stat().st_mode
         path.chmod(mode | stat.S_IWUSR | stat.S_IRUSR | (stat.S_IXUSR if path.is_dir() else 0))
@@ -134,7 +203,41 @@ def upgrade_to_revision(url_or_engine: str | Engine, revision: str = OLD_REVISIO
             engine.dispose()
 
 
-# --------------------------------------------------------------------------- SQLite -> PostgreSQL at 0007
+def downgrade_to_revision(url_or_engine: str | Engine, revision: str) -> None:
+    """Run the catalogue's Alembic migrations back down to ``revision``, as ``db.session.upgrade_to_head`` runs them
+    up: in one transaction, and on SQLite with foreign keys off while batch migrations rebuild tables (and
+    ``PRAGMA foreign_key_check`` empty before they are on again). A migration that refuses (its ``downgrade``
+    raises) leaves the database as it was."""
+    from alembic import command
+
+    from db.session import alembic_config
+
+    engine = create_engine(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
+    sqlite = engine.dialect.name == "sqlite"
+    try:
+        with engine.connect() as connection:
+            if sqlite:
+                connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+                connection.commit()
+            try:
+                with connection.begin():
+                    cfg = alembic_config()
+                    cfg.attributes["connection"] = connection
+                    command.downgrade(cfg, revision)
+                    if sqlite:
+                        bad = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+                        if bad:
+                            raise RuntimeError(f"going back left rows pointing nowhere: {bad[:5]}")
+            finally:
+                if sqlite:
+                    connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+                    connection.commit()
+    finally:
+        if isinstance(url_or_engine, str):
+            engine.dispose()
+
+
+# --------------------------------------------------------------------------- SQLite -> PostgreSQL at 0007 / 0008
 
 
 @contextmanager
@@ -146,26 +249,27 @@ def _engine(url: str) -> Iterator[Engine]:
         engine.dispose()
 
 
-def load_old_catalogue_into_postgres(sqlite_path: str | os.PathLike[str], pg_url: str) -> dict[str, int]:
-    """Make the catalogue of ``sqlite_path`` (a database at revision 0007, e.g. :data:`FIXTURE_DB`, read only) on
-    the empty PostgreSQL database ``pg_url``: the schema by Alembic up to 0007 (``upgrade_to_revision``), then
-    every row of every table with its own id, in one transaction, in foreign-key order (reusing
-    ``db.catalogue_copy``: forward and self references such as ``species.active_model_id`` and
-    ``individuals.merged_into_id`` written as NULL first and filled in once every row is there; JSON NULL stays
-    SQL NULL); then each id sequence is moved past the largest id. The database is left at revision 0007.
-    Returns the rows per table of the PostgreSQL database (as :func:`table_counts`)."""
+def load_old_catalogue_into_postgres(sqlite_path: str | os.PathLike[str], pg_url: str, *,
+                                     revision: str = OLD_REVISION) -> dict[str, int]:
+    """Make the catalogue of ``sqlite_path`` (a database at ``revision``, e.g. :data:`FIXTURE_DB` at 0007 or
+    ``OLD_CATALOGUES["0008"].db``, read only) on the empty PostgreSQL database ``pg_url``: the schema by Alembic up
+    to ``revision`` (``upgrade_to_revision``), then every row of every table with its own id, in one transaction,
+    in foreign-key order (reusing ``db.catalogue_copy``: forward and self references such as
+    ``species.active_model_id`` and ``individuals.merged_into_id`` written as NULL first and filled in once every
+    row is there; JSON NULL stays SQL NULL); then each id sequence is moved past the largest id. The database is
+    left at ``revision``. Returns the rows per table of the PostgreSQL database (as :func:`table_counts`)."""
     from db.catalogue_copy import _copy_tables, _empty, _reset_sequences, copy_order, deferred_columns
 
     with _engine(sqlite_url(sqlite_path, read_only=True)) as source, _engine(pg_url) as target:
         if target.dialect.name != "postgresql":
             raise ValueError(f"{target.url.render_as_string(hide_password=True)} is not a PostgreSQL database")
         have = revision_of(source)
-        if have != OLD_REVISION:
-            raise ValueError(f"{sqlite_path} is at schema {have}, not {OLD_REVISION}")
+        if have != revision:
+            raise ValueError(f"{sqlite_path} is at schema {have}, not {revision}")
         busy = inspect(target).get_table_names()
         if busy:
             raise ValueError(f"the PostgreSQL database is not empty (tables: {', '.join(sorted(busy))})")
-        upgrade_to_revision(target, OLD_REVISION)
+        upgrade_to_revision(target, revision)
 
         source_meta, target_meta = MetaData(), MetaData()
         source_meta.reflect(source)
@@ -192,7 +296,7 @@ def load_old_catalogue_into_postgres(sqlite_path: str | os.PathLike[str], pg_url
                 if deferred.get(t.name):
                     _fill_later(sconn, tconn, source_meta.tables[t.name], t, deferred[t.name])
             _reset_sequences(tconn, tables)
-        if revision_of(target) != OLD_REVISION:  # pragma: no cover - the upgrade above says otherwise
+        if revision_of(target) != revision:  # pragma: no cover - the upgrade above says otherwise
             raise RuntimeError("the PostgreSQL database is not at the old revision after loading")
         return table_counts(target)
 
@@ -245,6 +349,7 @@ def max_ids(engine: Engine) -> dict[str, int]:
     return out
 
 
-__all__ = ["FIXTURE_DB", "FIXTURE_DIR", "OLD_CATALOGUE_COUNTS", "OLD_REVISION", "audit_chain_holds",
-           "copy_old_catalogue", "load_old_catalogue_into_postgres", "max_ids", "pg_next_ids", "revision_of",
-           "sqlite_url", "table_counts", "table_rows", "upgrade_to_revision"]
+__all__ = ["CATALOGUE_0008_COUNTS", "FIXTURE_DB", "FIXTURE_DIR", "OLD_CATALOGUES", "OLD_CATALOGUE_COUNTS",
+           "OLD_REVISION", "OldCatalogue", "audit_chain_holds", "copy_old_catalogue", "downgrade_to_revision",
+           "load_old_catalogue_into_postgres", "max_ids", "old_catalogue", "pg_next_ids", "revision_of", "sqlite_url",
+           "table_counts", "table_rows", "upgrade_to_revision"]
