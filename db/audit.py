@@ -39,6 +39,7 @@ from db.catalogue import check_date
 from db.models import (
     AuditEvent,
     Benchmark,
+    Deployment,
     IdentityEvent,
     Image,
     Individual,
@@ -95,7 +96,8 @@ class Audited:
 
 AUDITED: dict[type, Audited] = {
     Individual: Audited("individual", {"name": "rename", "notes": "notes", "species_id": "species",
-                                       "active": "merge", "merged_into_id": "merge"},
+                                       "active": "merge", "merged_into_id": "merge",
+                                       "sex": "traits", "life_stage": "traits"},
                         insert_fields=("name",)),
     Image: Audited("photo", {"flank": "flank", "flank_source": "flank", "mask_path": "mask", "mask_source": "mask",
                              "species_id": "species", "individual_id": "assign", "sighting_id": "sighting"},
@@ -116,6 +118,10 @@ AUDITED: dict[type, Audited] = {
     User: Audited("user", {"role": "role", "password_hash": "password", "active": "active"},
                   insert_fields=("name", "role")),
     Benchmark: Audited("benchmark", {}, on_insert="create", insert_fields=("name",)),
+    # camera stations (db.deployments): a curator's add / edit / delete, and those a deployments CSV adds
+    Deployment: Audited("deployment", {f: "edit" for f in ("key", "location_id", "location_name", "lat", "lon", "start",
+                                                            "end", "camera_id", "camera_model", "details")},
+                        insert_fields=("key", "location_id", "start", "end")),
     Job: Audited("job", {"cancel_requested": "cancel"}, on_insert="submit", insert_fields=("kind",),
                  on_delete=None),
 }

@@ -1,4 +1,4 @@
-"""Importing photos into the catalogue: files, folders, zips, CSV manifests, Kaggle layouts.
+"""Importing photos into the catalogue: files, folders, zips, CSV manifests, Kaggle layouts, Camtrap DP packages.
 
 The sources are read by :mod:`core.readers` (formats, layouts, format detection, the hardened file and zip
 readers, and the read / hash / decode of each file); this module stores what they read.
@@ -51,10 +51,14 @@ from core.readers import (
     upload_entries,
 )
 from core.readers import parse_flank as parse_flank_word
+from core.readers.folder import station_entries
+from core.readers.camtrapdp import CamtrapPackage, Observation, read_camtrapdp
 from core.readers.megadetector import DetectionsFormatError, match_frames, read_megadetector_json
 from core.readers.prepare import alpha_threshold
+from core.stations import EVENT_GAP_S
 from db.audit import acting_as
 from db.catalogue import CatalogueError, find_individual_by_name, get_or_create_individual, get_or_create_user
+from db.deployments import EVENT_KEY_PREFIX, DeploymentIndex, form_events, store_deployments
 from db.models import (
     DEFAULT_SPECIES_ID,
     PHOTO_FILE_COLUMNS,
@@ -66,6 +70,7 @@ from db.models import (
     MatchDecision,
     Photo,
     Sighting,
+    Species,
     utcnow,
 )
 from db.species import get_or_create_species
@@ -119,6 +124,8 @@ class FrameBoxes:
 
     animals: tuple[Detection, ...] = ()
     people: tuple[Detection, ...] = ()
+    # a Camtrap DP media row: its animal observations, one annotation each (then ``animals`` is empty)
+    observations: tuple[Observation, ...] = ()
 
 
 @dataclass
@@ -146,8 +153,11 @@ class _Importer:
     """Runs entries through decode -> blobs -> rows, one transaction per file."""
 
     def __init__(self, cat, *, user: str, dry_run: bool, origin: str, max_pixels: int = MAX_PIXELS,
-                 update_metadata: bool = False, plan: DetectionPlan | None = None) -> None:
+                 update_metadata: bool = False, plan: DetectionPlan | None = None,
+                 event_gap_s: float = EVENT_GAP_S) -> None:
         self.cat = cat
+        self.event_gap_s = event_gap_s  # photos of one deployment this close in time form one event
+        self.stations: DeploymentIndex | None = None  # the stored deployments, loaded when the run starts
         self.plan = plan
         self.user = user
         self.dry_run = dry_run
@@ -260,6 +270,10 @@ class _Importer:
             s.date = decoded.exif_time
         if decoded is not None and s.lat is None and decoded.gps_lat is not None and decoded.gps_lon is not None:
             s.lat, s.lon = decoded.gps_lat, decoded.gps_lon
+        if s.event_key is None and facts.get("event_key"):  # a Camtrap DP eventID, as it came
+            s.event_key = facts["event_key"]
+        if s.deployment_id is None and facts.get("deployment") and self.stations:
+            s.deployment_id = self.stations.by_key.get(facts["deployment"], (None, None))[0]
         self._pending[("sight", facts["key"])] = s
         return s
 
@@ -324,15 +338,20 @@ class _Importer:
         decoded = prep.decoded
         desc = describe(decoded, e, mask=prep.mask_png is not None)
         boxes = self._boxes(e)
+        camtrap = self.plan is not None and self.plan.source == "camtrap-dp"
         if self.plan is not None and boxes is None:
-            desc += "; not in the detections file: imported as one whole-photo annotation"
-        if boxes is not None and not boxes.animals and not self.plan.keep_empty:
+            desc += ("; no animal observation in the package: one whole-photo annotation, for review" if camtrap
+                     else "; not in the detections file: imported as one whole-photo annotation")
+        if boxes is not None and not boxes.animals and not boxes.observations and not self.plan.keep_empty:
             people = f" ({len(boxes.people)} person box(es))" if boxes.people else ""
-            return IngestItemResult(e.name, "empty", f"no animal box at or above the detector threshold{people}: "
-                                    "not imported (import with --keep-empty to keep empty frames)")
+            what = ("the package observes no animal here (blank, people or vehicles only)" if camtrap
+                    else "no animal box at or above the detector threshold")
+            return IngestItemResult(e.name, "empty", f"{what}{people}: not imported (import with --keep-empty to "
+                                    "keep empty frames)")
         if boxes is not None:
-            desc += f"; {_animals(len(boxes.animals))}" + (f", {len(boxes.people)} person box(es) blurred"
-                                                          if boxes.people else "")
+            n = len(boxes.observations) if camtrap else len(boxes.animals)
+            desc += (f"; {n} animal observation{'s' if n != 1 else ''}" if camtrap else f"; {_animals(n)}") \
+                + (f", {len(boxes.people)} person box(es) blurred" if boxes.people else "")
         if self.dry_run:
             self.seen[prep.digest] = e.name
             if e.identity and e.identity not in self.planned_individuals and find_individual_by_name(session, e.identity) is None:
@@ -362,12 +381,24 @@ class _Importer:
                 people=[[*d.box.as_list(), round(d.confidence, 4)] for d in boxes.people] if people else None,
                 detections=dict(self.plan.details) if boxes is not None else None,
             )
+            station_note = self._place(photo, e, decoded)
+            if e.media_key:  # a Camtrap DP media row: its mediaID and other fields, for the export
+                self._check_media_key(session, e.media_key)
+                photo.media_key, photo.media_details = e.media_key, e.media_details
             if e.sighting:
                 photo.sighting = self._sighting(session, e.sighting, decoded)
             session.add(photo)
             species_id = self._species_id(session, e.species)
             made: list[Image] = []
-            if boxes is None:  # one animal: the whole photo
+            notes: list[str] = []
+            if boxes is not None and boxes.observations:  # Camtrap DP: one annotation per animal observation
+                for obs in boxes.observations:
+                    img = self._annotation(photo, e, species_id=species_id, thumb_rel=thumb_rel)
+                    session.add(img)
+                    notes.extend(self._observe(session, img, obs, decoded=decoded, people=people,
+                                               thumb_rel=thumb_rel, written=written))
+                    made.append(img)
+            elif boxes is None:  # one animal: the whole photo
                 img = self._annotation(photo, e, species_id=species_id, thumb_rel=thumb_rel)
                 if mask_png is not None:
                     img.mask_path = self._put(written, mask_png, kind="masks", ext=".png")
@@ -388,6 +419,7 @@ class _Importer:
             note = self._assign(session, made[0], e.identity) if e.identity and len(made) == 1 else ""
             if e.identity and len(made) > 1:
                 note = f"{len(made)} animals in this photo: {e.identity!r} was not assigned to any of them"
+            note = "; ".join([note, *notes] if note else notes)
             session.flush()
             for img in made:
                 self._before_commit(session, img)
@@ -403,8 +435,38 @@ class _Importer:
         if not made:
             desc += "; an empty frame, kept as a photo without annotations"
         return IngestItemResult(e.name, "imported", desc + (f"; {note}" if note else "")
-                                + (f"; warning: {e.warning}" if e.warning else ""), ids[0] if ids else None,
+                                + (f"; warning: {e.warning}" if e.warning else "")
+                                + (f"; {station_note}" if station_note else ""), ids[0] if ids else None,
                                 photo_id=photo.id, annotation_ids=ids)
+
+    def _place(self, photo: Photo, e: Entry, decoded: DecodedImage) -> str:
+        """Camera stations: the photo's deployment and time (:meth:`db.deployments.DeploymentIndex.resolve`);
+        what the curator should know about them (an assumed time zone, no active deployment), or ''."""
+        if self.stations is None or not (self.stations or e.deployment):
+            return ""
+        found = self.stations.resolve(deployment=e.deployment, taken_at=e.taken_at, exif_time=decoded.exif_time)
+        photo.deployment_id, photo.taken_at = found.deployment_id, found.taken_at
+        return "; ".join(found.warnings)
+
+    def _events(self, session: Session, results: list[IngestItemResult]) -> None:
+        """Group this run's new photos into events (:func:`db.deployments.form_events`); each photo's report line
+        names its event."""
+        by_photo = {r.photo_id: r for r in results if r.status == "imported" and r.photo_id is not None}
+        if not by_photo or not self.stations:
+            return
+        try:
+            form_events(session, list(by_photo), gap_s=self.event_gap_s)
+            session.commit()
+        except Exception as exc:  # the photos are stored: say they were not grouped, never lose them
+            self._rollback(session)
+            for r in by_photo.values():
+                r.message += f"; could not be grouped into events ({short_error(exc)})"
+            return
+        rows = session.execute(select(Photo.id, Sighting.key).join(Sighting, Photo.sighting_id == Sighting.id)
+                               .where(Photo.id.in_(list(by_photo)),
+                                      Sighting.key.startswith(EVENT_KEY_PREFIX, autoescape=True)))
+        for photo_id, key in rows:
+            by_photo[photo_id].message += f"; event {key} (photos of its deployment within {self.event_gap_s:g} s)"
 
     def _annotation(self, photo: Photo, e: Entry, *, species_id: int, thumb_rel: str | None,
                     box: Box = WHOLE_PHOTO, confidence: float | None = None) -> Image:
@@ -416,6 +478,49 @@ class _Importer:
         img.box = box
         img.sighting = photo.sighting
         return img
+
+    def _observe(self, session: Session, img: Image, obs: Observation, *, decoded: DecodedImage,
+                 people: Sequence[Box], thumb_rel: str | None, written: list[str]) -> list[str]:
+        """Make ``img`` the annotation of one Camtrap DP observation: its box (none: the whole photo), species,
+        observation key, life stage, sex and other fields, and its ``individualID`` assigned (the individual's sex
+        and life stage filled when it has none). An individualID catalogued under another species than the
+        observation's is refused (CatalogueError naming both). Returns notes for the report line."""
+        box = obs.box or WHOLE_PHOTO
+        img.box = box
+        img.box_source, img.box_confidence = ("whole-photo" if box.is_whole else self.plan.source), None
+        img.thumb_path = thumb_rel if box.is_whole else self._put(
+            written, _crop_thumbnail(decoded, box, people), kind="thumbs", ext=".jpg")
+        img.species_id = self._species_id(session, obs.scientific_name)  # none named: the default species
+        img.observation_key = obs.key
+        img.life_stage, img.sex = obs.life_stage, obs.sex
+        img.observation_details = dict(obs.details) or None
+        if not obs.individual:
+            return []
+        known = find_individual_by_name(session, obs.individual)
+        if known is not None and known.species_id != img.species_id:
+            if not obs.scientific_name:  # the observation names no species: the individual's is taken
+                img.species_id = known.species_id
+            else:
+                stored = session.scalar(select(Species.name).where(Species.id == known.species_id))
+                raise CatalogueError(
+                    f"observation {obs.observation_id!r}: individualID {obs.individual!r} is catalogued as "
+                    f"{stored!r}, the observation says {obs.scientific_name!r}: refused; correct the package's "
+                    "scientificName or individualID (or the individual's species in the catalogue)")
+        note = self._assign(session, img, obs.individual)
+        ind = session.get(Individual, img.individual_id)
+        if ind is not None:
+            if ind.sex is None and obs.sex:
+                ind.sex = obs.sex
+            if ind.life_stage is None and obs.life_stage:
+                ind.life_stage = obs.life_stage
+        return [f"observation {obs.observation_id} -> {obs.individual}"] + ([note] if note else [])
+
+    def _check_media_key(self, session: Session, key: str) -> None:
+        """Refuse a second photo for one Camtrap DP mediaID (other bytes under an id already catalogued)."""
+        row = session.execute(select(Photo.id, Photo.original_name).where(Photo.media_key == key)).first()
+        if row is not None:
+            raise CatalogueError(f"mediaID {key!r} is already in the catalogue as photo #{row[0]} ({row[1]}) with "
+                                 "other bytes; one media row names one file")
 
     def _before_commit(self, session: Session, img: Image) -> None:
         """Hook for tests (fault injection after the blobs were written)."""
@@ -429,6 +534,8 @@ class _Importer:
         same_as = photo.original_name if photo.original_name != e.name else None
         if same_as:
             base = f"same bytes as {same_as!r}, already in the catalogue as photo #{photo.id}"
+        if boxes is not None and boxes.observations:
+            return self._existing_observations(session, e, photo, anns, boxes, base, same_as)
         if boxes is not None:
             return self._existing_boxes(session, e, photo, anns, boxes, base, same_as)
         if len(anns) != 1:
@@ -490,6 +597,53 @@ class _Importer:
         return IngestItemResult(e.name, "updated", "; ".join([base, "set " + ", ".join(changes), *notes, *([note] if note else [])]),
                                 img.id, **found)
 
+    def _existing_observations(self, session: Session, e: Entry, photo: Photo, anns: list[Image],
+                               boxes: FrameBoxes, base: str, same_as: str | None) -> IngestItemResult:
+        """A known photo imported again from a Camtrap DP package: add the observations it lacks, once.
+
+        An observation already catalogued (its observation key) is not added again, so importing the same package
+        twice changes nothing. An undecided whole-photo annotation that is no observation (the photo imported
+        before, without the package) takes the first new observation's place (same id); the others are added."""
+        keys = [o.key for o in boxes.observations]
+        known = set(session.scalars(select(Image.observation_key).where(Image.observation_key.in_(keys))))
+        new = [o for o in boxes.observations if o.key not in known]
+        found = {"photo_id": photo.id, "annotation_ids": tuple(a.id for a in anns)}
+        if not new:
+            return IngestItemResult(e.name, "duplicate", f"{base}; its {len(keys)} observation(s) are catalogued",
+                                    anns[0].id if anns else None, same_as=same_as, **found)
+        if self.dry_run:
+            return IngestItemResult(e.name, "would-update", f"{base}; would add {len(new)} observation(s)", None,
+                                    **found)
+        written: list[str] = []
+        notes: list[str] = []
+        try:
+            whole = [a for a in anns if a.box.is_whole and a.observation_key is None
+                     and not _curator_owned(session, a)]
+            decoded = None
+            people = [d.box for d in boxes.people]
+            for obs in new:
+                if decoded is None and obs.box is not None and not obs.box.is_whole:
+                    decoded = decode_image(self.cat.blobs.path(photo.blob_path).read_bytes(),
+                                           name=e.name, max_pixels=self.max_pixels)
+                if whole:
+                    ann = whole.pop(0)
+                    ann.mask_path = ann.mask_source = ann.mask_details = ann.solidity = ann.mask_flags = None
+                else:
+                    species_id = self._species_id(session, e.species)
+                    with session.no_autoflush:  # the new annotation joins the session below, not half-made
+                        ann = self._annotation(photo, e, species_id=species_id, thumb_rel=photo.thumb_path)
+                    session.add(ann)
+                    anns.append(ann)
+                notes.extend(self._observe(session, ann, obs, decoded=decoded, people=people,
+                                           thumb_rel=photo.thumb_path, written=written))
+            if e.media_key and photo.media_key is None:
+                self._check_media_key(session, e.media_key)
+                photo.media_key, photo.media_details = e.media_key, e.media_details
+        except Exception as exc:
+            return self._update_failed(session, e, written, f"{base}; could not add its observations", exc, found)
+        return self._update_done(session, e, photo, boxes, anns, written, found,
+                                 [base, f"added {len(new)} observation(s)", *notes], what="its observations")
+
     def _existing_boxes(self, session: Session, e: Entry, photo: Photo, anns: list[Image], boxes: FrameBoxes,
                         base: str, same_as: str | None) -> IngestItemResult:
         """A known photo imported again with a detector's boxes: add the boxes it lacks, once.
@@ -539,19 +693,32 @@ class _Importer:
                                            confidence=det.confidence)
                     session.add(ann)
                     anns.append(ann)
-            if people and not photo.people:
+        except Exception as exc:
+            return self._update_failed(session, e, written, f"{base}; could not add its boxes", exc, found)
+        return self._update_done(session, e, photo, boxes, anns, written, found,
+                                 [base, f"added {_animals(len(new))}", *notes], what="its boxes")
+
+    def _update_failed(self, session: Session, e: Entry, written: list[str], words: str, exc: Exception,
+                       found: dict[str, Any]) -> IngestItemResult:
+        """A known photo's update failed: nothing of it stays (rows rolled back, new files removed)."""
+        self._rollback(session)
+        self._discard(session, written)
+        return IngestItemResult(e.name, "error", f"{words} ({short_error(exc)})", None, **found)
+
+    def _update_done(self, session: Session, e: Entry, photo: Photo, boxes: FrameBoxes, anns: list[Image],
+                     written: list[str], found: dict[str, Any], words: list[str], *, what: str) -> IngestItemResult:
+        """Finish a known photo's update with new boxes or observations: its person boxes and provenance, then
+        commit (one transaction per file, as for a new photo)."""
+        try:
+            if boxes.people and not photo.people:
                 photo.people = [[*d.box.as_list(), round(d.confidence, 4)] for d in boxes.people]
             photo.detections = dict(self.plan.details)
             session.flush()
             self._commit(session)
         except Exception as exc:
-            self._rollback(session)
-            self._discard(session, written)
-            return IngestItemResult(e.name, "error", f"{base}; could not add its boxes ({short_error(exc)})",
-                                    None, **found)
+            return self._update_failed(session, e, written, f"{words[0]}; could not add {what}", exc, found)
         found["annotation_ids"] = tuple(a.id for a in anns)
-        return IngestItemResult(e.name, "updated", "; ".join([base, f"added {_animals(len(new))}", *notes]),
-                                anns[0].id, **found)
+        return IngestItemResult(e.name, "updated", "; ".join(words), anns[0].id, **found)
 
     # ---- many files
 
@@ -572,6 +739,7 @@ class _Importer:
         total = len(entries)
         with self.cat.unit_of_work() as session:
             self.known_hashes = set(session.scalars(select(Photo.content_hash)))
+            self.stations = DeploymentIndex(session)
             session.rollback()
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-prepare") as pool:
                 queue: deque[Future[Prepared]] = deque()
@@ -602,6 +770,8 @@ class _Importer:
                         results.extend(IngestItemResult(e.name, "skipped", "import stopped by the curator before "
                                                         "this file; import again to continue") for e in entries[i:])
                         break
+            if not self.dry_run:
+                self._events(session, results)
         return results
 
 
@@ -662,6 +832,36 @@ def detector_plan(name: str, entries: Sequence[Entry], *, min_confidence: float 
     return DetectionPlan(frames=frames, source=f"detector:{name}", details=details, keep_empty=keep_empty), []
 
 
+def camtrapdp_plan(package: CamtrapPackage, *, keep_empty: bool = False) -> DetectionPlan:
+    """The annotations a Camtrap DP package gives its media: each animal observation becomes one (box
+    ``camtrap-dp``, or the whole photo), ``human`` boxes are blurred in thumbnails, and a media row observed to hold
+    no animal (blank, people, vehicles only) is an empty frame, imported only with ``keep_empty``. A media row
+    without observations (or only ``unknown`` / ``unclassified`` ones) is left out of the plan: it comes in as one
+    whole-photo annotation for review."""
+    frames: dict[str, FrameBoxes] = {}
+    for name, facts in package.observations.items():
+        # a person box the package states has no detector confidence: 1.0 stands for "stated by the package"
+        people = tuple(Detection("person", box, 1.0) for box in facts.people)
+        if facts.animals:
+            frames[name] = FrameBoxes(people=people, observations=facts.animals)
+        elif facts.is_empty:
+            frames[name] = FrameBoxes(people=people)
+    details = {"source": "camtrap-dp", "file": package.label, "profile": package.profile}
+    return DetectionPlan(frames=frames, source="camtrap-dp", details=details, keep_empty=keep_empty)
+
+
+def _package_deployments(cat, package: CamtrapPackage, *, user: str, dry_run: bool) -> list[IngestItemResult]:
+    """Store a Camtrap DP package's deployments before its media (:func:`db.deployments.store_deployments`); the
+    report lines: what was stored, its warnings, and each deployment stored differently before (kept as stored)."""
+    stored = store_deployments(cat, package.deployments, user=user, dry_run=dry_run)
+    label = "deployments"
+    words = "; ".join([stored.summary(), *stored.warnings])
+    status = ("would-import" if dry_run else "imported") if stored.new else "duplicate"
+    lines = [IngestItemResult(label, status, words)]
+    lines.extend(IngestItemResult(label, "error", c.describe()) for c in stored.conflicting)
+    return lines
+
+
 def _animals(n: int) -> str:
     return f"{n} animal box{'es' if n != 1 else ''}"
 
@@ -677,17 +877,46 @@ def _finish(report: IngestReport, t0: float) -> IngestReport:
     return report
 
 
+#: How a folder's first-level sub-folders are read (see :func:`ingest_path`).
+LAYOUTS = ("auto", "individuals", "stations")
+
+
+def _station_layout(cat, entries: Sequence[Entry], *, layout: str, read_as: str) -> bool:
+    """Whether to read a folder (or zip) as the ``Station/...`` layout (see :func:`ingest_path`)."""
+    if layout == "individuals":
+        return False
+    folder_like = read_as in ("folder", "zip (folder)")
+    if layout == "stations":
+        if not folder_like:
+            raise IngestError(f"the stations layout is for a folder or a zip of photos; this is read as {read_as}")
+        return True
+    folders = {e.identity for e in entries if e.read is not None and e.identity}
+    if not folder_like or not folders:
+        return False
+    with cat.unit_of_work() as session:
+        stations = DeploymentIndex(session)
+    return bool(stations) and all(stations.is_station(f) for f in folders)
+
+
 def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, dry_run: bool = False,
                 progress: Progress | None = None, should_cancel: Callable[[], bool] | None = None,
                 max_pixels: int = MAX_PIXELS, update_metadata: bool = False, detections: str | Path | None = None,
                 min_confidence: float = DEFAULT_MIN_CONFIDENCE, keep_empty: bool = False,
-                detector: str | None = None) -> IngestReport:
+                detector: str | None = None, event_gap_s: float = EVENT_GAP_S,
+                layout: str = "auto") -> IngestReport:
     """Import a file, folder, zip, manifest CSV or Kaggle layout; one report line per file.
 
     With ``detections`` (a MegaDetector batch-output JSON) every animal box at or above ``min_confidence``
     becomes an annotation of its photo, person boxes are blurred in its thumbnails, and a frame with no animal
     box is reported as ``empty`` and left out unless ``keep_empty``. Importing the same JSON again adds nothing.
     With ``detector`` (a registered detector whose weights are here) the boxes come from running it instead.
+
+    A Camtrap DP 1.x package (``format`` ``camtrap-dp``: its datapackage.json, folder or zip) stores its deployments
+    first (:func:`db.deployments.store_deployments`), then its media: each animal observation becomes its own
+    annotation (:func:`camtrapdp_plan`: box source ``camtrap-dp``, or the whole photo; species, individualID, life
+    stage, sex, the other columns in ``observation_details``, keyed by ``observation_key`` so a second import adds
+    nothing), media observed as blank are empty frames (kept only with ``keep_empty``), and a media row's eventID
+    is its sighting (``event_key``).
 
     ``format`` is one of FORMATS (auto-detected when None). With ``dry_run``
     every file is read and decoded but nothing is written (database or disk).
@@ -696,7 +925,19 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
     lacks required columns gives a report with that single error. With ``update_metadata`` the sighting facts
     (date, place, position, camera, observer) of photos already catalogued are replaced by the import's
     (an audited change); without it they are reported and left alone.
+
+    Camera stations (:mod:`db.deployments`): each photo is linked to the deployment its source names (a Camtrap DP
+    deploymentID, a manifest ``deployment`` column) and given ``taken_at``; photos of one deployment within
+    ``event_gap_s`` seconds of each other and without a sighting form one event. ``layout`` says how a folder's
+    (or zip's) first-level sub-folders are read: ``individuals`` (one folder per individual), ``stations`` (the
+    camera-trap ``Station/...`` layout: the folder names the station, and the deployment of that station active
+    when the photo was taken is chosen) or ``auto``: stations when deployments are stored and every first-level
+    folder names a stored station (a locationID or locationName), else individuals.
     """
+    if layout not in LAYOUTS:
+        raise IngestError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+    if event_gap_s < 0:
+        raise IngestError(f"the event gap must be at least 0 seconds (got {event_gap_s:g})")
     t0 = time.perf_counter()
     p = Path(path).expanduser()
     if not p.exists():
@@ -707,25 +948,44 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
     report = IngestReport(source=str(p), format=fmt, dry_run=dry_run)
     trees: list[Tree] = []
     try:
+        package: CamtrapPackage | None = None
         try:
-            entries, trees, layout = entries_for_path(p, fmt)
+            if fmt == "camtrap-dp":
+                package = read_camtrapdp(p)
+                entries, trees, layout_used = package.entries, [package.tree], "camtrap-dp"
+            else:
+                entries, trees, layout_used = entries_for_path(p, fmt)
         except ManifestError as exc:
             report.items.append(IngestItemResult(p.name, "error", str(exc)))
             return _finish(report, t0)
-        report.format = layout
+        if _station_layout(cat, entries, layout=layout, read_as=layout_used):
+            entries, layout_used = station_entries(entries), f"{layout_used} (stations)"
+        report.format = layout_used
         problems = [pr for t in trees for pr in t.problems]
         plan = None
         if detections is not None and detector is not None:
             raise IngestError("boxes come from a detections file or from a detector, not both")
-        if detections is not None:
+        if package is not None:
+            if detections is not None or detector is not None:
+                raise IngestError("a Camtrap DP package brings its own boxes (its observations); import it without "
+                                  "--detections or --detector")
+            problems.extend(package.problems)
+            problems.extend(_package_deployments(cat, package, user=user, dry_run=dry_run))
+            plan = camtrapdp_plan(package, keep_empty=keep_empty)
+        elif detections is not None:
             plan, notes = megadetector_plan(detections, [e.name for e in entries], min_confidence=min_confidence,
                                             keep_empty=keep_empty)
             problems.extend(notes)
         elif detector is not None:
             plan, _ = detector_plan(detector, entries, min_confidence=min_confidence, keep_empty=keep_empty,
                                     max_pixels=max_pixels)
-        importer = _Importer(cat, user=user, dry_run=dry_run, origin=f"{layout}:{p.name}", max_pixels=max_pixels,
-                             update_metadata=update_metadata, plan=plan)
+        if keep_empty and plan is None:
+            raise IngestError("keeping empty frames (--keep-empty) needs a MegaDetector output file (--detections), "
+                              f"a detector or a Camtrap DP package: {p.name} is read as {layout_used}, where no "
+                              "frame is empty")
+        importer = _Importer(cat, user=user, dry_run=dry_run, origin=f"{layout_used}:{p.name}",
+                             max_pixels=max_pixels, update_metadata=update_metadata, plan=plan,
+                             event_gap_s=event_gap_s)
         report.items.extend(problems)
         report.items.extend(importer.run(entries, progress=progress, should_cancel=should_cancel))
     finally:
@@ -738,7 +998,7 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
                    dry_run: bool = False, progress: Progress | None = None,
                    should_cancel: Callable[[], bool] | None = None, update_metadata: bool = False,
                    detections: str | Path | None = None, min_confidence: float = DEFAULT_MIN_CONFIDENCE,
-                   keep_empty: bool = False) -> IngestReport:
+                   keep_empty: bool = False, event_gap_s: float = EVENT_GAP_S) -> IngestReport:
     """Import files uploaded through the UI: photos and/or zips, with an optional manifest CSV.
 
     ``detections``, ``min_confidence`` and ``keep_empty`` are as for :func:`ingest_path` (the JSON's file names
@@ -762,7 +1022,7 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
                                             min_confidence=min_confidence, keep_empty=keep_empty)
             report.items.extend(notes)
         importer = _Importer(cat, user=user, dry_run=dry_run, origin="upload", update_metadata=update_metadata,
-                             plan=plan)
+                             plan=plan, event_gap_s=event_gap_s)
         report.items.extend(importer.run(upload.entries, progress=progress, should_cancel=should_cancel))
     finally:
         upload.close()

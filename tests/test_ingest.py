@@ -120,7 +120,7 @@ def test_detect_format(tmp_path):
     assert detect_format(tmp_path / "mf") == "manifest"
     assert detect_format(tmp_path / "plain") == "folder"
     assert detect_format(tmp_path / "a.zip") == "zip"
-    assert set(FORMATS) == {"file", "folder", "zip", "manifest", "kaggle"}
+    assert set(FORMATS) == {"file", "folder", "zip", "manifest", "kaggle", "camtrap-dp"}
     with pytest.raises(FileNotFoundError):
         detect_format(tmp_path / "missing")
 

@@ -1,13 +1,20 @@
 """``rosette import PATH [--format ...] [--dry-run]``: bring photos into the catalogue.
 
 PATH is a photo, a folder (flat or one sub-folder per individual), a zip, a CSV
-manifest (``filename,identity[,flank,sighting,date,lat,lon,camera,observer]``)
-or a Kaggle layout (``train.csv`` + RGBA PNGs); the format is detected unless
+manifest (``filename,identity[,flank,sighting,date,lat,lon,camera,observer]``),
+a Kaggle layout (``train.csv`` + RGBA PNGs) or a Camtrap DP 1.x package (its
+``datapackage.json``, its folder or a zip: deployments, media and one annotation
+per animal observation); the format is detected unless
 ``--format`` says it. The report lists every file that was not simply imported
 (errors with their reason, skipped files, updates, the same photo under
 a second name); small imports list every
 file, ``--all`` always does. Exit code: 0 when at least one file was fine or
 nothing failed, 1 when every file failed (or the import could not start).
+
+Camera stations: a manifest may name each photo's ``deployment`` (a deploymentID or a station) and ``timestamp``;
+camera-trap folders laid out ``Station/...`` (camtrapR) are read with ``--layout stations`` (or by themselves when
+every sub-folder names a station of ``rosette deployments``). Each photo is linked to the deployment of its station
+running when it was taken, and photos of one deployment at most ``--event-gap`` seconds apart (60) form one event.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import time
 
 from app.console import print_table
 from core.annotations import DEFAULT_MIN_CONFIDENCE
+from core.stations import EVENT_GAP_S
 from jobs.actions.ingest import FORMATS, import_path
 from jobs.requests.ingest import ImportPathRequest
 
@@ -27,7 +35,8 @@ FULL_TABLE_MAX = 40
 def register(sub) -> None:
     p = sub.add_parser("import", help="import photos (file, folder, zip, CSV manifest or Kaggle layout)",
                        description=__doc__.split("\n\n", 1)[1] if __doc__ else None)
-    p.add_argument("path", metavar="PATH", help="photo, folder, .zip, manifest .csv or Kaggle folder/train.csv")
+    p.add_argument("path", metavar="PATH", help="photo, folder, .zip, manifest .csv, Kaggle folder/train.csv or Camtrap DP "
+                                          "datapackage.json (or its folder / zip)")
     p.add_argument("--format", choices=FORMATS, default=None, help="how to read PATH (default: detected)")
     p.add_argument("--dry-run", action="store_true", help="check every file and report, write nothing")
     p.add_argument("--all", action="store_true", dest="show_all", help="list every file, also on big imports")
@@ -43,7 +52,15 @@ def register(sub) -> None:
                    help="run a detector for the boxes instead (rosette detectors: which can run here; "
                         "megadetector needs its weights in $ROSETTE_WEIGHTS_DIR)")
     p.add_argument("--keep-empty", action="store_true",
-                   help="import frames with no animal box too (as photos without annotations)")
+                   help="import frames with no animal box too (as photos without annotations); for a Camtrap DP "
+                        "package: media observed as blank (or people / vehicles only)")
+    p.add_argument("--event-gap", type=float, default=EVENT_GAP_S, metavar="SECONDS",
+                   help=f"photos of one camera deployment taken at most this many seconds apart form one event "
+                        f"(default {EVENT_GAP_S:g})")
+    p.add_argument("--layout", choices=("auto", "individuals", "stations"), default="auto",
+                   help="how a folder's first-level sub-folders are read: one per individual, or one per camera "
+                        "station (Station/..., camtrapR); auto: stations when every sub-folder names a station "
+                        "in 'rosette deployments'")
     p.set_defaults(func=run)
 
 
@@ -65,7 +82,7 @@ def run(args, ctx) -> int:
     request = ImportPathRequest(args.path, user=ctx.user, format=args.format, dry_run=args.dry_run,
                                 update_metadata=args.update_metadata, detections=args.detections,
                                 min_confidence=args.min_confidence, keep_empty=args.keep_empty,
-                                detector=args.detector)
+                                detector=args.detector, event_gap_s=args.event_gap, layout=args.layout)
     report = import_path(ctx.catalogue, request, progress=_progress_printer(sys.stderr))
     print(f"import of {report.source} as {report.format}")
     if args.show_all or len(report.items) <= FULL_TABLE_MAX:

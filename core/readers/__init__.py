@@ -15,6 +15,8 @@ Formats (:func:`detect_format` picks one; ``--format`` overrides):
   accepted as column aliases). Files are looked up next to the CSV, then in its
   ``images/`` folder, then by unique file name anywhere below it. Photos the
   manifest does not list are not imported.
+- ``camtrap-dp``: a Camtrap DP 1.x package (``datapackage.json``, its folder or a zip of it): deployments, media
+  and their observations (:mod:`core.readers.camtrapdp`).
 - ``kaggle``: ``train.csv`` (``filename,ground_truth``) and optional ``test.csv``
   (``row_id,query_image,gallery_image`` or ``filename``); images next to the CSVs or in
   ``train/``, ``test/`` or ``images/``. RGBA PNGs keep their alpha as the mask.
@@ -38,6 +40,7 @@ from core.readers.base import (
     tree_reader,
     unsafe_reason,
 )
+from core.readers.camtrapdp import CamtrapDPError, CamtrapPackage, MediaObservations, Observation, read_camtrapdp
 from core.readers.detect import FORMATS, detect_format, entries_for_path, tree_entries
 from core.readers.folder import FolderTree, folder_entries
 from core.readers.kaggle import KAGGLE_TEST, KAGGLE_TRAIN, kaggle_entries
@@ -59,7 +62,8 @@ from core.readers.uploads import Upload, upload_entries
 from core.readers.zipped import ZipTree
 
 __all__ = [
-    "FLANK_WORDS", "FORMATS", "KAGGLE_TEST", "KAGGLE_TRAIN", "MANIFEST_COLUMNS", "MANIFEST_NAME", "MANIFEST_REQUIRED",
+    "FLANK_WORDS", "FORMATS", "CamtrapDPError", "CamtrapPackage", "MediaObservations", "Observation",
+    "read_camtrapdp", "KAGGLE_TEST", "KAGGLE_TRAIN", "MANIFEST_COLUMNS", "MANIFEST_NAME", "MANIFEST_REQUIRED",
     "MAX_FILE_BYTES", "STATUSES", "Entry", "FolderTree", "IngestError", "IngestItemResult", "IngestReport",
     "ManifestError", "ManifestRow", "Prepared", "ReadError", "Tree", "Upload", "ZipTree", "decode_prepared",
     "describe", "detect_format", "entries_for_path", "file_reader", "folder_entries", "kaggle_entries",

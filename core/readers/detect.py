@@ -7,17 +7,24 @@ import zipfile
 from pathlib import Path
 
 from core.images import IMAGE_EXTENSIONS
-from core.readers.base import Entry, IngestError, Tree, file_reader
+from core.readers.base import Entry, IngestError, ManifestError, Tree, file_reader
+from core.readers.camtrapdp import DATAPACKAGE_NAME, read_camtrapdp
 from core.readers.folder import FolderTree, folder_entries
 from core.readers.kaggle import KAGGLE_TRAIN, kaggle_entries
 from core.readers.manifest import MANIFEST_NAME, csv_header, manifest_entries
 from core.readers.zipped import ZipTree
 
-FORMATS = ("file", "folder", "zip", "manifest", "kaggle")
+FORMATS = ("file", "folder", "zip", "manifest", "kaggle", "camtrap-dp")
 
 
 def tree_entries(tree: Tree, *, display_prefix: str = "") -> tuple[str, list[Entry]]:
-    """Auto layout inside a tree (zip): Kaggle train.csv, manifest.csv, else folder."""
+    """Auto layout inside a tree (zip): Kaggle train.csv, manifest.csv, else folder. A Camtrap DP package is
+    refused (ManifestError): read as photos alone, its observations would be lost."""
+    if tree.has(DATAPACKAGE_NAME):
+        raise ManifestError(f"{display_prefix.rstrip('/') or tree.label}: this is a Camtrap DP package "
+                            f"({DATAPACKAGE_NAME}); read as photos alone its observations, deployments and events "
+                            "would be lost, so nothing was imported: import it with "
+                            "'rosette import PATH --format camtrap-dp'")
     if tree.has(KAGGLE_TRAIN):
         return "kaggle", kaggle_entries(tree, KAGGLE_TRAIN, display_prefix=display_prefix)
     if tree.has(MANIFEST_NAME):
@@ -26,13 +33,17 @@ def tree_entries(tree: Tree, *, display_prefix: str = "") -> tuple[str, list[Ent
 
 
 def detect_format(path: Path | str) -> str:
-    """Which of FORMATS ``path`` is: a .zip is ``zip``; a CSV with ``ground_truth`` is ``kaggle``, other
-    CSVs ``manifest``; a folder with ``train.csv`` is ``kaggle``, with ``manifest.csv`` ``manifest``,
-    else ``folder``; anything else ``file``."""
+    """Which of FORMATS ``path`` is: a datapackage.json, a folder or a zip holding one is ``camtrap-dp``; a .zip
+    is ``zip``; a CSV with ``ground_truth`` is ``kaggle``, other CSVs ``manifest``; a folder with ``train.csv`` is
+    ``kaggle``, with ``manifest.csv`` ``manifest``, else ``folder``; anything else ``file``."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p}: no such file or folder")
+    if p.name == DATAPACKAGE_NAME and p.is_file():
+        return "camtrap-dp"
     if p.is_dir():
+        if (p / DATAPACKAGE_NAME).is_file():
+            return "camtrap-dp"
         if (p / KAGGLE_TRAIN).is_file() and "ground_truth" in csv_header(p / KAGGLE_TRAIN):
             return "kaggle"
         if (p / MANIFEST_NAME).is_file():
@@ -40,11 +51,23 @@ def detect_format(path: Path | str) -> str:
         return "folder"
     suffix = p.suffix.lower()
     if suffix == ".zip" or (suffix not in IMAGE_EXTENSIONS and zipfile.is_zipfile(p)):
-        return "zip"
+        return "camtrap-dp" if _zip_has_datapackage(p) else "zip"
     if suffix in (".csv", ".tsv"):
         header = csv_header(p)
         return "kaggle" if "ground_truth" in header and "filename" in header else "manifest"
     return "file"
+
+
+def _zip_has_datapackage(path: Path) -> bool:
+    """Whether a zip holds a datapackage.json at its top (or inside a single top folder)."""
+    try:
+        tree = ZipTree(path)
+    except IngestError:
+        return False
+    try:
+        return tree.has(DATAPACKAGE_NAME)
+    finally:
+        tree.close()
 
 
 def entries_for_path(path: Path, fmt: str) -> tuple[list[Entry], list[Tree], str]:
@@ -77,4 +100,7 @@ def entries_for_path(path: Path, fmt: str) -> tuple[list[Entry], list[Tree], str
         if fmt == "manifest":
             return manifest_entries(tree, csv_path.name), [tree], "manifest"
         return kaggle_entries(tree, csv_path.name), [tree], "kaggle"
+    if fmt == "camtrap-dp":  # the entries only: db.ingest reads the package's observations with them
+        package = read_camtrapdp(path)
+        return package.entries, [package.tree], "camtrap-dp"
     raise IngestError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")

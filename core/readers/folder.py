@@ -1,10 +1,13 @@
 """A folder of photos: :class:`FolderTree` (links leaving the folder are not followed) and the folder-per-identity
 layout (:func:`folder_entries`): photos inside sub-folders belong to the individual named by their *first-level*
-sub-folder; photos at the top level stay unassigned."""
+sub-folder; photos at the top level stay unassigned. The camera-trap ``Station/...`` layout
+(:func:`station_entries`) reads the first-level folder as the camera station instead."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from core.images import IMAGE_EXTENSIONS
@@ -91,3 +94,20 @@ def folder_entries(tree: Tree, *, display_prefix: str = "") -> list[Entry]:
         identity = parts[0].strip() if len(parts) > 1 else None
         entries.append(Entry(name, read=tree_reader(tree, rel), identity=identity or None))
     return entries
+
+
+def station_entries(entries: Sequence[Entry]) -> list[Entry]:
+    """The ``Station/...`` layout of camera-trap tools (camtrapR: ``<root>/<Station>/<...>/photo.jpg``), from the
+    entries :func:`folder_entries` made: the first-level folder names the camera station (a location, given to the
+    import as ``Entry.deployment``; the store picks the deployment of that station active when the photo was
+    taken), not an individual. Photos at the top level belong to no station and say so."""
+    out: list[Entry] = []
+    for e in entries:
+        if e.read is None:  # a skipped or refused file stays as it was
+            out.append(e)
+        elif e.identity:
+            out.append(replace(e, deployment=e.identity, identity=None))
+        else:
+            note = "not inside a station folder: imported without a deployment"
+            out.append(replace(e, warning=f"{e.warning}; {note}" if e.warning else note))
+    return out

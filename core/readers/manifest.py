@@ -1,6 +1,11 @@
-"""CSV manifests: ``filename,identity[,flank,sighting,date,lat,lon,camera,observer,place,species]`` (extra columns
-ignored; ``file``/``image`` and ``individual``/``ground_truth`` accepted as column aliases, see
-:data:`MANIFEST_COLUMNS`). Files are looked up next to the CSV, then in its ``images/`` folder, then by unique
+"""CSV manifests: ``filename,identity[,flank,sighting,date,lat,lon,camera,observer,place,species,deployment,
+timestamp]`` (extra columns ignored; ``file``/``image`` and ``individual``/``ground_truth`` accepted as column
+aliases, see :data:`MANIFEST_COLUMNS`). ``deployment`` names the photo's camera deployment (its deploymentID) or
+its station (locationID or name: the deployment active at the photo's time is chosen); ``timestamp`` is when the
+photo was taken (ISO 8601; without a UTC offset the deployment's is taken), else a ``date`` holding a time of
+day. A row with a deployment and no ``sighting`` label joins an event formed from its time (photos of one
+deployment within 60 s) unless it states an observer or coordinates of its own (then those facts make its
+sighting, as before). Files are looked up next to the CSV, then in its ``images/`` folder, then by unique
 file name anywhere below it. The CSV may be UTF-8 (with or without BOM) or Latin-1, comma, semicolon or tab
 separated."""
 
@@ -28,6 +33,8 @@ MANIFEST_COLUMNS = {
     "observer": ("observer", "photographer"),
     "place": ("place", "location", "site", "locality"),
     "species": ("species", "taxon", "species_name"),
+    "deployment": ("deployment", "deployment_id", "deploymentid"),
+    "timestamp": ("timestamp", "taken_at", "datetime_original"),
 }
 MANIFEST_REQUIRED = ("filename", "identity")
 #: A flank as written in a manifest -> the flank word (None: not stated).
@@ -46,8 +53,9 @@ class ManifestRow:
     missing: tuple[str, ...] = ()  # header columns a short (ragged) row has no cell for
 
 
-def read_csv(data: bytes, *, label: str) -> tuple[list[str], list[ManifestRow]]:
-    """Header (lower-cased, stripped) and non-blank rows of a CSV (UTF-8 with or without BOM, else Latin-1)."""
+def csv_rows(data: bytes) -> Any:
+    """A ``csv.reader`` over a CSV's bytes: UTF-8 with or without BOM, else Latin-1; comma, semicolon or tab,
+    sniffed from the first 4 KiB (spreadsheets export all three)."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -56,7 +64,12 @@ def read_csv(data: bytes, *, label: str) -> tuple[list[str], list[ManifestRow]]:
         dialect = csv.Sniffer().sniff(text[:4096], delimiters=",;\t")
     except csv.Error:
         dialect = csv.excel
-    reader = csv.reader(io.StringIO(text), dialect)
+    return csv.reader(io.StringIO(text), dialect)
+
+
+def read_csv(data: bytes, *, label: str) -> tuple[list[str], list[ManifestRow]]:
+    """Header (lower-cased, stripped) and non-blank rows of a CSV (UTF-8 with or without BOM, else Latin-1)."""
+    reader = csv_rows(data)
     header: list[str] | None = None
     rows: list[ManifestRow] = []
     try:
@@ -152,6 +165,29 @@ def row_facts(row: ManifestRow, cols: dict[str, str]
     return identity, flank, sighting, species
 
 
+def row_station(row: ManifestRow, cols: dict[str, str], sighting: dict[str, Any] | None = None
+                ) -> tuple[str | None, str | None, dict[str, Any] | None]:
+    """The deployment (or station), the time a photo was taken and its sighting, as one manifest row gives them.
+
+    The time is the ``timestamp`` column, else the ``date`` column when it holds a time of day (a date alone
+    says nothing about which photos are seconds apart). ``sighting`` (from :func:`row_facts`) is dropped when the
+    row names a deployment but no sighting label, an observer or coordinates: its time and deployment say what that
+    sighting would, and the photo joins an event formed from its time instead."""
+    get = lambda c: row.values.get(cols[c], "").strip() if c in cols else ""  # noqa: E731
+    deployment = get("deployment") or None
+    if deployment and len(deployment) > 200:
+        raise ValueError("the deployment is longer than 200 characters")
+    taken = get("timestamp") or None
+    if taken is None:
+        date = get("date")
+        taken = date if len(date) > 10 and ":" in date[10:] else None
+    labelled = "sighting" in cols and bool(get("sighting"))
+    if deployment and sighting and not labelled and sighting.get("observer") is None \
+            and sighting.get("lat") is None and sighting.get("lon") is None:
+        sighting = None
+    return deployment, taken, sighting
+
+
 def manifest_entries(tree: Tree, csv_rel: str, *, prefixes: Sequence[str] = ("", "images/"),
                      display_prefix: str = "") -> list[Entry]:
     """Entries of a manifest CSV inside ``tree`` (raises ManifestError when unusable). Photos the manifest does
@@ -177,6 +213,7 @@ def manifest_entries(tree: Tree, csv_rel: str, *, prefixes: Sequence[str] = ("",
             continue
         try:
             identity, flank, sighting, species = row_facts(row, cols)
+            deployment, taken_at, sighting = row_station(row, cols, sighting)
         except ValueError as exc:
             entries.append(Entry(name, error=f"line {row.line}: {exc}"))
             continue
@@ -188,5 +225,5 @@ def manifest_entries(tree: Tree, csv_rel: str, *, prefixes: Sequence[str] = ("",
         warning = (f"line {row.line} has only {len(row.values)} of the header's {len(row.values) + len(row.missing)} "
                    f"cells: no {', '.join(row.missing)} for this photo") if row.missing else None
         entries.append(Entry(name, read=tree_reader(tree, rel), identity=identity, flank=flank, sighting=sighting,
-                             species=species, warning=warning))
+                             species=species, deployment=deployment, taken_at=taken_at, warning=warning))
     return entries

@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 from core.images import IMAGE_EXTENSIONS
 from core.readers.base import Entry, IngestError, ManifestError, Tree, file_reader
 from core.readers.detect import tree_entries
-from core.readers.manifest import MANIFEST_REQUIRED, map_columns, read_csv, row_facts
+from core.readers.manifest import MANIFEST_REQUIRED, map_columns, read_csv, row_facts, row_station
 from core.readers.report import IngestItemResult
 from core.readers.zipped import ZipTree
 
@@ -78,6 +78,7 @@ def upload_entries(files: Sequence[str | Path], *, manifest: str | Path | None =
                     continue
                 try:
                     identity, flank, sighting, species = row_facts(row, cols)
+                    deployment, taken_at, sighting = row_station(row, cols, sighting)
                 except ValueError as exc:
                     target.error = f"line {row.line}: {exc}"
                     continue
@@ -86,6 +87,8 @@ def upload_entries(files: Sequence[str | Path], *, manifest: str | Path | None =
                 target.identity = identity or target.identity
                 target.flank = flank or target.flank
                 target.sighting = sighting or target.sighting
+                target.deployment = deployment or target.deployment
+                target.taken_at = taken_at or target.taken_at
     except BaseException:
         up.close()
         raise

@@ -88,7 +88,8 @@ def import_path(cat: Catalogue, request: ImportPathRequest, *, progress: Progres
     return ingest_path(cat, request.path, format=request.format, user=curator_name(request.user),
                        dry_run=request.dry_run, progress=progress, update_metadata=request.update_metadata,
                        detections=request.detections, min_confidence=request.min_confidence,
-                       keep_empty=request.keep_empty, detector=request.detector)
+                       keep_empty=request.keep_empty, detector=request.detector, event_gap_s=request.event_gap_s,
+                       layout=request.layout)
 
 
 def warm_features(cat: Catalogue, *, user: str) -> int | None:

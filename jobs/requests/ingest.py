@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from core.annotations import DEFAULT_MIN_CONFIDENCE
 from core.detectors import check_detector_name
 from core.requests import Request
+from core.stations import EVENT_GAP_S
 
 
 def _check_detections(request: ImportUploadsRequest | ImportPathRequest) -> None:
@@ -21,9 +22,12 @@ def _check_detections(request: ImportUploadsRequest | ImportPathRequest) -> None
     if not 0.0 <= float(request.min_confidence) <= 1.0:
         raise ValueError(f"the minimum confidence (--min-confidence) must be between 0 and 1, "
                          f"got {request.min_confidence}")
-    if request.keep_empty and request.detections is None and getattr(request, "detector", None) is None:
-        raise ValueError("keeping empty frames (--keep-empty) needs a MegaDetector output file (--detections): "
-                         "without one no frame is empty")
+    # a Camtrap DP package says which frames are empty itself (an auto-detected path is checked by the import)
+    package = getattr(request, "format", "") in (None, "camtrap-dp")
+    if request.keep_empty and request.detections is None and getattr(request, "detector", None) is None \
+            and not package:
+        raise ValueError("keeping empty frames (--keep-empty) needs a MegaDetector output file (--detections) or a "
+                         "Camtrap DP package: without one no frame is empty")
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,19 @@ class ImportPathRequest(Request):
     min_confidence: float = DEFAULT_MIN_CONFIDENCE
     keep_empty: bool = False  # keep frames with no animal box (as photos without annotations)
     detector: str | None = None  # run this registered detector (its weights here) for the boxes
+    event_gap_s: float = EVENT_GAP_S  # photos of one deployment this close in time (seconds) form one event
+    layout: str = "auto"  # a folder's sub-folders: "individuals", "stations" (Station/...) or "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", str(self.path))
         _check_detections(self)
+        try:
+            gap = float(self.event_gap_s)
+        except (TypeError, ValueError):
+            raise ValueError(f"the event gap (--event-gap) must be a number of seconds, got {self.event_gap_s!r}") \
+                from None
+        if not (gap >= 0 and gap != float("inf")):
+            raise ValueError(f"the event gap (--event-gap) must be 0 seconds or more, got {self.event_gap_s}")
+        object.__setattr__(self, "event_gap_s", gap)
+        if self.layout not in ("auto", "individuals", "stations"):
+            raise ValueError(f"unknown layout {self.layout!r}: choose auto, individuals or stations")
