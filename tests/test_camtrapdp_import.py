@@ -67,7 +67,8 @@ def observations() -> list[dict]:
         {"observationID": "O2", "deploymentID": "D1", "mediaID": "M1", "eventID": "E1", "observationLevel": "media",
          "observationType": "animal", "scientificName": "Vulpes vulpes", "count": 1, "lifeStage": "juvenile",
          **_box(BOX_2)},
-        # event-level: applies to M1 and M2 (the media of E1)
+        # event-level: the two foxes of E1 counted at event level; M2 has no observation of its own, so it gets
+        # this one; M1 has its own (O1, O2), so there it is the same animals again and is kept, not annotated
         {"observationID": "O3", "deploymentID": "D1", "eventID": "E1", "eventStart": "2024-05-02T10:00:00+02:00",
          "eventEnd": "2024-05-02T10:00:04+02:00", "observationLevel": "event", "observationType": "animal",
          "scientificName": "Vulpes vulpes", "count": 2},
@@ -131,15 +132,17 @@ def test_reader_turns_rows_into_entries_deployments_and_observations(tmp_path):
         assert list(by_name) == [f"media/m{i}.jpg" for i in range(1, 6)]
         m1, m2 = by_name["media/m1.jpg"], by_name["media/m2.jpg"]
         assert (m1.deployment, m1.taken_at, m1.media_key) == ("D1", "2024-05-02T10:00:00+02:00", "M1")
-        assert m1.media_details == {"filePublic": "false", "fileMediatype": "image/jpeg", "favorite": "true"}
+        assert {k: v for k, v in m1.media_details.items() if k != "observations"} == \
+            {"filePublic": "false", "fileMediatype": "image/jpeg", "favorite": "true"}
         assert m1.sighting["key"] == "camtrap-dp:E1" and m1.sighting["event_key"] == "E1"
         assert m2.sighting == m1.sighting  # M2 joins E1 through the event-level observation's time window
         assert m1.sighting["place"] == "Pond" and m1.sighting["lat"] == 51.05 and m1.sighting["camera"] == "C1"
         assert m1.sighting["date"] == "2024-05-02T10:00:00+02:00"  # the event's first media
         assert m1.species == "Vulpes vulpes" and m1.read() == (tmp_path / "pkg" / "media" / "m1.jpg").read_bytes()
         facts = pkg.observations["media/m1.jpg"]
-        assert [o.key for o in facts.animals] == ["O1", "O2", "O3@M1"]
-        o1, o2, o3 = facts.animals
+        assert [o.key for o in facts.animals] == ["O1", "O2"] and [o.key for o in facts.others] == ["O3@M1"]
+        o1, o2 = facts.animals
+        (o3,) = pkg.observations["media/m2.jpg"].animals
         assert o1.box.as_list() == BOX_1 and o2.box.as_list() == BOX_2 and o3.box is None
         assert (o1.individual, o1.life_stage, o1.sex, o2.life_stage) == ("Vixen", "adult", "female", "juvenile")
         assert o1.details == {"deploymentID": "D1", "eventID": "E1", "observationLevel": "media",
@@ -167,7 +170,9 @@ def test_an_event_level_observation_without_event_id_applies_to_the_media_in_its
     pkg = read_camtrapdp(package(tmp_path, obs=obs))
     try:
         # D2's M3 (22:15) and M4 (08:00, the window's last second) lie in O11's window; D1 has no media then
-        assert [o.key for o in pkg.observations["media/m3.jpg"].animals] == ["O5", "O11@M3"]
+        # M3 has its own media-level badger (O5): the event's badger is the same animal, kept but not annotated twice
+        assert [o.key for o in pkg.observations["media/m3.jpg"].animals] == ["O5"]
+        assert "O11@M3" in [o.key for o in pkg.observations["media/m3.jpg"].others]
         assert [o.key for o in pkg.observations["media/m4.jpg"].animals] == ["O11@M4"]
         assert not pkg.observations["media/m4.jpg"].is_empty and pkg.observations["media/m5.jpg"].animals == ()
         assert {e.name: e.sighting for e in pkg.entries}["media/m3.jpg"] is None  # no eventID: no event named
@@ -186,7 +191,7 @@ def test_boxes_rounded_past_the_edge_are_clipped_and_unusable_ones_said(tmp_path
                 "observationType": "animal"})
     pkg = read_camtrapdp(package(tmp_path, obs=obs))
     try:
-        o1, o2, _ = pkg.observations["media/m1.jpg"].animals
+        o1, o2 = pkg.observations["media/m1.jpg"].animals
         assert o1.box.as_list() == [0.6, 0.0, 0.4, 0.4996]
         assert o2.box is None and o2.details["bboxWidth"] == "0.7"
         warning = {e.name: e.warning for e in pkg.entries}["media/m1.jpg"]
@@ -206,16 +211,19 @@ def test_boxes_rounded_past_the_edge_are_clipped_and_unusable_ones_said(tmp_path
 def test_each_animal_observation_becomes_its_own_annotation(imported):
     cat, report, _ = imported
     items = _items(report)
-    assert items["media/m1.jpg"].status == "imported" and len(items["media/m1.jpg"].annotation_ids) == 3
+    assert items["media/m1.jpg"].status == "imported" and len(items["media/m1.jpg"].annotation_ids) == 2
     with cat.unit_of_work() as s:
         m1 = s.scalar(select(Photo).where(Photo.media_key == "M1"))
+        m2 = s.scalar(select(Photo).where(Photo.media_key == "M2"))
         anns = {a.observation_key: a for a in m1.annotations}
-        assert set(anns) == {"O1", "O2", "O3@M1"}
-        o1, o2, o3 = anns["O1"], anns["O2"], anns["O3@M1"]
+        assert set(anns) == {"O1", "O2"}  # the event-level O3 describes these two foxes again: not a third animal
+        assert m1.media_details["observations"][0]["observationID"] == "O3"  # kept, for the export
+        o1, o2 = anns["O1"], anns["O2"]
+        (o3,) = m2.annotations
         assert (o1.box.as_list(), o1.box_source) == (BOX_1, "camtrap-dp")
         assert (o2.box.as_list(), o2.box_source) == (BOX_2, "camtrap-dp")
         assert (o3.box.is_whole, o3.box_source) == (True, "whole-photo")
-        assert o1.thumb_path != o2.thumb_path != m1.thumb_path and o3.thumb_path == m1.thumb_path
+        assert o1.thumb_path != o2.thumb_path != m1.thumb_path and o3.thumb_path == m2.thumb_path
         assert (o1.life_stage, o1.sex, o2.life_stage, o2.sex) == ("adult", "female", "juvenile", None)
         assert o1.observation_details["behavior"] == "walking" and o3.observation_details["observationLevel"] == "event"
         fox = s.scalar(select(Species).where(Species.name == "Vulpes vulpes"))
@@ -224,7 +232,6 @@ def test_each_animal_observation_becomes_its_own_annotation(imported):
         assert o1.individual_id == vixen.id and vixen.species_id == fox.id
         assert (vixen.sex, vixen.life_stage) == ("female", "adult")  # taken from the observation: it had none
         assert o2.individual_id is None and o3.individual_id is None  # unnamed: they enter the review queue
-        m2 = s.scalar(select(Photo).where(Photo.media_key == "M2"))
         assert [a.observation_key for a in m2.annotations] == ["O3@M2"]
 
 
@@ -237,7 +244,8 @@ def test_media_rows_keep_their_deployment_time_event_and_fields(imported):
         m1 = s.scalar(select(Photo).where(Photo.media_key == "M1"))
         m2 = s.scalar(select(Photo).where(Photo.media_key == "M2"))
         assert m1.deployment.key == "D1" and m1.taken_at == "2024-05-02T10:00:00+02:00"
-        assert m1.media_details == {"filePublic": "false", "fileMediatype": "image/jpeg", "favorite": "true"}
+        assert {k: v for k, v in m1.media_details.items() if k != "observations"} == \
+            {"filePublic": "false", "fileMediatype": "image/jpeg", "favorite": "true"}
         assert m1.sighting_id == m2.sighting_id is not None
         event = s.get(Sighting, m1.sighting_id)
         assert (event.key, event.event_key, event.deployment_id) == ("camtrap-dp:E1", "E1", deps["D1"].id)
@@ -279,7 +287,7 @@ def test_importing_the_same_package_twice_adds_nothing(imported):
     with cat.unit_of_work() as s:
         after = (s.scalar(select(func.count(Image.id))), s.scalar(select(func.count(Photo.id))),
                  s.scalar(select(func.count(Sighting.id))), s.scalar(select(func.count(Deployment.id))))
-    assert after == before == (6, 4, 3, 2)  # m1 3, m2 1, m3 1, m5 1; events E1 and the 60-s events of m3, m5
+    assert after == before == (5, 4, 3, 2)  # m1 2, m2 1, m3 1, m5 1; events E1 and the 60-s events of m3, m5
 
 
 def test_keep_empty_imports_blank_media_without_annotations(tmp_path):
@@ -300,10 +308,10 @@ def test_a_photo_imported_before_takes_its_observations_once(tmp_path):
     (plain_id,) = _items(first)["m1.jpg"].annotation_ids
     report = ingest_path(cat, path, user="ana")
     item = _items(report)["media/m1.jpg"]
-    assert item.status == "updated" and "added 3 observation(s)" in item.message
+    assert item.status == "updated" and "added 2 observation(s)" in item.message
     with cat.unit_of_work() as s:
         m1 = s.scalar(select(Photo).where(Photo.original_name == "m1.jpg"))
-        assert m1.media_key == "M1" and sorted(a.observation_key for a in m1.annotations) == ["O1", "O2", "O3@M1"]
+        assert m1.media_key == "M1" and sorted(a.observation_key for a in m1.annotations) == ["O1", "O2"]
         assert s.get(Image, plain_id).observation_key == "O1"
     again = ingest_path(cat, path, user="ana")
     assert _items(again)["media/m1.jpg"].status == "duplicate"
@@ -316,7 +324,7 @@ def test_zip_import_reads_the_package_inside(tmp_path):
     report = ingest_path(cat, archive, user="ana")
     assert report.format == "camtrap-dp" and report.counts["imported"] == 5  # 4 media + the deployments line
     with cat.unit_of_work() as s:
-        assert s.scalar(select(func.count(Image.id)).where(Image.observation_key.is_not(None))) == 5
+        assert s.scalar(select(func.count(Image.id)).where(Image.observation_key.is_not(None))) == 4
 
 
 def test_cli_imports_a_package(tmp_path, capsys):

@@ -539,13 +539,17 @@ def _media_entry(row: Mapping[str, str], *, name: str, deployments: Mapping[str,
 
 def _media_observations(media_level: Sequence[Mapping[str, str]], event_level: Sequence[Mapping[str, str]], *,
                         media_id: str, warnings: list[str]) -> MediaObservations:
+    """A media row's observations: its own (media level) and its event's (event level). When the media row has
+    animal observations of its own, its event's animal observations describe the same animals at a coarser level
+    (Agouti writes both): they are kept with the others, not made into second annotations of the same animal."""
     animals: list[Observation] = []
     people: list[Box] = []
     others: list[Observation] = []
+    own_animals = any((r.get("observationType") or "").strip().lower() == "animal" for r in media_level)
     for row, key in [(r, r["observationID"]) for r in media_level] + \
                     [(r, f"{r['observationID']}@{media_id}") for r in event_level]:
         obs = _observation(row, key=key, warnings=warnings)
-        if obs.type == "animal":
+        if obs.type == "animal" and not (own_animals and obs.level == "event"):
             animals.append(obs)
             continue
         others.append(obs)
