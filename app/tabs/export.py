@@ -1,14 +1,18 @@
-"""Export tab: a Kaggle-format submission (row_id,similarity) for a competition's test.csv."""
+"""Export tab: a Kaggle-format submission (row_id,similarity) for a competition's test.csv, and the catalogue as a
+Camtrap DP 1.0 package (deployments, photos and observations, checked against the standard) to download."""
 
 from __future__ import annotations
 
 import gradio as gr
 
-from app.ui_base import UIContext, curator_action, guarded_viewer
+from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text
+from core.camtrapdp_writer import SAMPLING_DESIGNS
 from db.models import Role
 from jobs.actions import export as es
 from jobs.actions import match as ms
+from jobs.actions.camtrapdp import export_camtrap_dp
 from jobs.actions.common import upload_name, upload_path
+from jobs.requests.camtrapdp import ExportCamtrapDPRequest
 from jobs.requests.export import KaggleUploadRequest
 
 TITLE = "Export"
@@ -19,6 +23,32 @@ HELP = """\
 (a zip, or a folder on this machine). Each image is embedded once by the chosen model and every row gets a
 similarity, higher = more alike (Lorentz models: exp(-distance)). Rows are written in the order of `test.csv`.
 """
+
+CAMTRAP_HELP = """\
+**Camtrap DP package.** The catalogue as a [Camtrap DP 1.0](https://camtrap-dp.tdwg.org) package: the camera
+deployments, their photos (copied into the package) and one observation per animal, with the individual it is
+catalogued as and who decided that. Photos without a deployment (or of a deployment without coordinates) cannot be
+Camtrap DP media: they are left out and counted. The package is checked against the standard before it is offered.
+"""
+
+
+def _camtrap_result(done) -> str:
+    """What the curator reads after a Camtrap DP export: counts, what was left out, and the check's verdict."""
+    d = done.details
+    lines = [markdown_text(f"{'Valid' if done.valid else 'NOT VALID'} Camtrap DP package: {d['deployments']} "
+                           f"deployment(s), {d['media']} photo(s), {d['observations']} observation(s), "
+                           f"{d['individuals']} individual(s).")]
+    if d["left_out"]:
+        lines.append(markdown_text("Left out: " + ", ".join(f"{n} photo(s) {why}" for why, n in d["left_out"].items())
+                                   + "."))
+    problems = d["problems"][:20]  # the first twenty: the rest are in the CLI's output
+    if problems:
+        lines.append("\n".join("- " + markdown_text(f"{p['resource'] or 'datapackage.json'}"
+                                                    + (f", row {p['row']}" if p["row"] is not None else "")
+                                                    + (f", field {p['field']}" if p["field"] else "")
+                                                    + f": {p['message']}") for p in problems))
+    lines.append(markdown_text(f"Written to {done.path}."))
+    return "\n\n".join(lines)
 
 
 def _models(cat) -> list[str]:
@@ -67,3 +97,23 @@ def build(ctx: UIContext) -> None:
         return (jid, *es.export_status(cat, jid)) if jid else (gr.skip(), gr.skip(), gr.skip())
 
     ctx.on_refresh(latest, inputs=[job_id], outputs=[job_id, status, result], on_tab_select=False)
+
+    gr.Markdown(CAMTRAP_HELP, elem_classes=["help-text"])
+    with gr.Row():
+        camtrap_title = gr.Textbox(label="Package title (optional)", elem_id="camtrap-title",
+                                   info="names the package and its project; default: the catalogue's folder")
+        camtrap_design = gr.Dropdown(list(SAMPLING_DESIGNS), value="opportunistic", label="Sampling design",
+                                     elem_id="camtrap-design", info="how the camera sites were chosen")
+        camtrap_media = gr.Checkbox(value=True, label="Copy the photos into the package", elem_id="camtrap-media")
+    camtrap_run = gr.Button("Write Camtrap DP package", elem_id="camtrap-run")
+    camtrap_status = gr.Markdown(elem_id="camtrap-status")
+    camtrap_file = gr.File(label="Camtrap DP package (zip)", interactive=False, elem_id="camtrap-result")
+
+    @curator_action(role=Role.viewer)
+    def write_camtrap(title, design, with_media, user):
+        done = export_camtrap_dp(cat, ExportCamtrapDPRequest(user=user, zip=True, title=title,
+                                                             sampling_design=design, include_media=with_media))
+        return _camtrap_result(done), done.zip_path
+
+    camtrap_run.click(write_camtrap, [camtrap_title, camtrap_design, camtrap_media, ctx.user],
+                      [camtrap_status, camtrap_file], api_name="export_camtrap_dp")

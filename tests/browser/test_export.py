@@ -1,14 +1,20 @@
-"""End to end in a real browser: a Kaggle submission written by a background job and offered for download."""
+"""End to end in a real browser: a Kaggle submission written by a background job and offered for download, and a
+Camtrap DP package written from the catalogue and offered as a zip."""
 
 from __future__ import annotations
 
 import csv
+import io
+import json
 import zipfile
 
 import numpy as np
+import pytest
 from PIL import Image
 
+from tests.browser.conftest import require_chromium, start_rosette
 from tests.browser.test_ingest_catalogue import TIMEOUT_MS, upload
+from tests.test_camtrapdp_export import build_catalogue
 
 
 def test_kaggle_export_from_the_export_tab(rosette_server, page, shot, tmp_path):
@@ -47,3 +53,40 @@ def test_kaggle_export_from_the_export_tab(rosette_server, page, shot, tmp_path)
     page.get_by_role("tab", name="Export").click()
     expect(page.locator("#export-status")).to_contain_text("Done: 9 rows", timeout=30_000)
     expect(page.locator('#export-result a[href$="submission.csv"]')).to_have_count(1, timeout=TIMEOUT_MS)
+
+
+@pytest.fixture(scope="module")
+def camtrap_server(tmp_path_factory):
+    """A catalogue with a located deployment, photos, an import's identities and curators' decisions (the one
+    tests/test_camtrapdp_export.py builds), served."""
+    require_chromium()
+    made = build_catalogue(tmp_path_factory.mktemp("camtrap-browser"))
+    made.cat.close()
+    server = start_rosette(made.root / "data")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_camtrap_dp_package_from_the_export_tab(camtrap_server, page, shot):
+    from playwright.sync_api import expect
+
+    page.goto(camtrap_server.url)
+    page.get_by_role("tab", name="Export").click()
+    page.locator("#camtrap-title input, #camtrap-title textarea").first.fill("Nyala waterholes")
+    page.locator("#camtrap-run").click()
+    status = page.locator("#camtrap-status")
+    expect(status).to_contain_text("Valid Camtrap DP package: 1 deployment(s), 6 photo(s)", timeout=TIMEOUT_MS)
+    expect(status).to_contain_text("Left out: 1 photo(s) without a deployment")
+    link = page.locator('#camtrap-result a[href$=".zip"]')
+    expect(link).to_have_count(1, timeout=TIMEOUT_MS)
+    shot("camtrap-dp-done")
+    href = link.get_attribute("href")
+    body = page.request.get(href if href.startswith("http") else camtrap_server.url.rstrip("/") + href).body()
+    with zipfile.ZipFile(io.BytesIO(body)) as zf:
+        descriptor = json.loads(zf.read("datapackage.json"))
+        observations = list(csv.DictReader(io.StringIO(zf.read("observations.csv").decode())))
+    assert descriptor["title"] == "Nyala waterholes"
+    assert {o["individualID"] for o in observations} == {"Ayla", ""}
+    assert page.external_requests == []
