@@ -1,4 +1,5 @@
-"""Catalogue tab: browse individuals, open one, rename / merge / split, undo, see the history."""
+"""Catalogue tab: browse individuals, open one (its page: facts, best photo per flank, timeline, station map, home
+range, sex and life stage), rename / merge / split, undo, see the history."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pandas as pd
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text, refreshed_choices
 from db.models import Role
 from jobs.actions import catalogue as services
+from jobs.actions import individuals as pages
 from jobs.actions import species as sa
 from jobs.actions.export import export_catalogue
 from jobs.requests.catalogue import (
@@ -20,9 +22,11 @@ from jobs.requests.catalogue import (
     UndoRequest,
 )
 from jobs.requests.export import ExportCatalogueRequest
+from jobs.requests.individuals import IndividualHistoryRequest, SetTraitsRequest
 
 TITLE = "Catalogue"
 ORDER = 15
+NOT_RECORDED = "not recorded"
 
 
 def _table(rows: list[list[object]], headers: list[str]) -> pd.DataFrame:
@@ -48,6 +52,17 @@ def build(ctx: UIContext) -> None:
                                   info="Pick a name here or click a picture on the left.")
             headline = gr.Markdown("Open an individual to see its photos.", elem_id="catalogue-headline",
                                    elem_classes=["headline"])
+            facts = gr.Markdown(elem_id="catalogue-facts")
+            best_photos = gr.Gallery(label="Best photo per flank", columns=4, height=220, object_fit="contain",
+                                     preview=False, interactive=False, elem_id="catalogue-best-photos",
+                                     fit_columns=False)
+            best_why = gr.Markdown(pages.BEST_PHOTO_RULE, elem_id="catalogue-best-why", elem_classes=["help-text"])
+            with gr.Row(equal_height=True, elem_id="catalogue-traits-box"):
+                sex = gr.Dropdown([NOT_RECORDED, *pages.SEXES], value=None, label="Sex", elem_id="catalogue-sex",
+                                  scale=2)
+                life_stage = gr.Dropdown([NOT_RECORDED, *pages.LIFE_STAGES], value=None, label="Life stage",
+                                         elem_id="catalogue-life-stage", scale=2)
+                traits_button = gr.Button("Save sex and life stage", elem_id="catalogue-set-traits", scale=1)
             photos = gr.Gallery(label="Photos", columns=4, height=340, object_fit="contain", preview=False, fit_columns=False,
                                 interactive=False, elem_id="catalogue-photos")
             sightings = gr.Dataframe(headers=services.SIGHTING_HEADERS, value=[], interactive=False,
@@ -81,6 +96,11 @@ def build(ctx: UIContext) -> None:
                     bulk_flank_button = gr.Button("Set flank", elem_id="catalogue-set-flanks", scale=1)
                     move_button = gr.Button("Move ticked photos to “Merge into”", elem_id="catalogue-move",
                                             scale=2)
+    with gr.Row(equal_height=False):
+        timeline_plot = gr.Plot(label="Timeline of its sightings", elem_id="catalogue-timeline")
+        station_map = gr.Plot(label="Its stations (no map tiles: plain latitude and longitude)",
+                              elem_id="catalogue-station-map")
+    home_range = gr.Markdown(elem_id="catalogue-home-range")
     with gr.Row(equal_height=True):
         undo_button = gr.Button("Undo last change", elem_id="catalogue-undo", scale=0, min_width=220,
                                 variant="secondary", size="md")
@@ -97,7 +117,8 @@ def build(ctx: UIContext) -> None:
                            elem_id="catalogue-history", max_height=320)
 
     list_outputs = [overview, shown_ids, summary, chooser]
-    detail_outputs = [headline, photos, sightings, split_pick, new_name, merge_target, changes, species, undo_seen]
+    detail_outputs = [headline, photos, sightings, split_pick, new_name, merge_target, changes, species, undo_seen,
+                      facts, best_photos, best_why, timeline_plot, station_map, home_range, sex, life_stage]
 
     def render_list(search_text, current):
         cards = services.individual_cards(cat, search=search_text)
@@ -115,7 +136,7 @@ def build(ctx: UIContext) -> None:
         if current is None:
             return ("Open an individual to see its photos.", [], _table([], services.SIGHTING_HEADERS),
                     gr.update(choices=[], value=[]), "", gr.update(choices=[], value=None), history,
-                    gr.update(choices=species_names, value=None), newest)
+                    gr.update(choices=species_names, value=None), newest, *render_page(None))
         view = services.open_individual(cat, current)
         targets = [(c.caption, c.id) for c in everyone if c.id != view.id]
         choices = services.image_choices(view)
@@ -125,7 +146,20 @@ def build(ctx: UIContext) -> None:
                 _table(view.sightings, services.SIGHTING_HEADERS),
                 gr.update(choices=choices, value=still_here), view.name,
                 gr.update(choices=targets, value=target if any(target == t for _, t in targets) else None), history,
-                gr.update(choices=species_names, value=sa.species_of_individual(cat, view.id)), newest)
+                gr.update(choices=species_names, value=sa.species_of_individual(cat, view.id)), newest,
+                *render_page(view.id))
+
+    def render_page(current):
+        """The individual page's parts: facts, best photos and why, timeline, station map, home range, sex, life
+        stage."""
+        if current is None:
+            return "", [], pages.BEST_PHOTO_RULE, None, None, "", None, None
+        page = pages.individual_history(cat, IndividualHistoryRequest(current))
+        h = page.history
+        why = "".join(f"- {markdown_text(line)}\n" for line in page.best_photo_reasons())
+        return (f"{markdown_text(page.facts())}  \n**{markdown_text(page.traits())}**", page.best_pictures,
+                f"{why}\n{pages.BEST_PHOTO_RULE}", pages.timeline_figure(page), pages.station_map_figure(page),
+                markdown_text(page.home_range()), h.sex or NOT_RECORDED, h.life_stage or NOT_RECORDED)
 
     def render_all(search_text, current, ticked, target):
         return (*render_list(search_text, current), *render_detail(current, ticked, target))
@@ -177,6 +211,11 @@ def build(ctx: UIContext) -> None:
         return markdown_text(done.message), services.last_change_id(cat)
 
     @curator_action
+    def do_set_traits(current, sex_value, stage_value, user):
+        done = pages.set_individual_traits(cat, SetTraitsRequest(current, sex_value, stage_value, user=user))
+        return markdown_text(done.message)
+
+    @curator_action
     def do_undo(seen, user):
         return markdown_text(services.undo(cat, UndoRequest(user=user, seen_event_id=seen)).message)
 
@@ -188,6 +227,8 @@ def build(ctx: UIContext) -> None:
                                    api_name="merge_individuals"))
     ctx.changed(split_button.click(do_split, inputs=[split_pick, split_name, ctx.user], outputs=[status, split_name, undo_seen],
                                    api_name="split_images"))
+    ctx.changed(traits_button.click(do_set_traits, inputs=[open_id, sex, life_stage, ctx.user], outputs=[status],
+                                    api_name="set_individual_traits"))
     ctx.changed(species_button.click(do_set_species, inputs=[open_id, species, ctx.user], outputs=[status, undo_seen],
                                      api_name="set_species"))
     @curator_action(role=Role.viewer)
