@@ -42,6 +42,7 @@ from app import ui_base  # noqa: E402
 from app.tabs import (  # noqa: E402
     benchmarks,
     catalogue,
+    deployments,
     diagnostics,
     export,
     ingest,
@@ -51,6 +52,7 @@ from app.tabs import (  # noqa: E402
     match,
     models,
     people,
+    population,
 )
 
 # what every tab builds on lives in app.ui_base (the tabs import it, not this module); re-exported here
@@ -79,7 +81,8 @@ log = logging.getLogger("rosette.ui")
 # --------------------------------------------------------------------------- tab discovery
 
 
-TABS = (ingest, catalogue, match, mask, benchmarks, export, models, map, diagnostics, jobs, people)
+TABS = (ingest, catalogue, match, mask, benchmarks, export, models, map, diagnostics, jobs, people, population,
+        deployments)
 """Every tab's module; :func:`discover_tabs` orders them by their ``ORDER``."""
 
 

@@ -1,0 +1,90 @@
+"""Population tab: how many animals of a species use the study area, from the catalogue's identified detections at
+its camera stations: the estimates M0, Mt and Mh-Chao with their 95% intervals and what each assumes, the discovery
+curve and capture frequencies, each individual's capture history, and the files for secr, camtrapR and MARK."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from app.ui_base import UIContext, curator_action, markdown_text
+from db.models import Role
+from jobs.actions import population as ps
+from jobs.requests.population import CapthistExportRequest, PopulationRequest
+
+TITLE = "Population"
+ORDER = 57
+
+HELP = """\
+**Population size** from the identified animals seen at the camera stations. The study is cut into *occasions*
+of the chosen length, counted in days from the first camera's start (local time); an animal counts once per
+occasion however often it was photographed, and days a camera was not running carry no effort. Only photos with
+a camera deployment and a time, and animals assigned to an individual, are used; the line under the button says
+what was left out and why. The download holds the capture histories for secr (captures, traps in UTM metres with
+each station's active days per occasion), camtrapR (record table) and MARK (.inp), with a README.
+"""
+OCCASION_HEADERS = ["Occasion", "Begins", "Ends", "Camera-days", "Individuals seen"]
+
+
+def build(ctx: UIContext) -> None:
+    cat = ctx.catalogue
+    gr.Markdown(HELP, elem_classes=["help-text"])
+    with gr.Row(equal_height=True):
+        species = gr.Dropdown([], value=None, label="Species", allow_custom_value=True, elem_id="pop-species",
+                              scale=2, info="empty: the one species with individuals")
+        days = gr.Number(value=1, minimum=0.01, label="Occasion length (days)", elem_id="pop-days", scale=1)
+        first = gr.Textbox(label="From (YYYY-MM-DD)", placeholder="first camera's start", max_lines=1,
+                           elem_id="pop-from", scale=1)
+        last = gr.Textbox(label="To (YYYY-MM-DD, included)", placeholder="last camera's end", max_lines=1,
+                          elem_id="pop-to", scale=1)
+        compute = gr.Button("Estimate", variant="primary", elem_id="pop-compute", scale=0, min_width=120)
+    basis = gr.Markdown(elem_id="pop-basis", elem_classes=["status-line"])
+    estimates = gr.Dataframe(headers=ps.ESTIMATE_HEADERS, value=[], interactive=False, wrap=True,
+                             label="Estimates (95% intervals)", elem_id="pop-estimates",
+                             column_widths=["90px", "100px", "140px", "600px"])
+    with gr.Row():
+        discovery = gr.Plot(label="Discovery curve", elem_id="pop-discovery")
+        frequencies = gr.Plot(label="Capture frequencies", elem_id="pop-frequencies")
+    histories = gr.Dataframe(value=[], interactive=False, label="Capture histories (1: seen on that occasion)",
+                             elem_id="pop-histories", max_height=360)
+    occasions = gr.Dataframe(headers=OCCASION_HEADERS, value=[], interactive=False,
+                             label="Occasions and effort (camera-days of active deployments)",
+                             elem_id="pop-occasions", max_height=300)
+    with gr.Row(equal_height=True):
+        download = gr.Button("Write capture-history files (secr, camtrapR, MARK)", elem_id="pop-download",
+                             scale=0, min_width=300)
+        files = gr.File(label="Capture histories (zip)", interactive=False, elem_id="pop-files")
+    download_status = gr.Markdown(elem_id="pop-download-status", elem_classes=["status-line"])
+
+    def refresh_species(current):
+        names = ps.species_choices(cat)
+        return gr.update(choices=names, value=current if current in names else None)
+
+    ctx.on_refresh(refresh_species, inputs=[species], outputs=[species])
+
+    def request_of(sp, n_days, d_from, d_to) -> PopulationRequest:
+        return PopulationRequest(species=sp or None, occasion_days=n_days if n_days is not None else 1.0,
+                                 date_from=d_from or None, date_to=d_to or None)
+
+    @curator_action(role=Role.viewer)
+    def estimate(sp, n_days, d_from, d_to):
+        summary = ps.population_summary(cat, request_of(sp, n_days, d_from, d_to))
+        headers, rows = ps.history_rows(summary)
+        table = [[o["occasion"], o["begins"][:16].replace("T", " "), o["ends"][:16].replace("T", " "),
+                  o["effort_days"], o["individuals"]] for o in summary["occasion_table"]]
+        return (markdown_text(ps.basis_text(summary)),
+                pd.DataFrame(ps.estimate_rows(summary), columns=ps.ESTIMATE_HEADERS),
+                ps.discovery_figure(summary), ps.frequency_figure(summary),
+                pd.DataFrame(rows, columns=headers), pd.DataFrame(table, columns=OCCASION_HEADERS))
+
+    compute.click(estimate, inputs=[species, days, first, last],
+                  outputs=[basis, estimates, discovery, frequencies, histories, occasions], api_name="population")
+
+    @curator_action(role=Role.viewer)
+    def write_files(sp, n_days, d_from, d_to):
+        asked = request_of(sp, n_days, d_from, d_to)
+        done = ps.export_capthist(cat, CapthistExportRequest(**asked.to_dict(), as_zip=True))
+        return done.zip_path, markdown_text(done.message)
+
+    download.click(write_files, inputs=[species, days, first, last], outputs=[files, download_status],
+                   api_name="population_files")
