@@ -18,6 +18,10 @@ MANIFEST_HELP = """\
 (its original file name, or its path inside the zip); `identity` names the individual it shows.
 Optional columns: `flank` (left / right / front / other), `sighting` (photos taken in the same encounter
 share a sighting label), and sighting details such as `date`, `place`, `camera`, `observer`.
+For camera traps: `deployment` (a deployment id or station of the Deployments tab) and `timestamp`
+(ISO 8601, e.g. `2024-05-01T08:00:00-04:00`) link the photo to its station; photos of one deployment
+within 60 s form one sighting. A Camtrap DP package is imported from the command line
+(`rosette import datapackage.json`).
 Photos without a row are imported without an individual, ready to be matched.
 """
 
