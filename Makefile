@@ -7,6 +7,8 @@ STAMP  := $(VENV)/.rosette-installed
 HOST   ?= 127.0.0.1
 PORT   ?= 7860
 SERVE_ARGS ?=
+# pytest-xdist workers for `make test` (auto: one per core); TEST_WORKERS=0 runs the suite in one process
+TEST_WORKERS ?= auto
 
 .PHONY: run test bench venv clean-venv browser postgres
 
@@ -41,7 +43,7 @@ postgres:
 
 test: $(STAMP) browser postgres
 	$(VENV)/bin/lint-imports
-	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(PY) -m pytest -q tests
+	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) tests/benchmarks/run.py

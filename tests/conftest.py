@@ -30,6 +30,16 @@ def shared_nyala_present() -> bool:
     return (SHARED_NYALA_DIR / "manifest.csv").exists()
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Groups for ``pytest -n 2 --dist loadgroup`` (``make test``): each module stays on one worker, so its
+    module-scoped catalogue is built once; every browser test shares one group, so one browser and one Rosette
+    server start at a time while the other worker runs the rest of the suite."""
+    for item in items:
+        path = str(item.fspath).replace(os.sep, "/")
+        group = "browser" if "/tests/browser/" in path else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def pytest_report_header(config) -> str:
     if shared_nyala_present():
         return "rosette: nyala photos from ../shared/data/nyala"
