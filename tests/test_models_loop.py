@@ -221,6 +221,11 @@ def test_loop_commands_from_the_shell(loop, capsys):
         assert s.get(Image, photo).flank_source == "curator"
     assert cli(["--data-dir", d, "map", "--model", "efficientnet_lite0"]) == 0
     assert "queued map job" in capsys.readouterr().out
+    with loop.unit_of_work() as s:  # one confirmed identity of its own: the test does not lean on another's decisions
+        img = s.query(Image).where(Image.individual_id.is_not(None)).order_by(Image.id.desc()).first()
+        s.add(MatchDecision(query_image_id=img.id, candidate_individual_id=img.individual_id,
+                            decision=DecisionKind.same, score=0.9, model_name="efficientnet_lite0", user="ana"))
+        s.commit()
     assert cli(["--data-dir", d, "retrain"]) == 0
     assert "retraining queued as job" in capsys.readouterr().out
     retrain = queue.list_jobs(loop, limit=1, kind="train")[0]
