@@ -19,7 +19,7 @@ import base64
 import gradio as gr
 
 from app.tabs.match_cards import FACTS_CSS, candidates_html, compare_label, facts_html, header_html
-from app.ui_base import ASSETS_DIR, UIContext, curator_action, guarded_viewer
+from app.ui_base import ASSETS_DIR, UIContext, curator_action, guarded_viewer, refreshed_choices
 from db.models import Role
 from jobs.actions import decisions as ds
 from jobs.actions import flanks as fs
@@ -308,7 +308,7 @@ def build(ctx: UIContext) -> None:
 
     def photo_list(current):
         choices = ms.photo_choices(cat)
-        return gr.update(choices=choices, value=current if any(v == current for _, v in choices) else None)
+        return refreshed_choices(choices, current)
 
     # ------------------------------------------------------------------ wiring
 

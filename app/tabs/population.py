@@ -7,7 +7,7 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from app.ui_base import UIContext, curator_action, markdown_text
+from app.ui_base import UIContext, curator_action, markdown_text, refreshed_choices
 from db.models import Role
 from jobs.actions import population as ps
 from jobs.requests.population import CapthistExportRequest, PopulationRequest
@@ -58,7 +58,7 @@ def build(ctx: UIContext) -> None:
 
     def refresh_species(current):
         names = ps.species_choices(cat)
-        return gr.update(choices=names, value=current if current in names else None)
+        return refreshed_choices(names, current)
 
     ctx.on_refresh(refresh_species, inputs=[species], outputs=[species])
 
