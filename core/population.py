@@ -405,6 +405,15 @@ def _undefined(model: str, M: int, why: str, **details: Any) -> Estimate:
     return Estimate(model, math.nan, math.nan, math.nan, ASSUMPTIONS[model], {"M": M, "note": why, **details})
 
 
+def _profiled(model: str, N: float, fit: Mapping[str, Any], *, finite: bool, details: dict[str, Any]) -> Estimate:
+    """An estimate whose CI comes from :func:`_profile`: the fit's log-likelihood and CI method join ``details``."""
+    details = {**details, "loglik": fit["ll_max"],
+               "ci_method": f"profile likelihood over integer N, 2*(maxLL - LL(N)) <= {CHI2_1_95:.4f}"}
+    if not finite:
+        details["note"] = "no individual was caught twice: the likelihood keeps rising with N"
+    return Estimate(model, float(N), float(fit["ci_low"]), float(fit["ci_high"]), ASSUMPTIONS[model], details)
+
+
 def m0_loglik(N: float | np.ndarray, *, individuals: int, captures: int, occasions: int) -> float | np.ndarray:
     """M0 profile log-likelihood (Otis et al. 1978 p. 105, without the constant -ln M!), real N >= M."""
     N = np.asarray(N, dtype=np.float64)
@@ -438,12 +447,8 @@ def m0_from_counts(*, individuals: int, captures: int, occasions: int) -> Estima
         "occasions": t,
         "p_hat": n / (t * N) if math.isfinite(N) else 0.0,
         "N_continuous": fit["N_continuous"],
-        "loglik": fit["ll_max"],
-        "ci_method": f"profile likelihood over integer N, 2*(maxLL - LL(N)) <= {CHI2_1_95:.4f}",
     }
-    if not finite:
-        details["note"] = "no individual was caught twice: the likelihood keeps rising with N"
-    return Estimate("M0", float(N), float(fit["ci_low"]), float(fit["ci_high"]), ASSUMPTIONS["M0"], details)
+    return _profiled("M0", N, fit, finite=finite, details=details)
 
 
 def estimate_m0(histories: CaptureHistories | np.ndarray) -> Estimate:
@@ -521,12 +526,8 @@ def mt_from_counts(per_occasion: Sequence[int], *, individuals: int) -> Estimate
         "occasions": t,
         "p_hat": [x / N for x in nj] if math.isfinite(N) else [0.0] * t,
         "N_profile": fit["N"],
-        "loglik": fit["ll_max"],
-        "ci_method": f"profile likelihood over integer N, 2*(maxLL - LL(N)) <= {CHI2_1_95:.4f}",
     }
-    if not finite:
-        details["note"] = "no individual was caught twice: the likelihood keeps rising with N"
-    return Estimate("Mt", float(N), float(fit["ci_low"]), float(fit["ci_high"]), ASSUMPTIONS["Mt"], details)
+    return _profiled("Mt", N, fit, finite=finite, details=details)
 
 
 def estimate_mt(histories: CaptureHistories | np.ndarray) -> Estimate:

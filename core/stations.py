@@ -71,6 +71,12 @@ def parse_timestamp(text: str | datetime | date, *, default_offset: timedelta | 
     return ParsedTime(parsed.replace(tzinfo=timezone(default_offset)), offset_assumed=True)
 
 
+def station_name(location_id: str | None, location_name: str | None, deployment_id: str) -> str:
+    """The station a deployment belongs to: its location id, else its location name, else its own id. Deployments
+    of one station (a camera down for some days) are one detector, and one place on an individual's map."""
+    return location_id or location_name or deployment_id
+
+
 @dataclass(frozen=True)
 class DeploymentSpec:
     """One deployment as a curator or a Camtrap DP package states it (validated when made)."""
@@ -114,7 +120,7 @@ class DeploymentSpec:
     @property
     def location(self) -> str:
         """What names the station: its location id, else its name, else the deployment id."""
-        return self.location_id or self.location_name or self.key
+        return station_name(self.location_id, self.location_name, self.key)
 
     @property
     def has_coordinates(self) -> bool:

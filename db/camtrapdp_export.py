@@ -42,7 +42,7 @@ from core.camtrapdp_writer import (
     write_package,
 )
 from core.stations import StationError, parse_timestamp
-from db.catalogue import CatalogueError
+from db.catalogue import CatalogueError, current_individual
 from db.models import Deployment, EventKind, IdentityEvent, Image, Individual, Photo, Species
 from db.session import Catalogue
 
@@ -122,14 +122,6 @@ def classifications(session: Session) -> dict[int, Classification]:
             if image_id is not None:
                 found[int(image_id)] = Classification(user=ev.user, at=ev.created_at, via=via)
     return found
-
-
-def current_individual(ind: Individual | None, individuals: Mapping[int, Individual]) -> Individual | None:
-    """The individual ``ind`` stands for now: a merged-away one leads to the one it was merged into."""
-    hops = 0
-    while ind is not None and not ind.active and ind.merged_into_id is not None and hops < 100:
-        ind, hops = individuals.get(ind.merged_into_id), hops + 1
-    return ind
 
 
 # --------------------------------------------------------------------------- rows

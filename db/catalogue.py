@@ -8,7 +8,7 @@ it flushes but does not commit: the caller owns the transaction
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -61,6 +61,15 @@ def _record(session: Session, kind: EventKind, *, user: str, individual_id: int 
     session.add(ev)
     session.flush()
     return ev
+
+
+def current_individual(ind: Individual | None, individuals: Mapping[int, Individual]) -> Individual | None:
+    """The individual ``ind`` stands for now: a merged-away one leads to the one it was merged into
+    (``individuals``: every individual by id, loaded once by the caller)."""
+    hops = 0
+    while ind is not None and not ind.active and ind.merged_into_id is not None and hops < 100:
+        ind, hops = individuals.get(ind.merged_into_id), hops + 1
+    return ind
 
 
 def get_individual(session: Session, individual_id: int) -> Individual:

@@ -34,6 +34,7 @@ from core.stations import (
     check_unique_ids,
     group_events,
     parse_timestamp,
+    station_name,
 )
 from db.audit import acting_as
 from db.catalogue import CatalogueError, NotFoundError, get_or_create_user
@@ -228,6 +229,11 @@ class DeploymentRow:
     active_days: int
     details: dict[str, Any]
 
+    @property
+    def station(self) -> str:
+        """The station it belongs to (:func:`core.stations.station_name`)."""
+        return station_name(self.location_id, self.location_name, self.key)
+
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "deploymentID": self.key, "locationID": self.location_id,
                 "locationName": self.location_name, "latitude": self.lat, "longitude": self.lon,
@@ -247,7 +253,7 @@ def list_deployments(cat: Catalogue) -> list[DeploymentRow]:
             rows.append(DeploymentRow(d.id, d.key, d.location_id, d.location_name, d.lat, d.lon, d.start, d.end,
                                       d.camera_id, d.camera_model, int(counts.get(d.id, 0)),
                                       len(active_days(sp.start, sp.end)), dict(d.details or {})))
-    return sorted(rows, key=lambda r: (r.location_id or r.location_name or r.key, r.start, r.key))
+    return sorted(rows, key=lambda r: (r.station, r.start, r.key))
 
 
 def _find(s: Session, key: str) -> Deployment:

@@ -31,6 +31,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from core.annotations import Box
+from core.stations import station_name
 
 
 def utcnow() -> datetime:
@@ -192,6 +193,11 @@ class Deployment(Base):
     # the other Camtrap DP deployment fields as they came (habitat, setupBy, cameraHeight, ...), for the export
     details: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    @property
+    def station(self) -> str:
+        """The station it belongs to (:func:`core.stations.station_name`)."""
+        return station_name(self.location_id, self.location_name, self.key)
 
 
 class Sighting(Base):

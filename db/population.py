@@ -16,7 +16,7 @@ occasions that carry effort or a detection.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from core import population as pop
 from core.stations import StationError, parse_timestamp
-from db.catalogue import CatalogueError
+from db.catalogue import CatalogueError, current_individual
 from db.models import DEFAULT_SPECIES_ID, Deployment, Image, Individual, Photo, Species
 from db.session import Catalogue
 from db.species import find_species
@@ -112,21 +112,14 @@ def choose_species(session: Session, species: str | int | None) -> Species:
     return session.get(Species, ids[0] if ids else DEFAULT_SPECIES_ID) or find_species(session, DEFAULT_SPECIES_ID)
 
 
-def _resolver(session: Session) -> Callable[[int], str | None]:
+def _current_names(session: Session) -> dict[int, str | None]:
     """individual id -> the name of the active individual it is (or was merged into), None when there is none."""
-    rows = {i.id: (i.name, i.active, i.merged_into_id) for i in session.scalars(select(Individual))}
-
-    def resolve(ind_id: int) -> str | None:
-        seen = set()
-        while ind_id is not None and ind_id not in seen:
-            seen.add(ind_id)
-            name, active, into = rows.get(ind_id, (None, False, None))
-            if active:
-                return name
-            ind_id = into
-        return None
-
-    return resolve
+    individuals = {i.id: i for i in session.scalars(select(Individual))}
+    names: dict[int, str | None] = {}
+    for ind_id, ind in individuals.items():
+        now = current_individual(ind, individuals)
+        names[ind_id] = now.name if now is not None and now.active else None
+    return names
 
 
 def population_study(cat: Catalogue, *, species: str | int | None = None, occasion_days: float = 1.0,
@@ -159,13 +152,13 @@ def population_study(cat: Catalogue, *, species: str | int | None = None, occasi
             begin, end = periods[d.id]
             begin, end = max(begin, start_dt), min(end, end_dt)
             if end > begin:
-                stations.append(Station(deployment=d.key, station=d.location_id or d.location_name or d.key,
+                stations.append(Station(deployment=d.key, station=d.station,
                                         lat=d.lat, lon=d.lon, begin=begin, end=end))
         if not stations:
             raise CatalogueError(f"no deployment was active in the window from {start} to "
                                  f"{(end_dt - timedelta(days=1)).date()}")
         by_id = {d.id: d for d in deployments}
-        resolve = _resolver(s)
+        current_names = _current_names(s)
         rows = s.execute(select(Image.id, Image.individual_id, Photo.id, Photo.deployment_id, Photo.taken_at,
                                 Photo.original_name)
                          .join(Photo, Image.photo_id == Photo.id)
@@ -173,7 +166,7 @@ def population_study(cat: Catalogue, *, species: str | int | None = None, occasi
     left: dict[str, list[int]] = {r: [] for r in LEFT_OUT_REASONS}
     detections = []
     for ann_id, ind_id, photo_id, dep_id, taken_at, file_name in rows:
-        name = resolve(ind_id) if ind_id is not None else None
+        name = current_names.get(ind_id) if ind_id is not None else None
         if name is None:
             left["no_individual"].append(ann_id)
             continue
@@ -192,7 +185,7 @@ def population_study(cat: Catalogue, *, species: str | int | None = None, occasi
             continue
         d = by_id[dep_id]
         detections.append(Detection(annotation_id=ann_id, photo_id=photo_id, individual=name, when=when,
-                                    deployment=d.key, station=d.location_id or d.location_name or d.key,
+                                    deployment=d.key, station=d.station,
                                     file_name=file_name))
     full = pop.capture_histories([(x.individual, x.when) for x in detections], start=start,
                                  occasion_days=float(occasion_days), effort=[(x.begin, x.end) for x in stations],

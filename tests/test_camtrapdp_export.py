@@ -35,8 +35,8 @@ from core.camtrapdp_writer import (
 )
 from db import camtrapdp_export as exporter
 from db import catalogue as ops
-from db.camtrapdp_export import current_individual, fallback_id, media_path
-from db.catalogue import CatalogueError
+from db.camtrapdp_export import fallback_id, media_path
+from db.catalogue import CatalogueError, current_individual
 from db.ingest import ingest_path
 from db.matching import record_decision
 from db.models import Deployment, Image, Individual, Photo, Sighting

@@ -44,7 +44,7 @@ def _table(cat) -> tuple[list[list[object]], list[str], str]:
     table = [[r.key, r.location_id or "", r.location_name or "", "" if r.lat is None else r.lat,
               "" if r.lon is None else r.lon, r.start, r.end, r.active_days, r.photos, r.camera_id or ""]
              for r in rows]
-    stations = {r.location_id or r.location_name or r.key for r in rows}
+    stations = {r.station for r in rows}
     words = (f"{len(rows)} deployment(s) at {len(stations)} station(s), {sum(r.photos for r in rows)} linked "
              f"photo(s), {sum(r.active_days for r in rows)} camera-days in all" if rows else
              "No deployments yet: add one below or upload a deployments CSV.")
