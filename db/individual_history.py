@@ -169,8 +169,7 @@ def _station_of(photo: Photo, sighting: Sighting | None, sighting_deployments: d
     if dep is None and sighting is not None and sighting.deployment_id is not None:
         dep = sighting_deployments.get(sighting.deployment_id)  # the photo's event names its deployment
     if dep is not None:
-        loc = dep.location_id or dep.key
-        return f"location {loc}", dep.location_name or loc, FROM_DEPLOYMENT, dep.lat, dep.lon
+        return f"location {dep.station}", dep.location_name or dep.station, FROM_DEPLOYMENT, dep.lat, dep.lon
     if sighting is not None and sighting.place and sighting.place.strip():
         place = sighting.place.strip()
         return f"place {place}", place, FROM_PLACE, sighting.lat, sighting.lon

@@ -304,3 +304,19 @@ def test_rosette_individual_shows_the_page_and_sets_traits(built, capsys):
     assert "no individual named 'Nobody'" in capsys.readouterr().err
     assert cli(["--data-dir", str(data_dir), "--user", "vera", "individual", "Kito", "--sex", "female"]) == 1
     assert "vera is a viewer" in capsys.readouterr().err
+
+
+def test_deployments_of_a_station_named_only_by_location_name_are_one_station():
+    """Two deployments of one station that has a locationName but no locationID are one place on the page, as
+    they are one detector in the population study (core.stations.station_name)."""
+    from db.individual_history import _station_of
+
+    def photo_at(key: str, name: str | None, location_id: str | None = None) -> Photo:
+        return Photo(deployment=Deployment(key=key, location_id=location_id, location_name=name, lat=-16.5,
+                                           lon=-56.5, start="2024-05-01T00:00:00-04:00",
+                                           end="2024-05-05T00:00:00-04:00"))
+
+    first, second = _station_of(photo_at("D1", "Spring"), None, {}), _station_of(photo_at("D2", "Spring"), None, {})
+    assert first[0] == second[0] == "location Spring" and first[1] == "Spring"
+    assert _station_of(photo_at("D3", None), None, {})[0] == "location D3"  # nothing names the station: its own id
+    assert _station_of(photo_at("D4", "Spring", "L9"), None, {})[:2] == ("location L9", "Spring")
