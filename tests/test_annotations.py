@@ -325,6 +325,39 @@ def test_masking_an_annotation_is_prompted_with_its_box(imported):
     assert mask[:, : int(x0) - 1].sum() == 0  # nothing outside the prompt box (GrabCut's hard background)
 
 
+def test_the_query_outline_is_drawn_on_the_animals_crop(imported):
+    """Match review's "Show mask outline" draws an annotation's mask, made in its crop's pixels, on that crop: it
+    was stretched over the whole two-animal frame, and the picture jumped from the crop to the frame."""
+    from core.masking import encode_mask_png
+    from jobs.actions import match as ms
+
+    cat, _ = imported
+    b = _pair_annotations(cat)[1]
+    crop = load_photo(cat, sources_for(cat, [b.id])[0])
+    h, w = crop.shape[:2]
+    mask = np.zeros((h, w), bool)
+    mask[h // 4: 3 * h // 4, w // 4: 3 * w // 4] = True
+    rel = cat.blobs.put(encode_mask_png(mask), kind="masks", ext=".png")
+    with cat.unit_of_work() as s:
+        ann = s.get(Image, b.id)
+        before = (ann.mask_path, ann.mask_source)
+        ann.mask_path, ann.mask_source = rel, "grabcut"
+        s.commit()
+    try:
+        photo = ms.query_photo(cat, b.id)
+        plain = ms.query_picture(cat, photo, outline=False)
+        drawn = ms.query_picture(cat, photo, outline=True)
+        assert plain.shape == drawn.shape == crop.shape  # the crop both times, never the 1200 x 600 frame
+        changed = np.any(drawn != plain, axis=2)
+        assert changed[h // 4, w // 2] and changed[h // 2, w // 4]  # on the mask's edge in the crop
+        assert not changed[h // 2, w // 2] and not changed[3, 3]  # inside it and far outside, untouched
+    finally:
+        with cat.unit_of_work() as s:
+            ann = s.get(Image, b.id)
+            ann.mask_path, ann.mask_source = before
+            s.commit()
+
+
 def test_large_frames_decode_once_per_frame_at_the_scale_the_model_needs(tmp_path, monkeypatch):
     import db.embeddings as emb
 

@@ -129,7 +129,7 @@ def test_query_picture_draws_the_mask_outline_only_when_asked(cat):
 
     im = _unassigned(cat)[0]
     photo = ms.query_photo(cat, im.id)
-    assert ms.query_picture(photo, outline=True) == photo.path  # no mask: the plain photo
+    assert ms.query_picture(cat, photo, outline=True) == photo.path  # no mask: the plain photo
     rgb = load_rgb(photo.path)
     mask = np.zeros(rgb.shape[:2], bool)
     mask[50:150, 60:200] = True
@@ -139,12 +139,12 @@ def test_query_picture_draws_the_mask_outline_only_when_asked(cat):
         s.get(Image, im.id).mask_source = "grabcut"
         s.commit()
     photo = ms.query_photo(cat, im.id)
-    drawn = ms.query_picture(photo, outline=True)
+    drawn = ms.query_picture(cat, photo, outline=True)
     assert drawn.shape == rgb.shape
     changed = np.any(drawn != rgb, axis=2)
     assert changed[50, 100] and changed[100, 60]  # on the outline
     assert not changed[100, 120] and not changed[10, 10]  # inside and far outside stay untouched
-    assert ms.query_picture(photo, outline=False) == photo.path
+    assert ms.query_picture(cat, photo, outline=False) == photo.path
 
 
 # --------------------------------------------------------------------------- decisions

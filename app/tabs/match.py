@@ -154,9 +154,7 @@ def build(ctx: UIContext) -> None:
                 candidates_html(view, chosen.rank if chosen else None), view, chosen.rank if chosen else 1)
 
     def _query_crop(view, show_outline):
-        if show_outline:
-            return ms.query_picture(view.query, outline=True)
-        return fr.annotation_picture(cat, view.query.image_id)
+        return ms.query_picture(cat, view.query, outline=show_outline)
 
     def _full_photo(chosen):
         if chosen is None:

@@ -41,6 +41,7 @@ from db.species import active_model_name, species_of_image
 from db.spots import PIPELINE_HEAD
 from db.vector_index import build_vector_index as build_index_now
 from db.vector_index import index_state
+from jobs.actions.frames import annotation_picture
 from jobs.actions.spots import MatchedSpotsRequest, matched_spots
 from jobs.queue import list_jobs, submit
 from jobs.requests.match import IndexBuildRequest
@@ -182,13 +183,16 @@ def query_photo(cat: Catalogue, image_id: int) -> QueryPhoto:
                           camera=sg.camera if sg else None, observer=sg.observer if sg else None)
 
 
-def query_picture(photo: QueryPhoto, *, outline: bool) -> str | np.ndarray:
-    """The query photo as a path, or (with ``outline`` and a mask) as RGB with the mask's outline drawn."""
+def query_picture(cat: Catalogue, photo: QueryPhoto, *, outline: bool) -> str | np.ndarray:
+    """The query animal as a screen shows it (:func:`annotation_picture`: its stored photo, or its box's crop);
+    with ``outline`` and a mask, as RGB with the mask's outline drawn. A mask is made in the crop's pixels, so its
+    outline is drawn on the crop, never stretched over the whole frame."""
+    picture = annotation_picture(cat, photo.image_id)
     if not outline or not photo.mask_path:
-        return photo.path
+        return picture
     import cv2  # lazy: OpenCV is only needed to draw an outline
 
-    rgb = np.ascontiguousarray(load_rgb(photo.path))
+    rgb = np.array(load_rgb(picture) if isinstance(picture, str) else picture, dtype=np.uint8, copy=True)
     with open(photo.mask_path, "rb") as fh:
         mask = decode_mask_png(fh.read()).astype(np.uint8)
     if mask.shape != rgb.shape[:2]:
