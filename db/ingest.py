@@ -1008,8 +1008,32 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
     (matched on the file name, folders ignored); its rows naming no uploaded file
     are reported as errors. Uploaded zips are read like ``--format zip``
     (:func:`core.readers.upload_entries`).
+
+    A zip holding a Camtrap DP package (its ``datapackage.json``) is imported as the package it is, as
+    :func:`ingest_path` does with ``format`` ``camtrap-dp``, when it is uploaded on its own: it brings its own
+    deployments, boxes and individuals, so beside other files, a manifest or a MegaDetector file it is refused.
     """
     t0 = time.perf_counter()
+    packages = [Path(f) for f in files if Path(f).is_file() and detect_format(f) == "camtrap-dp"]
+    if packages:
+        if len(files) == 1 and manifest is None and detections is None:
+            return ingest_path(cat, packages[0], format="camtrap-dp", user=user, dry_run=dry_run, progress=progress,
+                               should_cancel=should_cancel, update_metadata=update_metadata, keep_empty=keep_empty,
+                               event_gap_s=event_gap_s)
+        others = [Path(f).name for f in files if Path(f) not in packages]
+        beside = ", ".join([*(["other files (" + ", ".join(others[:3]) + (" ..." if len(others) > 3 else "") + ")"]
+                              if others or len(packages) > 1 else []),
+                            *(["a manifest"] if manifest is not None else []),
+                            *(["a MegaDetector file"] if detections is not None else [])])
+        report = IngestReport(source=f"{len(files)} uploaded file(s)", format="upload", dry_run=dry_run)
+        report.items.append(IngestItemResult(
+            packages[0].name, "error",
+            f"{packages[0].name} is a Camtrap DP package, uploaded beside {beside}: a package brings its own "
+            "deployments, boxes and individuals, so upload it on its own (nothing was imported)"))
+        return _finish(report, t0)
+    if keep_empty and detections is None:
+        raise IngestError("keeping empty frames needs a MegaDetector output file or a Camtrap DP package: "
+                          "without one no frame is empty")
     report = IngestReport(source=f"{len(files)} uploaded file(s)", format="upload", dry_run=dry_run)
     upload = upload_entries(files, manifest=manifest)
     try:

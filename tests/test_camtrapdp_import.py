@@ -527,12 +527,40 @@ def test_dry_run_writes_nothing(tmp_path):
 
 
 def test_a_package_read_as_a_plain_zip_is_refused_not_stripped(tmp_path):
-    """Uploaded through the Ingest tab (or forced to --format zip), a package would lose its observations: it is
-    refused, naming how to import it."""
+    """Forced to --format zip, a package would lose its observations: it is refused, naming how to import it."""
     archive = zip_package(package(tmp_path).parent, tmp_path / "pkg.zip")
     cat = open_catalogue(tmp_path / "data")
-    for report in (ingest_uploads(cat, [archive], user="ana"), ingest_path(cat, archive, format="zip", user="ana")):
-        (item,) = report.items
-        assert item.status == "error" and "Camtrap DP package" in item.message and "--format camtrap-dp" in item.message
+    (item,) = ingest_path(cat, archive, format="zip", user="ana").items
+    assert item.status == "error" and "Camtrap DP package" in item.message and "--format camtrap-dp" in item.message
     with cat.unit_of_work() as s:
         assert s.scalar(select(func.count(Photo.id))) == 0
+
+
+def test_a_package_uploaded_on_its_own_comes_in_as_a_package(tmp_path):
+    """The Ingest tab's upload of a package zip imports it as `rosette import` does (deployments, one annotation
+    per animal observation, individuals), blank media kept with "keep empty frames"; beside another photo or a
+    manifest it is refused, naming what it was uploaded with, and nothing comes in."""
+    from jobs.actions.ingest import import_uploads
+    from jobs.requests.ingest import ImportUploadsRequest
+
+    (tmp_path / "upload").mkdir()
+    archive = zip_package(package(tmp_path).parent, tmp_path / "upload" / "survey.zip", wrapper="survey-2024")
+    photo = tmp_path / "upload" / "extra.jpg"
+    photo.write_bytes((tmp_path / "pkg" / "media" / "m1.jpg").read_bytes())
+    manifest = tmp_path / "upload" / "manifest.csv"
+    manifest.write_text("filename,identity\nm1.jpg,Vixen\n")
+    cat = open_catalogue(tmp_path / "data")
+    for files, kw, words in (([archive, photo], {}, "other files (extra.jpg)"),
+                             ([archive], {"manifest": manifest}, "a manifest")):
+        (item,) = ingest_uploads(cat, files, user="ana", **kw).items
+        assert item.status == "error" and "survey.zip is a Camtrap DP package" in item.message and words in item.message
+    with cat.unit_of_work() as s:
+        assert s.scalar(select(func.count(Photo.id))) == 0 and s.scalar(select(func.count(Deployment.id))) == 0
+    outcome = import_uploads(cat, ImportUploadsRequest((str(archive),), user="ana", keep_empty=True))
+    assert outcome.counts["imported"] == 6, outcome.rows  # the deployments line + 5 media, blank M4 kept
+    with cat.unit_of_work() as s:
+        assert s.scalar(select(func.count(Deployment.id))) == 2
+        assert s.scalar(select(func.count(Image.id)).where(Image.observation_key.is_not(None))) == 4
+        assert set(s.scalars(select(Individual.name))) >= {"Vixen"}
+    with pytest.raises(ValueError, match="keeping empty frames"):
+        ImportUploadsRequest((str(photo),), user="ana", keep_empty=True)

@@ -20,8 +20,9 @@ Optional columns: `flank` (left / right / front / other), `sighting` (photos tak
 share a sighting label), and sighting details such as `date`, `place`, `camera`, `observer`.
 For camera traps: `deployment` (a deployment id or station of the Deployments tab) and `timestamp`
 (ISO 8601, e.g. `2024-05-01T08:00:00-04:00`) link the photo to its station; photos of one deployment
-within 60 s form one sighting. A Camtrap DP package is imported from the command line
-(`rosette import datapackage.json`).
+within 60 s form one sighting. A **Camtrap DP package** (a zip holding its `datapackage.json`, deployments,
+media and observations) is imported as a package when uploaded on its own, without a manifest: its deployments,
+boxes, species and individuals come in with it (from the shell: `rosette import datapackage.json`).
 Photos without a row are imported without an individual, ready to be matched.
 """
 

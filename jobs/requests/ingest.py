@@ -22,8 +22,10 @@ def _check_detections(request: ImportUploadsRequest | ImportPathRequest) -> None
     if not 0.0 <= float(request.min_confidence) <= 1.0:
         raise ValueError(f"the minimum confidence (--min-confidence) must be between 0 and 1, "
                          f"got {request.min_confidence}")
-    # a Camtrap DP package says which frames are empty itself (an auto-detected path is checked by the import)
-    package = getattr(request, "format", "") in (None, "camtrap-dp")
+    # a Camtrap DP package says which frames are empty itself (an auto-detected path, or an uploaded zip, is
+    # checked by the import)
+    package = getattr(request, "format", "") in (None, "camtrap-dp") or any(
+        str(p).lower().endswith(".zip") for p in getattr(request, "paths", ()))
     if request.keep_empty and request.detections is None and getattr(request, "detector", None) is None \
             and not package:
         raise ValueError("keeping empty frames (--keep-empty) needs a MegaDetector output file (--detections) or a "
