@@ -131,3 +131,36 @@ def test_upload_a_csv_then_change_and_delete_a_deployment(stations_server, page,
     expect(status).to_contain_text("Deployment C1 deleted", timeout=TIMEOUT_MS)
     expect(table).not_to_contain_text("Creek", timeout=TIMEOUT_MS)
     assert "C1" not in _stored(stations_server.data_dir)
+
+
+def test_a_camtrap_dp_package_uploaded_in_the_ingest_tab_brings_its_stations(stations_server, page, shot,
+                                                                             tmp_path):
+    """A package zip uploaded on its own in the Ingest tab comes in as a package: its media are imported (the
+    blank one reported empty) and its two deployments appear in the Deployments tab with their station names."""
+    from playwright.sync_api import expect
+
+    from tests import test_camtrapdp_import as pkg
+    from tests.camtrapdp_package import write_package, zip_package
+
+    def renamed(rows: list[dict]) -> list[dict]:  # P1/P2: the server already holds a deployment D1
+        return [{k: ({"D1": "P1", "D2": "P2"}.get(v, v) if k == "deploymentID" else v) for k, v in r.items()}
+                for r in rows]
+
+    folder = write_package(tmp_path / "pkg", renamed(pkg.deployments()), renamed(pkg.media()),
+                           renamed(pkg.observations()))
+    archive = zip_package(folder.parent, tmp_path / "survey.zip")
+    page.goto(stations_server.url)
+    page.get_by_role("tab", name="Ingest").click()
+    upload(page, "ingest-files", [str(archive)])
+    page.locator("#ingest-import").click()
+    summary = page.locator("#ingest-summary")
+    expect(summary).to_contain_text("Import finished", timeout=TIMEOUT_MS)
+    expect(summary).to_contain_text("5 imported")  # the deployments line and 4 media; blank M4 left out
+    expect(page.locator("#ingest-report")).to_contain_text("media/m4.jpg")
+    shot("package")
+    page.get_by_role("tab", name="Deployments").click()
+    table = page.locator("#deployments-table")
+    expect(table).to_contain_text("Pond", timeout=TIMEOUT_MS)
+    expect(table).to_contain_text("P2")
+    stored = _stored(stations_server.data_dir)
+    assert stored["P1"][:3] == ("L1", 51.05, 4.2) and stored["P2"][0] == "L2"
