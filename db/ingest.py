@@ -173,6 +173,7 @@ class _Importer:
         self._sight_cache: dict[str, Sighting] = {}  # sighting key -> sighting
         self._user_known = False
         self._pending: dict[tuple[str, str], Any] = {}  # cache entries waiting for this file's commit
+        self._linked: set[int] = set()  # known photos this run linked to a deployment (grouped into events)
 
     # ---- helpers
 
@@ -451,7 +452,8 @@ class _Importer:
     def _events(self, session: Session, results: list[IngestItemResult]) -> None:
         """Group this run's new photos into events (:func:`db.deployments.form_events`); each photo's report line
         names its event."""
-        by_photo = {r.photo_id: r for r in results if r.status == "imported" and r.photo_id is not None}
+        by_photo = {r.photo_id: r for r in results if r.photo_id is not None
+                    and (r.status == "imported" or r.photo_id in self._linked)}
         if not by_photo or not self.stations:
             return
         try:
@@ -534,6 +536,48 @@ class _Importer:
         same_as = photo.original_name if photo.original_name != e.name else None
         if same_as:
             base = f"same bytes as {same_as!r}, already in the catalogue as photo #{photo.id}"
+        linked = self._link_known_photo(session, e, photo, anns)
+        result = self._existing_facts(session, e, photo, anns, boxes, base, same_as)
+        if linked:
+            result.message += f"; {linked}"
+            if result.status == "duplicate":
+                result.status = "would-update" if self.dry_run else "updated"
+        return result
+
+    def _link_known_photo(self, session: Session, e: Entry, photo: Photo, anns: list[Image]) -> str:
+        """A known photo without a deployment that this import places at one (a Camtrap DP package of photos
+        catalogued before, a manifest's ``deployment`` column): link it, give it its time and, when it has no
+        sighting, the import's (a Camtrap DP eventID) or, after the run, an event; its own transaction. Returns
+        what was done, or ''. A photo already linked keeps its deployment."""
+        if photo.deployment_id is not None or not e.deployment or self.stations is None:
+            return ""
+        found = self.stations.resolve(deployment=e.deployment, taken_at=e.taken_at, exif_time=photo.exif_time)
+        if found.deployment_id is None:
+            return ""
+        words = f"linked to deployment {found.deployment_key}" + (f" ({'; '.join(found.warnings)})"
+                                                                    if found.warnings else "")
+        if self.dry_run:
+            return "would be " + words
+        try:
+            photo.deployment_id = found.deployment_id
+            if photo.taken_at is None:
+                photo.taken_at = found.taken_at
+            if photo.sighting_id is None and e.sighting:
+                photo.sighting = self._sighting(session, e.sighting, None)
+                for a in anns:
+                    if a.sighting_id is None:
+                        a.sighting = photo.sighting
+            session.flush()
+            self._commit(session)
+        except Exception as exc:
+            self._rollback(session)
+            return f"could not be linked to deployment {found.deployment_key} ({short_error(exc)})"
+        self._linked.add(photo.id)
+        return words
+
+    def _existing_facts(self, session: Session, e: Entry, photo: Photo, anns: list[Image],
+                        boxes: FrameBoxes | None, base: str, same_as: str | None) -> IngestItemResult:
+        """A known photo's new boxes or observations, or the facts the import states for its one animal."""
         if boxes is not None and boxes.observations:
             return self._existing_observations(session, e, photo, anns, boxes, base, same_as)
         if boxes is not None:

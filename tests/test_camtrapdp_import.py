@@ -313,8 +313,40 @@ def test_a_photo_imported_before_takes_its_observations_once(tmp_path):
         m1 = s.scalar(select(Photo).where(Photo.original_name == "m1.jpg"))
         assert m1.media_key == "M1" and sorted(a.observation_key for a in m1.annotations) == ["O1", "O2"]
         assert s.get(Image, plain_id).observation_key == "O1"
+        # the package places the photos catalogued before at their stations: deployment, time, event
+        assert m1.deployment.key == "D1" and m1.taken_at == "2024-05-02T10:00:00+02:00"
+        assert m1.sighting.event_key == "E1" and {a.sighting_id for a in m1.annotations} == {m1.sighting_id}
+        m3 = s.scalar(select(Photo).where(Photo.original_name == "m3.jpg"))
+        assert m3.deployment.key == "D2" and m3.sighting is not None and m3.sighting.deployment_id == m3.deployment_id
+    assert "linked to deployment D1" in item.message
     again = ingest_path(cat, path, user="ana")
     assert _items(again)["media/m1.jpg"].status == "duplicate"
+    assert "linked" not in _items(again)["media/m1.jpg"].message  # linked once
+
+
+def test_a_manifest_places_photos_catalogued_before_at_their_station(tmp_path):
+    """Photos imported before the stations were known: a manifest naming their deployment links them (time from
+    the manifest, events formed), reported as updated; a dry run says so and writes nothing."""
+    from core.stations import deployment_spec
+    from db.deployments import store_deployments
+
+    path = package(tmp_path)
+    cat = open_catalogue(tmp_path / "data")
+    ingest_path(cat, path.parent / "media", user="ana")
+    store_deployments(cat, [deployment_spec(d) for d in deployments()], user="ana")
+    manifest = path.parent / "media" / "stations.csv"
+    manifest.write_text("filename,identity,deployment,timestamp\nm1.jpg,,D1,2024-05-02T10:00:00+02:00\n"
+                        "m2.jpg,,D1,2024-05-02T10:00:04+02:00\n")
+    dry = ingest_path(cat, manifest, user="ana", dry_run=True)
+    assert "would be linked to deployment D1" in _items(dry)["m1.jpg"].message
+    with cat.unit_of_work() as s:
+        assert s.scalar(select(func.count(Photo.id)).where(Photo.deployment_id.is_not(None))) == 0
+    report = ingest_path(cat, manifest, user="ana")
+    assert _items(report)["m1.jpg"].status == "updated" and "linked to deployment D1" in _items(report)["m1.jpg"].message
+    with cat.unit_of_work() as s:
+        m1, m2 = (s.scalar(select(Photo).where(Photo.original_name == n)) for n in ("m1.jpg", "m2.jpg"))
+        assert (m1.deployment.key, m2.deployment.key) == ("D1", "D1") and m2.taken_at == "2024-05-02T10:00:04+02:00"
+        assert m1.sighting_id is not None and m1.sighting_id == m2.sighting_id  # 4 s apart: one event
 
 
 def test_zip_import_reads_the_package_inside(tmp_path):
