@@ -163,6 +163,9 @@ def page(playwright_driver) -> Iterator[object]:
 
         context.route("**/*", guard)
         context.set_default_timeout(20_000)
+        # a first page load fetches Gradio's assets while a server may still be warming up (or, under
+        # pytest-xdist, while the other worker holds a core): navigation gets longer than an element wait
+        context.set_default_navigation_timeout(60_000)
         pg = context.pages[0] if context.pages else context.new_page()
         pg.external_requests = external
         try:
