@@ -151,7 +151,16 @@ def test_each_animal_is_matched_and_decided_on_its_own(imported):
     assert rows[a].individual == "Ana" and rows[b].individual == "Bia"
     with cat.unit_of_work() as s:
         assert s.scalar(select(func.count(MatchDecision.id)).where(MatchDecision.query_image_id.in_([a, b]))) == 2
+        ana = s.get(Image, a).individual_id
+        blob_a, thumb_a = s.get(Image, a).blob_path, s.get(Image, a).thumb_path
     assert verify_chain(cat).ok
+    # Ana's page in the Catalogue tab shows animal A as its crop (its thumbnail), never the two-animal frame
+    from jobs.actions.catalogue import open_individual
+
+    cards = {c.id: c for c in open_individual(cat, ana).images}
+    assert cards[a].path == str(cat.blobs.path(thumb_a)) and cards[a].path != str(cat.blobs.path(blob_a))
+    gallery = [c for i, c in cards.items() if i != a]
+    assert gallery and all("/images/" in c.path.replace("\\", "/") for c in gallery)  # whole photos: the full file
 
 
 def test_reimporting_the_same_detections_adds_nothing(imported, trap):
@@ -323,6 +332,28 @@ def test_masking_an_annotation_is_prompted_with_its_box(imported):
         mask = np.asarray(PILImage.open(cat.blobs.path(ann.mask_path)))
     assert mask.shape[:2] == crop.shape[:2]  # the mask lives in the crop's pixels
     assert mask[:, : int(x0) - 1].sum() == 0  # nothing outside the prompt box (GrabCut's hard background)
+
+
+def test_a_photo_shown_whole_names_every_animal_and_its_people(imported):
+    """What the Catalogue tab says under a photo shown whole: each animal's box with its individual and source,
+    the one clicked marked, and the person boxes blurred."""
+    import re
+
+    from jobs.actions.frames import frame_words, photo_frame
+
+    cat, _ = imported
+    a, b = (r.id for r in _pair_annotations(cat))
+    words = frame_words(cat, b)
+    assert re.match(rf"Photo #\d+ \(pair\.jpg\): 2 animals: #{a} .+ \(megadetector\); "
+                    rf"#{b} .+ \(megadetector\) ← this one\.$", words), words
+    with cat.unit_of_work() as s:
+        person = s.scalar(select(Photo).where(Photo.original_name == "person.jpg"))
+        (ann,) = [i.id for i in person.annotations]
+        size = (person.height, person.width)
+    assert frame_words(cat, ann).endswith("; 1 person box blurred.")
+    assert photo_frame(cat, person.id).shape[:2] == size  # the whole photo, not a crop
+    with pytest.raises(CatalogueError, match="no annotation with id 999999"):
+        frame_words(cat, 999999)
 
 
 def test_the_query_outline_is_drawn_on_the_animals_crop(imported):

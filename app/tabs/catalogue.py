@@ -9,6 +9,7 @@ import pandas as pd
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text, refreshed_choices
 from db.models import Role
 from jobs.actions import catalogue as services
+from jobs.actions import frames as fr
 from jobs.actions import individuals as pages
 from jobs.actions import species as sa
 from jobs.actions.export import export_catalogue
@@ -63,8 +64,14 @@ def build(ctx: UIContext) -> None:
                 life_stage = gr.Dropdown([NOT_RECORDED, *pages.LIFE_STAGES], value=None, label="Life stage",
                                          elem_id="catalogue-life-stage", scale=2)
                 traits_button = gr.Button("Save sex and life stage", elem_id="catalogue-set-traits", scale=1)
-            photos = gr.Gallery(label="Photos", columns=4, height=340, object_fit="contain", preview=False, fit_columns=False,
+            photos = gr.Gallery(label="Photos (click one to see its whole photo with every animal's box)", columns=4,
+                                height=340, object_fit="contain", allow_preview=False, fit_columns=False,
                                 interactive=False, elem_id="catalogue-photos")
+            photo_ids = gr.State([])  # annotation id of each picture in the photos gallery, in order
+            frame_view = gr.Image(label="The whole photo: every animal's box, named (people blurred)", type="numpy",
+                                  interactive=False, height=380, visible=False, elem_id="catalogue-frame",
+                                  buttons=["fullscreen"])
+            frame_caption = gr.Markdown(elem_id="catalogue-frame-caption")
             sightings = gr.Dataframe(headers=services.SIGHTING_HEADERS, value=[], interactive=False,
                                      label="Sightings (photos taken in the same encounter)",
                                      elem_id="catalogue-sightings", max_height=220)
@@ -118,7 +125,9 @@ def build(ctx: UIContext) -> None:
 
     list_outputs = [overview, shown_ids, summary, chooser]
     detail_outputs = [headline, photos, sightings, split_pick, new_name, merge_target, changes, species, undo_seen,
-                      facts, best_photos, best_why, timeline_plot, station_map, home_range, sex, life_stage]
+                      facts, best_photos, best_why, timeline_plot, station_map, home_range, sex, life_stage,
+                      photo_ids, frame_view, frame_caption]
+    no_frame = (gr.update(visible=False, value=None), "")
 
     def render_list(search_text, current):
         cards = services.individual_cards(cat, search=search_text)
@@ -136,7 +145,7 @@ def build(ctx: UIContext) -> None:
         if current is None:
             return ("Open an individual to see its photos.", [], _table([], services.SIGHTING_HEADERS),
                     gr.update(choices=[], value=[]), "", gr.update(choices=[], value=None), history,
-                    gr.update(choices=species_names, value=None), newest, *render_page(None))
+                    gr.update(choices=species_names, value=None), newest, *render_page(None), [], *no_frame)
         view = services.open_individual(cat, current)
         targets = [(c.caption, c.id) for c in everyone if c.id != view.id]
         choices = services.image_choices(view)
@@ -147,7 +156,7 @@ def build(ctx: UIContext) -> None:
                 gr.update(choices=choices, value=still_here), view.name,
                 gr.update(choices=targets, value=target if any(target == t for _, t in targets) else None), history,
                 gr.update(choices=species_names, value=sa.species_of_individual(cat, view.id)), newest,
-                *render_page(view.id))
+                *render_page(view.id), [c.id for c in view.images if c.path], *no_frame)
 
     def render_page(current):
         """The individual page's parts: facts, best photos and why, timeline, station map, home range, sex, life
@@ -172,6 +181,15 @@ def build(ctx: UIContext) -> None:
     def open_from_gallery(ids, evt: gr.SelectData):
         chosen = ids[evt.index] if evt.index is not None and evt.index < len(ids) else None
         return (chosen, gr.update(value=chosen), *render_detail(chosen))
+
+    @curator_action(role=Role.viewer)
+    def show_frame(ids, evt: gr.SelectData):
+        chosen = ids[evt.index] if evt.index is not None and evt.index < len(ids) else None
+        if chosen is None:
+            return no_frame
+        return gr.update(visible=True, value=fr.frame_with_boxes(cat, chosen)), markdown_text(fr.frame_words(cat, chosen))
+
+    photos.select(show_frame, inputs=[photo_ids], outputs=[frame_view, frame_caption], api_visibility="private")
 
     @curator_action(role=Role.viewer)
     def open_from_dropdown(chosen):

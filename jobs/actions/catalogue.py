@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 from db import catalogue as store  # called through the module: a test stands in for one of its functions
 from db.catalogue import CatalogueError, ConflictError, NotFoundError
 from db.masks import FLANKS, set_flank
-from db.models import EventKind, IdentityEvent, Image, Individual, Sighting
+from db.models import EventKind, IdentityEvent, Image, Individual, Photo, Sighting
 from db.session import Catalogue
 from jobs.actions.common import curator_name
 from jobs.requests.catalogue import (
@@ -140,11 +140,17 @@ def open_individual(cat: Catalogue, individual_id: int) -> IndividualView:
         images = store.images_of(s, ind.id)
         sightings = {sg.id: sg for sg in s.scalars(select(Sighting).where(
             Sighting.id.in_({im.sighting_id for im in images if im.sighting_id})))}
+        # photos holding people: their person boxes are blurred in the thumbnails only
+        with_people = {pid for pid, people in s.execute(select(Photo.id, Photo.people).where(
+            Photo.id.in_({im.photo_id for im in images}))) if people}
         cards, per_sighting = [], {}
         for im in images:
             sg = sightings.get(im.sighting_id)
             date = (sg.date if sg and sg.date else None) or im.exif_time
-            cards.append(ImageCard(id=im.id, path=cat.blobs.existing(im.blob_path) or cat.blobs.existing(im.thumb_path) or "",
+            # the animal as matching sees it: a boxed annotation is its crop's thumbnail, never the whole frame
+            whole = im.box.is_whole and im.photo_id not in with_people
+            shown = (cat.blobs.existing(im.blob_path) if whole else None) or cat.blobs.existing(im.thumb_path)
+            cards.append(ImageCard(id=im.id, path=shown or "",
                                    original_name=im.original_name, flank=im.flank.value,
                                    sighting=sg.key if sg else None, date=date, mask_source=im.mask_source))
             if sg is not None:

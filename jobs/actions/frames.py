@@ -19,7 +19,8 @@ from db.embeddings import load_photo, sources_for
 from db.models import Image, Individual, Photo
 from db.session import Catalogue
 
-__all__ = ["annotation_crop", "annotation_picture", "frame_jpeg", "frame_with_boxes", "photo_frame", "photo_of"]
+__all__ = ["annotation_crop", "annotation_picture", "frame_jpeg", "frame_with_boxes", "frame_words", "photo_frame",
+           "photo_of"]
 
 
 def _people(photo: Photo | None) -> list[Box]:
@@ -68,6 +69,26 @@ def frame_with_boxes(cat: Catalogue, annotation_id: int) -> np.ndarray:
     """The whole photo of an annotation, person boxes blurred, with all its photo's animal boxes drawn and
     labelled (the individual's name, else ``#<annotation id>``); the given annotation's box is highlighted."""
     return photo_frame(cat, photo_of(cat, annotation_id), highlight=annotation_id)
+
+
+def frame_words(cat: Catalogue, annotation_id: int) -> str:
+    """What :func:`frame_with_boxes` draws, in words: the photo, and each of its animals' boxes with the individual
+    (or ``no individual yet``) and where the box came from; the given annotation is marked."""
+    with cat.unit_of_work() as s:
+        ann = s.get(Image, annotation_id)
+        if ann is None:
+            raise CatalogueError(f"no annotation with id {annotation_id}")
+        photo = s.get(Photo, ann.photo_id)
+        rows = s.execute(select(Image, Individual.name).outerjoin(Individual, Image.individual_id == Individual.id)
+                         .where(Image.photo_id == ann.photo_id).order_by(Image.id)).all()
+        people = len(photo.people or []) if photo is not None else 0
+        name = photo.original_name if photo is not None else "?"
+        animals = "; ".join(f"#{a.id} {who or 'no individual yet'} ({a.box_source})"
+                            + (" ← this one" if a.id == annotation_id else "") for a, who in rows)
+        words = f"Photo #{ann.photo_id} ({name}): {len(rows)} animal{'s' if len(rows) != 1 else ''}: {animals}"
+    if people:
+        words += f"; {people} person box{'es' if people != 1 else ''} blurred"
+    return words + "."
 
 
 def annotation_crop(cat: Catalogue, annotation_id: int) -> np.ndarray:

@@ -191,6 +191,38 @@ def test_review_two_animals_of_one_frame_with_whole_frame(trap_server, page, sho
     assert _mask_sources(data, a, b) == ("grabcut", None)
 
 
+def test_the_catalogue_shows_a_photo_whole_with_every_animal_named(trap_server, page, shot):
+    """Clicking an animal's picture on its individual's page shows the whole photo with both animals' boxes, and
+    says in words which animals they are (issue 22: views of a photo draw all its boxes, named)."""
+    from playwright.sync_api import expect
+
+    from db.models import Image, Individual
+    from db.session import open_catalogue
+
+    a, b = trap_server.annotations
+    cat = open_catalogue(trap_server.data_dir, migrate=False)
+    try:
+        with cat.unit_of_work() as s:
+            names = {i: s.scalar(select(Individual.name).join(Image, Image.individual_id == Individual.id)
+                                 .where(Image.id == i)) for i in (a, b)}
+    finally:
+        cat.close()
+    assert all(names.values()), names  # the review test named both animals
+    page.goto(trap_server.url)
+    page.get_by_role("tab", name="Catalogue").click()
+    choose(page, "catalogue-open", names[a])
+    photos = page.locator("#catalogue-photos")
+    expect(photos).to_contain_text(f"#{a} ·", timeout=TIMEOUT_MS)
+    expect(page.locator("#catalogue-frame")).to_be_hidden()
+    photos.get_by_text(f"#{a} ·").first.click()
+    expect(page.locator("#catalogue-frame img")).to_be_visible(timeout=TIMEOUT_MS)
+    caption = page.locator("#catalogue-frame-caption")
+    expect(caption).to_contain_text("2 animals", timeout=TIMEOUT_MS)
+    expect(caption).to_contain_text(f"#{a} {names[a]} (megadetector) ← this one")
+    expect(caption).to_contain_text(f"#{b} {names[b]} (megadetector)")
+    shot("catalogue-frame")
+
+
 def _mask_sources(data, a: int, b: int) -> tuple:
     from db.models import Image
     from db.session import open_catalogue
