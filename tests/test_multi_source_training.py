@@ -32,6 +32,11 @@ def two(tmp_path_factory):
     for name, seed in (("a", 21), ("b", 22)):
         manifests[name] = make_reid_set(root / f"photos-{name}", individuals=6, photos_each=6, seed=seed)
         create_benchmark(cat, name, manifest=manifests[name], split="identity", test_fraction=0.34, seed=0)
+    # a standing "not the same" between two of a's training identities, and an undone one (left out); made here,
+    # not in a test, so that every test sees them whatever order (or pytest-xdist worker) runs it
+    ids_a = sorted(set(load_benchmark(cat, "a", split="train").labels))
+    _decide(cat, _train_photo(cat, "a", ids_a[0]), _train_photo(cat, "a", ids_a[1]))
+    _decide(cat, _train_photo(cat, "a", ids_a[0]), _train_photo(cat, "a", ids_a[2]), undone=True)
     yield cat, manifests
     cat.close()
 
@@ -54,10 +59,7 @@ def test_training_set_of_two_benchmarks_namespaces_identities_and_takes_decision
     cat, manifests = two
     a_train, b_train = (load_benchmark(cat, b, split="train") for b in "ab")
     tests = set(load_benchmark(cat, "a", split="test").image_ids) | set(load_benchmark(cat, "b", split="test").image_ids)
-    ids_a = sorted(set(a_train.labels))
-    # a standing "not the same" between two of a's training identities, and an undone one (left out)
-    _decide(cat, _train_photo(cat, "a", ids_a[0]), _train_photo(cat, "a", ids_a[1]))
-    _decide(cat, _train_photo(cat, "a", ids_a[0]), _train_photo(cat, "a", ids_a[2]), undone=True)
+    ids_a = sorted(set(a_train.labels))  # the fixture's decisions: a standing one between ids_a[0] and [1]
     tset = training_set(cat, source="benchmark", benchmark="a,b")
     assert tset.benchmark == "a,b" and len(tset.image_ids) == len(a_train.image_ids) + len(b_train.image_ids)
     assert not tests & set(tset.image_ids)  # both test splits left out
@@ -144,7 +146,7 @@ def test_one_model_trained_on_two_benchmarks_is_evaluated_on_each(two, capsys):
     assert all(name.split("/")[0] in ("a", "b") for name in snap["individuals"])
     tests = set(load_benchmark(cat, "a", split="test").image_ids) | set(load_benchmark(cat, "b", split="test").image_ids)
     assert not tests & set(snap["image_ids"])
-    assert len(snap["hard_negative_pairs"]) == 1  # the decision of the first test
+    assert len(snap["hard_negative_pairs"]) == 1  # the fixture's standing decision
     log = queue.read_log_tail(cat, job.id, max_chars=20000)
     assert "sources: a (" in log and "identity-aware batches: 1 epochs" in log
     assert "hard negatives: 1 pair(s) of identities curators marked" in log
