@@ -1064,11 +1064,15 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
             return ingest_path(cat, packages[0], format="camtrap-dp", user=user, dry_run=dry_run, progress=progress,
                                should_cancel=should_cancel, update_metadata=update_metadata, keep_empty=keep_empty,
                                event_gap_s=event_gap_s)
-        others = [Path(f).name for f in files if Path(f) not in packages]
-        beside = ", ".join([*(["other files (" + ", ".join(others[:3]) + (" ..." if len(others) > 3 else "") + ")"]
-                              if others or len(packages) > 1 else []),
-                            *(["a manifest"] if manifest is not None else []),
-                            *(["a MegaDetector file"] if detections is not None else [])])
+        with_it = []
+        if len(files) > 1:
+            others = [Path(f).name for f in files if Path(f) != packages[0]]
+            with_it.append(f"other files ({', '.join(others[:3])}{' ...' if len(others) > 3 else ''})")
+        if manifest is not None:
+            with_it.append("a manifest")
+        if detections is not None:
+            with_it.append("a MegaDetector file")
+        beside = ", ".join(with_it)
         report = IngestReport(source=f"{len(files)} uploaded file(s)", format="upload", dry_run=dry_run)
         report.items.append(IngestItemResult(
             packages[0].name, "error",

@@ -23,6 +23,7 @@ from db.masks import FLANKS, set_flank
 from db.models import EventKind, IdentityEvent, Image, Individual, Photo, Sighting
 from db.session import Catalogue
 from jobs.actions.common import curator_name
+from jobs.actions.frames import shows_whole_file
 from jobs.requests.catalogue import (
     MergeRequest,
     MovePhotosRequest,
@@ -148,7 +149,7 @@ def open_individual(cat: Catalogue, individual_id: int) -> IndividualView:
             sg = sightings.get(im.sighting_id)
             date = (sg.date if sg and sg.date else None) or im.exif_time
             # the animal as matching sees it: a boxed annotation is its crop's thumbnail, never the whole frame
-            whole = im.box.is_whole and im.photo_id not in with_people
+            whole = shows_whole_file(im.box, has_people=im.photo_id in with_people)
             shown = (cat.blobs.existing(im.blob_path) if whole else None) or cat.blobs.existing(im.thumb_path)
             cards.append(ImageCard(id=im.id, path=shown or "",
                                    original_name=im.original_name, flank=im.flank.value,

@@ -20,7 +20,7 @@ from db.models import Image, Individual, Photo
 from db.session import Catalogue
 
 __all__ = ["annotation_crop", "annotation_picture", "frame_jpeg", "frame_with_boxes", "frame_words", "photo_frame",
-           "photo_of"]
+           "photo_of", "shows_whole_file"]
 
 
 def _people(photo: Photo | None) -> list[Box]:
@@ -39,6 +39,13 @@ def _blurred(rgb: np.ndarray, people: list[Box]) -> np.ndarray:
     return np.asarray(blur_boxes(PILImage.fromarray(np.ascontiguousarray(rgb)), people))
 
 
+def _animals(s, photo_id: int) -> list[tuple[Image, str | None]]:
+    """A photo's annotations in id order, each with its individual's name (None: no individual yet)."""
+    return [(a, name) for a, name in s.execute(
+        select(Image, Individual.name).outerjoin(Individual, Image.individual_id == Individual.id)
+        .where(Image.photo_id == photo_id).order_by(Image.id))]
+
+
 def photo_frame(cat: Catalogue, photo_id: int, *, highlight: int | None = None) -> np.ndarray:
     """A photo, person boxes blurred, with every animal box drawn and labelled (the individual's name, else
     ``#<annotation id>``); annotation ``highlight``'s box drawn thicker."""
@@ -47,8 +54,7 @@ def photo_frame(cat: Catalogue, photo_id: int, *, highlight: int | None = None) 
         if photo is None:
             raise CatalogueError(f"no image with id {photo_id}")
         people, blob = _people(photo), photo.blob_path
-        rows = s.execute(select(Image, Individual.name).outerjoin(Individual, Image.individual_id == Individual.id)
-                         .where(Image.photo_id == photo_id).order_by(Image.id)).all()
+        rows = _animals(s, photo_id)
         boxes = [a.box for a, _ in rows]
         labels = [name or f"#{a.id}" for a, name in rows]
         index = next((i for i, (a, _) in enumerate(rows) if a.id == highlight), None)
@@ -79,8 +85,7 @@ def frame_words(cat: Catalogue, annotation_id: int) -> str:
         if ann is None:
             raise CatalogueError(f"no annotation with id {annotation_id}")
         photo = s.get(Photo, ann.photo_id)
-        rows = s.execute(select(Image, Individual.name).outerjoin(Individual, Image.individual_id == Individual.id)
-                         .where(Image.photo_id == ann.photo_id).order_by(Image.id)).all()
+        rows = _animals(s, ann.photo_id)
         people = len(photo.people or []) if photo is not None else 0
         name = photo.original_name if photo is not None else "?"
         animals = "; ".join(f"#{a.id} {who or 'no individual yet'} ({a.box_source})"
@@ -107,6 +112,12 @@ def annotation_crop(cat: Catalogue, annotation_id: int) -> np.ndarray:
     return _blurred(crop, inside)
 
 
+def shows_whole_file(box: Box, *, has_people: bool) -> bool:
+    """Whether a screen shows an annotation as its photo's stored file: a whole-photo annotation of a photo without
+    people (nothing to cut or blur). Any other is shown as its crop (or the crop's thumbnail)."""
+    return box.is_whole and not has_people
+
+
 def annotation_picture(cat: Catalogue, annotation_id: int) -> str | np.ndarray:
     """What a screen shows for an annotation: the stored photo's path for a whole-photo annotation of a photo
     without people (nothing to cut or blur), else :func:`annotation_crop`."""
@@ -115,7 +126,7 @@ def annotation_picture(cat: Catalogue, annotation_id: int) -> str | np.ndarray:
         if ann is None:
             raise CatalogueError(f"no annotation with id {annotation_id}")
         photo = s.get(Photo, ann.photo_id)
-        whole, blob = ann.box.is_whole and not (photo is not None and photo.people), ann.blob_path
+        whole, blob = shows_whole_file(ann.box, has_people=bool(photo is not None and photo.people)), ann.blob_path
     path = cat.blobs.existing(blob) if whole else None
     return str(path) if path else annotation_crop(cat, annotation_id)
 
