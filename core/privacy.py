@@ -1,17 +1,21 @@
 """Privacy: obscure people in camera-trap photos before anyone else sees them.
 
 :func:`blur_boxes` pixelates each box (about :data:`BLOCKS_ACROSS` blocks across the box's short side) and then
-blurs it, so a face or a body cannot be recognised; nothing outside the boxes changes.
+blurs it, so a face or a body cannot be recognised; nothing outside the boxes changes. :func:`blurred_file` does
+the same to a whole photo file for what leaves Rosette (exports), keeping its format and EXIF.
 """
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-from PIL import Image, ImageFilter, ImageStat
+from PIL import Image, ImageFilter, ImageOps, ImageStat
 
-from core.annotations import Box
+from core.annotations import Box, InvalidBoxError
 
 #: Blocks across a box's short side after pixelation.
 BLOCKS_ACROSS = 8
@@ -58,3 +62,61 @@ def blur_boxes(img: Image.Image, boxes: Sequence[Box]) -> Image.Image:
         rect = box_pixels(box, width, height)
         out.paste(_obscure(out.crop(rect)), rect[:2])
     return out
+
+
+#: What an export does with the photos that show people: ``blur`` their person boxes (the default: the screens'
+#: blur), ``omit`` the photos, or ``keep`` the originals (only when chosen, and audited).
+PEOPLE_CHOICES = ("blur", "omit", "keep")
+DEFAULT_PEOPLE = "blur"
+#: Formats a blurred copy is written in as they came; any other is written as PNG (lossless).
+WRITABLE_FORMATS = {"JPEG": "JPEG", "MPO": "JPEG", "PNG": "PNG", "TIFF": "TIFF", "WEBP": "WEBP", "BMP": "BMP",
+                    "GIF": "GIF"}
+
+
+def check_people_choice(choice: str) -> str:
+    """``choice`` when it is one of :data:`PEOPLE_CHOICES`; a ValueError naming them otherwise."""
+    if choice not in PEOPLE_CHOICES:
+        raise ValueError(f"people: {choice!r} is not one of {', '.join(PEOPLE_CHOICES)} (blur is the default; keep "
+                         "exports the people as photographed and is recorded in the audit trail)")
+    return choice
+
+
+def person_boxes(rows: Sequence[Sequence[Any]] | None) -> list[Box]:
+    """The boxes of stored person rows (``[x, y, w, h, confidence]``, as a photo keeps them); a row that is not a
+    box is skipped."""
+    out = []
+    for row in rows or []:
+        try:
+            out.append(Box.from_sequence(list(row[:4])))
+        except (InvalidBoxError, TypeError):
+            continue
+    return out
+
+
+def blurred_format(fmt: str | None) -> str:
+    """The format a blurred copy of a ``fmt`` file is written in."""
+    return WRITABLE_FORMATS.get((fmt or "").upper(), "PNG")
+
+
+def blurred_file(source: str | Path, boxes: Sequence[Box]) -> bytes:
+    """The bytes of the photo file ``source`` with each box blurred as :func:`blur_boxes` does.
+
+    Boxes are in the upright photo's coordinates (EXIF orientation applied, as every screen shows it), so the
+    copy is written upright, its EXIF kept (time, camera, GPS) with the orientation reset; its format is
+    :func:`blurred_format` of the original's."""
+    with Image.open(source) as opened:
+        fmt = blurred_format(opened.format)
+        upright = ImageOps.exif_transpose(opened)
+        exif = upright.getexif()
+        icc = opened.info.get("icc_profile")
+    out = blur_boxes(upright, boxes)
+    if fmt == "JPEG" and out.mode not in ("RGB", "L", "CMYK"):
+        out = out.convert("RGB")
+    options: dict[str, Any] = {"exif": exif.tobytes()} if len(exif) and fmt in ("JPEG", "PNG", "TIFF", "WEBP") else {}
+    if icc and fmt in ("JPEG", "PNG", "TIFF", "WEBP"):
+        options["icc_profile"] = icc
+    if fmt == "JPEG":
+        options.update(quality=95, subsampling=0)
+    buf = io.BytesIO()
+    out.save(buf, format=fmt, **options)
+    return buf.getvalue()

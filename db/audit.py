@@ -195,8 +195,17 @@ def row_hash(prev_hash: str, *, at: datetime, user: str, action: str, target: st
 @event.listens_for(Session, "after_flush")
 def _write_audit_rows(session: Session, _flush_context: Any) -> None:
     rows = _collect(session)
-    if not rows:
-        return
+    if rows:
+        _append_rows(session, rows)
+
+
+def record_action(session: Session, *, action: str, target: str, details: dict[str, Any]) -> None:
+    """Write one audit row for something done that changes no audited table (an export that keeps people
+    unblurred), chained and attributed like every other row, in ``session``'s transaction."""
+    _append_rows(session, [(action, target, {k: _plain(v) for k, v in details.items()})])
+
+
+def _append_rows(session: Session, rows: list[tuple[str, str, dict[str, Any]]]) -> None:
     connection = session.connection()
     table = AuditEvent.__table__
     if connection.dialect.name == "postgresql":
