@@ -24,18 +24,20 @@ occasions, n_j = individuals caught on occasion j, n. = sum_j n_j, f_k = individ
 - **M0** (Otis, Burnham, White & Anderson 1978, Wildl. Monogr. 62, p. 105): constant p. Profile log-likelihood
   l(N) = ln N!/(N-M)! + n. ln n. + (tN - n.) ln(tN - n.) - tN ln(tN) (p profiled out as n./(tN)); N is the integer
   N >= M that maximises it (the real-valued maximiser, as MARK reports it, is ``details["N_continuous"]``).
-- **Mt** (Darroch 1958, Biometrika 45:343-359): p varies by occasion. N is the root N > M of
-  prod_j (1 - n_j/N) = 1 - M/N (real-valued, as Darroch and Otis et al. give it; for t = 2 it is Petersen's
-  n1 n2 / m2). Its CI comes from the profile likelihood of Otis et al.'s model Mt (pp. 106-107), p_j profiled out
-  as n_j/N: l(N) = ln N!/(N-M)! + sum_j [n_j ln n_j + (N - n_j) ln(N - n_j) - N ln N], the same family as M0.
-  Darroch's equation is this likelihood's stationarity condition with ln(N/(N-M)) standing for
-  d/dN ln N!/(N-M)!, so the likelihood peaks a little below the root (n = (40, 30), M = 60: at 117, root 120);
-  the integer maximiser is ``details["N_profile"]``. (Darroch's fixed-sample-size likelihood peaks exactly at the
-  root but gives wider intervals: with 5 animals each caught on both of 2 occasions N = 6 stays inside it.)
-- M0 and Mt CIs are profile-likelihood intervals: the smallest and largest integer N >= M with
-  2 (l_max - l(N)) <= chi2_1(0.95) = 3.8415, l_max the maximum over integers (CAPTURE and MARK give instead a
-  log-normal interval from an asymptotic SE). Without recaptures (n. = M)
-  the likelihood rises towards N -> infinity: N = ci_high = inf, ci_low from the supremum.
+- **Mt** (Darroch 1958, Biometrika 45:343-359; Otis et al. 1978 pp. 106-107): p varies by occasion. N is the root
+  N > M of prod_j (1 - n_j/N) = 1 - M/N (real-valued, as Darroch and Otis et al. give it; for t = 2 it is Petersen's
+  n1 n2 / m2). Its variance is Darroch's, var = [1/(N-M) + (t-1)/N - sum_j 1/(N-n_j)]^-1 (for t = 2 Petersen's
+  n1 n2 (n1-m2)(n2-m2)/m2^3), and its 95% CI Chao's (1987) log-normal interval on f0 = N - M, as CAPTURE and MARK
+  give closed-population intervals: [M + f0/C, M + f0*C], C = exp(1.96 sqrt(ln(1 + var/f0^2))), so N always lies
+  inside it; f0 = 0 (an occasion caught every animal seen) gives [M, M]. The binomial likelihood of Otis et al.'s model
+  Mt, p_j profiled out as n_j/N, l(N) = ln N!/(N-M)! + sum_j [n_j ln n_j + (N - n_j) ln(N - n_j) - N ln N], peaks a
+  little below Darroch's root (n = (40, 30), M = 60: at 117, root 120): its integer maximiser is
+  ``details["N_profile"]`` and its real maximiser, the N MARK reports, ``details["N_mle"]``. (An interval from that
+  likelihood around Darroch's N could leave N outside it: N 8.08 with the interval 8-8.)
+- The M0 CI is a profile-likelihood interval: the smallest and largest integer N >= M with
+  2 (l_max - l(N)) <= chi2_1(0.95) = 3.8415, l_max the maximum over integers (MARK gives instead a log-normal
+  interval from an asymptotic SE). Without recaptures (n. = M) M0's and Mt's likelihoods rise towards
+  N -> infinity: N = ci_high = inf, ci_low from the supremum.
 - **Mh-Chao** (Chao 1987, Biometrics 43:783-791; bias-corrected form): f0 = f1(f1 - 1)/(2(f2 + 1)),
   N = M + f0, var = f1(f1-1)/(2(f2+1)) + f1(2f1-1)^2/(4(f2+1)^2) + f1^2 f2 (f1-1)^2/(4(f2+1)^4) (Chao's
   bias-corrected variance, as in Chao 2005 Encycl. Stat. Sci. and EstimateS), 95% CI Chao's (1987) log-normal
@@ -44,7 +46,9 @@ occasions, n_j = individuals caught on occasion j, n. = sum_j n_j, f_k = individ
   without singletons. No (t-1)/t factor is applied (the form in DESIGN section 8). Chao's original
   M + f1^2/(2 f2) (what CAPTURE and secr call "chao") is ``details["N_uncorrected"]``.
 
-With no individual detected (M = 0) M0 and Mt are undefined (N = nan); Mh-Chao gives 0 by its formula.
+No estimate (N = nan, the reason in one sentence as ``details["note"]``) when no individual was detected (M = 0), or
+when the study has fewer than two occasions: then no animal can be caught twice, and Mh-Chao's formula would turn
+every animal seen into a singleton (f0 = M(M-1)/2).
 """
 
 from __future__ import annotations
@@ -401,8 +405,26 @@ def _profile(
     return {"N": n_int, "N_continuous": x, "ll_max": ll_max, "ci_low": lo, "ci_high": hi}
 
 
+#: Why there is no estimate, in one sentence each.
+NO_INDIVIDUALS = "No individual was detected, so there is nothing to estimate from."
+ONE_OCCASION = ("With a single occasion no animal can be caught twice, so nothing tells how many animals were never "
+                "seen.")
+
+
 def _undefined(model: str, M: int, why: str, **details: Any) -> Estimate:
     return Estimate(model, math.nan, math.nan, math.nan, ASSUMPTIONS[model], {"M": M, "note": why, **details})
+
+
+def lognormal_interval(M: int, f0: float, variance: float) -> tuple[float, float, float]:
+    """Chao's (1987) log-normal 95% interval of N = M + f0 from var(N): (M + f0/C, M + f0*C, C) with
+    C = exp(1.96 sqrt(ln(1 + var/f0^2))); its lower end is above M and it holds N. (M, M, 1) when f0 = 0 (the limit
+    as f0 -> 0); an infinite variance gives an infinite upper end."""
+    if not f0 > 0:
+        return float(M), float(M), 1.0
+    if not math.isfinite(variance):
+        return float(M), math.inf, math.inf
+    C = math.exp(Z_975 * math.sqrt(math.log1p(variance / f0**2)))
+    return M + f0 / C, M + f0 * C, C
 
 
 def _profiled(model: str, N: float, fit: Mapping[str, Any], *, finite: bool, details: dict[str, Any]) -> Estimate:
@@ -428,7 +450,9 @@ def m0_from_counts(*, individuals: int, captures: int, occasions: int) -> Estima
     if M < 0 or t < 0 or n < M or n > M * t:
         raise ValueError(f"inconsistent counts: M={M}, n.={n}, t={t} (need M <= n. <= M*t)")
     if M == 0:
-        return _undefined("M0", M, "no individual detected", captures=n, occasions=t)
+        return _undefined("M0", M, NO_INDIVIDUALS, captures=n, occasions=t)
+    if t < 2:
+        return _undefined("M0", M, ONE_OCCASION, captures=n, occasions=t)
 
     def ll(N: float) -> float:
         return m0_loglik(N, individuals=M, captures=n, occasions=t)
@@ -505,7 +529,9 @@ def mt_from_counts(per_occasion: Sequence[int], *, individuals: int) -> Estimate
     if any(x < 0 or x > M for x in nj) or sum(nj) < M or (M > 0 and t == 0):
         raise ValueError(f"inconsistent counts: M={M}, n_j={nj} (need 0 <= n_j <= M and sum n_j >= M)")
     if M == 0:
-        return _undefined("Mt", M, "no individual detected", per_occasion=nj)
+        return _undefined("Mt", M, NO_INDIVIDUALS, per_occasion=nj)
+    if t < 2:
+        return _undefined("Mt", M, ONE_OCCASION, per_occasion=nj)
 
     def ll(N: float) -> float:
         return mt_loglik(N, per_occasion=nj, individuals=M)
@@ -526,8 +552,29 @@ def mt_from_counts(per_occasion: Sequence[int], *, individuals: int) -> Estimate
         "occasions": t,
         "p_hat": [x / N for x in nj] if math.isfinite(N) else [0.0] * t,
         "N_profile": fit["N"],
+        "N_mle": fit["N_continuous"],
     }
-    return _profiled("Mt", N, fit, finite=finite, details=details)
+    if not finite or not math.isfinite(N):
+        return _profiled("Mt", N, fit, finite=False, details=details)
+    variance = darroch_variance(nj, individuals=M, N=N)
+    lo, hi, C = lognormal_interval(M, N - M, variance)
+    details.update({"f0_hat": N - M, "variance": variance, "se": math.sqrt(variance), "C": C, "loglik": ll(N),
+                    "ci_method": "Chao (1987) log-normal on f0 = N - M with Darroch's variance: [M + f0/C, M + f0*C], "
+                                 "C = exp(1.96 sqrt(ln(1 + var/f0^2)))"})
+    return Estimate("Mt", float(N), float(lo), float(hi), ASSUMPTIONS["Mt"], details)
+
+
+def darroch_variance(per_occasion: Sequence[int], *, individuals: int, N: float) -> float:
+    """Darroch's asymptotic variance of Mt's N, [1/(N-M) + (t-1)/N - sum_j 1/(N-n_j)]^-1: 0 when N = M (an occasion
+    caught every animal seen), inf when the bracket is not positive (a flat likelihood)."""
+    M = float(individuals)
+    if N <= M:
+        return 0.0
+    nj = np.asarray(per_occasion, dtype=np.float64)
+    if np.any(nj >= N):
+        return 0.0
+    bracket = 1.0 / (N - M) + (len(nj) - 1) / N - float(np.sum(1.0 / (N - nj)))
+    return 1.0 / bracket if bracket > 0 else math.inf
 
 
 def estimate_mt(histories: CaptureHistories | np.ndarray) -> Estimate:
@@ -542,8 +589,10 @@ def chao_variance(f1: int, f2: int) -> float:
     return a * (a - 1) / (2 * b) + a * (2 * a - 1) ** 2 / (4 * b**2) + a**2 * (b - 1) * (a - 1) ** 2 / (4 * b**4)
 
 
-def mh_chao_from_frequencies(frequencies: Mapping[int, int] | Sequence[int]) -> Estimate:
-    """Mh-Chao from capture frequencies: a mapping k -> f_k or a sequence (f_1, f_2, ...)."""
+def mh_chao_from_frequencies(frequencies: Mapping[int, int] | Sequence[int], *, occasions: int | None = None
+                              ) -> Estimate:
+    """Mh-Chao from capture frequencies: a mapping k -> f_k or a sequence (f_1, f_2, ...). ``occasions`` (t, when
+    known): fewer than two give no estimate."""
     if isinstance(frequencies, Mapping):
         f = {int(k): int(v) for k, v in frequencies.items()}
     else:
@@ -552,6 +601,10 @@ def mh_chao_from_frequencies(frequencies: Mapping[int, int] | Sequence[int]) -> 
         raise ValueError(f"capture frequencies need k >= 1 and f_k >= 0, got {f}")
     M = sum(f.values())
     f1, f2 = f.get(1, 0), f.get(2, 0)
+    if M == 0:
+        return _undefined("Mh-Chao", M, NO_INDIVIDUALS, f1=f1, f2=f2)
+    if occasions is not None and occasions < 2:
+        return _undefined("Mh-Chao", M, ONE_OCCASION, f1=f1, f2=f2, occasions=occasions)
     f0 = f1 * (f1 - 1) / (2 * (f2 + 1))
     var = chao_variance(f1, f2)
     details: dict[str, Any] = {
@@ -564,12 +617,10 @@ def mh_chao_from_frequencies(frequencies: Mapping[int, int] | Sequence[int]) -> 
         "N_uncorrected": M + f1**2 / (2 * f2) if f2 > 0 else None,
         "ci_method": "Chao (1987) log-normal: [M + f0/C, M + f0*C], C = exp(1.96 sqrt(ln(1 + var/f0^2)))",
     }
+    lo, hi, C = lognormal_interval(M, f0, var)
     if f0 > 0:
-        C = math.exp(Z_975 * math.sqrt(math.log1p(var / f0**2)))
         details["C"] = C
-        lo, hi = M + f0 / C, M + f0 * C
     else:
-        lo = hi = float(M)
         details["note"] = (
             "f0_hat = 0 (at most one animal seen only once): the interval is [M, M], the limit of Chao's interval "
             "as f0 -> 0"
@@ -579,7 +630,8 @@ def mh_chao_from_frequencies(frequencies: Mapping[int, int] | Sequence[int]) -> 
 
 def estimate_mh_chao(histories: CaptureHistories | np.ndarray) -> Estimate:
     """Mh-Chao (heterogeneous capture probability): bias-corrected N, Chao's 1987 log-normal 95% CI."""
-    return mh_chao_from_frequencies(capture_frequencies(histories))
+    m = _matrix(histories)
+    return mh_chao_from_frequencies(capture_frequencies(m), occasions=m.shape[1])
 
 
 def estimate_all(histories: CaptureHistories | np.ndarray) -> list[Estimate]:
