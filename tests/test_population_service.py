@@ -260,9 +260,9 @@ def test_a_species_without_detections_says_there_is_nothing_to_estimate(study):
     s = ps.population_summary(cat, PopulationRequest(species="default", occasion_days=2))
     assert (s["individuals"], s["capture_counts"], s["discovery"]) == (0, {}, [0, 0, 0])
     est = {e["model"]: e for e in s["estimates"]}
-    assert est["M0"]["N"] is None and est["Mt"]["N"] is None and est["Mh-Chao"]["N"] == 0
+    assert all(e["N"] is None and e["ci_low"] is None and not e["estimable"] for e in est.values())
     assert any("nothing to estimate" in n for n in s["notes"])
-    assert [r[1] for r in ps.estimate_rows(s)] == ["undefined", "undefined", "0"]
+    assert [r[1:3] for r in ps.estimate_rows(s)] == [["no estimate", "—"]] * 3
 
 
 def test_no_deployments_or_an_empty_window_is_said_plainly(study, tmp_path):

@@ -71,6 +71,7 @@ def summarise(study: PopulationStudy) -> dict[str, Any]:
         d = est.to_dict()
         d["details"] = _num({k: v for k, v in est.details.items() if k != "ci_method"})
         d["ci_method"] = est.details.get("ci_method")
+        d["estimable"] = not math.isnan(est.N)
         estimates.append(d)
     outside = {(str(name), when) for name, when in h.outside_effort}
     used_deployments = {x.deployment for x in study.detections}
@@ -79,6 +80,8 @@ def summarise(study: PopulationStudy) -> dict[str, Any]:
     if not h.n_individuals:
         notes.append(f"No identified {study.species} was detected at a deployment in the window: there is nothing "
                      "to estimate.")
+    else:
+        notes += sorted({est.details["note"] for est in study.estimates if math.isnan(est.N)})
     if outside:
         notes.append(f"{len(outside)} detection(s) fall outside every deployment's active period; they are counted "
                      "(check the deployments' start and end).")
@@ -151,7 +154,10 @@ def estimate_rows(summary: Mapping[str, Any]) -> list[list[str]]:
     """Rows of :data:`ESTIMATE_HEADERS`: model, N, its 95% interval, the assumption in one sentence."""
     rows = []
     for e in summary["estimates"]:
-        n = "undefined" if e["N"] is None and summary["individuals"] == 0 else _fmt(e["N"])
+        if not e.get("estimable", True):  # no individuals, or a single occasion: the notes say why
+            rows.append([e["model"], "no estimate", "—", e["assumption"]])
+            continue
+        n = _fmt(e["N"])
         ci = ("—" if e["ci_low"] is None and e["ci_high"] is None
               else f"{_fmt(e['ci_low'])} – {_fmt(e['ci_high'])}")
         rows.append([e["model"], n, ci, e["assumption"]])
