@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 
 import cv2
@@ -51,3 +52,39 @@ def draw_boxes(rgb: np.ndarray, boxes: Sequence[Box], labels: Sequence[str], *,
         cv2.putText(out, label, (tx + 1, ty - baseline // 2), cv2.FONT_HERSHEY_SIMPLEX, scale, (0, 0, 0),
                     text_thick, cv2.LINE_AA)
     return out
+
+
+def _ascii(text: object) -> str:
+    """OpenCV's fonts draw ASCII only: accents are dropped (Sao Joao), anything else becomes '?'."""
+    plain = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode("ascii")
+    return "".join(ch if 32 <= ord(ch) < 127 else "?" for ch in plain)
+
+
+def draw_legend(rgb: np.ndarray, entries: Sequence[tuple[bool, str]]) -> np.ndarray:
+    """The frame with a legend strip added below it: one line per ``(highlighted, words)`` entry, each after a
+    swatch of its box colour (the highlighted box's, or the others'). The strip is added under the picture, never
+    over it, so no box is hidden; the text shrinks to fit the frame's width. No entries: the frame unchanged."""
+    if not entries:
+        return rgb
+    entries = [(hl, _ascii(text)) for hl, text in entries]
+    frame = np.ascontiguousarray(rgb[..., :3] if rgb.ndim == 3 else np.stack([rgb] * 3, axis=-1), dtype=np.uint8)
+    width = frame.shape[1]
+    scale = max(0.4, min(frame.shape[:2]) / 800)
+    thick = max(1, round(scale * 1.5))
+    swatch = max(10, round(22 * scale))
+    pad = max(4, swatch // 3)
+    widest = max(cv2.getTextSize(str(text), cv2.FONT_HERSHEY_SIMPLEX, scale, thick)[0][0] for _, text in entries)
+    room = width - 3 * pad - swatch
+    if widest > room > 0:
+        scale = max(0.3, scale * room / widest)
+    line_h = max(swatch, cv2.getTextSize("Ag", cv2.FONT_HERSHEY_SIMPLEX, scale, thick)[0][1] * 2) + pad
+    strip = np.full((pad + line_h * len(entries), width, 3), 255, dtype=np.uint8)
+    for k, (highlighted, text) in enumerate(entries):
+        top = pad + k * line_h
+        colour = HIGHLIGHT_COLOUR if highlighted else OTHER_COLOUR
+        cv2.rectangle(strip, (pad, top), (pad + swatch, top + swatch), colour, cv2.FILLED if highlighted else
+                      max(2, swatch // 5))
+        (_, th), _ = cv2.getTextSize(str(text), cv2.FONT_HERSHEY_SIMPLEX, scale, thick)
+        cv2.putText(strip, str(text), (2 * pad + swatch, top + (swatch + th) // 2), cv2.FONT_HERSHEY_SIMPLEX, scale,
+                    (0, 0, 0), thick, cv2.LINE_AA)
+    return np.concatenate([frame, strip], axis=0)

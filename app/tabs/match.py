@@ -19,13 +19,15 @@ import base64
 import gradio as gr
 
 from app.tabs.match_cards import FACTS_CSS, candidates_html, compare_label, facts_html, header_html
-from app.ui_base import ASSETS_DIR, UIContext, curator_action, guarded_viewer, refreshed_choices
+from app.ui_base import ASSETS_DIR, UIContext, acting_role, curator_action, guarded_viewer, refreshed_choices
 from db.models import Role
 from jobs.actions import decisions as ds
 from jobs.actions import flanks as fs
 from jobs.actions import frames as fr
 from jobs.actions import match as ms
+from jobs.actions import review_words as rw
 from jobs.actions import species as sa
+from jobs.actions.accounts import role_allows
 from jobs.actions.common import curator_name, upload_path
 from jobs.actions.errors import ConflictError
 from jobs.requests.catalogue import SpeciesThresholdRequest
@@ -143,8 +145,9 @@ def build(ctx: UIContext) -> None:
     # ------------------------------------------------------------------ rendering
 
     def render(view, selected, show_outline, queue, pos):
-        if view is None:
-            return (None, gr.update(visible=False, value=False), "", None, header_html(None, queue, pos),
+        if view is None:  # the queue's end (or an empty queue): no candidate, nothing left of the last photo
+            return (None, gr.update(visible=False, value=False), "", gr.update(value=None, label=compare_label(None)),
+                    header_html(None, queue, pos, end_words=rw.queue_end_words(cat, queue)),
                     candidates_html(None, None), None, 1)
         chosen = view.candidate(selected)
         has_mask = bool(view.query.mask_path)
@@ -228,6 +231,13 @@ def build(ctx: UIContext) -> None:
             rank = (selected or 1) + 1
             return (pos, *show(view.query.image_id, model_name, flank, show_outline, queue, pos, progress,
                                selected=rank), "", outcome.message + f" Now comparing candidate {rank}.")
+        if kind == "not":
+            # "not the same" on the last candidate: none of them is this animal, so it may be a new individual;
+            # the photo stays on screen for that decision instead of the queue moving on
+            rank = (selected or 1)
+            return (pos, *show(view.query.image_id, model_name, flank, show_outline, queue, pos, progress,
+                               selected=rank), gr.skip(),
+                    outcome.message + " " + rw.last_candidate_words(rank, candidates=len(view.candidates)))
         nxt = ms.next_pending(cat, queue, pos)
         if nxt is None:
             return (pos, *render(None, 1, show_outline, queue, pos), "", outcome.message + " The queue is done.")
@@ -275,8 +285,9 @@ def build(ctx: UIContext) -> None:
             return (_query_crop(view, bool(show_outline) and bool(view.query.mask_path)),
                     _full_photo(chosen), candidates_html(view, rank))
         pictures = {c.image_id: _frame_uri(c.image_id) for c in view.candidates}
-        return (fr.frame_with_boxes(cat, view.query.image_id),
-                fr.frame_with_boxes(cat, chosen.image_id) if chosen else None,
+        return (fr.frame_with_boxes(cat, view.query.image_id, legend="photo to identify"),
+                fr.frame_with_boxes(cat, chosen.image_id, legend=f"candidate {chosen.rank}, {chosen.individual_name}")
+                if chosen else None,
                 candidates_html(view, rank, pictures))
 
     @curator_action(role=Role.viewer)
@@ -331,6 +342,19 @@ def build(ctx: UIContext) -> None:
                 gr.update(visible=False))
 
     view_state.change(suggest_flank, inputs=[view_state], outputs=[flank_hint, accept_flank], **hidden)
+    decision_buttons = [same_button, not_button, unsure_button, new_button, sighting_button]
+
+    @curator_action(role=Role.viewer)
+    def decisions_enabled(view):
+        # no photo on screen (the queue's end): nothing to decide on, so no button offers it; a viewer's buttons
+        # stay as the role lock left them
+        if view is None:
+            return [gr.update(interactive=False)] * len(decision_buttons)
+        role = acting_role()
+        allowed = role is not None and role_allows(role, Role.curator)
+        return [gr.update(interactive=True) if allowed else gr.update()] * len(decision_buttons)
+
+    view_state.change(decisions_enabled, inputs=[view_state], outputs=decision_buttons, **hidden)
     ctx.changed(accept_flank.click(take_flank, inputs=[view_state, ctx.user, model, filters_state, outline,
                                                        queue_state, pos_state],
                                    outputs=[*screen, status, flank_hint, accept_flank], api_name="accept_flank",

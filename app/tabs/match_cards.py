@@ -125,7 +125,9 @@ def facts_html(view: ms.MatchView | None) -> str:
     return f"<div class='rz-facts' data-image-id='{view.query.image_id}'>{items}</div>"
 
 
-def header_html(view: ms.MatchView | None, queue: list[int], pos: int) -> str:
+def header_html(view: ms.MatchView | None, queue: list[int], pos: int, *, end_words: str | None = None) -> str:
+    """The line above the grid: where the photo stands in the queue and which animal it is, the model, the
+    filters. With no photo on screen, ``end_words`` (the queue's end, in words) replaces it."""
     where = ""
     if view is not None and queue and 0 <= pos < len(queue) and queue[pos] == view.query.image_id:
         where = f"Photo {pos + 1} of {len(queue)} in the review queue"
@@ -134,7 +136,8 @@ def header_html(view: ms.MatchView | None, queue: list[int], pos: int) -> str:
     elif queue:
         where = f"{len(queue)} photos in the review queue"
     if view is None:
-        return f"<div class='rz-head'>{_e(where)}</div>"
+        return f"<div class='rz-head' id='match-queue-end'>{_e(end_words or where)}</div>"
+    title = (f"<span id='match-query-title'>{_e(view.query.title)}</span>" if view.query.title else "")
     flt = dict((v, k) for k, v in ms.FLANK_FILTERS)[view.flank_filter]
     if view.flank_filter != "any" and view.query.flank not in ("left", "right"):
         flt = f"{flt}: not applied, this photo's flank is not set"
@@ -156,7 +159,7 @@ def header_html(view: ms.MatchView | None, queue: list[int], pos: int) -> str:
                   f"style='color:#57534e;font-size:0.85em'>searched by {_e(view.index_note)}</span>"
                   ) if view.index_note else ""
     return (f"<div class='rz-head' style='display:flex;gap:1em;flex-wrap:wrap;align-items:baseline'>"
-            f"<b>{_e(where)}</b><span>{prov}</span><span>{_e(flt)}</span>{suggestion}{spot_note}{index_note}</div>")
+            f"<b>{_e(where)}</b>{title}<span>{prov}</span><span>{_e(flt)}</span>{suggestion}{spot_note}{index_note}</div>")
 
 
 def compare_label(chosen: ms.CandidateCard | None) -> str:
@@ -164,7 +167,8 @@ def compare_label(chosen: ms.CandidateCard | None) -> str:
     if chosen is None:
         return "Chosen candidate"
     flank = f"{chosen.flank} flank" if chosen.flank != "unknown" else "flank not set"
-    label = f"Candidate {chosen.rank}: {chosen.individual_name} · photo #{chosen.image_id} · {flank}"
+    which = chosen.title or f"photo #{chosen.image_id}"
+    label = f"Candidate {chosen.rank}: {chosen.individual_name} · {which} · {flank}"
     if chosen.global_score is None:
         return f"{label} · score {chosen.score:.3f}"
     spots = (f" · {chosen.inliers} matched spots" if chosen.inliers is not None

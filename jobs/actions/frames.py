@@ -11,13 +11,14 @@ from PIL import Image as PILImage
 from sqlalchemy import select
 
 from core.annotations import Box, InvalidBoxError, box_in_crop
-from core.box_drawing import draw_boxes
+from core.box_drawing import draw_boxes, draw_legend
 from core.images import load_rgb
 from core.privacy import blur_boxes
 from db.catalogue import CatalogueError
 from db.embeddings import load_photo, sources_for
 from db.models import Image, Individual, Photo
 from db.session import Catalogue
+from jobs.actions.review_words import frame_legend
 
 __all__ = ["annotation_crop", "annotation_picture", "frame_jpeg", "frame_with_boxes", "frame_words", "photo_frame",
            "photo_of", "shows_whole_file"]
@@ -71,10 +72,13 @@ def photo_of(cat: Catalogue, annotation_id: int) -> int:
         return ann.photo_id
 
 
-def frame_with_boxes(cat: Catalogue, annotation_id: int) -> np.ndarray:
+def frame_with_boxes(cat: Catalogue, annotation_id: int, *, legend: str | None = None) -> np.ndarray:
     """The whole photo of an annotation, person boxes blurred, with all its photo's animal boxes drawn and
-    labelled (the individual's name, else ``#<annotation id>``); the given annotation's box is highlighted."""
-    return photo_frame(cat, photo_of(cat, annotation_id), highlight=annotation_id)
+    labelled (the individual's name, else ``#<annotation id>``); the given annotation's box is highlighted. With
+    ``legend`` (what the highlighted box is, e.g. "photo to identify"), a legend under the photo says which box
+    is which (:func:`jobs.actions.review_words.frame_legend`)."""
+    frame = photo_frame(cat, photo_of(cat, annotation_id), highlight=annotation_id)
+    return draw_legend(frame, frame_legend(cat, annotation_id, what=legend)) if legend else frame
 
 
 def frame_words(cat: Catalogue, annotation_id: int) -> str:

@@ -22,6 +22,7 @@ from db.session import Catalogue
 from jobs import queue
 from jobs.actions.common import curator_name
 from jobs.actions.diagnostic_words import FLAG_WORDS, describe_mask_source, masker_in_use, tip
+from jobs.actions.review_words import animal_places
 from jobs.requests.masks import AcceptMaskRequest, MaskDraft, MaskPhotosRequest, PhotoFlankRequest
 
 FLANK_CHOICES = ["left", "right", "front", "other", "unknown"]
@@ -29,11 +30,14 @@ CLICK_MODES = ("animal", "background", "box corner")
 
 
 def mask_image_choices(cat: Catalogue) -> list[tuple[str, int]]:
-    """(label, image id) for every catalogue photo: id, file name, individual, who made its mask."""
+    """(label, image id) for every catalogue animal: id, file name, which of its photo's animals it is (when the
+    photo holds several: "the left one of 2 animals"), individual, who made its mask."""
     with cat.unit_of_work() as s:
         rows = s.execute(select(Image.id, Image.original_name, Individual.name, Image.mask_source)
                          .outerjoin(Individual, Image.individual_id == Individual.id).order_by(Image.id)).all()
-    return [(f"#{i} · {name} · {ind or 'no individual yet'} · {'mask: ' + src if src else 'no mask yet'}", i)
+    places = animal_places(cat)
+    return [(f"#{i} · {name}{f' · {places[i].short}' if i in places and places[i].short else ''} · "
+             f"{ind or 'no individual yet'} · {'mask: ' + src if src else 'no mask yet'}", i)
             for i, name, ind, src in rows]
 
 

@@ -42,6 +42,7 @@ from db.spots import PIPELINE_HEAD
 from db.vector_index import build_vector_index as build_index_now
 from db.vector_index import index_state
 from jobs.actions.frames import annotation_picture
+from jobs.actions.review_words import animal_places
 from jobs.actions.spots import MatchedSpotsRequest, matched_spots
 from jobs.queue import list_jobs, submit
 from jobs.requests.match import IndexBuildRequest
@@ -135,11 +136,12 @@ class QueryPhoto:
     decision_version: int = 0  # the photo's version when shown: a decision claims it (compare-and-set)
     camera: str | None = None
     observer: str | None = None
+    title: str | None = None  # which animal: "animal #3, one of 2 in photo f003.jpg (the left one)"
 
     def facts(self) -> list[tuple[str, str]]:
         """(label, value) lines shown next to the photo."""
         return [
-            ("Photo", f"#{self.image_id} · {self.original_name}"),
+            ("Animal", self.title) if self.title else ("Photo", f"#{self.image_id} · {self.original_name}"),
             ("Currently", self.individual_name or "not assigned to an individual"),
             ("Flank", self.flank if self.flank != "unknown" else "not set"),
             ("Sighting", self.sighting or "none"),
@@ -175,12 +177,15 @@ def query_photo(cat: Catalogue, image_id: int) -> QueryPhoto:
             what = DECISION_WORDS.get(enum_value(d.decision), enum_value(d.decision))
             decided = f"{what}{f' ({other})' if other else ''} by {d.user}, {utc_text(d.created_at)} UTC"
             decided_id = d.id
-        return QueryPhoto(image_id=im.id, decided=decided, decided_id=decided_id, decision_version=im.decision_version, path=cat.blobs.existing(im.blob_path) or "", original_name=im.original_name,
+        photo = QueryPhoto(image_id=im.id, decided=decided, decided_id=decided_id, decision_version=im.decision_version, path=cat.blobs.existing(im.blob_path) or "", original_name=im.original_name,
                           flank=enum_value(im.flank), sighting=sg.key if sg else None,
                           date=(sg.date if sg and sg.date else None) or im.exif_time, place=place,
                           individual_id=im.individual_id, individual_name=name,
                           mask_path=cat.blobs.existing(im.mask_path), mask_source=im.mask_source,
                           camera=sg.camera if sg else None, observer=sg.observer if sg else None)
+    animal = animal_places(cat, [photo.image_id]).get(photo.image_id)
+    photo.title = animal.title if animal is not None else None
+    return photo
 
 
 def query_picture(cat: Catalogue, photo: QueryPhoto, *, outline: bool) -> str | np.ndarray:
@@ -224,6 +229,7 @@ class CandidateCard:
     inliers: int | None = None  # verified matched spots with the query
     spot_status: str | None = None  # a core.spots.verify.STATUS_WORDS key, or "outside_shortlist"
     spot_probability: float | None = None  # the inlier count's calibrated probability
+    title: str | None = None  # which animal: "animal #7, one of 2 in photo f009.jpg (the right one)"
 
     @property
     def has_spot_facts(self) -> bool:
@@ -391,6 +397,7 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
             rough = " — rough: few outcomes yet" if cal.n_outcomes < 50 else ""
             cal_note = (f"probability calibrated by {cal.describe()} on {cal.n_outcomes} outcomes ({parts}) "
                         f"for {result.model_name}{rough}")
+    places = animal_places(cat, [c.image_id for c in result.candidates]) if result.candidates else {}
     cards = [CandidateCard(rank=c.rank, image_id=c.image_id, individual_id=c.individual_id,
                            individual_name=c.individual_name, score=c.score, flank=c.flank, sighting=c.sighting,
                            same_sighting=c.same_sighting, thumb=cat.blobs.existing(c.thumb_path) or cat.blobs.existing(c.blob_path),
@@ -399,7 +406,8 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
                            probability=None if p is None else float(p),
                            global_score=getattr(c, "global_score", None), inliers=getattr(c, "inliers", None),
                            spot_status=getattr(c, "spot_status", None),
-                           spot_probability=getattr(c, "spot_probability", None))
+                           spot_probability=getattr(c, "spot_probability", None),
+                           title=places[c.image_id].title if c.image_id in places else None)
              for c, p in zip(result.candidates, probs)]
     note = ", ".join(part for part in (
         f"place contains {place.strip()!r}" if (place or "").strip() else "",
@@ -498,11 +506,14 @@ def next_pending(cat: Catalogue, queue: Sequence[int], pos: int) -> int | None:
 
 
 def photo_choices(cat: Catalogue) -> list[tuple[str, int]]:
-    """(label, image id) for every photo, for picking a query by hand."""
+    """(label, image id) for every animal, for picking a query by hand (an animal of a photo holding several is
+    told apart by its place: "the left one of 2 animals")."""
     with cat.unit_of_work() as s:
         rows = s.execute(select(Image.id, Image.original_name, Individual.name)
                          .outerjoin(Individual, Image.individual_id == Individual.id).order_by(Image.id)).all()
-    return [(f"#{i} · {name} · {who or 'unassigned'}", i) for i, name, who in rows]
+    places = animal_places(cat)
+    return [(f"#{i} · {name}{f' · {places[i].short}' if i in places and places[i].short else ''} · "
+             f"{who or 'unassigned'}", i) for i, name, who in rows]
 
 
 def current_individual(cat: Catalogue, image_id: int) -> int | None:

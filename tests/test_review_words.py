@@ -1,0 +1,135 @@
+"""Review and catalogue say which animal: a camera-trap photo holding two animals is named per animal ("animal #3,
+one of 2 in photo f003.jpg (the left one)") in Match review, the pickers and the whole-frame legend; the end of
+the review queue and "not the same" on the last candidate are said in words."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from sqlalchemy import select
+
+from app.tabs.match_cards import compare_label, header_html
+from core.annotations import Box
+from core.box_drawing import HIGHLIGHT_COLOUR, OTHER_COLOUR, draw_legend
+from db.models import Photo
+from jobs.actions import decisions as ds
+from jobs.actions import frames as fr
+from jobs.actions import masks as mk
+from jobs.actions import match as ms
+from jobs.actions import review_words as rw
+from jobs.requests.match import DecideRequest
+from tests.test_annotations import _pair_annotations, imported, trap  # noqa: F401 - the shared trap fixtures
+
+
+def _gallery_annotation(cat, name: str) -> int:
+    with cat.unit_of_work() as s:
+        return s.scalar(select(Photo).where(Photo.original_name == name)).annotations[0].id
+
+
+# --------------------------------------------------------------------------- positions and titles
+
+
+def test_position_words_tell_side_by_side_and_stacked_boxes_apart():
+    two = {7: Box(0.52, 0.05, 0.46, 0.9), 3: Box(0.02, 0.05, 0.46, 0.9)}
+    assert rw.position_words(two) == {3: "the left one", 7: "the right one"}
+    three = {1: Box(0.7, 0.1, 0.2, 0.2), 2: Box(0.1, 0.1, 0.2, 0.2), 3: Box(0.4, 0.5, 0.2, 0.2)}
+    assert rw.position_words(three) == {2: "the 1st from the left", 3: "the 2nd from the left",
+                                        1: "the 3rd from the left"}
+    stacked = {1: Box(0.3, 0.6, 0.4, 0.3), 2: Box(0.31, 0.05, 0.4, 0.3)}
+    assert rw.position_words(stacked) == {2: "the top one", 1: "the bottom one"}
+    assert rw.position_words({1: Box(0.0, 0.0, 1.0, 1.0)}) == {}
+
+
+def test_a_two_animal_photo_titles_each_animal_with_its_place(imported):
+    cat, _ = imported
+    a, b = (r.id for r in _pair_annotations(cat))
+    assert rw.animal_title(cat, a) == f"animal #{a}, one of 2 in photo pair.jpg (the left one)"
+    assert rw.animal_title(cat, b) == f"animal #{b}, one of 2 in photo pair.jpg (the right one)"
+    lone = _gallery_annotation(cat, "a.jpg")
+    assert rw.animal_title(cat, lone) == f"animal #{lone}, the only one in photo a.jpg"
+    assert rw.animal_title(cat, 999999) == "animal #999999"
+    places = rw.animal_places(cat, [a, lone])
+    assert set(places) == {a, lone} and places[a].animals == 2 and places[lone].short == ""
+
+
+def test_match_review_titles_the_query_and_the_candidate(imported):
+    cat, _ = imported
+    a, b = (r.id for r in _pair_annotations(cat))
+    query = ms.query_photo(cat, a)
+    assert query.title == f"animal #{a}, one of 2 in photo pair.jpg (the left one)"
+    assert dict(query.facts())["Animal"] == query.title
+    view = ms.MatchView(query=query, model_name="m", model_provenance="p", flank_filter="any")
+    head = header_html(view, [a], 0)
+    assert "Photo 1 of 1 in the review queue" in head and f"animal #{a}, one of 2 in photo pair.jpg" in head
+    card = ms.CandidateCard(rank=1, image_id=b, individual_id=1, individual_name="Bia", score=0.5, flank="right",
+                            sighting=None, same_sighting=True, thumb=None, title=rw.animal_title(cat, b))
+    assert compare_label(card) == (f"Candidate 1: Bia · animal #{b}, one of 2 in photo pair.jpg (the right one) "
+                                   f"· right flank · score 0.500")
+
+
+def test_the_pickers_tell_the_two_animals_of_a_frame_apart(imported):
+    cat, _ = imported
+    a, b = (r.id for r in _pair_annotations(cat))
+    for choices in (mk.mask_image_choices(cat), ms.photo_choices(cat)):
+        labels = {i: label for label, i in choices}
+        assert labels[a].startswith(f"#{a} · pair.jpg · the left one of 2 animals · ")
+        assert labels[b].startswith(f"#{b} · pair.jpg · the right one of 2 animals · ")
+        lone = _gallery_annotation(cat, "a.jpg")
+        assert "animals" not in labels[lone] and labels[lone].startswith(f"#{lone} · a.jpg · ")
+
+
+# --------------------------------------------------------------------------- the whole-frame legend
+
+
+def test_draw_legend_adds_a_strip_under_the_frame_and_keeps_the_frame():
+    frame = np.full((200, 300, 3), 40, np.uint8)
+    assert draw_legend(frame, []) is frame
+    out = draw_legend(frame, [(True, "photo to identify: animal #3"), (False, "other animal: #4 São João")])
+    assert out.shape[1] == 300 and out.shape[0] > 200
+    assert np.array_equal(out[:200], frame)  # nothing drawn over the picture
+    strip = out[200:].reshape(-1, 3)
+    assert (strip == HIGHLIGHT_COLOUR).all(axis=1).any() and (strip == OTHER_COLOUR).all(axis=1).any()
+
+
+def test_the_whole_frame_has_a_legend_naming_the_query_and_the_others(imported):
+    cat, _ = imported
+    a, b = (r.id for r in _pair_annotations(cat))
+    lines = rw.frame_legend(cat, a, what="photo to identify")
+    assert lines[0] == (True, f"photo to identify: animal #{a}")
+    assert lines[1][0] is False and re.fullmatch(rf"other animal of this photo: #{b} .+", lines[1][1])
+    plain = fr.frame_with_boxes(cat, a)
+    with_legend = fr.frame_with_boxes(cat, a, legend="photo to identify")
+    assert with_legend.shape[0] > plain.shape[0] and np.array_equal(with_legend[:plain.shape[0]], plain)
+    lone = _gallery_annotation(cat, "a.jpg")
+    assert rw.frame_legend(cat, lone, what="this animal") == [(True, f"this animal: animal #{lone}")]
+
+
+# --------------------------------------------------------------------------- the queue's end, the last candidate
+
+
+def test_the_queue_end_says_whether_photos_still_wait(imported):
+    cat, _ = imported
+    a, b = (r.id for r in _pair_annotations(cat))
+    assert rw.queue_end_words(cat, []) == "Nothing is waiting for review."
+    assert rw.queue_end_words(cat, [a, b]).startswith("2 of the 2 photos in the review queue still wait")
+    ds.decide(cat, DecideRequest(query_image_id=a, decision="new", user="ana", new_name="Cara"))
+    assert rw.queue_end_words(cat, [a, b]).startswith("1 of the 2 photos")
+    ds.decide(cat, DecideRequest(query_image_id=b, decision="new", user="ana", new_name="Dora"))
+    words = rw.queue_end_words(cat, [a, b])
+    assert words.startswith("The review queue is done: all 2 photos have a decision.")
+    assert "queue-end" in header_html(None, [a, b], 1, end_words=words) and words in header_html(
+        None, [a, b], 1, end_words=words)
+
+
+def test_not_the_same_on_the_last_candidate_offers_a_new_individual():
+    only = rw.last_candidate_words(1, candidates=1)
+    assert only.startswith("Not the only candidate.") and "New individual (I)" in only
+    last = rw.last_candidate_words(4, candidates=4)
+    assert last.startswith("Not candidate 4, the last one shown.") and "New individual (I)" in last
+
+
+@pytest.mark.parametrize("n, word", [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (22, "22nd")])
+def test_ordinals(n, word):
+    assert rw._ordinal(n) == word
