@@ -64,6 +64,8 @@ def build(ctx: UIContext) -> None:
                 life_stage = gr.Dropdown([NOT_RECORDED, *pages.LIFE_STAGES], value=None, label="Life stage",
                                          elem_id="catalogue-life-stage", scale=2)
                 traits_button = gr.Button("Save sex and life stage", elem_id="catalogue-set-traits", scale=1)
+            # each button's answer is shown beside it (a status line per box), not at the foot of the page
+            traits_status = gr.Markdown(elem_id="catalogue-traits-status", elem_classes=["status-line"])
             photos = gr.Gallery(label="Photos (click one to see its whole photo with every animal's box)", columns=4,
                                 height=340, object_fit="contain", allow_preview=False, fit_columns=False,
                                 interactive=False, elem_id="catalogue-photos")
@@ -79,17 +81,20 @@ def build(ctx: UIContext) -> None:
                 with gr.Column(min_width=200, elem_id="catalogue-rename-box"):
                     new_name = gr.Textbox(label="Name", max_lines=1, elem_id="catalogue-new-name")
                     rename_button = gr.Button("Rename", elem_id="catalogue-rename")
+                    rename_status = gr.Markdown(elem_id="catalogue-rename-status", elem_classes=["status-line"])
                 with gr.Column(min_width=200, elem_id="catalogue-merge-box"):
                     merge_target = gr.Dropdown(label="Merge into", choices=[], value=None, filterable=True,
                                                elem_id="catalogue-merge-target",
                                                info="All photos of this individual move to the one chosen; "
                                                     "the merge can be undone.")
                     merge_button = gr.Button("Merge", elem_id="catalogue-merge")
+                    merge_status = gr.Markdown(elem_id="catalogue-merge-status", elem_classes=["status-line"])
                 with gr.Column(min_width=200, elem_id="catalogue-species-box"):
                     species = gr.Dropdown(label="Species", choices=[], value=None, allow_custom_value=True,
                                           elem_id="catalogue-species",
                                           info="Type a new name to add a species; its photos move with it.")
                     species_button = gr.Button("Set species", elem_id="catalogue-set-species")
+                    species_status = gr.Markdown(elem_id="catalogue-species-status", elem_classes=["status-line"])
             with gr.Group(elem_id="catalogue-split-box"):
                 split_pick = gr.CheckboxGroup(label="Tick photos to split out, move, or set their flank", choices=[],
                                               elem_id="catalogue-split-pick")
@@ -103,6 +108,7 @@ def build(ctx: UIContext) -> None:
                     bulk_flank_button = gr.Button("Set flank", elem_id="catalogue-set-flanks", scale=1)
                     move_button = gr.Button("Move ticked photos to “Merge into”", elem_id="catalogue-move",
                                             scale=2)
+                split_status = gr.Markdown(elem_id="catalogue-split-status", elem_classes=["status-line"])
     with gr.Row(equal_height=False):
         timeline_plot = gr.Plot(label="Timeline of its sightings", elem_id="catalogue-timeline")
         station_map = gr.Plot(label="Its stations (no map tiles: plain latitude and longitude)",
@@ -119,6 +125,7 @@ def build(ctx: UIContext) -> None:
                                   min_width=280, size="md")
         export_file = gr.File(label="Catalogue export", elem_id="catalogue-export-file", interactive=False, scale=2,
                               height=90)
+        export_status = gr.Markdown(elem_id="catalogue-export-status", elem_classes=["status-line"])
     changes = gr.Dataframe(headers=services.HISTORY_HEADERS, value=[], interactive=False, wrap=True,
                            label="Recent changes (newest first; Undo reverses the newest one not yet undone)",
                            elem_id="catalogue-history", max_height=320)
@@ -187,7 +194,7 @@ def build(ctx: UIContext) -> None:
         chosen = ids[evt.index] if evt.index is not None and evt.index < len(ids) else None
         if chosen is None:
             return no_frame
-        return gr.update(visible=True, value=fr.frame_with_boxes(cat, chosen)), markdown_text(fr.frame_words(cat, chosen))
+        return gr.update(visible=True, value=fr.frame_with_boxes(cat, chosen, legend="this animal")), markdown_text(fr.frame_words(cat, chosen))
 
     photos.select(show_frame, inputs=[photo_ids], outputs=[frame_view, frame_caption], api_visibility="private")
 
@@ -209,19 +216,23 @@ def build(ctx: UIContext) -> None:
         done = services.merge(cat, MergeRequest(current, target, user=user))
         return markdown_text(done.message), target, services.last_change_id(cat)
 
+    # a bulk action done, its ticks are cleared: they must not carry over to the next action by surprise
+    untick = gr.update(value=[])
+
     @curator_action
     def do_split(image_ids, name, user):
         done = services.split(cat, SplitRequest(tuple(image_ids or ()), user=user, new_name=name))
-        return markdown_text(done.message), "", services.last_change_id(cat)
+        return markdown_text(done.message), "", services.last_change_id(cat), untick
 
     @curator_action
     def do_move(image_ids, target, user):
         message = services.move_photos(cat, MovePhotosRequest(tuple(image_ids or ()), target, user=user))
-        return markdown_text(message), services.last_change_id(cat)
+        return markdown_text(message), services.last_change_id(cat), untick
 
     @curator_action
     def do_set_flanks(image_ids, flank, user):
-        return markdown_text(services.set_flanks(cat, SetFlanksRequest(tuple(image_ids or ()), flank, user=user)))
+        return (markdown_text(services.set_flanks(cat, SetFlanksRequest(tuple(image_ids or ()), flank, user=user))),
+                untick)
 
     @curator_action
     def do_set_species(current, name, user):
@@ -237,28 +248,29 @@ def build(ctx: UIContext) -> None:
     def do_undo(seen, user):
         return markdown_text(services.undo(cat, UndoRequest(user=user, seen_event_id=seen)).message)
 
-    ctx.changed(rename_button.click(do_rename, inputs=[open_id, new_name, ctx.user], outputs=[status, undo_seen],
-                                    api_name="rename_individual"))
-    ctx.changed(new_name.submit(do_rename, inputs=[open_id, new_name, ctx.user], outputs=[status, undo_seen],
+    ctx.changed(rename_button.click(do_rename, inputs=[open_id, new_name, ctx.user],
+                                    outputs=[rename_status, undo_seen], api_name="rename_individual"))
+    ctx.changed(new_name.submit(do_rename, inputs=[open_id, new_name, ctx.user], outputs=[rename_status, undo_seen],
                                 api_visibility="private"))
-    ctx.changed(merge_button.click(do_merge, inputs=[open_id, merge_target, ctx.user], outputs=[status, open_id, undo_seen],
-                                   api_name="merge_individuals"))
-    ctx.changed(split_button.click(do_split, inputs=[split_pick, split_name, ctx.user], outputs=[status, split_name, undo_seen],
-                                   api_name="split_images"))
-    ctx.changed(traits_button.click(do_set_traits, inputs=[open_id, sex, life_stage, ctx.user], outputs=[status],
-                                    api_name="set_individual_traits"))
-    ctx.changed(species_button.click(do_set_species, inputs=[open_id, species, ctx.user], outputs=[status, undo_seen],
-                                     api_name="set_species"))
+    ctx.changed(merge_button.click(do_merge, inputs=[open_id, merge_target, ctx.user],
+                                   outputs=[merge_status, open_id, undo_seen], api_name="merge_individuals"))
+    ctx.changed(split_button.click(do_split, inputs=[split_pick, split_name, ctx.user],
+                                   outputs=[split_status, split_name, undo_seen, split_pick], api_name="split_images"))
+    ctx.changed(traits_button.click(do_set_traits, inputs=[open_id, sex, life_stage, ctx.user],
+                                    outputs=[traits_status], api_name="set_individual_traits"))
+    ctx.changed(species_button.click(do_set_species, inputs=[open_id, species, ctx.user],
+                                     outputs=[species_status, undo_seen], api_name="set_species"))
     @curator_action(role=Role.viewer)
     def do_export(user):
         done = export_catalogue(cat, ExportCatalogueRequest(user=user))
         return done.path, markdown_text(done.message)
 
-    export_button.click(do_export, inputs=[ctx.user], outputs=[export_file, status], api_name="export_catalogue")
-    ctx.changed(move_button.click(do_move, inputs=[split_pick, merge_target, ctx.user], outputs=[status, undo_seen],
-                                  api_name="move_photos"))
-    ctx.changed(bulk_flank_button.click(do_set_flanks, inputs=[split_pick, bulk_flank, ctx.user], outputs=[status],
-                                        api_name="set_flanks"))
+    export_button.click(do_export, inputs=[ctx.user], outputs=[export_file, export_status],
+                        api_name="export_catalogue")
+    ctx.changed(move_button.click(do_move, inputs=[split_pick, merge_target, ctx.user],
+                                  outputs=[split_status, undo_seen, split_pick], api_name="move_photos"))
+    ctx.changed(bulk_flank_button.click(do_set_flanks, inputs=[split_pick, bulk_flank, ctx.user],
+                                        outputs=[split_status, split_pick], api_name="set_flanks"))
     undo_click = undo_button.click(do_undo, inputs=[undo_seen, ctx.user], outputs=[status], api_name="undo_last_change")
     ctx.changed(undo_click)
     # refused (undone by someone else, or a newer change came): show the history as it is now, so that the next

@@ -180,7 +180,7 @@ def test_browser_sign_in_a_viewer_is_refused_a_curator_renames_and_the_audit_tab
     expect(box).to_have_value("ind01", timeout=TIMEOUT_MS)
     box.fill("Bela")
     page.locator("#catalogue-rename").click()
-    expect(page.locator("#catalogue-status")).to_contain_text("Renamed ind01 to Bela", timeout=TIMEOUT_MS)
+    expect(page.locator("#catalogue-rename-status")).to_contain_text("Renamed ind01 to Bela", timeout=TIMEOUT_MS)
 
     page.get_by_role("tab", name="People").click()
     page.get_by_role("tab", name="Audit trail").click()

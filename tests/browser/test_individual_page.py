@@ -98,7 +98,7 @@ def test_open_an_individual_see_its_page_and_set_its_sex(page_server, page, shot
 
     choose(page, "catalogue-sex", "female")
     page.locator("#catalogue-set-traits").click()
-    expect(page.locator("#catalogue-status")).to_contain_text("sex not recorded → female", timeout=TIMEOUT_MS)
+    expect(page.locator("#catalogue-traits-status")).to_contain_text("sex not recorded → female", timeout=TIMEOUT_MS)
     expect(facts).to_contain_text("Sex: female", timeout=TIMEOUT_MS)
     shot("sex-set")
     cat = open_catalogue(page_server.data_dir, migrate=False)

@@ -89,7 +89,9 @@ def test_upload_with_manifest_then_browse_rename_and_undo(rosette_server, page, 
     new_name = "Tawny Ayo Renamed"
     _textbox(page, "catalogue-new-name").fill(new_name)
     page.locator("#catalogue-rename").click()
-    expect(page.locator("#catalogue-status")).to_contain_text(f"Renamed {ayo} to {new_name}.", timeout=TIMEOUT_MS)
+    # the answer stands beside the button that caused it
+    expect(page.locator("#catalogue-rename-status")).to_contain_text(f"Renamed {ayo} to {new_name}.",
+                                                                    timeout=TIMEOUT_MS)
     expect(headline).to_contain_text(f"{new_name}: 1 photo", timeout=TIMEOUT_MS)
     expect(overview).to_contain_text(f"{new_name} (1 photo, 1 sighting)", timeout=TIMEOUT_MS)
     expect(page.locator("#catalogue-history")).to_contain_text(f"renamed {ayo} to {new_name}")
@@ -108,9 +110,9 @@ def test_upload_with_manifest_then_browse_rename_and_undo(rosette_server, page, 
     evil = "<img src=x onerror=alert(1)> Bad_*Name*"
     _textbox(page, "catalogue-new-name").fill(evil)
     page.locator("#catalogue-rename").click()
-    expect(page.locator("#catalogue-status")).to_contain_text(f"Renamed {ayo} to {evil}.", timeout=TIMEOUT_MS)
+    expect(page.locator("#catalogue-rename-status")).to_contain_text(f"Renamed {ayo} to {evil}.", timeout=TIMEOUT_MS)
     expect(headline).to_contain_text(f"{evil}: 1 photo", timeout=TIMEOUT_MS)
-    for where in ("#catalogue-headline", "#catalogue-status"):
+    for where in ("#catalogue-headline", "#catalogue-rename-status"):
         expect(page.locator(f"{where} img")).to_have_count(0)
         expect(page.locator(f"{where} em, {where} strong")).to_have_count(0)
     shot("markup-name")
@@ -135,7 +137,8 @@ def test_upload_with_manifest_then_browse_rename_and_undo(rosette_server, page, 
 
     # --- the whole catalogue as CSV and sheets, downloadable
     page.locator("#catalogue-export").click()
-    expect(page.locator("#catalogue-status")).to_contain_text("Exported 2 individuals, 2 photos", timeout=TIMEOUT_MS)
+    expect(page.locator("#catalogue-export-status")).to_contain_text("Exported 2 individuals, 2 photos",
+                                                                    timeout=TIMEOUT_MS)
     expect(page.locator('#catalogue-export-file a[href$=".zip"]')).to_have_count(1, timeout=TIMEOUT_MS)
 
     # --- a curator mistake shows a message, not a stack trace
@@ -171,14 +174,16 @@ def test_demo_catalogue_merge_and_split_with_undo(demo_server, page, shot):
     expect(overview.locator("img")).to_have_count(10, timeout=TIMEOUT_MS)
     expect(overview).to_contain_text("nyala_60 (6 photos")
     headline = page.locator("#catalogue-headline")
-    status = page.locator("#catalogue-status")
+    status = page.locator("#catalogue-status")  # beside Undo: the undo's answers
+    split_status = page.locator("#catalogue-split-status")  # beside the ticked photos' buttons
 
     # --- merge nyala_60 into nyala_61, then undo
     overview.get_by_text("nyala_60 (6 photos").click()
     expect(headline).to_contain_text("nyala_60: 6 photos", timeout=TIMEOUT_MS)
     choose(page, "catalogue-merge-target", "nyala_61 (")
     page.locator("#catalogue-merge").click()
-    expect(status).to_contain_text("Merged nyala_60 into nyala_61 (6 photos moved).", timeout=TIMEOUT_MS)
+    expect(page.locator("#catalogue-merge-status")).to_contain_text("Merged nyala_60 into nyala_61 (6 photos moved).",
+                                                                   timeout=TIMEOUT_MS)
     expect(headline).to_contain_text("nyala_61: 12 photos", timeout=TIMEOUT_MS)
     expect(overview.locator("img")).to_have_count(9, timeout=TIMEOUT_MS)
     expect(overview).not_to_contain_text("nyala_60 (")
@@ -196,7 +201,8 @@ def test_demo_catalogue_merge_and_split_with_undo(demo_server, page, shot):
     picks.nth(1).click()
     _textbox(page, "catalogue-split-name").fill("nyala_61 calf")
     page.locator("#catalogue-split").click()
-    expect(status).to_contain_text("Split 2 photos out into the new individual nyala_61 calf.", timeout=TIMEOUT_MS)
+    expect(split_status).to_contain_text("Split 2 photos out into the new individual nyala_61 calf.",
+                                         timeout=TIMEOUT_MS)
     expect(overview).to_contain_text("nyala_61 calf (2 photos", timeout=TIMEOUT_MS)
     expect(headline).to_contain_text("nyala_61: 4 photos", timeout=TIMEOUT_MS)
     expect(page.locator("#catalogue-history")).to_contain_text("split 2 photos out into nyala_61 calf")
@@ -213,14 +219,21 @@ def test_demo_catalogue_merge_and_split_with_undo(demo_server, page, shot):
     picks.nth(1).click()
     choose(page, "catalogue-bulk-flank", "front")
     page.locator("#catalogue-set-flanks").click()
-    expect(status).to_contain_text("Flank set to front for 2 photos.", timeout=TIMEOUT_MS)
+    expect(split_status).to_contain_text("Flank set to front for 2 photos.", timeout=TIMEOUT_MS)
     # the refresh that follows the change re-renders the ticks and the "Merge into" choices: let it land before
     # choosing (a choice made while it is in flight can be overwritten, as a curator would see)
     expect(picks.nth(0)).to_contain_text("front flank", timeout=TIMEOUT_MS)
     expect(picks.nth(1)).to_contain_text("front flank", timeout=TIMEOUT_MS)
+    # the bulk action done, its ticks are cleared: tick the two photos again for the move
+    expect(page.locator("#catalogue-split-pick input:checked")).to_have_count(0, timeout=TIMEOUT_MS)
+    shot("ticks-cleared")
+    picks.nth(0).click()
+    picks.nth(1).click()
+    expect(page.locator("#catalogue-split-pick input:checked")).to_have_count(2, timeout=TIMEOUT_MS)
     choose(page, "catalogue-merge-target", "nyala_60 (")
     page.locator("#catalogue-move").click()
-    expect(status).to_contain_text("Moved 2 photos to nyala_60", timeout=TIMEOUT_MS)
+    expect(split_status).to_contain_text("Moved 2 photos to nyala_60", timeout=TIMEOUT_MS)
+    expect(page.locator("#catalogue-split-pick input:checked")).to_have_count(0, timeout=TIMEOUT_MS)
     expect(headline).to_contain_text("nyala_61: 4 photos", timeout=TIMEOUT_MS)
     page.locator("#catalogue-undo").click()
     expect(status).to_contain_text("Undone: assigned photo", timeout=TIMEOUT_MS)
