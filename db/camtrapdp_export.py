@@ -10,20 +10,26 @@ section 8): this module gathers the rows, :mod:`core.camtrapdp_writer` writes an
   Camtrap DP media (``deploymentID`` is required): they are left out and counted, as are photos of a deployment
   without coordinates, without a time, or whose stored file is gone.
 - ``observations``: one per annotation (``observationLevel`` media; ``observationID`` the one it came with, else
-  ``ann-<id>``), with its box unless it is the whole photo; ``eventID`` is the sighting's Camtrap DP eventID,
+  ``ann-<id>``), with its box unless it is the whole photo. An event-level observation that came in (one
+  annotation per photo of its event) goes out as the one event-level observation it was (no mediaID, no box),
+  one per individual the curators have since put its animals under; ``eventID`` is the sighting's Camtrap DP eventID,
   else its key. ``individualID`` is the individual the catalogue holds it under now (a merged-away individual
   leads to the one it was merged into). ``classificationMethod`` / ``classifiedBy`` / ``classificationTimestamp``
   come from the standing identity event that put it there (a curator's assignment, match decision, merge or
   split, or an import's assignment: all ``human``, by that person). Without an individual, a detector's box is a
   ``machine`` classification (by the detector, with its confidence). A photo without annotations gets one
   ``blank`` observation, and each person box a ``human`` one.
+
+People stay private (:mod:`db.export_rules`): a photo showing people is copied with its person boxes blurred
+(``people="blur"``, the default), left out (``omit``, counted), or copied as it is (``keep``, audited first). An
+export that would write the species ``default`` is refused before anything is written.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
@@ -32,6 +38,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from core.annotations import Box
 from core.camtrapdp_writer import (
     MEDIA_TYPES,
     PackageMetadata,
@@ -41,8 +48,11 @@ from core.camtrapdp_writer import (
     validate_package,
     write_package,
 )
+from core.images import extension_for
+from core.privacy import DEFAULT_PEOPLE, blurred_file, blurred_format, check_people_choice, person_boxes
 from core.stations import StationError, parse_timestamp
 from db.catalogue import CatalogueError, current_individual
+from db.export_rules import record_people_kept, refuse_unnamed_species
 from db.models import Deployment, EventKind, IdentityEvent, Image, Individual, Photo, Species
 from db.session import Catalogue
 
@@ -75,6 +85,10 @@ class CamtrapDPExport:
     media_files: int = 0
     left_out: dict[str, int] = field(default_factory=dict)  # reason -> photos left out
     problems: list[PackageProblem] = field(default_factory=list)
+    people: str = DEFAULT_PEOPLE  # what was done with the photos showing people (core.privacy.PEOPLE_CHOICES)
+    people_observations: int = 0  # observations of people (observationType human)
+    photos_with_people: int = 0  # photos showing people in the package (blurred or kept) or left out (omit)
+    event_observations: int = 0  # event-level observations
 
     @property
     def valid(self) -> bool:
@@ -83,7 +97,10 @@ class CamtrapDPExport:
     @property
     def summary(self) -> str:
         text = (f"Camtrap DP package at {self.path}: {self.deployments} deployment(s), {self.media} photo(s), "
-                f"{self.observations} observation(s), {self.individuals} individual(s)")
+                f"{self.observations} observation(s) ({self.people_observations} of people), "
+                f"{self.individuals} individual(s)")
+        if self.people_words:
+            text += f"; {self.people_words}"
         if self.left_out:
             text += "; left out: " + ", ".join(f"{n} photo(s) {why}" for why, n in self.left_out.items())
         if self.problems:
@@ -92,11 +109,27 @@ class CamtrapDPExport:
             text += "; checked valid against the Camtrap DP 1.0 profile and table schemas"
         return text
 
+    @property
+    def people_words(self) -> str:
+        """What became of the photos showing people, in words ("" when there were none)."""
+        n = self.photos_with_people
+        if not n:
+            return ""
+        if self.people == "omit":
+            return f"{n} photo(s) showing people left out (people: omit)"
+        if self.media_files == 0:
+            return f"{n} photo(s) show people (tables only, no photo file written)"
+        if self.people == "keep":
+            return f"{n} photo(s) showing people copied unblurred (people: keep, recorded in the audit trail)"
+        return f"{n} photo(s) showing people copied with the people blurred"
+
     def to_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "deployments": self.deployments, "media": self.media,
                 "observations": self.observations, "individuals": self.individuals,
                 "media_files": self.media_files, "left_out": dict(self.left_out), "valid": self.valid,
-                "problems": [p.to_dict() for p in self.problems], "summary": self.summary}
+                "problems": [p.to_dict() for p in self.problems], "people": self.people,
+                "people_observations": self.people_observations, "photos_with_people": self.photos_with_people,
+                "event_observations": self.event_observations, "summary": self.summary}
 
 
 # --------------------------------------------------------------------------- who classified what
@@ -167,11 +200,12 @@ def _safe(text: str) -> str:
     return name[:120] or "file"
 
 
-def media_path(photo: Photo, dep: Deployment, *, taken: set[str]) -> str:
+def media_path(photo: Photo, dep: Deployment, *, taken: set[str], suffix: str | None = None) -> str:
     """Where ``photo``'s file lies inside the package: ``media/<deploymentID>/<its file name>``, the photo's id
-    put before the name when another photo of the package has that name already (``taken``, updated)."""
+    put before the name when another photo of the package has that name already (``taken``, updated).
+    ``suffix``: the file's own, unless a blurred copy is written in another format."""
     original = PurePosixPath(photo.original_name.replace("\\", "/")).name
-    suffix = PurePosixPath(photo.blob_path).suffix or PurePosixPath(original).suffix
+    suffix = suffix or PurePosixPath(photo.blob_path).suffix or PurePosixPath(original).suffix
     stem = PurePosixPath(original).stem if PurePosixPath(original).suffix else original
     path = f"media/{_safe(dep.key)}/{_safe(stem)}{suffix.lower()}"
     if path.lower() in taken:
@@ -275,22 +309,74 @@ def _left_out(counts: dict[str, int], why: str) -> None:
     counts[why] = counts.get(why, 0) + 1
 
 
+class ExportCancelled(CatalogueError):
+    """The export was asked to stop (its job cancelled); nothing of the package is left behind."""
+
+
+def _is_event_level(ann: Image) -> bool:
+    return str((ann.observation_details or {}).get("observationLevel") or "").strip().lower() == "event"
+
+
+def _event_bound(text: Any, *, what: str) -> Any:
+    """An event-level observation's own eventStart / eventEnd as Camtrap DP writes it, or None when it has none
+    (or it cannot be read: the times of its photos are used instead)."""
+    if not text:
+        return None
+    try:
+        return parse_timestamp(str(text), what=what).when
+    except StationError:
+        return None
+
+
+def event_level_rows(members: Mapping[tuple[str, int | None], list[tuple[Image, dict[str, Any]]]]
+                     ) -> list[dict[str, Any]]:
+    """One event-level observation per (observationID, individual): an event-level observation came in as one
+    annotation on each photo of its event (keyed ``<observationID>@<mediaID>``); it goes out as the observation it
+    was, without mediaID or box, from its own eventStart/eventEnd (else its photos' first and last times). When
+    curators put its animals under different individuals since, each individual gets its own row, the first
+    keeping the observationID and the others ``<observationID>-2``, ``-3`` ..."""
+    rows: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for (oid, _individual), found in members.items():
+        anns = [a for a, _ in found]
+        media_rows = [r for _, r in found]
+        row = dict(media_rows[0])
+        details = anns[0].observation_details or {}
+        times = [parse_timestamp(r["eventStart"]).when for r in media_rows]
+        start = _event_bound(details.get("eventStart"), what=f"observation {oid!r} eventStart") or min(times)
+        end = _event_bound(details.get("eventEnd"), what=f"observation {oid!r} eventEnd") or max(times)
+        seen[oid] = seen.get(oid, 0) + 1
+        row.update(observationID=oid if seen[oid] == 1 else f"{oid}-{seen[oid]}", mediaID=None,
+                   observationLevel="event", eventStart=timestamp(min(start, end)), eventEnd=timestamp(max(start, end)),
+                   bboxX=None, bboxY=None, bboxWidth=None, bboxHeight=None)
+        rows.append(row)
+    return rows
+
+
 def export_camtrap_dp(cat: Catalogue, out: str | Path, *, user: str, title: str | None = None,
                       sampling_design: str = "opportunistic", include_media: bool = True,
-                      now: datetime | None = None) -> CamtrapDPExport:
+                      people: str = DEFAULT_PEOPLE, now: datetime | None = None,
+                      progress: Callable[[int, int], None] | None = None,
+                      should_cancel: Callable[[], bool] | None = None) -> CamtrapDPExport:
     """Write the catalogue as a Camtrap DP package into the folder ``out`` (new, or empty) and validate it.
 
     ``include_media`` False writes the tables only (each ``filePath`` still names where the file would lie).
+    ``people`` (blur | omit | keep) is what becomes of the photos showing people (see the module's docstring).
+    ``progress(done, total)`` is called as the photo files are written and the package is checked;
+    ``should_cancel()`` true stops the export (:class:`ExportCancelled`), leaving nothing behind.
     Returns what was written; an invalid package is reported in ``problems`` (by resource, row and field), not
-    raised, so the curator sees every reason at once."""
+    raised, so the curator sees every reason at once. A package that would name the species ``default`` is
+    refused before anything is written."""
+    check_people_choice(people)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CatalogueError(f"{out} already exists and is not an empty folder; choose a new folder for the package")
-    result = CamtrapDPExport(path=out)
+    result = CamtrapDPExport(path=out, people=people)
     deployments: list[dict[str, Any]] = []
     media: list[dict[str, Any]] = []
     observations: list[dict[str, Any]] = []
-    copies: list[tuple[Path, str]] = []
+    events: dict[tuple[str, int | None], list[tuple[Image, dict[str, Any]]]] = {}
+    copies: list[tuple[Path, str, list[Box] | None]] = []  # source, path in the package, person boxes to blur
     curators: set[str] = set()
     with cat.unit_of_work() as s:
         species = {sp.id: sp.name for sp in s.scalars(select(Species))}
@@ -327,12 +413,25 @@ def export_camtrap_dp(cat: Catalogue, out: str | Path, *, user: str, title: str 
             if include_media and source is None:
                 _left_out(result.left_out, "whose stored file is missing")
                 continue
-            file_path = media_path(photo, dep, taken=paths)
+            boxes = person_boxes(photo.people)
+            if boxes:
+                result.photos_with_people += 1
+                if people == "omit":
+                    _left_out(result.left_out, "showing people (people: omit)")
+                    continue
+            blur = bool(boxes) and people == "blur" and include_media
+            # a blurred copy keeps its file's format, but for one Pillow cannot write (then PNG)
+            written_format = blurred_format(photo.format) if blur else None
+            converted = written_format is not None and extension_for(written_format) != extension_for(photo.format)
+            file_path = media_path(photo, dep, taken=paths,
+                                   suffix=extension_for(written_format) if converted else None)
             media_id = photo.media_key or fallback_id("photo", photo.id, photo.content_hash, stored=media_keys)
             row = media_row(photo, dep, when=when, file_path=file_path, media_id=media_id)
+            if converted:
+                row["fileMediatype"] = MEDIA_TYPES.get(written_format, row["fileMediatype"])
             media.append(row)
             if include_media:
-                copies.append((Path(source), file_path))
+                copies.append((Path(source), file_path, boxes if blur else None))
             sighting = photo.sighting
             event_id = (sighting.event_key or sighting.key) if sighting is not None else None
             for ann in photo.annotations:
@@ -343,29 +442,51 @@ def export_camtrap_dp(cat: Catalogue, out: str | Path, *, user: str, title: str 
                                                             stored=observation_keys)
                 obs = observation_row(ann, photo, row, observation_id=obs_id, event_id=event_id,
                                       species=species.get(ann.species_id), individual=ind, classified=how)
-                observations.append(obs)
+                if _is_event_level(ann):  # written once for its whole event, below
+                    oid = str((ann.observation_details or {}).get("observationID") or obs_id.split("@")[0])
+                    events.setdefault((oid, ind.id if ind is not None else None), []).append((ann, obs))
+                else:
+                    observations.append(obs)
                 if ind is not None:
                     named.add(ind.name)
                 if obs.get("classificationMethod") == "human" and obs.get("classifiedBy"):
                     curators.add(obs["classifiedBy"])
             observations.extend(_extra_observations(photo, row, event_id))
+    event_rows = event_level_rows(events)
+    observations.extend(event_rows)
+    refuse_unnamed_species((o.get("scientificName") for o in observations), export="The Camtrap DP export",
+                           what="observation(s)")
+    if people == "keep" and include_media and result.photos_with_people:
+        record_people_kept(cat, user=user, export="camtrap-dp", out=str(out), photos=result.photos_with_people)
     created = now or datetime.now(timezone.utc)
     label = title or f"Rosette catalogue {cat.data_dir.name}"
     contributors = [{"title": user, "role": "contact"}] + [{"title": c, "role": "contributor"}
                                                            for c in sorted(curators - {user})]
     meta = PackageMetadata(title=label, created=created, contributors=contributors, project_title=label,
                            sampling_design=sampling_design,
+                           observation_level=("media", "event") if event_rows else ("media",),
                            description="Exported by Rosette: one observation per annotated animal; individualID "
                                        "is the catalogue's identity, classifiedBy who assigned it.")
+    total = len(copies) + 1  # every photo file, then the check against the standard
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
         written = write_package(out, meta, deployments=deployments, media=media, observations=observations)
-        for source, rel in copies:
+        if progress is not None:
+            progress(0, total)
+        for done, (source, rel, blur_boxes) in enumerate(copies, start=1):
+            if should_cancel is not None and should_cancel():
+                raise ExportCancelled(f"the Camtrap DP export was cancelled after {done - 1} of {len(copies)} "
+                                      "photo(s); nothing of the package is kept")
             target = out / rel
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
-    except BaseException:  # a full disk, a vanished file ...: no half-written package is left behind
+            if blur_boxes:
+                target.write_bytes(blurred_file(source, blur_boxes))
+            else:
+                shutil.copyfile(source, target)
+            if progress is not None:
+                progress(done, total)
+    except BaseException:  # a full disk, a vanished file, a cancel ...: no half-written package is left behind
         if made:
             shutil.rmtree(out, ignore_errors=True)
         else:
@@ -377,5 +498,23 @@ def export_camtrap_dp(cat: Catalogue, out: str | Path, *, user: str, title: str 
         raise
     result.deployments, result.media = written.rows["deployments"], written.rows["media"]
     result.observations, result.individuals, result.media_files = written.rows["observations"], len(named), len(copies)
+    result.people_observations = sum(1 for o in observations if o.get("observationType") == "human")
+    result.event_observations = len(event_rows)
     result.problems = validate_package(out)
+    if progress is not None:
+        progress(total, total)
     return result
+
+
+def export_package(cat: Catalogue, *, out: str | Path | None, zip: bool = False, user: str,
+                   **options: Any) -> tuple[CamtrapDPExport, str | None]:
+    """:func:`export_camtrap_dp` into ``out`` (None: a new folder under the data folder's exports), then, with
+    ``zip``, packed into ``<out>.zip`` (what the Export tab offers for download); returns (what was written, the
+    zip's path or None). ``options`` are :func:`export_camtrap_dp`'s."""
+    if out is None:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
+        folder = cat.data_dir / "exports" / f"camtrap-dp-{stamp}"
+    else:
+        folder = Path(out).expanduser()
+    done = export_camtrap_dp(cat, folder, user=user, **options)
+    return done, (shutil.make_archive(str(folder), "zip", root_dir=folder) if zip else None)

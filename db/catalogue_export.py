@@ -1,6 +1,10 @@
 """The catalogue as files a project can keep or share: one zip with individuals, photos, sightings and decisions
 as CSV (formula-like cells defused, so a name such as ``=HYPERLINK(...)`` is text in a spreadsheet), a sheet per
-individual (HTML, with its best photos beside it), and a README saying what made it."""
+individual (HTML, with its best photos beside it), and a README saying what made it.
+
+A sheet's picture of an animal in a photo showing people has their person boxes blurred (``people="blur"``, the
+default), is left out (``omit``), or is the unblurred crop (``keep``, written to the audit trail first); a
+catalogue whose species is still called ``default`` is refused before anything is written (db.export_rules)."""
 
 from __future__ import annotations
 
@@ -16,8 +20,12 @@ from typing import Any
 
 from sqlalchemy import select
 
+from core.annotations import Box, crop_rect
 from core.csv_safety import defuse_cell
-from db.models import Image, Individual, MatchDecision, Sighting, Species
+from core.images import decode_image, make_thumbnail
+from core.privacy import DEFAULT_PEOPLE, blur_boxes, check_people_choice, person_boxes
+from db.export_rules import record_people_kept, refuse_unnamed_species
+from db.models import Image, Individual, MatchDecision, Photo, Sighting, Species
 from db.session import Catalogue
 
 INDIVIDUAL_COLUMNS = ("individual_id", "name", "species", "active", "merged_into_id", "photos", "sightings",
@@ -36,11 +44,20 @@ class CatalogueExport:
     path: Path
     counts: dict[str, int]
 
+    people: str = DEFAULT_PEOPLE
+
     @property
     def summary(self) -> str:
         c = self.counts
-        return (f"Exported {c['individuals']} individuals, {c['photos']} photos, {c['sightings']} sightings and "
+        text = (f"Exported {c['individuals']} individuals, {c['photos']} photos, {c['sightings']} sightings and "
                 f"{c['decisions']} decisions to {self.path.name}")
+        shown = c.get("pictures_with_people", 0)
+        if shown:
+            text += {"blur": f"; {shown} sheet picture(s) showing people, the people blurred",
+                     "omit": f"; {shown} sheet picture(s) showing people left out (people: omit)",
+                     "keep": f"; {shown} sheet picture(s) showing people kept unblurred (people: keep, recorded in "
+                             "the audit trail)"}[self.people]
+        return text
 
 
 def _csv(columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
@@ -76,15 +93,28 @@ def _sheet(ind: Individual, species: str, photos: list[tuple[Image, Sighting | N
             + (f"</p><p>{e(ind.notes)}" if ind.notes else "") + f"</p><h2>Best photos</h2>{cards}")
 
 
+def _private_picture(source: str, img: Image, people: list[Box], *, blur: bool) -> bytes:
+    """The sheet's picture of annotation ``img`` on a photo showing ``people``: its crop's thumbnail made from the
+    stored photo, the person boxes blurred first unless ``blur`` is False (as ingest makes thumbnails)."""
+    with open(source, "rb") as fh:
+        frame = decode_image(fh.read(), name=img.original_name).image
+    if blur:
+        frame = blur_boxes(frame, people)
+    return make_thumbnail(frame.crop(crop_rect(img.box, frame.width, frame.height)))
+
+
 def _sheet_name(ind: Individual) -> str:
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in ind.name)[:60]
     return f"sheets/{ind.id:05d}-{safe}.html"
 
 
-def export_catalogue(cat: Catalogue, out: Path, *, user: str = "curator", include_inactive: bool = False) -> CatalogueExport:
-    """Write the catalogue zip to ``out`` (written to a temporary name, then moved: a reader never sees half)."""
+def export_catalogue(cat: Catalogue, out: Path, *, user: str = "curator", include_inactive: bool = False,
+                     people: str = DEFAULT_PEOPLE) -> CatalogueExport:
+    """Write the catalogue zip to ``out`` (written to a temporary name, then moved: a reader never sees half).
+    ``people`` (blur | omit | keep): what becomes of the sheet pictures of photos showing people."""
     from importlib.metadata import PackageNotFoundError, version
 
+    check_people_choice(people)
     out = Path(out)
     with cat.unit_of_work() as s:
         species = dict(s.execute(select(Species.id, Species.name)).all())
@@ -92,9 +122,15 @@ def export_catalogue(cat: Catalogue, out: Path, *, user: str = "curator", includ
         sightings = {sg.id: sg for sg in s.scalars(select(Sighting))}
         images = list(s.scalars(select(Image).order_by(Image.id)))
         decisions = list(s.scalars(select(MatchDecision).order_by(MatchDecision.id)))
+        people_in = {pid: person_boxes(rows) for pid, rows in s.execute(
+            select(Photo.id, Photo.people).where(Photo.people.is_not(None)))}
         s.expunge_all()
+    people_in = {pid: boxes for pid, boxes in people_in.items() if boxes}
     if not include_inactive:
         individuals = [i for i in individuals if i.active]
+    refuse_unnamed_species([species.get(i.species_id) for i in individuals]
+                           + [species.get(img.species_id) for img in images],
+                           export="The catalogue export", what="individual(s) and photo(s)")
     by_individual: dict[int, list[tuple[Image, Sighting | None]]] = defaultdict(list)
     photos_per_sighting: dict[int, int] = defaultdict(int)
     for img in images:
@@ -104,6 +140,11 @@ def export_catalogue(cat: Catalogue, out: Path, *, user: str = "curator", includ
         if sg is not None:
             photos_per_sighting[sg.id] += 1
     names = {i.id: i.name for i in individuals}
+    # the sheet pictures of photos showing people (the sheets show each individual's best photos)
+    shown = {img.id for ind in individuals for img, _ in _best(by_individual.get(ind.id, []))
+             if img.photo_id in people_in}
+    if people == "keep" and shown:
+        record_people_kept(cat, user=user, export="catalogue", out=str(out), photos=len(shown))
 
     def when(t: datetime | None) -> str:
         return t.replace(tzinfo=timezone.utc).isoformat(timespec="seconds") if t else ""
@@ -145,6 +186,14 @@ def export_catalogue(cat: Catalogue, out: Path, *, user: str = "curator", includ
         for ind in individuals:
             pictures: dict[int, str] = {}
             for img, _ in _best(by_individual.get(ind.id, [])):
+                if img.photo_id in people_in:  # made here from the stored photo: blurred, or kept as asked
+                    src = cat.blobs.existing(img.blob_path)
+                    if people == "omit" or not src:
+                        continue
+                    name = f"sheets/img/{img.content_hash[:16]}-{img.id}.jpg"
+                    zf.writestr(name, _private_picture(src, img, people_in[img.photo_id], blur=people == "blur"))
+                    pictures[img.id] = name[len("sheets/"):]
+                    continue
                 src = cat.blobs.existing(img.thumb_path) or cat.blobs.existing(img.blob_path)
                 if src:
                     name = f"sheets/img/{img.content_hash[:16]}{Path(src).suffix.lower()}"
@@ -160,5 +209,7 @@ def export_catalogue(cat: Catalogue, out: Path, *, user: str = "curator", includ
             "(cells a spreadsheet would run as formulas start with an apostrophe).\nsheets/: one page per "
             f"individual with its best {BEST_PHOTOS} photos (masked, cleanest outline first).\n"))
     tmp.replace(out)
-    return CatalogueExport(path=out, counts={"individuals": len(individuals), "photos": len(images),
-                                             "sightings": len(sightings), "decisions": len(decisions)})
+    return CatalogueExport(path=out, people=people,
+                           counts={"individuals": len(individuals), "photos": len(images),
+                                   "sightings": len(sightings), "decisions": len(decisions),
+                                   "pictures_with_people": len(shown)})

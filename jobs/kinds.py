@@ -12,6 +12,7 @@ from sqlalchemy import select
 from core.backbones import DEFAULT_BACKBONE
 from core.spots.requests import KeypointsRequest, SpotEvaluationRequest
 from db.catalogue import CatalogueError
+from db.camtrapdp_export import export_package
 from db.compare import compare
 from db.diagnostics import run_diagnose
 from db.embedding_map import compute_map
@@ -29,6 +30,7 @@ from db.vector_index import build_vector_index
 from jobs.context import JobContext
 from jobs.registry import HEAVY, register_job_kind
 from jobs.requests.benchmarks import EvaluateRequest
+from jobs.requests.camtrapdp import ExportCamtrapDPRequest
 from jobs.requests.diagnostics import DiagnoseRequest, SensitivityRequest
 from jobs.requests.export import KaggleExportRequest
 from jobs.requests.map import EmbedRequest, MapRequest
@@ -224,6 +226,21 @@ def export_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[
     finally:
         if req.staged_images:  # images unpacked from an upload: not kept once the job is over
             shutil.rmtree(req.images_dir, ignore_errors=True)
+
+
+@register_job_kind("camtrap_dp_export")
+def camtrap_dp_export_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """The catalogue as a Camtrap DP package (the Export tab): params are a stored
+    :class:`jobs.requests.camtrapdp.ExportCamtrapDPRequest`; progress follows the photo files written (people
+    blurred or kept as asked) and the check against the standard."""
+    request = ExportCamtrapDPRequest.from_dict(params)
+    ctx.log(f"people: {request.people}")
+    done, zip_path = export_package(cat, out=request.out, zip=request.zip, user=request.user, title=request.title,
+                                    sampling_design=request.sampling_design, include_media=request.include_media,
+                                    people=request.people, progress=ctx.callback(label="writing the photos"),
+                                    should_cancel=ctx.cancelled)
+    ctx.log(done.summary)
+    return {**done.to_dict(), "zip": zip_path}
 
 
 @register_job_kind("map")  # short (features are cached, UMAP takes seconds): never waits behind a training run

@@ -5,7 +5,7 @@ what the import itself decides: who classified, when, and the events it forms fo
 from __future__ import annotations
 
 import csv
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import SimpleNamespace
 
 import pytest
@@ -44,8 +44,13 @@ def _deployments(cat) -> list[tuple]:
                       for d in s.scalars(select(Deployment)) if d.lat is not None)
 
 
+def _file(photo: Photo) -> str:
+    """A photo's file name (not its content: the photo showing a person went out, and came back, blurred)."""
+    return PurePosixPath(photo.original_name).name
+
+
 def _media(cat) -> dict[str, tuple]:
-    """Photos with a located deployment, by content: deployment, time (to the second) and Camtrap DP extras."""
+    """Photos with a located deployment, by file name: deployment, time (to the second) and Camtrap DP extras."""
     with cat.unit_of_work() as s:
         out = {}
         for p in s.scalars(select(Photo)):
@@ -54,7 +59,7 @@ def _media(cat) -> dict[str, tuple]:
             when = parse_timestamp(p.taken_at).when.replace(microsecond=0)
             extras = {k: str(v).lower() for k, v in (p.media_details or {}).items()
                       if k in ("captureMethod", "favorite", "mediaComments")}
-            out[p.content_hash] = (p.deployment.key, when, extras)
+            out[_file(p)] = (p.deployment.key, when, extras)
         return out
 
 
@@ -67,7 +72,7 @@ def _detections(cat) -> dict[str, list[tuple]]:
         for p in s.scalars(select(Photo)):
             if p.deployment is None or p.deployment.lat is None:
                 continue
-            out[p.content_hash] = sorted((tuple(round(v, 6) for v in (a.bbox_x, a.bbox_y, a.bbox_w, a.bbox_h)),
+            out[_file(p)] = sorted((tuple(round(v, 6) for v in (a.bbox_x, a.bbox_y, a.bbox_w, a.bbox_h)),
                                           species[a.species_id], names.get(a.individual_id))
                                          for a in p.annotations)
         return out

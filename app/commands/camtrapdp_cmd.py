@@ -1,12 +1,15 @@
-"""``rosette export camtrap-dp OUT [--no-media] [--zip] [--title T] [--sampling-design D] [--json]``: the catalogue
-as a Camtrap DP 1.0 package, validated offline against the shipped TDWG schemas (exit status 1 when invalid)."""
+"""``rosette export camtrap-dp OUT [--no-media] [--zip] [--title T] [--sampling-design D] [--people blur|omit|keep]
+[--json]``: the catalogue as a Camtrap DP 1.0 package, validated offline against the shipped TDWG schemas (exit
+status 1 when invalid); people in the photos are blurred unless ``--people`` says otherwise."""
 
 from __future__ import annotations
 
 import json
 import sys
 
+from app.commands.eval_cmd import progress_printer
 from core.camtrapdp_writer import SAMPLING_DESIGNS
+from core.privacy import DEFAULT_PEOPLE, PEOPLE_CHOICES
 from jobs.actions.camtrapdp import export_camtrap_dp
 from jobs.requests.camtrapdp import ExportCamtrapDPRequest
 
@@ -23,14 +26,17 @@ def register_export(export_subparsers) -> None:
                                                  "folder name)")
     p.add_argument("--sampling-design", default="opportunistic", choices=list(SAMPLING_DESIGNS),
                    help="Camtrap DP project.samplingDesign (default: opportunistic)")
+    p.add_argument("--people", default=DEFAULT_PEOPLE, choices=list(PEOPLE_CHOICES),
+                   help="the photos showing people: blur their person boxes (default), omit the photos, or keep "
+                        "them unblurred (recorded in the audit trail)")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=run)
 
 
 def run(args, ctx) -> int:
     request = ExportCamtrapDPRequest(user=ctx.user, out=args.out, include_media=args.include_media, zip=args.zip,
-                                     title=args.title, sampling_design=args.sampling_design)
-    done = export_camtrap_dp(ctx.catalogue, request)
+                                     title=args.title, sampling_design=args.sampling_design, people=args.people)
+    done = export_camtrap_dp(ctx.catalogue, request, progress=progress_printer("writing the photos"))
     if args.json:
         print(json.dumps(done.to_dict()))
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from app.console import print_table
+from core.privacy import DEFAULT_PEOPLE, PEOPLE_CHOICES
 from jobs.actions import catalogue as services
 from jobs.actions.errors import CatalogueError
 from jobs.actions.export import export_catalogue
@@ -47,6 +48,9 @@ def register(sub) -> None:
                                                 "sheet per individual, in one zip")
     p.add_argument("--out", required=True, help="the zip to write")
     p.add_argument("--include-inactive", action="store_true", help="also individuals merged away or retired")
+    p.add_argument("--people", default=DEFAULT_PEOPLE, choices=list(PEOPLE_CHOICES),
+                   help="the sheet pictures of photos showing people: blur the people (default), omit the pictures, "
+                        "or keep them unblurred (recorded in the audit trail)")
     p.set_defaults(func=run_export_catalogue)
     p = sub.add_parser("flank", help="set the flank label of a photo")
     p.add_argument("image_id", type=int)
@@ -114,6 +118,6 @@ def run_flank(args, ctx) -> int:
 
 def run_export_catalogue(args, ctx) -> int:
     done = export_catalogue(ctx.catalogue, ExportCatalogueRequest(user=ctx.user, include_inactive=args.include_inactive,
-                                                                  out=args.out))
+                                                                  out=args.out, people=args.people))
     print(done.summary)
     return 0

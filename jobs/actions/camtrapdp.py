@@ -1,12 +1,14 @@
 """The Camtrap DP export as a service: the catalogue's deployments, photos and annotations as a Camtrap DP 1.0
-package (``rosette export camtrap-dp OUT``, the Export tab), validated offline against the shipped schemas."""
+package (``rosette export camtrap-dp OUT``, the Export tab), validated offline against the shipped schemas.
+
+The shell writes it in the foreground (:func:`export_camtrap_dp`); the Export tab queues it as a
+``camtrap_dp_export`` job on the light queue (``jobs.actions.export.queue_camtrap_dp_export``); both write it with
+:func:`db.camtrapdp_export.export_package`."""
 
 from __future__ import annotations
 
-import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from db import camtrapdp_export
@@ -32,18 +34,13 @@ class CamtrapDPExported:
         return {**self.details, "zip": self.zip_path}
 
 
-def export_camtrap_dp(cat: Catalogue, request: ExportCamtrapDPRequest) -> CamtrapDPExported:
-    """Write and validate the package at ``request.out`` (or a new folder under the data folder's exports)."""
-    user = curator_name(request.user)
-    if request.out is None:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
-        out = cat.data_dir / "exports" / f"camtrap-dp-{stamp}"
-    else:
-        out = Path(request.out).expanduser()
-    done = camtrapdp_export.export_camtrap_dp(cat, out, user=user, title=request.title,
-                                              sampling_design=request.sampling_design,
-                                              include_media=request.include_media)
-    zip_path = None
-    if request.zip:
-        zip_path = shutil.make_archive(str(out), "zip", root_dir=out)
+def export_camtrap_dp(cat: Catalogue, request: ExportCamtrapDPRequest, *,
+                      progress: Callable[[int, int], None] | None = None,
+                      should_cancel: Callable[[], bool] | None = None) -> CamtrapDPExported:
+    """Write and validate the package at ``request.out`` (or a new folder under the data folder's exports), now;
+    ``progress(done, total)`` follows the photo files and the check, ``should_cancel`` stops it."""
+    done, zip_path = camtrapdp_export.export_package(
+        cat, out=request.out, zip=request.zip, user=curator_name(request.user), title=request.title,
+        sampling_design=request.sampling_design, include_media=request.include_media, people=request.people,
+        progress=progress, should_cancel=should_cancel)
     return CamtrapDPExported(path=str(done.path), zip_path=zip_path, valid=done.valid, details=done.to_dict())

@@ -1,13 +1,14 @@
 """The exports: the catalogue as CSVs and per-individual sheets (the Catalogue tab's export button,
-``rosette export-catalogue``), and a Kaggle submission. From the browser the uploaded test.csv and images are
-staged under ``<data_dir>/exports/<stamp>/`` and the export runs as a background job whose submission file is handed
-back when it is done; ``rosette export-kaggle`` runs it in the foreground."""
+``rosette export-catalogue``), a Camtrap DP package written by a background job for the Export tab (the shell
+writes it in the foreground: ``jobs.actions.camtrapdp``), and a Kaggle submission. From the browser the uploaded
+test.csv and images are staged under ``<data_dir>/exports/<stamp>/`` and the export runs as a background job whose
+submission file is handed back when it is done; ``rosette export-kaggle`` runs it in the foreground."""
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -21,7 +22,9 @@ from db.models import JobStatus
 from db.session import Catalogue
 from db.species import active_model_name
 from jobs import queue
+from jobs.actions.camtrapdp import CamtrapDPExported
 from jobs.actions.common import curator_name
+from jobs.requests.camtrapdp import ExportCamtrapDPRequest
 from jobs.requests.export import ExportCatalogueRequest, KaggleExportRequest, KaggleUploadRequest
 
 # --------------------------------------------------------------------------- the catalogue
@@ -46,8 +49,44 @@ def export_catalogue(cat: Catalogue, request: ExportCatalogueRequest) -> Catalog
         out = cat.data_dir / "exports" / f"catalogue-{stamp}.zip"
     else:
         out = request.out
-    done = catalogue_export.export_catalogue(cat, out, user=user, include_inactive=request.include_inactive)
+    done = catalogue_export.export_catalogue(cat, out, user=user, include_inactive=request.include_inactive,
+                                             people=request.people)
     return CatalogueExported(path=str(done.path), summary=done.summary)
+
+
+# --------------------------------------------------------------------------- Camtrap DP, in the background
+
+#: The job kind of a Camtrap DP export run in the background (jobs.kinds).
+CAMTRAP_DP_JOB = "camtrap_dp_export"
+
+
+def queue_camtrap_dp_export(cat: Catalogue, request: ExportCamtrapDPRequest) -> tuple[int, str]:
+    """Queue the export as a background job (the Export tab); returns (job id, what the tab says). The request is
+    checked now (a bad one is refused before anything is queued); the job writes its package under the data
+    folder's exports when ``request.out`` is None."""
+    job_id = queue.submit(cat, CAMTRAP_DP_JOB, replace(request, user=curator_name(request.user)).to_dict())
+    return job_id, (f"Camtrap DP export queued as job #{job_id} (people: {request.people}). Its progress is shown "
+                    "here and in the Jobs tab.")
+
+
+def latest_camtrap_dp_job(cat: Catalogue) -> int | None:
+    """The newest Camtrap DP export job, so a reloaded page shows its state and download again."""
+    jobs = queue.list_jobs(cat, limit=1, kind=CAMTRAP_DP_JOB)
+    return jobs[0].id if jobs else None
+
+
+def camtrap_dp_export_status(cat: Catalogue, job_id: int | None) -> tuple[CamtrapDPExported | None, str]:
+    """(the finished export, or None while it runs or when it failed; what the curator reads meanwhile)."""
+    if not job_id:
+        return None, ""
+    job = queue.get_job(cat, int(job_id))
+    if job.status == JobStatus.succeeded:
+        r = dict(job.result or {})
+        return CamtrapDPExported(path=str(r.get("path")), zip_path=r.get("zip"), valid=bool(r.get("valid")),
+                                 details=r), ""
+    if job.status in (JobStatus.failed, JobStatus.cancelled):  # the message says which, and why
+        return None, f"Camtrap DP export job #{job.id}: {job.message}"
+    return None, f"Camtrap DP export job #{job.id} {job.status.value}: {job.progress:.0%} {job.message or ''}".rstrip()
 
 
 # --------------------------------------------------------------------------- Kaggle

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.camtrapdp_writer import SAMPLING_DESIGNS
+from core.privacy import DEFAULT_PEOPLE, check_people_choice
 from core.requests import Request
 from jobs.requests._values import settle
 
@@ -16,7 +17,9 @@ class ExportCamtrapDPRequest(Request):
 
     ``include_media`` False writes the tables only; ``zip`` also packs the folder into ``<out>.zip`` (what the
     Export tab offers for download); ``title`` names the package and its project (default: the catalogue's
-    folder); ``sampling_design`` is Camtrap DP's ``project.samplingDesign``."""
+    folder); ``sampling_design`` is Camtrap DP's ``project.samplingDesign``; ``people`` what becomes of the photos
+    showing people: ``blur`` their person boxes (the default), ``omit`` the photos, or ``keep`` them as they are
+    (only when chosen, and recorded in the audit trail)."""
 
     user: str
     out: str | None = None
@@ -24,8 +27,10 @@ class ExportCamtrapDPRequest(Request):
     zip: bool = False
     title: str | None = None
     sampling_design: str = "opportunistic"
+    people: str = DEFAULT_PEOPLE
 
     def __post_init__(self) -> None:
+        check_people_choice(self.people)
         if self.sampling_design not in SAMPLING_DESIGNS:
             raise ValueError(f"sampling design {self.sampling_design!r} is not one of Camtrap DP's: "
                              f"{', '.join(SAMPLING_DESIGNS)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.privacy import DEFAULT_PEOPLE, check_people_choice
 from core.requests import Request
 
 KAGGLE_VARIANTS = ("full_rgb", "foreground_only")
@@ -19,11 +20,16 @@ def _check_variant(variant: str) -> None:
 @dataclass(frozen=True)
 class ExportCatalogueRequest(Request):
     """The catalogue as a zip of CSVs and per-individual sheets, written to ``out`` (None: a new file under the
-    data directory's exports)."""
+    data directory's exports); ``people``: the sheet pictures of photos showing people are blurred (the default),
+    left out (``omit``) or kept unblurred (``keep``: only when chosen, and recorded in the audit trail)."""
 
     user: str
     include_inactive: bool = False
     out: str | None = None
+    people: str = DEFAULT_PEOPLE
+
+    def __post_init__(self) -> None:
+        check_people_choice(self.people)
 
 
 @dataclass(frozen=True)
