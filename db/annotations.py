@@ -1,15 +1,18 @@
 """Annotations in the store: list them, find the one a photo id means, and a curator's box edits (add, move,
-delete, undo), each one transaction, audited, and recorded in ``box_edits`` so that undo restores it exactly."""
+delete, undo), each one transaction, audited, and recorded in ``box_edits`` so that undo restores it exactly. A
+move or delete of a machine box that is not undone is the curator's standing override of the detection it came
+from (:func:`curator_overrides`): imports read it and never put that detection back."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from core.annotations import Box
+from core.annotations import CURATOR_SOURCES, Box, InvalidBoxError
 from db.audit import acting_as
 from db.catalogue import CatalogueError, get_or_create_user
 from db.models import PHOTO_FILE_COLUMNS, BoxEdit, Flank, Image, Individual, MatchDecision, MatchSuggestion, Photo, utcnow
@@ -77,7 +80,8 @@ def annotation_exists(cat: Catalogue, annotation_id: int) -> int:
 
 _ROW_FIELDS = ("photo_id", *PHOTO_FILE_COLUMNS, "thumb_path", "bbox_x", "bbox_y", "bbox_w", "bbox_h", "box_source",
                "box_confidence", "flank", "flank_source", "sighting_id", "individual_id", "species_id",
-               "decision_version", "mask_path", "mask_source", "mask_details", "solidity", "mask_flags")
+               "decision_version", "mask_path", "mask_source", "mask_details", "solidity", "mask_flags",
+               "observation_key", "life_stage", "sex", "observation_details")
 
 
 def _row(ann: Image) -> dict[str, Any]:
@@ -158,12 +162,17 @@ def delete_box(cat: Catalogue, annotation_id: int, *, user: str) -> None:
 
 def undo_box_edit(cat: Catalogue, photo_id: int, *, user: str) -> BoxEdit:
     """Undo the latest box edit on a photo that is not undone yet: an added box goes (if nothing was decided on
-    it since), a moved box goes back with its mask, a deleted annotation comes back with its id."""
+    it since), a moved box goes back with its mask, a deleted annotation comes back with its id. SQLite gives a
+    freed id to the next new row: when another annotation holds it now, the deleted one comes back under a new id,
+    and the photo's edits of it up to this one name that id. Two undos of one edit at once: one of them wins."""
     with acting_as(user), cat.unit_of_work() as s:
         edit = s.scalar(select(BoxEdit).where(BoxEdit.photo_id == photo_id, BoxEdit.undone_at.is_(None))
                         .order_by(BoxEdit.id.desc()).limit(1))
         if edit is None:
             raise CatalogueError(f"photo {photo_id} has no box change to undo")
+        if not s.execute(update(BoxEdit).where(BoxEdit.id == edit.id, BoxEdit.undone_at.is_(None))
+                         .values(undone_at=utcnow())).rowcount:
+            raise CatalogueError(f"the latest box change on photo {photo_id} was undone meanwhile")
         get_or_create_user(s, user)
         ann = s.get(Image, edit.annotation_id)
         if edit.kind == "add":
@@ -179,13 +188,72 @@ def undo_box_edit(cat: Catalogue, photo_id: int, *, user: str) -> BoxEdit:
                       "mask_source", "mask_details", "solidity", "mask_flags"):
                 setattr(ann, f, edit.before[f])
         else:
-            if ann is not None:
-                raise CatalogueError(f"annotation {edit.annotation_id} exists again")
             values = dict(edit.before)
             values["flank"] = Flank(values["flank"])
-            s.add(Image(**values))
-        edit.undone_at = utcnow()
+            if ann is not None:  # its id went to a new row meanwhile
+                del values["id"]
+            restored = Image(**values)
+            s.add(restored)
+            s.flush()
+            if restored.id != edit.annotation_id:
+                s.execute(update(BoxEdit).where(BoxEdit.photo_id == photo_id, BoxEdit.id <= edit.id,
+                                                BoxEdit.annotation_id == edit.annotation_id)
+                          .values(annotation_id=restored.id))
         s.commit()
         s.refresh(edit)
         s.expunge(edit)
         return edit
+
+
+#: Box sources that are no detection: a curator's move or delete of one of these overrides no machine.
+_NOT_DETECTIONS = (*CURATOR_SOURCES, "whole-photo")
+
+
+@dataclass(frozen=True)
+class CuratorOverride:
+    """A curator's move or delete of a machine box (a detector's box or a Camtrap DP observation), not undone: the
+    detection that box came from is the curator's from then on, and no import puts it back. The edit's ``before``
+    row is the annotation as the machine gave it (its source, box, confidence, observation key), so this needs no
+    column of its own; undoing the edit lifts the override."""
+
+    annotation_id: int
+    kind: str  # move | delete
+    source: str  # the box's source before the edit: megadetector | camtrap-dp | detector:<name> | whole-photo
+    box: Box  # the machine's box, as it came
+    confidence: float | None
+    observation_key: str | None  # a Camtrap DP observation's key (None for a detector's box)
+    user: str
+    at: datetime
+
+    @property
+    def is_detection_box(self) -> bool:
+        """Whether the edited box was a detector's or a package's box (not a whole-photo observation)."""
+        return self.source not in _NOT_DETECTIONS
+
+    def describe(self, now: Box | None = None) -> str:
+        """What the curator did, in words: ``ana deleted it on 2026-05-02`` / ``ana moved it to [...] on ...``
+        (``now``: the annotation's box today, when it still exists)."""
+        did = "deleted it" if self.kind == "delete" else f"moved it{f' to {now.as_list()}' if now else ''}"
+        return f"{self.user} {did} on {self.at:%Y-%m-%d}"
+
+
+def curator_overrides(session: Session, photo_id: int) -> list[CuratorOverride]:
+    """The standing overrides of a photo's machine boxes, one per annotation, oldest first: each move or delete
+    not undone whose ``before`` row was a machine box. A later edit of the same annotation (a second move, a
+    delete after a move) starts from a curator's box and adds nothing: the first one says what the machine gave."""
+    edits = session.scalars(select(BoxEdit).where(BoxEdit.photo_id == photo_id, BoxEdit.undone_at.is_(None),
+                                                  BoxEdit.kind.in_(("move", "delete"))).order_by(BoxEdit.id))
+    found: dict[int, CuratorOverride] = {}
+    for edit in edits:
+        before = edit.before or {}
+        source, key = before.get("box_source"), before.get("observation_key")
+        if edit.annotation_id in found or (source in _NOT_DETECTIONS and not key):
+            continue
+        try:
+            box = Box(before["bbox_x"], before["bbox_y"], before["bbox_w"], before["bbox_h"])
+        except (KeyError, InvalidBoxError):  # a row that names no valid box overrides nothing it can be matched to
+            continue
+        found[edit.annotation_id] = CuratorOverride(
+            annotation_id=edit.annotation_id, kind=edit.kind, source=str(source), box=box,
+            confidence=before.get("box_confidence"), observation_key=key, user=edit.user, at=edit.created_at)
+    return list(found.values())
