@@ -3,14 +3,13 @@
 Formats (:func:`detect_format` picks one; ``--format`` overrides):
 
 - ``file``: one photo.
-- ``folder``: every photo under a folder. Photos inside sub-folders belong to the
-  individual named by their *first-level* sub-folder (folder-per-identity
-  layout); photos at the top level stay unassigned (flat layout).
+- ``folder``: every photo under a folder. What its *first-level* sub-folders mean is chosen
+  (:data:`FOLDER_MEANINGS`, :func:`give_folders_meaning`): camera stations, one individual each
+  (folder-per-identity layout), or nothing; photos at the top level stay unassigned (flat layout).
 - ``zip``: the same inside a zip archive. A single wrapper folder enclosing
-  everything is ignored (what "compress folder" makes), so a zip of *one*
-  individual's folder imports unassigned: zip several folders or add a manifest. A zip holding ``train.csv`` (Kaggle) or ``manifest.csv``
+  everything is ignored (what "compress folder" makes). A zip holding ``train.csv`` (Kaggle) or ``manifest.csv``
   is read as that layout.
-- ``manifest``: a CSV ``filename,identity[,flank,sighting,date,lat,lon,camera,observer]``
+- ``manifest``: a CSV ``filename[,identity,flank,sighting,date,lat,lon,camera,observer]``
   (extra columns ignored; ``file``/``image`` and ``individual``/``ground_truth``
   accepted as column aliases). Files are looked up next to the CSV, then in its
   ``images/`` folder, then by unique file name anywhere below it. Photos the
@@ -42,7 +41,14 @@ from core.readers.base import (
 )
 from core.readers.camtrapdp import CamtrapDPError, CamtrapPackage, MediaObservations, Observation, read_camtrapdp
 from core.readers.detect import FORMATS, detect_format, entries_for_path, tree_entries
-from core.readers.folder import FolderTree, folder_entries
+from core.readers.folder import (
+    FOLDER_MEANINGS,
+    FolderCounts,
+    FolderTree,
+    folder_counts,
+    folder_entries,
+    give_folders_meaning,
+)
 from core.readers.kaggle import KAGGLE_TEST, KAGGLE_TRAIN, kaggle_entries
 from core.readers.manifest import (
     FLANK_WORDS,
@@ -57,12 +63,13 @@ from core.readers.manifest import (
     row_facts,
 )
 from core.readers.prepare import Prepared, decode_prepared, describe, prepare_entry, short_error
-from core.readers.report import STATUSES, IngestItemResult, IngestReport
+from core.readers.report import STATUSES, ImportTally, IngestItemResult, IngestReport
 from core.readers.uploads import Upload, upload_entries
 from core.readers.zipped import ZipTree
 
 __all__ = [
-    "FLANK_WORDS", "FORMATS", "CamtrapDPError", "CamtrapPackage", "MediaObservations", "Observation",
+    "FLANK_WORDS", "FOLDER_MEANINGS", "FORMATS", "FolderCounts", "ImportTally", "folder_counts",
+    "give_folders_meaning", "CamtrapDPError", "CamtrapPackage", "MediaObservations", "Observation",
     "read_camtrapdp", "KAGGLE_TEST", "KAGGLE_TRAIN", "MANIFEST_COLUMNS", "MANIFEST_NAME", "MANIFEST_REQUIRED",
     "MAX_FILE_BYTES", "STATUSES", "Entry", "FolderTree", "IngestError", "IngestItemResult", "IngestReport",
     "ManifestError", "ManifestRow", "Prepared", "ReadError", "Tree", "Upload", "ZipTree", "decode_prepared",

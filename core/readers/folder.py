@@ -1,13 +1,15 @@
 """A folder of photos: :class:`FolderTree` (links leaving the folder are not followed) and the folder-per-identity
 layout (:func:`folder_entries`): photos inside sub-folders belong to the individual named by their *first-level*
 sub-folder; photos at the top level stay unassigned. The camera-trap ``Station/...`` layout
-(:func:`station_entries`) reads the first-level folder as the camera station instead."""
+(:func:`station_entries`) reads the first-level folder as the camera station instead. Which of the two a
+folder's names mean, or neither, is the person's choice (:data:`FOLDER_MEANINGS`, :func:`give_folders_meaning`);
+:func:`folder_counts` says what there is to choose about."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from core.images import IMAGE_EXTENSIONS
@@ -111,3 +113,48 @@ def station_entries(entries: Sequence[Entry]) -> list[Entry]:
             note = "not inside a station folder: imported without a deployment"
             out.append(replace(e, warning=f"{e.warning}; {note}" if e.warning else note))
     return out
+
+
+#: What the first-level sub-folders of a folder or zip of photos mean: camera stations (``Station/...``), one
+#: individual each, or nothing (photos come in unassigned, without a deployment).
+FOLDER_MEANINGS = ("stations", "individuals", "none")
+
+
+def give_folders_meaning(entries: Sequence[Entry], meaning: str) -> list[Entry]:
+    """The entries :func:`folder_entries` made, with their first-level folder read as ``meaning`` (one of
+    :data:`FOLDER_MEANINGS`): ``individuals`` keeps the folder as the identity, ``stations`` makes it the
+    deployment (:func:`station_entries`), ``none`` drops it, so no folder name ever names an animal unasked."""
+    if meaning == "individuals":
+        return list(entries)
+    if meaning == "stations":
+        return station_entries(entries)
+    if meaning == "none":
+        return [replace(e, identity=None) if e.read is not None and e.identity else e for e in entries]
+    raise ValueError(f"unknown folder meaning {meaning!r}; choose one of {', '.join(FOLDER_MEANINGS)}")
+
+
+@dataclass(frozen=True)
+class FolderCounts:
+    """The photos of a folder layout by first-level folder (sorted by name), and those outside any folder."""
+
+    folders: dict[str, int]
+    loose: int = 0
+
+    @property
+    def photos(self) -> int:
+        return sum(self.folders.values()) + self.loose
+
+
+def folder_counts(entries: Sequence[Entry]) -> FolderCounts:
+    """How many photos each first-level folder of :func:`folder_entries`' entries holds (skipped files left
+    out), and how many photos lie outside every folder."""
+    folders: dict[str, int] = {}
+    loose = 0
+    for e in entries:
+        if e.read is None:
+            continue
+        if e.identity:
+            folders[e.identity] = folders.get(e.identity, 0) + 1
+        else:
+            loose += 1
+    return FolderCounts(dict(sorted(folders.items())), loose)

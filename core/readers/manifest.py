@@ -1,5 +1,6 @@
-"""CSV manifests: ``filename,identity[,flank,sighting,date,lat,lon,camera,observer,place,species,deployment,
-timestamp]`` (extra columns ignored; ``file``/``image`` and ``individual``/``ground_truth`` accepted as column
+"""CSV manifests: ``filename[,identity,flank,sighting,date,lat,lon,camera,observer,place,species,deployment,
+timestamp]`` (extra columns ignored; only ``filename`` is required: a photo without an identity, or with an empty
+one, comes in unassigned; ``file``/``image`` and ``individual``/``ground_truth`` accepted as column
 aliases, see :data:`MANIFEST_COLUMNS`). ``deployment`` names the photo's camera deployment (its deploymentID) or
 its station (locationID or name: the deployment active at the photo's time is chosen); ``timestamp`` is when the
 photo was taken (ISO 8601; without a UTC offset the deployment's is taken), else a ``date`` holding a time of
@@ -36,7 +37,8 @@ MANIFEST_COLUMNS = {
     "deployment": ("deployment", "deployment_id", "deploymentid"),
     "timestamp": ("timestamp", "taken_at", "datetime_original"),
 }
-MANIFEST_REQUIRED = ("filename", "identity")
+#: A camera-trap manifest names no animal: the identity column is optional.
+MANIFEST_REQUIRED = ("filename",)
 #: A flank as written in a manifest -> the flank word (None: not stated).
 FLANK_WORDS = {
     "left": "left", "l": "left", "right": "right", "r": "right",

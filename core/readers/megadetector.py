@@ -48,11 +48,14 @@ class FrameDetections:
     vehicles: int
     below_threshold: int
     failure: str | None
+    invalid: tuple[str, ...] = ()  # why each of its detections that could not be used was refused
 
     @property
     def is_empty(self) -> bool:
-        """Nothing kept and the detector read the frame (a failed frame is not empty: it is unknown)."""
-        return self.failure is None and not self.animals and not self.people and not self.vehicles
+        """Nothing kept and the detector read the frame (a failed frame is not empty: it is unknown; nor is one
+        whose boxes were refused as invalid: what they showed is unknown too)."""
+        return self.failure is None and not self.animals and not self.people and not self.vehicles \
+            and not self.invalid
 
 
 @dataclass(frozen=True)
@@ -175,9 +178,11 @@ def _frame(file: str, entry: dict, *, cats: dict[str, str], known: str, min_conf
     animals: list[Detection] = []
     people: list[Detection] = []
     vehicles = below = 0
+    invalid: list[str] = []
     for i, det in enumerate(dets, start=1):
         if not isinstance(det, dict):
             problems.append(f"{file}: detection #{i} is {_type_name(det)}, expected an object; skipped")
+            invalid.append(f"detection #{i} is {_type_name(det)}, not an object")
             continue
         bbox = det.get("bbox")
         label = f"{file}: detection #{i} (bbox {bbox!r})"
@@ -185,16 +190,19 @@ def _frame(file: str, entry: dict, *, cats: dict[str, str], known: str, min_conf
         category = cats.get(str(cid)) if isinstance(cid, (str, int)) and not isinstance(cid, bool) else None
         if category is None:
             problems.append(f"{label} skipped: unknown category {cid!r} (this file's categories: {known})")
+            invalid.append(f"detection #{i}: unknown category {cid!r}")
             continue
         conf = det.get("conf")
         if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not math.isfinite(conf) \
                 or not 0 <= conf <= 1:
             problems.append(f"{label} skipped: conf {conf!r} is not a number in [0, 1]")
+            invalid.append(f"detection #{i}: conf {conf!r} is not a number in [0, 1]")
             continue
         try:
             box = Box.from_sequence(_clip_rounding(bbox))
         except InvalidBoxError as exc:
             problems.append(f"{label} skipped: {exc}")
+            invalid.append(f"detection #{i}: {exc}")
             continue
         if conf < min_confidence:
             below += 1
@@ -204,7 +212,7 @@ def _frame(file: str, entry: dict, *, cats: dict[str, str], known: str, min_conf
             people.append(Detection("person", box, float(conf)))
         else:
             vehicles += 1
-    return FrameDetections(file, tuple(animals), tuple(people), vehicles, below, failure)
+    return FrameDetections(file, tuple(animals), tuple(people), vehicles, below, failure, tuple(invalid))
 
 
 def _clip_rounding(bbox: object) -> object:

@@ -29,6 +29,44 @@ class IngestItemResult:
             self.status == "duplicate" and self.same_as is not None)
 
 
+def _n(count: int, one: str, many: str | None = None) -> str:
+    return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
+@dataclass
+class ImportTally:
+    """What an import brought, counted in things rather than files: photos, animals (annotations), person boxes
+    blurred, and what a detector's boxes left out (boxes below the threshold, boxes refused as invalid, empty
+    frames). ``boxes`` is False when no detector or package gave boxes (then only photos and animals are said)."""
+
+    photos: int = 0
+    animals: int = 0
+    people_blurred: int = 0
+    below_threshold: int = 0
+    invalid_boxes: int = 0
+    empty_left_out: int = 0
+    empty_kept: int = 0
+    boxes: bool = False
+    min_confidence: float | None = None
+
+    def words(self, *, keep_empty: str = "import with --keep-empty") -> str:
+        """``4 photos, 5 animals, 1 person blurred, 2 boxes below 0.2, 1 box refused as invalid, 1 empty frame
+        left out (tick "keep empty frames" to keep them)``; ``keep_empty`` says how to keep empty frames in the
+        words of the screen or command the import came from."""
+        parts = [_n(self.photos, "photo"), _n(self.animals, "animal")]
+        if self.boxes:
+            parts.append(f"{_n(self.people_blurred, 'person', 'people')} blurred")
+            below = f" below {self.min_confidence:g}" if self.min_confidence is not None else " below the threshold"
+            parts.append(_n(self.below_threshold, "box", "boxes") + below)
+            parts.append(_n(self.invalid_boxes, "box", "boxes") + " refused as invalid"
+                         + (" (each named below with its reason)" if self.invalid_boxes else ""))
+            if self.empty_kept:
+                parts.append(_n(self.empty_kept, "empty frame") + " kept")
+            parts.append(_n(self.empty_left_out, "empty frame") + " left out"
+                         + (f" ({keep_empty} to keep them)" if self.empty_left_out else ""))
+        return ", ".join(parts)
+
+
 @dataclass
 class IngestReport:
     """Per-file outcome of one import, with counts for the summary line."""
@@ -38,6 +76,7 @@ class IngestReport:
     format: str = ""
     dry_run: bool = False
     seconds: float = 0.0
+    tally: ImportTally = field(default_factory=ImportTally)
 
     @property
     def counts(self) -> dict[str, int]:

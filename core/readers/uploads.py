@@ -11,6 +11,7 @@ from pathlib import Path, PurePosixPath
 from core.images import IMAGE_EXTENSIONS
 from core.readers.base import Entry, IngestError, ManifestError, Tree, file_reader
 from core.readers.detect import tree_entries
+from core.readers.folder import FOLDER_MEANINGS, FolderCounts, folder_counts, give_folders_meaning
 from core.readers.manifest import MANIFEST_REQUIRED, map_columns, read_csv, row_facts, row_station
 from core.readers.report import IngestItemResult
 from core.readers.zipped import ZipTree
@@ -24,17 +25,27 @@ class Upload:
     trees: list[Tree] = field(default_factory=list)
     items: list[IngestItemResult] = field(default_factory=list)
     refused: bool = False  # the manifest cannot be used: nothing is to be imported
+    # the zips' first-level folders (photo counts, merged across zips: one station's folder in two zips is one
+    # station) as found, before they were given their meaning; zips of another layout (a manifest) are left out
+    folders: FolderCounts = field(default_factory=lambda: FolderCounts({}))
 
     def close(self) -> None:
         for t in self.trees:
             t.close()
 
 
-def upload_entries(files: Sequence[str | Path], *, manifest: str | Path | None = None) -> Upload:
+def upload_entries(files: Sequence[str | Path], *, manifest: str | Path | None = None,
+                   folders: str = "none") -> Upload:
     """The entries of uploaded photos and zips (a zip read like ``--format zip``; a CSV among the files is the
-    manifest when none is given). The manifest's rows naming no uploaded file are reported as errors; a
+    manifest when none is given). ``folders`` says what a zip's first-level folders mean (one of
+    :data:`core.readers.folder.FOLDER_MEANINGS`; by default nothing: a folder name never becomes an individual
+    unasked). The manifest's rows naming no uploaded file are reported as errors; a
     manifest that cannot be read refuses the whole upload. Close the returned :class:`Upload` when done."""
+    if folders not in FOLDER_MEANINGS:
+        raise IngestError(f"unknown folder meaning {folders!r}; choose one of {', '.join(FOLDER_MEANINGS)}")
     up = Upload()
+    found: dict[str, int] = {}
+    loose = 0
     try:
         for f in files:
             p = Path(f)
@@ -46,16 +57,23 @@ def upload_entries(files: Sequence[str | Path], *, manifest: str | Path | None =
                     continue
                 up.trees.append(tree)
                 try:
-                    _, zentries = tree_entries(tree, display_prefix=f"{p.name}/")
+                    layout, zentries = tree_entries(tree, display_prefix=f"{p.name}/")
                 except ManifestError as exc:
                     up.items.append(IngestItemResult(p.name, "error", str(exc)))
                     continue
+                if layout == "folder":
+                    counts = folder_counts(zentries)
+                    for name, n in counts.folders.items():
+                        found[name] = found.get(name, 0) + n
+                    loose += counts.loose
+                    zentries = give_folders_meaning(zentries, folders)
                 up.items.extend(IngestItemResult(f"{p.name}/{pr.name}", pr.status, pr.message) for pr in tree.problems)
                 up.entries.extend(zentries)
             elif p.suffix.lower() in (".csv", ".tsv") and manifest is None:
                 manifest = p
             else:
                 up.entries.append(Entry(p.name, read=file_reader(p)))
+        up.folders = FolderCounts(dict(sorted(found.items())), loose)
         if manifest is not None:
             mpath = Path(manifest)
             try:
