@@ -211,3 +211,21 @@ def active_days(start: datetime, end: datetime) -> list[date]:
         end = end.astimezone(start.tzinfo)  # an end written in UTC ("...Z") is the same instant, in local time
     first, last = start.date(), end.date()
     return [first + timedelta(days=k) for k in range((last - first).days + 1)]
+
+
+def local_period(start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """A deployment's active period as naive wall-clock times of its local time (its start's UTC offset), the end
+    read in that offset whatever offset it was written with. The population study's effort and the Deployments
+    screen's camera-days both come from it."""
+    if start.tzinfo is not None and end.tzinfo is not None:
+        end = end.astimezone(start.tzinfo)
+    return start.replace(tzinfo=None), end.replace(tzinfo=None)
+
+
+def camera_days(start: datetime, end: datetime) -> float:
+    """A deployment's effort in camera-days: the length of its active period in days, fractions kept (a camera set
+    at noon on 1 May and taken at noon on 11 May worked 10 days, though it was out on 11 calendar days). This is
+    camtrapR's rule when setup and retrieval times are known (cameraOperation counts the first and last day by the
+    fraction of the day the camera ran) and secr's usage summed over the occasions."""
+    begin, finish = local_period(start, end)
+    return (finish - begin) / timedelta(days=1)

@@ -30,7 +30,7 @@ from core.stations import (
     DeploymentSpec,
     ParsedTime,
     StationError,
-    active_days,
+    camera_days,
     check_unique_ids,
     group_events,
     parse_timestamp,
@@ -212,8 +212,9 @@ def _overlaps(s: Session, specs: Sequence[DeploymentSpec]) -> list[str]:
 class DeploymentRow:
     """One deployment as the Deployments screen and ``rosette deployments`` list it.
 
-    ``photos`` counts the photos linked to it; ``active_days`` the local calendar days from its start to its end
-    (both included, :func:`core.stations.active_days`)."""
+    ``photos`` counts the photos linked to it; ``active_days`` its camera-days, the length of its active period in
+    days, fractions kept (:func:`core.stations.camera_days`, the rule the population study's effort follows; lists
+    show it to two decimals)."""
 
     id: int
     key: str
@@ -226,7 +227,7 @@ class DeploymentRow:
     camera_id: str | None
     camera_model: str | None
     photos: int
-    active_days: int
+    active_days: float
     details: dict[str, Any]
 
     @property
@@ -238,7 +239,7 @@ class DeploymentRow:
         return {"id": self.id, "deploymentID": self.key, "locationID": self.location_id,
                 "locationName": self.location_name, "latitude": self.lat, "longitude": self.lon,
                 "deploymentStart": self.start, "deploymentEnd": self.end, "cameraID": self.camera_id,
-                "cameraModel": self.camera_model, "photos": self.photos, "active_days": self.active_days,
+                "cameraModel": self.camera_model, "photos": self.photos, "active_days": round(self.active_days, 2),
                 "details": dict(self.details)}
 
 
@@ -252,7 +253,7 @@ def list_deployments(cat: Catalogue) -> list[DeploymentRow]:
             sp = spec_of(d)
             rows.append(DeploymentRow(d.id, d.key, d.location_id, d.location_name, d.lat, d.lon, d.start, d.end,
                                       d.camera_id, d.camera_model, int(counts.get(d.id, 0)),
-                                      len(active_days(sp.start, sp.end)), dict(d.details or {})))
+                                      camera_days(sp.start, sp.end), dict(d.details or {})))
     return sorted(rows, key=lambda r: (r.station, r.start, r.key))
 
 

@@ -24,7 +24,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from core import population as pop
-from core.stations import StationError, parse_timestamp
+from core.stations import StationError, camera_days, local_period, parse_timestamp
 from db.catalogue import CatalogueError, current_individual
 from db.models import DEFAULT_SPECIES_ID, Deployment, Image, Individual, Photo, Species
 from db.session import Catalogue
@@ -85,6 +85,7 @@ class PopulationStudy:
     discovery: tuple[int, ...]
     left_out: dict[str, tuple[int, ...]] = field(default_factory=dict)  # reason -> annotation ids
     annotations_considered: int = 0
+    deployments_camera_days: float = 0.0  # every deployment's whole active period, as the Deployments screen counts
 
     def occasion_of(self, when: datetime) -> int | None:
         """Index (from 0) among the study's occasions of a local time, None outside every one of them."""
@@ -135,9 +136,9 @@ def population_study(cat: Catalogue, *, species: str | int | None = None, occasi
                                  "deployments) first; population estimates need the stations' active days")
         periods = {}
         for d in deployments:
-            try:
-                periods[d.id] = (_local(d.start, f"deployment {d.key!r} start"),
-                                 _local(d.end, f"deployment {d.key!r} end"))
+            try:  # the end in the start's offset, as the Deployments screen reads it
+                periods[d.id] = local_period(parse_timestamp(d.start, what=f"deployment {d.key!r} start").when,
+                                             parse_timestamp(d.end, what=f"deployment {d.key!r} end").when)
             except StationError as exc:
                 raise CatalogueError(str(exc)) from None
         first_day = min(begin for begin, _ in periods.values()).date()
@@ -196,7 +197,8 @@ def population_study(cat: Catalogue, *, species: str | int | None = None, occasi
         end=end_dt, detections=tuple(detections), stations=tuple(stations), histories=histories,
         all_occasions=full.n_occasions, estimates=tuple(pop.estimate_all(histories)),
         frequencies=pop.capture_frequencies(histories), discovery=tuple(pop.discovery_curve(histories)),
-        left_out={k: tuple(v) for k, v in left.items()}, annotations_considered=len(rows))
+        left_out={k: tuple(v) for k, v in left.items()}, annotations_considered=len(rows),
+        deployments_camera_days=sum(camera_days(begin, end) for begin, end in periods.values()))
 
 
 def station_periods(stations: Sequence[Station]) -> dict[str, list[tuple[datetime, datetime]]]:

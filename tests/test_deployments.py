@@ -132,8 +132,9 @@ def test_dry_run_stores_nothing_and_a_session_caller_owns_the_transaction(tmp_pa
 
 def test_list_counts_active_days_and_keeps_other_fields(cat):
     rows = {r.key: r for r in list_deployments(cat)}
-    assert rows["D1"].active_days == 10  # 1..10 May, both included
-    assert rows["D2"].active_days == 9  # 12..20 May
+    # camera-days: 1 May 00:00 .. 10 May 23:59:59 ran 10 days less a second; 12..20 May, 9 days
+    assert rows["D1"].active_days == pytest.approx(10 - 1 / 86400) and rows["D1"].to_dict()["active_days"] == 10
+    assert rows["D2"].active_days == pytest.approx(9 - 1 / 86400)
     assert rows["D1"].details == {"setupBy": "ana"}  # an extra column, kept as it came (case included)
     assert (rows["D3"].lat, rows["D3"].lon) == (None, None)
 

@@ -16,13 +16,28 @@ Published figures reproduced here:
 
 from __future__ import annotations
 
+import errno
 import itertools
 import math
+import re
+import zipfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.special import polygamma
 
+from app.cli import main as cli_main
+from app.tabs import deployments as deployments_tab
+from core.stations import camera_days, local_period
+from db.catalogue import CatalogueError
+from db.models import Deployment, Image, Individual, Photo, Species
+from db.session import open_catalogue
+from jobs.actions import deployments as deployment_actions
+from jobs.actions import population as ps
+from jobs.requests.deployments import ListDeploymentsRequest
+from jobs.requests.population import CapthistExportRequest, PopulationRequest
 from core.population import (
     NO_INDIVIDUALS,
     ONE_OCCASION,
@@ -118,3 +133,189 @@ def test_two_occasions_still_give_numbers():
     m0, mt, mh = estimate_all(x)
     assert all(math.isfinite(e.N) for e in (m0, mt, mh))
     assert mt.N == pytest.approx(4 * 3 / 2)  # Petersen: n1 n2 / m2
+
+
+# --------------------------------------------------------------------------- camera-days: one rule for both tabs
+
+MINUS_4 = timezone(timedelta(hours=-4))
+
+
+def test_a_ten_day_deployment_is_ten_camera_days():
+    noon, later = datetime(2024, 5, 1, 12, tzinfo=MINUS_4), datetime(2024, 5, 11, 12, tzinfo=MINUS_4)
+    assert camera_days(noon, later) == 10  # out on 11 calendar days, but it ran 10 days
+    # the same end written in UTC is the same instant, read in the deployment's local time
+    assert camera_days(noon, later.astimezone(timezone.utc)) == 10
+    assert local_period(noon, later.astimezone(timezone.utc)) == (datetime(2024, 5, 1, 12), datetime(2024, 5, 11, 12))
+    assert camera_days(noon, datetime(2024, 5, 1, 18, tzinfo=MINUS_4)) == 0.25
+
+
+def _photo(s, n: int, deployment: Deployment, taken_at: str) -> Photo:
+    ph = Photo(content_hash=f"{n:064x}", original_name=f"cam/IMG_{n:04d}.JPG", blob_path=f"images/{n}.jpg",
+               format="JPEG", mode="RGB", width=16, height=16, size_bytes=100, deployment=deployment,
+               taken_at=taken_at)
+    s.add(ph)
+    return ph
+
+
+def _seen(s, n: int, deployment: Deployment, taken_at: str, species: Species, who: Individual) -> None:
+    ph = _photo(s, n, deployment, taken_at)
+    s.add(Image(photo=ph, content_hash=ph.content_hash, original_name=ph.original_name, blob_path=ph.blob_path,
+                format="JPEG", mode="RGB", width=16, height=16, size_bytes=100, species_id=species.id,
+                individual=who))
+
+
+NYALA = "Tragelaphus angasii"
+
+
+@pytest.fixture(scope="module")
+def season(tmp_path_factory):
+    """Three stations, local time -04:00:
+    ST1 1 May 12:00 .. 11 May 12:00 (10 camera-days; 11 calendar days), with coordinates;
+    ST2 2 May 06:00 .. 4 May 22:00 (2.6667), its end written in UTC (5 May 02:00Z), with coordinates;
+    ST3 3 May 00:00 .. 9 May 18:00 (6.75), no coordinates.
+    In all 19.4167 camera-days. Nandi is seen at ST1 on 2 and 5 May and at ST3 on 4 May; Zuri at ST2 on 3 May."""
+    data_dir = tmp_path_factory.mktemp("season") / "rosette-data"
+    cat = open_catalogue(data_dir)
+    with cat.unit_of_work() as s:
+        nyala = Species(name=NYALA)
+        s.add(nyala)
+        s.flush()
+        st1 = Deployment(key="ST1-a", location_id="ST1", lat=-27.8, lon=32.3, start="2024-05-01T12:00:00-04:00",
+                         end="2024-05-11T12:00:00-04:00")
+        st2 = Deployment(key="ST2-a", location_id="ST2", lat=-27.81, lon=32.31, start="2024-05-02T06:00:00-04:00",
+                         end="2024-05-05T02:00:00Z")
+        st3 = Deployment(key="ST3-a", location_id="ST3", start="2024-05-03T00:00:00-04:00",
+                         end="2024-05-09T18:00:00-04:00")
+        s.add_all([st1, st2, st3])
+        nandi, zuri = Individual(name="Nandi", species_id=nyala.id), Individual(name="Zuri", species_id=nyala.id)
+        s.add_all([nandi, zuri])
+        s.flush()
+        _seen(s, 1, st1, "2024-05-02T08:00:00-04:00", nyala, nandi)
+        _seen(s, 2, st1, "2024-05-05T08:00:00-04:00", nyala, nandi)
+        _seen(s, 3, st3, "2024-05-04T08:00:00-04:00", nyala, nandi)
+        _seen(s, 4, st2, "2024-05-03T08:00:00-04:00", nyala, zuri)
+        s.commit()
+    try:
+        yield cat
+    finally:
+        cat.close()
+
+
+def test_deployments_and_population_tabs_count_the_same_camera_days(season):
+    rows = {r.key: r for r in deployment_actions.deployments(season, ListDeploymentsRequest())}
+    assert {k: round(r.active_days, 4) for k, r in rows.items()} == {"ST1-a": 10, "ST2-a": 2.6667, "ST3-a": 6.75}
+    assert rows["ST1-a"].to_dict()["active_days"] == 10
+    table, _, words = deployments_tab._table(season)
+    assert [row[7] for row in table] == [10, 2.67, 6.75]
+    assert "19.42 camera-days in all" in words
+
+    summary = ps.population_summary(season, PopulationRequest(species=NYALA))
+    assert summary["camera_days"] == pytest.approx(19.4167, abs=1e-4)
+    assert summary["camera_days"] == pytest.approx(sum(r.active_days for r in rows.values()), abs=1e-4)
+    assert sum(o["effort_days"] for o in summary["occasion_table"]) == pytest.approx(19.4167, abs=1e-3)
+    basis = ps.basis_text(summary)
+    assert "(19.42 camera-days)" in basis and "in all (the Deployments tab's count)" not in basis
+
+
+def test_a_window_says_why_its_camera_days_differ(season):
+    summary = ps.population_summary(season, PopulationRequest(species=NYALA, date_from="2024-05-03",
+                                                              date_to="2024-05-05"))
+    # 3-5 May whole days: ST1 3 days, ST2 3 May 00:00 .. 4 May 22:00 = 1.9167, ST3 3 days
+    assert summary["camera_days"] == pytest.approx(7.9167, abs=1e-4)
+    assert ("The deployments ran 19.42 camera-days in all (the Deployments tab's count); 7.92 of them fall in the "
+            "study window, and only those give effort here.") in ps.basis_text(summary)
+
+
+def test_one_occasion_says_why_in_the_population_answer(season):
+    summary = ps.population_summary(season, PopulationRequest(species=NYALA, occasion_days=30))
+    assert summary["occasions"] == 1 and summary["individuals"] == 2
+    assert [r[1:3] for r in ps.estimate_rows(summary)] == [["no estimate", "—"]] * 3
+    assert summary["notes"].count(ONE_OCCASION) == 1 and ONE_OCCASION in ps.basis_text(summary)
+    assert "no estimate" in ps.summary_text(summary)
+
+
+# --------------------------------------------------------------------------- capthist files
+
+
+def _named_files(readme: str) -> set[str]:
+    return {name for name in ps.FILES.values() if name in readme}
+
+
+def test_the_readme_names_only_files_that_were_written(season, tmp_path):
+    done = ps.export_capthist(season, CapthistExportRequest(species=NYALA, out=str(tmp_path / "with-traps")))
+    folder = Path(done.folder)
+    readme = (folder / "README.txt").read_text()
+    written = {p.name for p in folder.iterdir()}
+    assert _named_files(readme) - {"README.txt"} <= written and "traps.txt" in written
+    assert "read.capthist('captures.txt', 'traps.txt'" in readme
+
+
+def test_without_coordinates_the_readme_does_not_name_the_traps_file(tmp_path):
+    cat = open_catalogue(tmp_path / "data")
+    try:
+        with cat.unit_of_work() as s:
+            nyala = Species(name=NYALA)
+            s.add(nyala)
+            s.flush()
+            dep = Deployment(key="X1", location_id="X", start="2024-05-01T00:00:00-04:00",
+                             end="2024-05-04T00:00:00-04:00")
+            s.add(dep)
+            who = Individual(name="Nandi", species_id=nyala.id)
+            s.add(who)
+            s.flush()
+            _seen(s, 1, dep, "2024-05-01T08:00:00-04:00", nyala, who)
+            _seen(s, 2, dep, "2024-05-03T08:00:00-04:00", nyala, who)
+            s.commit()
+        done = ps.export_capthist(cat, CapthistExportRequest(species=NYALA, out=str(tmp_path / "out")))
+    finally:
+        cat.close()
+    folder = Path(done.folder)
+    written = {p.name for p in folder.iterdir()}
+    readme = (folder / "README.txt").read_text()
+    assert "traps.txt" not in written and "traps.txt" not in readme
+    assert _named_files(readme) <= written
+    assert "read.capthist" not in readme and "secr's traps file was not written" in readme
+
+
+def _full_disk_at(name: str):
+    real = Path.write_text
+
+    def write_text(self, *args, **kwargs):
+        if self.name == name:
+            real(self, "partial", encoding="utf-8")  # a full disk leaves a part written
+            raise OSError(errno.ENOSPC, "No space left on device")  # a failed write() names no file
+        return real(self, *args, **kwargs)
+
+    return write_text
+
+
+def test_a_full_disk_names_the_file_being_written_and_keeps_no_half_set(season, tmp_path, monkeypatch):
+    out = tmp_path / "elsewhere" / "capthist"
+    monkeypatch.setattr(Path, "write_text", _full_disk_at("histories.inp"))
+    with pytest.raises(CatalogueError) as caught:
+        ps.export_capthist(season, CapthistExportRequest(species=NYALA, out=str(out)))
+    message = str(caught.value)
+    assert f"could not write {out / 'histories.inp'}: the disk it is on is full" in message
+    assert str(season.data_dir) not in message
+    assert list(out.iterdir()) == []  # captures, traps and the record table written before it are gone
+
+
+def test_a_full_disk_in_the_cli_names_the_target(season, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "cli-out"
+    monkeypatch.setattr(Path, "write_text", _full_disk_at("captures.txt"))
+    rc = cli_main(["--data-dir", str(season.data_dir), "export", "capthist", str(out), "--species", NYALA])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"could not write {out / 'captures.txt'}: the disk it is on is full" in err
+    assert "Traceback" not in err
+
+
+def test_a_full_disk_while_zipping_names_the_zip(season, tmp_path, monkeypatch):
+    out = tmp_path / "zipped"
+
+    def no_space(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(zipfile.ZipFile, "write", no_space)
+    with pytest.raises(CatalogueError, match=rf"could not write {re.escape(str(out))}\.zip: the disk it is on is full"):
+        ps.export_capthist(season, CapthistExportRequest(species=NYALA, out=str(out), as_zip=True))
+    assert not Path(f"{out}.zip").exists()

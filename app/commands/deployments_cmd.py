@@ -65,8 +65,8 @@ def run_list(args, ctx) -> int:
         return 0
     print_table([(r.key, r.location_id or "", r.location_name or "",
                   "" if r.lat is None else f"{r.lat:.5f}", "" if r.lon is None else f"{r.lon:.5f}", r.start, r.end,
-                  r.active_days, r.photos, r.camera_id or "") for r in rows],
-                ["deployment", "location", "name", "lat", "lon", "start", "end", "active days", "photos", "camera"])
+                  f"{r.active_days:.2f}".rstrip("0").rstrip("."), r.photos, r.camera_id or "") for r in rows],
+                ["deployment", "location", "name", "lat", "lon", "start", "end", "camera-days", "photos", "camera"])
     if not rows:
         print("no deployments yet: rosette deployments import CSV, or rosette deployments add")
     return 0

@@ -22,8 +22,9 @@ ORDER = 55
 HELP = """\
 **Camera stations.** A *deployment* is one camera at one station for one active period; a station whose camera
 was down for some days is several deployments sharing its station id. Times are written with the UTC offset of
-the station's local time, e.g. `2024-05-01T08:00:00-04:00`. *Active days* counts the calendar days from start to
-end in that local time, both included; *Photos* counts the photos linked to the deployment. Photos are linked when
+the station's local time, e.g. `2024-05-01T08:00:00-04:00`. *Camera-days* is the length of the active period in
+days, fractions kept (set at noon on 1 May and taken at noon on 11 May: 10), the effort the Population tab counts;
+*Photos* counts the photos linked to the deployment. Photos are linked when
 they are imported: by a Camtrap DP deploymentID, a manifest `deployment` column, or a `Station/...` folder (the
 deployment of that station running when the photo was taken).
 """
@@ -35,18 +36,23 @@ came. New deployments are added; one already stored with other values is reporte
 with a bad row is refused whole, naming every problem.
 """
 
-TABLE_HEADERS = ["Deployment", "Station", "Station name", "Latitude", "Longitude", "Start", "End", "Active days",
+TABLE_HEADERS = ["Deployment", "Station", "Station name", "Latitude", "Longitude", "Start", "End", "Camera-days",
                  "Photos", "Camera"]
+
+
+def _days(x: float) -> str:
+    """Camera-days to two decimals without trailing zeros (10, 39.66), as the Population tab writes them."""
+    return f"{x:.2f}".rstrip("0").rstrip(".")
 
 
 def _table(cat) -> tuple[list[list[object]], list[str], str]:
     rows = da.deployments(cat, ListDeploymentsRequest())
     table = [[r.key, r.location_id or "", r.location_name or "", "" if r.lat is None else r.lat,
-              "" if r.lon is None else r.lon, r.start, r.end, r.active_days, r.photos, r.camera_id or ""]
+              "" if r.lon is None else r.lon, r.start, r.end, round(r.active_days, 2), r.photos, r.camera_id or ""]
              for r in rows]
     stations = {r.station for r in rows}
     words = (f"{len(rows)} deployment(s) at {len(stations)} station(s), {sum(r.photos for r in rows)} linked "
-             f"photo(s), {sum(r.active_days for r in rows)} camera-days in all" if rows else
+             f"photo(s), {_days(sum(r.active_days for r in rows))} camera-days in all" if rows else
              "No deployments yet: add one below or upload a deployments CSV.")
     return table, [r.key for r in rows], words
 

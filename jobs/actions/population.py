@@ -11,6 +11,7 @@ estimates M0, Mt (Darroch) and Mh-Chao with 95% intervals and each model's assum
 
 from __future__ import annotations
 
+import errno
 import math
 import zipfile
 from collections.abc import Mapping
@@ -21,6 +22,7 @@ from typing import Any
 
 from core import capthist as ch
 from db import species as species_store
+from db.catalogue import CatalogueError
 from db.population import LEFT_OUT_REASONS, LEFT_OUT_WORDS, PopulationStudy, population_study, station_periods
 from db.session import Catalogue
 from jobs.requests.population import CapthistExportRequest, PopulationRequest
@@ -85,6 +87,11 @@ def summarise(study: PopulationStudy) -> dict[str, Any]:
     if outside:
         notes.append(f"{len(outside)} detection(s) fall outside every deployment's active period; they are counted "
                      "(check the deployments' start and end).")
+    camera_days = float(h.effort.sum()) if h.effort is not None else 0.0
+    if round(study.deployments_camera_days, 2) != round(camera_days, 2):
+        notes.append(f"The deployments ran {_fmt(study.deployments_camera_days, 2)} camera-days in all (the "
+                     f"Deployments tab's count); {_fmt(camera_days, 2)} of them fall in the study window, and only "
+                     "those give effort here.")
     if study.all_occasions > h.n_occasions:
         notes.append(f"{study.all_occasions - h.n_occasions} occasion(s) without any active camera and without "
                      "detections are left out of the estimates.")
@@ -101,6 +108,8 @@ def summarise(study: PopulationStudy) -> dict[str, Any]:
                             "effort_days": effort[k], "individuals": int(per_occasion[k])}
                            for k, (lo, hi) in enumerate(h.occasion_bounds)],
         "effort": effort,
+        "camera_days": round(camera_days, 4),
+        "deployments_camera_days": round(study.deployments_camera_days, 4),
         "capture_counts": {str(k): int(v) for k, v in h.capture_counts().items()},
         "capture_histories": histories,
         "capture_frequencies": {str(k): int(v) for k, v in study.frequencies.items()},
@@ -143,7 +152,7 @@ def basis_text(summary: Mapping[str, Any]) -> str:
     text = (f"{summary['individuals']} {p['species']} individual(s) detected on {summary['occasions']} occasion(s) "
             f"of {days} day(s) from {p['start']} to {p['last_day']} (deployments' local time); "
             f"{d['annotations']} annotation(s) on {d['photos']} photo(s), {d['deployments']} deployment(s) at "
-            f"{d['stations']} station(s) gave effort ({_fmt(sum(summary['effort']), 2)} camera-days), "
+            f"{d['stations']} station(s) gave effort ({_fmt(summary['camera_days'], 2)} camera-days), "
             f"{d['deployments_with_detections']} of them with detections.")
     if left:
         text += " Left out: " + "; ".join(left) + "."
@@ -264,7 +273,10 @@ def export_capthist(cat: Catalogue, request: CapthistExportRequest) -> CapthistE
     folder = _out_folder(cat, request.out)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"{folder} is a file, not a folder: give a folder for the capture-history files")
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _not_written(folder, exc, []) from None
     h = study.histories
     session = ch.secr_token(study.species)
 
@@ -316,7 +328,10 @@ def export_capthist(cat: Catalogue, request: CapthistExportRequest) -> CapthistE
 
     def write(key: str, text: str) -> None:
         path = folder / FILES[key]
-        path.write_text(text, encoding="utf-8")
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise _not_written(path, exc, [*files.values(), str(path)]) from None
         files[key] = str(path)
 
     write("captures", ch.secr_captures_text(captures, header=header))
@@ -339,12 +354,28 @@ def export_capthist(cat: Catalogue, request: CapthistExportRequest) -> CapthistE
     zip_path = None
     if request.as_zip:
         zip_path = str(folder.parent / f"{folder.name}.zip")
-        with zipfile.ZipFile(zip_path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-            for path in files.values():
-                zf.write(path, arcname=f"{folder.name}/{Path(path).name}")
+        try:
+            with zipfile.ZipFile(zip_path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+                for path in files.values():
+                    zf.write(path, arcname=f"{folder.name}/{Path(path).name}")
+        except OSError as exc:
+            raise _not_written(Path(zip_path), exc, [zip_path]) from None
     return CapthistExport(folder=str(folder), files=files, epsg=epsg, individuals=h.n_individuals,
                           occasions=h.n_occasions, stations_without_coordinates=missing,
                           detections_without_coordinates=tuple(unlocated), zip_path=zip_path, notes=tuple(notes))
+
+
+def _not_written(target: Path, exc: OSError, remove: list[str]) -> CatalogueError:
+    """The error for a file or folder of the export that could not be written, naming it (not the catalogue's own
+    folders); the files of this export already written are removed, so no half set is left to be read as whole."""
+    for path in remove:
+        Path(path).unlink(missing_ok=True)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        why = "the disk it is on is full"
+    else:
+        why = exc.strerror or str(exc)
+    return CatalogueError(f"could not write {target}: {why}. No capture-history file was kept; free some space or "
+                          "choose another folder.")
 
 
 def _readme(summary: Mapping[str, Any], files: Mapping[str, str], *, epsg: int | None, binary: bool, session: str,
@@ -377,11 +408,12 @@ def _readme(summary: Mapping[str, Any], files: Mapping[str, str], *, epsg: int |
         f"- {FILES['mark']}: MARK encounter histories, '/* name */ history 1;' per individual.",
         "",
         "In R:",
-        "  library(secr)",
-        f"  CH <- read.capthist('{FILES['captures']}', '{FILES['traps']}', detector = 'proximity'"
-        + ("" if binary else ", binary.usage = FALSE") + ")",
-        "  library(camtrapR); rec <- read.csv('record_table.csv')",
     ]
+    if "traps" in files:
+        lines += ["  library(secr)",
+                  f"  CH <- read.capthist('{FILES['captures']}', '{FILES['traps']}', detector = 'proximity'"
+                  + ("" if binary else ", binary.usage = FALSE") + ")"]
+    lines.append(f"  library(camtrapR); rec <- read.csv('{FILES['record_table']}')")
     if notes:
         lines += ["", "Left out:"] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
