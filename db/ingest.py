@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import itertools
 import time
-import zipfile
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +32,8 @@ from core.detectors import create_detector, detector_available
 from core.images import MAX_PIXELS, DecodedImage, decode_image, extension_for, load_rgb, make_thumbnail
 from core.privacy import blur_boxes
 from core.readers import (
-    FOLDER_MEANINGS,
     FORMATS,
     Entry,
-    FolderCounts,
-    ImportTally,
     IngestError,
     IngestItemResult,
     IngestReport,
@@ -50,17 +46,17 @@ from core.readers import (
     describe,
     detect_format,
     entries_for_path,
-    folder_counts,
-    give_folders_meaning,
     prepare_entry,
     short_error,
     upload_entries,
 )
 from core.readers import parse_flank as parse_flank_word
+from core.readers.folder import station_entries
 from core.readers.camtrapdp import CamtrapPackage, Observation, read_camtrapdp
 from core.readers.megadetector import DetectionsFormatError, match_frames, read_megadetector_json
 from core.readers.prepare import alpha_threshold
 from core.stations import EVENT_GAP_S
+from db.annotations import CuratorOverride, curator_overrides
 from db.audit import acting_as
 from db.catalogue import CatalogueError, find_individual_by_name, get_or_create_individual, get_or_create_user
 from db.deployments import EVENT_KEY_PREFIX, DeploymentIndex, form_events, store_deployments
@@ -78,12 +74,11 @@ from db.models import (
     Species,
     utcnow,
 )
-from db.species import clean_species_name, get_or_create_species
+from db.species import get_or_create_species
 from db.storage import sha256_bytes
 
-__all__ = ["FORMATS", "KEEP_EMPTY_CLI", "KEEP_EMPTY_TAB", "PREFETCH", "FolderPreview", "IngestError",
-           "IngestItemResult", "IngestReport", "ManifestError", "detect_format", "ingest_path", "ingest_uploads",
-           "metadata_changes", "parse_flank", "upload_folders"]  # readers' names: core.readers
+__all__ = ["FORMATS", "PREFETCH", "IngestError", "IngestItemResult", "IngestReport", "ManifestError", "detect_format",
+           "ingest_path", "ingest_uploads", "metadata_changes", "parse_flank"]  # readers' names: core.readers
 
 #: Files read and decoded ahead of the database work, in a helper thread.
 PREFETCH = 4
@@ -132,9 +127,6 @@ class FrameBoxes:
     people: tuple[Detection, ...] = ()
     # a Camtrap DP media row: its animal observations, one annotation each (then ``animals`` is empty)
     observations: tuple[Observation, ...] = ()
-    below_threshold: int = 0  # boxes the detector gave below the import's threshold (left out)
-    invalid: tuple[str, ...] = ()  # why each box that could not be used was refused (a frame of only these is not
-    # empty: it comes in as one whole-photo annotation, for review)
 
 
 @dataclass
@@ -157,9 +149,38 @@ def _curator_owned(session: Session, ann: Image) -> bool:
 #: Boxes this close (intersection over union) are taken as the same animal.
 SAME_ANIMAL_IOU = 0.5
 
-#: How to keep empty frames, said by the shell's import and by the Ingest tab's.
-KEEP_EMPTY_CLI = "import with --keep-empty"
-KEEP_EMPTY_TAB = 'tick "keep empty frames"'
+
+def _overridden(det: Detection, overrides: Sequence[CuratorOverride]) -> CuratorOverride | None:
+    """The curator's standing move or delete of the machine box this detection is (or lies over), or None: the
+    curator has acted on it, so no import adds it again."""
+    return next((o for o in overrides if o.is_detection_box and o.box.iou(det.box) >= SAME_ANIMAL_IOU), None)
+
+
+def _left_alone(det: Detection, source: str, override: CuratorOverride, anns: Sequence[Image]) -> str:
+    """The report's words for a detection left alone because a curator moved or deleted the box it gave."""
+    now = next((a.box for a in anns if a.id == override.annotation_id), None)
+    came = ("this detection" if override.source == source and override.box == det.box
+            else f"the {override.source} box {override.box.as_list()} it lies over")
+    return (f"the {source} box {det.box.as_list()} (confidence {det.confidence:.2f}) was left alone: annotation "
+            f"#{override.annotation_id} came from {came}, and {override.describe(now)}")
+
+
+def _observation_left_alone(obs: Observation, override: CuratorOverride, anns: Sequence[Image]) -> str:
+    """The report's words for a Camtrap DP observation left alone because a curator moved or deleted its
+    annotation."""
+    now = next((a.box for a in anns if a.id == override.annotation_id), None)
+    return (f"observation {obs.observation_id} was left alone: annotation #{override.annotation_id} came from it, "
+            f"and {override.describe(now)}")
+
+
+def _observation_overridden(obs: Observation, overrides: Sequence[CuratorOverride]) -> CuratorOverride | None:
+    """The curator's standing move or delete of the annotation this Camtrap DP observation became, or None (by its
+    observation key; an edit recorded before the key was kept with the row is matched by its box)."""
+    for o in overrides:
+        if o.observation_key == obs.key or (o.observation_key is None and o.source == "camtrap-dp"
+                                            and obs.box is not None and o.box.iou(obs.box) >= SAME_ANIMAL_IOU):
+            return o
+    return None
 
 
 class _Importer:
@@ -167,9 +188,8 @@ class _Importer:
 
     def __init__(self, cat, *, user: str, dry_run: bool, origin: str, max_pixels: int = MAX_PIXELS,
                  update_metadata: bool = False, plan: DetectionPlan | None = None,
-                 event_gap_s: float = EVENT_GAP_S, keep_empty_words: str = KEEP_EMPTY_CLI) -> None:
+                 event_gap_s: float = EVENT_GAP_S) -> None:
         self.cat = cat
-        self.keep_empty_words = keep_empty_words  # how to keep empty frames, in the words of the import's screen
         self.event_gap_s = event_gap_s  # photos of one deployment this close in time form one event
         self.stations: DeploymentIndex | None = None  # the stored deployments, loaded when the run starts
         self.plan = plan
@@ -357,19 +377,13 @@ class _Importer:
         if self.plan is not None and boxes is None:
             desc += ("; no animal observation in the package: one whole-photo annotation, for review" if camtrap
                      else "; not in the detections file: imported as one whole-photo annotation")
-        refused_only = boxes is not None and bool(boxes.invalid) and not boxes.animals and not boxes.observations
-        if boxes is not None and not boxes.animals and not boxes.observations and not refused_only \
-                and not self.plan.keep_empty:
+        if boxes is not None and not boxes.animals and not boxes.observations and not self.plan.keep_empty:
             people = f" ({len(boxes.people)} person box(es))" if boxes.people else ""
             what = ("the package observes no animal here (blank, people or vehicles only)" if camtrap
                     else "no animal box at or above the detector threshold")
-            return IngestItemResult(e.name, "empty", f"{what}{people}: not imported ({self.keep_empty_words} to "
+            return IngestItemResult(e.name, "empty", f"{what}{people}: not imported (import with --keep-empty to "
                                     "keep empty frames)")
-        if refused_only:
-            desc += (f"; not an empty frame: its {len(boxes.invalid)} box(es) were refused as invalid "
-                     f"({'; '.join(boxes.invalid)}): imported as one whole-photo annotation, for review"
-                     + (f", {len(boxes.people)} person box(es) blurred" if boxes.people else ""))
-        elif boxes is not None:
+        if boxes is not None:
             n = len(boxes.observations) if camtrap else len(boxes.animals)
             desc += (f"; {n} animal observation{'s' if n != 1 else ''}" if camtrap else f"; {_animals(n)}") \
                 + (f", {len(boxes.people)} person box(es) blurred" if boxes.people else "")
@@ -419,7 +433,7 @@ class _Importer:
                     notes.extend(self._observe(session, img, obs, decoded=decoded, people=people,
                                                thumb_rel=thumb_rel, written=written))
                     made.append(img)
-            elif boxes is None or (boxes.invalid and not boxes.animals):  # one animal: the whole photo
+            elif boxes is None:  # one animal: the whole photo
                 img = self._annotation(photo, e, species_id=species_id, thumb_rel=thumb_rel)
                 if mask_png is not None:
                     img.mask_path = self._put(written, mask_png, kind="masks", ext=".png")
@@ -666,18 +680,28 @@ class _Importer:
         """A known photo imported again from a Camtrap DP package: add the observations it lacks, once.
 
         An observation already catalogued (its observation key) is not added again, so importing the same package
-        twice changes nothing. An undecided whole-photo annotation that is no observation (the photo imported
+        twice changes nothing, and one whose annotation a curator moved or deleted (not undone) is left alone and
+        named. An undecided whole-photo annotation that is no observation (the photo imported
         before, without the package) takes the first new observation's place (same id); the others are added."""
         keys = [o.key for o in boxes.observations]
         known = set(session.scalars(select(Image.observation_key).where(Image.observation_key.in_(keys))))
-        new = [o for o in boxes.observations if o.key not in known]
+        overrides = curator_overrides(session, photo.id)
+        new: list[Observation] = []
+        left_alone: list[str] = []
+        for obs in boxes.observations:
+            override = _observation_overridden(obs, overrides)
+            if override is not None and (obs.key not in known or override.observation_key == obs.key):
+                left_alone.append(_observation_left_alone(obs, override, anns))
+            elif obs.key not in known:
+                new.append(obs)
         found = {"photo_id": photo.id, "annotation_ids": tuple(a.id for a in anns)}
         if not new:
-            return IngestItemResult(e.name, "duplicate", f"{base}; its {len(keys)} observation(s) are catalogued",
+            words = f"its {len(keys)} observation(s) are catalogued" if not left_alone else "no new observations"
+            return IngestItemResult(e.name, "duplicate", "; ".join([f"{base}; {words}", *left_alone]),
                                     anns[0].id if anns else None, same_as=same_as, **found)
         if self.dry_run:
-            return IngestItemResult(e.name, "would-update", f"{base}; would add {len(new)} observation(s)", None,
-                                    **found)
+            return IngestItemResult(e.name, "would-update", "; ".join([f"{base}; would add {len(new)} observation(s)",
+                                                                       *left_alone]), None, **found)
         written: list[str] = []
         notes: list[str] = []
         try:
@@ -706,27 +730,35 @@ class _Importer:
         except Exception as exc:
             return self._update_failed(session, e, written, f"{base}; could not add its observations", exc, found)
         return self._update_done(session, e, photo, boxes, anns, written, found,
-                                 [base, f"added {len(new)} observation(s)", *notes], what="its observations")
+                                 [base, f"added {len(new)} observation(s)", *left_alone, *notes],
+                                 what="its observations")
 
     def _existing_boxes(self, session: Session, e: Entry, photo: Photo, anns: list[Image], boxes: FrameBoxes,
                         base: str, same_as: str | None) -> IngestItemResult:
         """A known photo imported again with a detector's boxes: add the boxes it lacks, once.
 
         A box already there (same source, same box) is not added again, so importing the same detections twice
-        changes nothing. A machine box over an annotation a curator drew, named or decided stays out (the
-        curator's stays, the report says so). An undecided whole-photo annotation is the photo before anyone
-        knew where the animal was: the first new box takes its place (same id), the others are added.
+        changes nothing. A detection whose box a curator moved or deleted (a standing override,
+        :func:`db.annotations.curator_overrides`), or one lying over that box, is left alone, and so is a machine
+        box over an annotation a curator drew, named or decided (the curator's stays): the report names each. An
+        undecided whole-photo annotation is the photo before anyone knew where the animal was: the first new box
+        takes its place (same id), the others are added.
         """
         notes: list[str] = []
         new: list[Detection] = []
+        overrides = curator_overrides(session, photo.id)
         for det in boxes.animals:
             if any(a.box_source == self.plan.source and a.box == det.box for a in anns):
+                continue
+            override = _overridden(det, overrides)
+            if override is not None:
+                notes.append(_left_alone(det, self.plan.source, override, anns))
                 continue
             kept = next((a for a in anns if not a.box.is_whole and a.box.iou(det.box) >= SAME_ANIMAL_IOU
                          and _curator_owned(session, a)), None)
             if kept is not None:
-                notes.append(f"the {self.plan.source} box {det.box.as_list()} lies over annotation #{kept.id} "
-                             f"({kept.box_source}, kept by the curator): not added")
+                notes.append(f"the {self.plan.source} box {det.box.as_list()} (confidence {det.confidence:.2f}) "
+                             f"lies over annotation #{kept.id} ({kept.box_source}, kept by the curator): not added")
                 continue
             new.append(det)
         found = {"photo_id": photo.id, "annotation_ids": tuple(a.id for a in anns)}
@@ -861,8 +893,8 @@ def megadetector_plan(path: str | Path, names: Sequence[str], *, min_confidence:
     if failed:  # the detector could not read these: they come in as whole photos, as without a detections file
         notes.append(IngestItemResult(p.name, "error", f"the detector could not read {len(failed)} file(s) "
                                       f"({', '.join(failed[:5])}): imported as whole photos"))
-    frames = {name: FrameBoxes(animals=fd.animals, people=fd.people, below_threshold=fd.below_threshold,
-                               invalid=fd.invalid) for name, fd in matched.items() if not fd.failure}
+    frames = {name: FrameBoxes(animals=fd.animals, people=fd.people) for name, fd in matched.items()
+              if not fd.failure}
     details = {"source": "megadetector", "file": p.name, "detector": output.detector,
                "format_version": output.format_version, "min_confidence": min_confidence}
     return DetectionPlan(frames=frames, source="megadetector", details=details, keep_empty=keep_empty), notes
@@ -889,8 +921,7 @@ def detector_plan(name: str, entries: Sequence[Entry], *, min_confidence: float 
             continue
         keep = [d for d in found if d.confidence >= min_confidence]
         frames[e.name] = FrameBoxes(animals=tuple(d for d in keep if d.category == "animal"),
-                                    people=tuple(d for d in keep if d.category == "person"),
-                                    below_threshold=len(found) - len(keep))
+                                    people=tuple(d for d in keep if d.category == "person"))
         if progress is not None:
             progress(n + 1, len(entries))
     details = {"source": f"detector:{name}", **detector.details(), "min_confidence": min_confidence}
@@ -942,74 +973,25 @@ def _finish(report: IngestReport, t0: float) -> IngestReport:
     return report
 
 
-#: How a folder's first-level sub-folders are read (see :func:`ingest_path`): chosen, or ``auto``.
-LAYOUTS = ("auto", *FOLDER_MEANINGS)
+#: How a folder's first-level sub-folders are read (see :func:`ingest_path`).
+LAYOUTS = ("auto", "individuals", "stations")
 
 
-def _folder_meaning(cat, entries: Sequence[Entry], *, layout: str, read_as: str) -> str | None:
-    """What a folder's (or zip's) first-level folders are read as (one of FOLDER_MEANINGS; see
-    :func:`ingest_path`), or None when the import is not read as folders of photos (a manifest, a package)."""
+def _station_layout(cat, entries: Sequence[Entry], *, layout: str, read_as: str) -> bool:
+    """Whether to read a folder (or zip) as the ``Station/...`` layout (see :func:`ingest_path`)."""
+    if layout == "individuals":
+        return False
     folder_like = read_as in ("folder", "zip (folder)")
-    if not folder_like:
-        if layout == "stations":
+    if layout == "stations":
+        if not folder_like:
             raise IngestError(f"the stations layout is for a folder or a zip of photos; this is read as {read_as}")
-        return None
-    if layout != "auto":
-        return layout
-    folders = folder_counts(entries).folders
-    if not folders:
-        return "none"
+        return True
+    folders = {e.identity for e in entries if e.read is not None and e.identity}
+    if not folder_like or not folders:
+        return False
     with cat.unit_of_work() as session:
         stations = DeploymentIndex(session)
-    if stations and all(stations.is_station(f) for f in folders):
-        return "stations"
-    # a folder on this machine keeps its documented folder-per-individual reading; a zip's folder names never
-    # become individuals unasked (a zip of station folders made each station an individual)
-    return "individuals" if read_as == "folder" else "none"
-
-
-#: The words after the layout in a report's format, by what the folders were read as.
-_MEANING_WORDS = {"stations": " (stations)", "individuals": "",
-                  "none": " (folder names not read: --layout stations or --layout individuals reads them)"}
-
-
-def _tally(items: Sequence[IngestItemResult], plan: DetectionPlan | None) -> ImportTally:
-    """The report's counts of things (:class:`core.readers.ImportTally`): photos and animals this import made,
-    person boxes blurred in them, and what the boxes' source left out (below the threshold, refused as invalid,
-    empty frames)."""
-    imported = [it for it in items if it.status == "imported" and it.photo_id is not None]
-    frames = plan.frames if plan is not None else {}
-    tally = ImportTally(photos=len(imported), animals=sum(len(it.annotation_ids) for it in imported),
-                        boxes=plan is not None,
-                        min_confidence=(plan.details.get("min_confidence") if plan is not None else None))
-    for it in imported:
-        fb = frames.get(it.name)
-        if fb is not None:
-            tally.people_blurred += len(fb.people)
-            if not it.annotation_ids:
-                tally.empty_kept += 1
-    tally.empty_left_out = sum(1 for it in items if it.status == "empty")
-    tally.below_threshold = sum(fb.below_threshold for fb in frames.values())
-    tally.invalid_boxes = sum(len(fb.invalid) for fb in frames.values())
-    return tally
-
-
-def _check_species(species: str | None) -> str | None:
-    """The species an import sets (a clean name), or None; IngestError for a name no species may have."""
-    if species is None or not species.strip():
-        return None
-    try:
-        return clean_species_name(species)
-    except CatalogueError as exc:
-        raise IngestError(f"the species {species[:40]!r}: {exc}") from None
-
-
-def _with_species(entries: Sequence[Entry], species: str | None) -> list[Entry]:
-    """The import's species on every entry whose source names none of its own (a manifest's ``species`` column
-    names a row's own)."""
-    if species is None:
-        return list(entries)
-    return [replace(e, species=species) if e.species is None else e for e in entries]
+    return bool(stations) and all(stations.is_station(f) for f in folders)
 
 
 def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, dry_run: bool = False,
@@ -1017,8 +999,7 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
                 max_pixels: int = MAX_PIXELS, update_metadata: bool = False, detections: str | Path | None = None,
                 min_confidence: float = DEFAULT_MIN_CONFIDENCE, keep_empty: bool = False,
                 detector: str | None = None, event_gap_s: float = EVENT_GAP_S,
-                layout: str = "auto", species: str | None = None,
-                keep_empty_words: str = KEEP_EMPTY_CLI) -> IngestReport:
+                layout: str = "auto") -> IngestReport:
     """Import a file, folder, zip, manifest CSV or Kaggle layout; one report line per file.
 
     With ``detections`` (a MegaDetector batch-output JSON) every animal box at or above ``min_confidence``
@@ -1046,20 +1027,11 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
     ``event_gap_s`` seconds of each other and without a sighting form one event. ``layout`` says how a folder's
     (or zip's) first-level sub-folders are read: ``individuals`` (one folder per individual), ``stations`` (the
     camera-trap ``Station/...`` layout: the folder names the station, and the deployment of that station active
-    when the photo was taken is chosen), ``none`` (folder names are not read: photos come in unassigned) or
-    ``auto``: stations when deployments are stored and every first-level folder names a stored station (a
-    locationID or locationName), else individuals for a folder (its documented folder-per-individual layout) and
-    nothing for a zip (a zip's folder names never become individuals unless asked).
-
-    ``species`` is the species of what comes in (created if new, audited as the import's user) for every photo
-    whose source names none (a manifest's ``species`` column names a row's own); a Camtrap DP package names its
-    observations' species itself, so it is refused with one. ``keep_empty_words`` says how to keep empty frames
-    in the words of the screen the import came from. ``report.tally`` counts photos, animals, people blurred and
-    what the boxes' source left out.
+    when the photo was taken is chosen) or ``auto``: stations when deployments are stored and every first-level
+    folder names a stored station (a locationID or locationName), else individuals.
     """
     if layout not in LAYOUTS:
         raise IngestError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
-    species = _check_species(species)
     if event_gap_s < 0:
         raise IngestError(f"the event gap must be at least 0 seconds (got {event_gap_s:g})")
     t0 = time.perf_counter()
@@ -1082,16 +1054,8 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
         except ManifestError as exc:
             report.items.append(IngestItemResult(p.name, "error", str(exc)))
             return _finish(report, t0)
-        meaning = _folder_meaning(cat, entries, layout=layout, read_as=layout_used)
-        if meaning is not None:
-            if folder_counts(entries).folders or meaning == "stations":
-                layout_used += _MEANING_WORDS[meaning]
-            entries = give_folders_meaning(entries, meaning)
-        if species is not None:
-            if package is not None:
-                raise IngestError("a Camtrap DP package names each observation's species itself (scientificName): "
-                                  "import it without a species")
-            entries = _with_species(entries, species)
+        if _station_layout(cat, entries, layout=layout, read_as=layout_used):
+            entries, layout_used = station_entries(entries), f"{layout_used} (stations)"
         report.format = layout_used
         problems = [pr for t in trees for pr in t.problems]
         plan = None
@@ -1117,10 +1081,9 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
                               "frame is empty")
         importer = _Importer(cat, user=user, dry_run=dry_run, origin=f"{layout_used}:{p.name}",
                              max_pixels=max_pixels, update_metadata=update_metadata, plan=plan,
-                             event_gap_s=event_gap_s, keep_empty_words=keep_empty_words)
+                             event_gap_s=event_gap_s)
         report.items.extend(problems)
         report.items.extend(importer.run(entries, progress=progress, should_cancel=should_cancel))
-        report.tally = _tally(report.items, plan)
     finally:
         for t in trees:
             t.close()
@@ -1131,14 +1094,11 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
                    dry_run: bool = False, progress: Progress | None = None,
                    should_cancel: Callable[[], bool] | None = None, update_metadata: bool = False,
                    detections: str | Path | None = None, min_confidence: float = DEFAULT_MIN_CONFIDENCE,
-                   keep_empty: bool = False, event_gap_s: float = EVENT_GAP_S, folders: str = "none",
-                   species: str | None = None) -> IngestReport:
+                   keep_empty: bool = False, event_gap_s: float = EVENT_GAP_S) -> IngestReport:
     """Import files uploaded through the UI: photos and/or zips, with an optional manifest CSV.
 
-    ``detections``, ``min_confidence``, ``keep_empty`` and ``species`` are as for :func:`ingest_path` (the JSON's
-    file names are matched against the uploaded names). ``folders`` says what the zips' first-level folders mean
-    (``stations``, ``individuals`` or ``none``, the default: a folder name never becomes an individual unasked);
-    :func:`upload_folders` previews what that finds.
+    ``detections``, ``min_confidence`` and ``keep_empty`` are as for :func:`ingest_path` (the JSON's file names
+    are matched against the uploaded names).
 
     The manifest gives identity / flank / sighting by *original file name*
     (matched on the file name, folders ignored); its rows naming no uploaded file
@@ -1155,7 +1115,7 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
         if len(files) == 1 and manifest is None and detections is None:
             return ingest_path(cat, packages[0], format="camtrap-dp", user=user, dry_run=dry_run, progress=progress,
                                should_cancel=should_cancel, update_metadata=update_metadata, keep_empty=keep_empty,
-                               event_gap_s=event_gap_s, species=species, keep_empty_words=KEEP_EMPTY_TAB)
+                               event_gap_s=event_gap_s)
         with_it = []
         if len(files) > 1:
             others = [Path(f).name for f in files if Path(f) != packages[0]]
@@ -1175,7 +1135,7 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
         raise IngestError("keeping empty frames needs a MegaDetector output file or a Camtrap DP package: "
                           "without one no frame is empty")
     report = IngestReport(source=f"{len(files)} uploaded file(s)", format="upload", dry_run=dry_run)
-    upload = upload_entries(files, manifest=manifest, folders=folders)
+    upload = upload_entries(files, manifest=manifest)
     try:
         report.items.extend(upload.items)
         if upload.refused:
@@ -1186,45 +1146,8 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
                                             min_confidence=min_confidence, keep_empty=keep_empty)
             report.items.extend(notes)
         importer = _Importer(cat, user=user, dry_run=dry_run, origin="upload", update_metadata=update_metadata,
-                             plan=plan, event_gap_s=event_gap_s, keep_empty_words=KEEP_EMPTY_TAB)
-        report.items.extend(importer.run(_with_species(upload.entries, species), progress=progress,
-                                         should_cancel=should_cancel))
-        report.tally = _tally(report.items, plan)
+                             plan=plan, event_gap_s=event_gap_s)
+        report.items.extend(importer.run(upload.entries, progress=progress, should_cancel=should_cancel))
     finally:
         upload.close()
     return _finish(report, t0)
-
-
-@dataclass(frozen=True)
-class FolderPreview:
-    """What the first-level folders of uploaded zips are, before the person says what they mean: their photo
-    counts, and which name a station of the stored deployments (with that station's deployment ids) or a
-    catalogued individual."""
-
-    folders: FolderCounts
-    stations: dict[str, tuple[str, ...]]  # folder -> the deployments (deploymentIDs) of the station it names
-    individuals: tuple[str, ...]  # folders named as a catalogued individual is
-    deployments: int  # how many deployments are stored
-
-    @property
-    def suggested(self) -> str:
-        """``stations`` when every folder names a stored station, else ``none`` (never ``individuals``: that is
-        only ever chosen by the person)."""
-        names = self.folders.folders
-        return "stations" if names and all(n in self.stations for n in names) else "none"
-
-
-def upload_folders(cat, files: Sequence[str | Path]) -> FolderPreview:
-    """Preview the uploaded zips' first-level folders (:class:`FolderPreview`); reads the zips' listings only."""
-    zips = [f for f in files if Path(f).is_file() and zipfile.is_zipfile(f) and Path(f).suffix.lower() != ".csv"]
-    upload = upload_entries(zips, folders="individuals")
-    upload.close()
-    counts = upload.folders
-    with cat.unit_of_work() as session:
-        index = DeploymentIndex(session)
-        stations: dict[str, tuple[str, ...]] = {}
-        for name in counts.folders:
-            if index.is_station(name):
-                stations[name] = tuple(spec.key for _, spec in index.by_location[name.strip().lower()])
-        individuals = tuple(n for n in counts.folders if find_individual_by_name(session, n) is not None)
-        return FolderPreview(counts, stations, individuals, len(index.by_key))
