@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import itertools
 import time
+import zipfile
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,11 @@ from core.detectors import create_detector, detector_available
 from core.images import MAX_PIXELS, DecodedImage, decode_image, extension_for, load_rgb, make_thumbnail
 from core.privacy import blur_boxes
 from core.readers import (
+    FOLDER_MEANINGS,
     FORMATS,
     Entry,
+    FolderCounts,
+    ImportTally,
     IngestError,
     IngestItemResult,
     IngestReport,
@@ -46,12 +50,13 @@ from core.readers import (
     describe,
     detect_format,
     entries_for_path,
+    folder_counts,
+    give_folders_meaning,
     prepare_entry,
     short_error,
     upload_entries,
 )
 from core.readers import parse_flank as parse_flank_word
-from core.readers.folder import station_entries
 from core.readers.camtrapdp import CamtrapPackage, Observation, read_camtrapdp
 from core.readers.megadetector import DetectionsFormatError, match_frames, read_megadetector_json
 from core.readers.prepare import alpha_threshold
@@ -74,11 +79,12 @@ from db.models import (
     Species,
     utcnow,
 )
-from db.species import get_or_create_species
+from db.species import clean_species_name, get_or_create_species
 from db.storage import sha256_bytes
 
-__all__ = ["FORMATS", "PREFETCH", "IngestError", "IngestItemResult", "IngestReport", "ManifestError", "detect_format",
-           "ingest_path", "ingest_uploads", "metadata_changes", "parse_flank"]  # readers' names: core.readers
+__all__ = ["FORMATS", "KEEP_EMPTY_CLI", "KEEP_EMPTY_TAB", "PREFETCH", "FolderPreview", "IngestError",
+           "IngestItemResult", "IngestReport", "ManifestError", "detect_format", "ingest_path", "ingest_uploads",
+           "metadata_changes", "parse_flank", "upload_folders"]  # readers' names: core.readers
 
 #: Files read and decoded ahead of the database work, in a helper thread.
 PREFETCH = 4
@@ -127,6 +133,9 @@ class FrameBoxes:
     people: tuple[Detection, ...] = ()
     # a Camtrap DP media row: its animal observations, one annotation each (then ``animals`` is empty)
     observations: tuple[Observation, ...] = ()
+    below_threshold: int = 0  # boxes the detector gave below the import's threshold (left out)
+    invalid: tuple[str, ...] = ()  # why each box that could not be used was refused (a frame of only these is not
+    # empty: it comes in as one whole-photo annotation, for review)
 
 
 @dataclass
@@ -182,14 +191,19 @@ def _observation_overridden(obs: Observation, overrides: Sequence[CuratorOverrid
             return o
     return None
 
+#: How to keep empty frames, said by the shell's import and by the Ingest tab's.
+KEEP_EMPTY_CLI = "import with --keep-empty"
+KEEP_EMPTY_TAB = 'tick "keep empty frames"'
+
 
 class _Importer:
     """Runs entries through decode -> blobs -> rows, one transaction per file."""
 
     def __init__(self, cat, *, user: str, dry_run: bool, origin: str, max_pixels: int = MAX_PIXELS,
                  update_metadata: bool = False, plan: DetectionPlan | None = None,
-                 event_gap_s: float = EVENT_GAP_S) -> None:
+                 event_gap_s: float = EVENT_GAP_S, keep_empty_words: str = KEEP_EMPTY_CLI) -> None:
         self.cat = cat
+        self.keep_empty_words = keep_empty_words  # how to keep empty frames, in the words of the import's screen
         self.event_gap_s = event_gap_s  # photos of one deployment this close in time form one event
         self.stations: DeploymentIndex | None = None  # the stored deployments, loaded when the run starts
         self.plan = plan
@@ -377,13 +391,19 @@ class _Importer:
         if self.plan is not None and boxes is None:
             desc += ("; no animal observation in the package: one whole-photo annotation, for review" if camtrap
                      else "; not in the detections file: imported as one whole-photo annotation")
-        if boxes is not None and not boxes.animals and not boxes.observations and not self.plan.keep_empty:
+        refused_only = boxes is not None and bool(boxes.invalid) and not boxes.animals and not boxes.observations
+        if boxes is not None and not boxes.animals and not boxes.observations and not refused_only \
+                and not self.plan.keep_empty:
             people = f" ({len(boxes.people)} person box(es))" if boxes.people else ""
             what = ("the package observes no animal here (blank, people or vehicles only)" if camtrap
                     else "no animal box at or above the detector threshold")
-            return IngestItemResult(e.name, "empty", f"{what}{people}: not imported (import with --keep-empty to "
+            return IngestItemResult(e.name, "empty", f"{what}{people}: not imported ({self.keep_empty_words} to "
                                     "keep empty frames)")
-        if boxes is not None:
+        if refused_only:
+            desc += (f"; not an empty frame: its {len(boxes.invalid)} box(es) were refused as invalid "
+                     f"({'; '.join(boxes.invalid)}): imported as one whole-photo annotation, for review"
+                     + (f", {len(boxes.people)} person box(es) blurred" if boxes.people else ""))
+        elif boxes is not None:
             n = len(boxes.observations) if camtrap else len(boxes.animals)
             desc += (f"; {n} animal observation{'s' if n != 1 else ''}" if camtrap else f"; {_animals(n)}") \
                 + (f", {len(boxes.people)} person box(es) blurred" if boxes.people else "")
@@ -433,7 +453,7 @@ class _Importer:
                     notes.extend(self._observe(session, img, obs, decoded=decoded, people=people,
                                                thumb_rel=thumb_rel, written=written))
                     made.append(img)
-            elif boxes is None:  # one animal: the whole photo
+            elif boxes is None or (boxes.invalid and not boxes.animals):  # one animal: the whole photo
                 img = self._annotation(photo, e, species_id=species_id, thumb_rel=thumb_rel)
                 if mask_png is not None:
                     img.mask_path = self._put(written, mask_png, kind="masks", ext=".png")
@@ -893,8 +913,8 @@ def megadetector_plan(path: str | Path, names: Sequence[str], *, min_confidence:
     if failed:  # the detector could not read these: they come in as whole photos, as without a detections file
         notes.append(IngestItemResult(p.name, "error", f"the detector could not read {len(failed)} file(s) "
                                       f"({', '.join(failed[:5])}): imported as whole photos"))
-    frames = {name: FrameBoxes(animals=fd.animals, people=fd.people) for name, fd in matched.items()
-              if not fd.failure}
+    frames = {name: FrameBoxes(animals=fd.animals, people=fd.people, below_threshold=fd.below_threshold,
+                               invalid=fd.invalid) for name, fd in matched.items() if not fd.failure}
     details = {"source": "megadetector", "file": p.name, "detector": output.detector,
                "format_version": output.format_version, "min_confidence": min_confidence}
     return DetectionPlan(frames=frames, source="megadetector", details=details, keep_empty=keep_empty), notes
@@ -921,7 +941,8 @@ def detector_plan(name: str, entries: Sequence[Entry], *, min_confidence: float 
             continue
         keep = [d for d in found if d.confidence >= min_confidence]
         frames[e.name] = FrameBoxes(animals=tuple(d for d in keep if d.category == "animal"),
-                                    people=tuple(d for d in keep if d.category == "person"))
+                                    people=tuple(d for d in keep if d.category == "person"),
+                                    below_threshold=len(found) - len(keep))
         if progress is not None:
             progress(n + 1, len(entries))
     details = {"source": f"detector:{name}", **detector.details(), "min_confidence": min_confidence}
@@ -973,25 +994,74 @@ def _finish(report: IngestReport, t0: float) -> IngestReport:
     return report
 
 
-#: How a folder's first-level sub-folders are read (see :func:`ingest_path`).
-LAYOUTS = ("auto", "individuals", "stations")
+#: How a folder's first-level sub-folders are read (see :func:`ingest_path`): chosen, or ``auto``.
+LAYOUTS = ("auto", *FOLDER_MEANINGS)
 
 
-def _station_layout(cat, entries: Sequence[Entry], *, layout: str, read_as: str) -> bool:
-    """Whether to read a folder (or zip) as the ``Station/...`` layout (see :func:`ingest_path`)."""
-    if layout == "individuals":
-        return False
+def _folder_meaning(cat, entries: Sequence[Entry], *, layout: str, read_as: str) -> str | None:
+    """What a folder's (or zip's) first-level folders are read as (one of FOLDER_MEANINGS; see
+    :func:`ingest_path`), or None when the import is not read as folders of photos (a manifest, a package)."""
     folder_like = read_as in ("folder", "zip (folder)")
-    if layout == "stations":
-        if not folder_like:
+    if not folder_like:
+        if layout == "stations":
             raise IngestError(f"the stations layout is for a folder or a zip of photos; this is read as {read_as}")
-        return True
-    folders = {e.identity for e in entries if e.read is not None and e.identity}
-    if not folder_like or not folders:
-        return False
+        return None
+    if layout != "auto":
+        return layout
+    folders = folder_counts(entries).folders
+    if not folders:
+        return "none"
     with cat.unit_of_work() as session:
         stations = DeploymentIndex(session)
-    return bool(stations) and all(stations.is_station(f) for f in folders)
+    if stations and all(stations.is_station(f) for f in folders):
+        return "stations"
+    # a folder on this machine keeps its documented folder-per-individual reading; a zip's folder names never
+    # become individuals unasked (a zip of station folders made each station an individual)
+    return "individuals" if read_as == "folder" else "none"
+
+
+#: The words after the layout in a report's format, by what the folders were read as.
+_MEANING_WORDS = {"stations": " (stations)", "individuals": "",
+                  "none": " (folder names not read: --layout stations or --layout individuals reads them)"}
+
+
+def _tally(items: Sequence[IngestItemResult], plan: DetectionPlan | None) -> ImportTally:
+    """The report's counts of things (:class:`core.readers.ImportTally`): photos and animals this import made,
+    person boxes blurred in them, and what the boxes' source left out (below the threshold, refused as invalid,
+    empty frames)."""
+    imported = [it for it in items if it.status == "imported" and it.photo_id is not None]
+    frames = plan.frames if plan is not None else {}
+    tally = ImportTally(photos=len(imported), animals=sum(len(it.annotation_ids) for it in imported),
+                        boxes=plan is not None,
+                        min_confidence=(plan.details.get("min_confidence") if plan is not None else None))
+    for it in imported:
+        fb = frames.get(it.name)
+        if fb is not None:
+            tally.people_blurred += len(fb.people)
+            if not it.annotation_ids:
+                tally.empty_kept += 1
+    tally.empty_left_out = sum(1 for it in items if it.status == "empty")
+    tally.below_threshold = sum(fb.below_threshold for fb in frames.values())
+    tally.invalid_boxes = sum(len(fb.invalid) for fb in frames.values())
+    return tally
+
+
+def _check_species(species: str | None) -> str | None:
+    """The species an import sets (a clean name), or None; IngestError for a name no species may have."""
+    if species is None or not species.strip():
+        return None
+    try:
+        return clean_species_name(species)
+    except CatalogueError as exc:
+        raise IngestError(f"the species {species[:40]!r}: {exc}") from None
+
+
+def _with_species(entries: Sequence[Entry], species: str | None) -> list[Entry]:
+    """The import's species on every entry whose source names none of its own (a manifest's ``species`` column
+    names a row's own)."""
+    if species is None:
+        return list(entries)
+    return [replace(e, species=species) if e.species is None else e for e in entries]
 
 
 def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, dry_run: bool = False,
@@ -999,7 +1069,8 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
                 max_pixels: int = MAX_PIXELS, update_metadata: bool = False, detections: str | Path | None = None,
                 min_confidence: float = DEFAULT_MIN_CONFIDENCE, keep_empty: bool = False,
                 detector: str | None = None, event_gap_s: float = EVENT_GAP_S,
-                layout: str = "auto") -> IngestReport:
+                layout: str = "auto", species: str | None = None,
+                keep_empty_words: str = KEEP_EMPTY_CLI) -> IngestReport:
     """Import a file, folder, zip, manifest CSV or Kaggle layout; one report line per file.
 
     With ``detections`` (a MegaDetector batch-output JSON) every animal box at or above ``min_confidence``
@@ -1027,11 +1098,20 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
     ``event_gap_s`` seconds of each other and without a sighting form one event. ``layout`` says how a folder's
     (or zip's) first-level sub-folders are read: ``individuals`` (one folder per individual), ``stations`` (the
     camera-trap ``Station/...`` layout: the folder names the station, and the deployment of that station active
-    when the photo was taken is chosen) or ``auto``: stations when deployments are stored and every first-level
-    folder names a stored station (a locationID or locationName), else individuals.
+    when the photo was taken is chosen), ``none`` (folder names are not read: photos come in unassigned) or
+    ``auto``: stations when deployments are stored and every first-level folder names a stored station (a
+    locationID or locationName), else individuals for a folder (its documented folder-per-individual layout) and
+    nothing for a zip (a zip's folder names never become individuals unless asked).
+
+    ``species`` is the species of what comes in (created if new, audited as the import's user) for every photo
+    whose source names none (a manifest's ``species`` column names a row's own); a Camtrap DP package names its
+    observations' species itself, so it is refused with one. ``keep_empty_words`` says how to keep empty frames
+    in the words of the screen the import came from. ``report.tally`` counts photos, animals, people blurred and
+    what the boxes' source left out.
     """
     if layout not in LAYOUTS:
         raise IngestError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+    species = _check_species(species)
     if event_gap_s < 0:
         raise IngestError(f"the event gap must be at least 0 seconds (got {event_gap_s:g})")
     t0 = time.perf_counter()
@@ -1054,8 +1134,16 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
         except ManifestError as exc:
             report.items.append(IngestItemResult(p.name, "error", str(exc)))
             return _finish(report, t0)
-        if _station_layout(cat, entries, layout=layout, read_as=layout_used):
-            entries, layout_used = station_entries(entries), f"{layout_used} (stations)"
+        meaning = _folder_meaning(cat, entries, layout=layout, read_as=layout_used)
+        if meaning is not None:
+            if folder_counts(entries).folders or meaning == "stations":
+                layout_used += _MEANING_WORDS[meaning]
+            entries = give_folders_meaning(entries, meaning)
+        if species is not None:
+            if package is not None:
+                raise IngestError("a Camtrap DP package names each observation's species itself (scientificName): "
+                                  "import it without a species")
+            entries = _with_species(entries, species)
         report.format = layout_used
         problems = [pr for t in trees for pr in t.problems]
         plan = None
@@ -1081,9 +1169,10 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
                               "frame is empty")
         importer = _Importer(cat, user=user, dry_run=dry_run, origin=f"{layout_used}:{p.name}",
                              max_pixels=max_pixels, update_metadata=update_metadata, plan=plan,
-                             event_gap_s=event_gap_s)
+                             event_gap_s=event_gap_s, keep_empty_words=keep_empty_words)
         report.items.extend(problems)
         report.items.extend(importer.run(entries, progress=progress, should_cancel=should_cancel))
+        report.tally = _tally(report.items, plan)
     finally:
         for t in trees:
             t.close()
@@ -1094,11 +1183,14 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
                    dry_run: bool = False, progress: Progress | None = None,
                    should_cancel: Callable[[], bool] | None = None, update_metadata: bool = False,
                    detections: str | Path | None = None, min_confidence: float = DEFAULT_MIN_CONFIDENCE,
-                   keep_empty: bool = False, event_gap_s: float = EVENT_GAP_S) -> IngestReport:
+                   keep_empty: bool = False, event_gap_s: float = EVENT_GAP_S, folders: str = "none",
+                   species: str | None = None) -> IngestReport:
     """Import files uploaded through the UI: photos and/or zips, with an optional manifest CSV.
 
-    ``detections``, ``min_confidence`` and ``keep_empty`` are as for :func:`ingest_path` (the JSON's file names
-    are matched against the uploaded names).
+    ``detections``, ``min_confidence``, ``keep_empty`` and ``species`` are as for :func:`ingest_path` (the JSON's
+    file names are matched against the uploaded names). ``folders`` says what the zips' first-level folders mean
+    (``stations``, ``individuals`` or ``none``, the default: a folder name never becomes an individual unasked);
+    :func:`upload_folders` previews what that finds.
 
     The manifest gives identity / flank / sighting by *original file name*
     (matched on the file name, folders ignored); its rows naming no uploaded file
@@ -1115,7 +1207,7 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
         if len(files) == 1 and manifest is None and detections is None:
             return ingest_path(cat, packages[0], format="camtrap-dp", user=user, dry_run=dry_run, progress=progress,
                                should_cancel=should_cancel, update_metadata=update_metadata, keep_empty=keep_empty,
-                               event_gap_s=event_gap_s)
+                               event_gap_s=event_gap_s, species=species, keep_empty_words=KEEP_EMPTY_TAB)
         with_it = []
         if len(files) > 1:
             others = [Path(f).name for f in files if Path(f) != packages[0]]
@@ -1135,7 +1227,7 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
         raise IngestError("keeping empty frames needs a MegaDetector output file or a Camtrap DP package: "
                           "without one no frame is empty")
     report = IngestReport(source=f"{len(files)} uploaded file(s)", format="upload", dry_run=dry_run)
-    upload = upload_entries(files, manifest=manifest)
+    upload = upload_entries(files, manifest=manifest, folders=folders)
     try:
         report.items.extend(upload.items)
         if upload.refused:
@@ -1146,8 +1238,45 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
                                             min_confidence=min_confidence, keep_empty=keep_empty)
             report.items.extend(notes)
         importer = _Importer(cat, user=user, dry_run=dry_run, origin="upload", update_metadata=update_metadata,
-                             plan=plan, event_gap_s=event_gap_s)
-        report.items.extend(importer.run(upload.entries, progress=progress, should_cancel=should_cancel))
+                             plan=plan, event_gap_s=event_gap_s, keep_empty_words=KEEP_EMPTY_TAB)
+        report.items.extend(importer.run(_with_species(upload.entries, species), progress=progress,
+                                         should_cancel=should_cancel))
+        report.tally = _tally(report.items, plan)
     finally:
         upload.close()
     return _finish(report, t0)
+
+
+@dataclass(frozen=True)
+class FolderPreview:
+    """What the first-level folders of uploaded zips are, before the person says what they mean: their photo
+    counts, and which name a station of the stored deployments (with that station's deployment ids) or a
+    catalogued individual."""
+
+    folders: FolderCounts
+    stations: dict[str, tuple[str, ...]]  # folder -> the deployments (deploymentIDs) of the station it names
+    individuals: tuple[str, ...]  # folders named as a catalogued individual is
+    deployments: int  # how many deployments are stored
+
+    @property
+    def suggested(self) -> str:
+        """``stations`` when every folder names a stored station, else ``none`` (never ``individuals``: that is
+        only ever chosen by the person)."""
+        names = self.folders.folders
+        return "stations" if names and all(n in self.stations for n in names) else "none"
+
+
+def upload_folders(cat, files: Sequence[str | Path]) -> FolderPreview:
+    """Preview the uploaded zips' first-level folders (:class:`FolderPreview`); reads the zips' listings only."""
+    zips = [f for f in files if Path(f).is_file() and zipfile.is_zipfile(f) and Path(f).suffix.lower() != ".csv"]
+    upload = upload_entries(zips, folders="individuals")
+    upload.close()
+    counts = upload.folders
+    with cat.unit_of_work() as session:
+        index = DeploymentIndex(session)
+        stations: dict[str, tuple[str, ...]] = {}
+        for name in counts.folders:
+            if index.is_station(name):
+                stations[name] = tuple(spec.key for _, spec in index.by_location[name.strip().lower()])
+        individuals = tuple(n for n in counts.folders if find_individual_by_name(session, n) is not None)
+        return FolderPreview(counts, stations, individuals, len(index.by_key))
