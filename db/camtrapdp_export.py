@@ -129,7 +129,8 @@ class CamtrapDPExport:
                 "media_files": self.media_files, "left_out": dict(self.left_out), "valid": self.valid,
                 "problems": [p.to_dict() for p in self.problems], "people": self.people,
                 "people_observations": self.people_observations, "photos_with_people": self.photos_with_people,
-                "event_observations": self.event_observations, "summary": self.summary}
+                "event_observations": self.event_observations, "people_words": self.people_words,
+                "summary": self.summary}
 
 
 # --------------------------------------------------------------------------- who classified what

@@ -1,5 +1,6 @@
-"""Export tab: a Kaggle-format submission (row_id,similarity) for a competition's test.csv, and the catalogue as a
-Camtrap DP 1.0 package (deployments, photos and observations, checked against the standard) to download."""
+"""Export tab: the catalogue as a Camtrap DP 1.0 package (deployments, photos and observations, checked against the
+standard, people blurred unless the curator chooses otherwise) written by a background job, to download; below it a
+Kaggle-format submission (row_id,similarity) for a competition's test.csv."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from core.camtrapdp_writer import SAMPLING_DESIGNS
 from db.models import Role
 from jobs.actions import export as es
 from jobs.actions import match as ms
-from jobs.actions.camtrapdp import export_camtrap_dp
 from jobs.actions.common import upload_name, upload_path
 from jobs.requests.camtrapdp import ExportCamtrapDPRequest
 from jobs.requests.export import KaggleUploadRequest
@@ -29,15 +29,24 @@ CAMTRAP_HELP = """\
 deployments, their photos (copied into the package) and one observation per animal, with the individual it is
 catalogued as and who decided that. Photos without a deployment (or of a deployment without coordinates) cannot be
 Camtrap DP media: they are left out and counted. The package is checked against the standard before it is offered.
+People stay private: the people in every exported photo are blurred as on the screens, unless you choose to leave
+those photos out, or to keep them unblurred (recorded in the audit trail). It is written in the background: its
+progress shows here and in the Jobs tab.
 """
+
+#: The people choice's labels (value: core.privacy.PEOPLE_CHOICES); blur comes first and is the default.
+PEOPLE_LABELS = [("Blur the people (default)", "blur"), ("Leave out the photos showing people", "omit"),
+                 ("Keep the people unblurred (recorded in the audit trail)", "keep")]
 
 
 def _camtrap_result(done) -> str:
     """What the curator reads after a Camtrap DP export: counts, what was left out, and the check's verdict."""
     d = done.details
     lines = [markdown_text(f"{'Valid' if done.valid else 'NOT VALID'} Camtrap DP package: {d['deployments']} "
-                           f"deployment(s), {d['media']} photo(s), {d['observations']} observation(s), "
-                           f"{d['individuals']} individual(s).")]
+                           f"deployment(s), {d['media']} photo(s), {d['observations']} observation(s) "
+                           f"({d.get('people_observations', 0)} of people), {d['individuals']} individual(s).")]
+    if d.get("people_words"):
+        lines.append(markdown_text(d["people_words"][0].upper() + d["people_words"][1:] + "."))
     if d["left_out"]:
         lines.append(markdown_text("Left out: " + ", ".join(f"{n} photo(s) {why}" for why, n in d["left_out"].items())
                                    + "."))
@@ -58,6 +67,55 @@ def _models(cat) -> list[str]:
 
 
 def build(ctx: UIContext) -> None:
+    timer = gr.Timer(2.0)  # one timer polls both background jobs
+    _camtrap_block(ctx, timer)
+    _kaggle_block(ctx, timer)
+
+
+def _camtrap_block(ctx: UIContext, timer: gr.Timer) -> None:
+    """The field formats: the catalogue as a Camtrap DP package, written by a background job."""
+    cat = ctx.catalogue
+    gr.Markdown(CAMTRAP_HELP, elem_classes=["help-text"])
+    with gr.Row():
+        camtrap_title = gr.Textbox(label="Package title (optional)", elem_id="camtrap-title",
+                                   info="names the package and its project; default: the catalogue's folder")
+        camtrap_design = gr.Dropdown(list(SAMPLING_DESIGNS), value="opportunistic", label="Sampling design",
+                                     elem_id="camtrap-design", info="how the camera sites were chosen")
+        camtrap_media = gr.Checkbox(value=True, label="Copy the photos into the package", elem_id="camtrap-media")
+    camtrap_people = gr.Radio(PEOPLE_LABELS, value="blur", label="People in the photos", elem_id="camtrap-people")
+    camtrap_run = gr.Button("Write Camtrap DP package", elem_id="camtrap-run")
+    camtrap_job = gr.State(None)
+    camtrap_status = gr.Markdown(elem_id="camtrap-status")
+    camtrap_file = gr.File(label="Camtrap DP package (zip)", interactive=False, elem_id="camtrap-result")
+
+    @curator_action(role=Role.viewer)
+    def write_camtrap(title, design, with_media, people, user):
+        jid, message = es.queue_camtrap_dp_export(cat, ExportCamtrapDPRequest(
+            user=user, zip=True, title=title, sampling_design=design, include_media=with_media, people=people))
+        return jid, markdown_text(message), None
+
+    camtrap_run.click(write_camtrap, [camtrap_title, camtrap_design, camtrap_media, camtrap_people, ctx.user],
+                      [camtrap_job, camtrap_status, camtrap_file], api_name="export_camtrap_dp")
+
+    def camtrap_poll(jid):
+        if not jid:
+            return gr.skip(), gr.skip()
+        done, words = es.camtrap_dp_export_status(cat, jid)
+        return (_camtrap_result(done), done.zip_path) if done is not None else (markdown_text(words), None)
+
+    timer.tick(guarded_viewer(camtrap_poll), [camtrap_job], [camtrap_status, camtrap_file], show_progress="hidden")
+
+    def camtrap_latest(current):
+        # after a page reload the newest package (and its download) is shown again
+        jid = current or es.latest_camtrap_dp_job(cat)
+        return (jid, *camtrap_poll(jid)) if jid else (gr.skip(), gr.skip(), gr.skip())
+
+    ctx.on_refresh(camtrap_latest, inputs=[camtrap_job], outputs=[camtrap_job, camtrap_status, camtrap_file],
+                   on_tab_select=False)
+
+
+def _kaggle_block(ctx: UIContext, timer: gr.Timer) -> None:
+    """A Kaggle submission for a competition's test.csv, written by a background job."""
     cat = ctx.catalogue
     gr.Markdown(HELP, elem_classes=["help-text"])
     with gr.Row():
@@ -73,7 +131,6 @@ def build(ctx: UIContext) -> None:
     job_id = gr.State(None)
     status = gr.Markdown(elem_id="export-status")
     result = gr.File(label="submission.csv", interactive=False, elem_id="export-result")
-    timer = gr.Timer(2.0)
 
     @curator_action(role=Role.viewer)
     def start(csv_file, zip_file, folder, model_name, var, user):
@@ -97,23 +154,3 @@ def build(ctx: UIContext) -> None:
         return (jid, *es.export_status(cat, jid)) if jid else (gr.skip(), gr.skip(), gr.skip())
 
     ctx.on_refresh(latest, inputs=[job_id], outputs=[job_id, status, result], on_tab_select=False)
-
-    gr.Markdown(CAMTRAP_HELP, elem_classes=["help-text"])
-    with gr.Row():
-        camtrap_title = gr.Textbox(label="Package title (optional)", elem_id="camtrap-title",
-                                   info="names the package and its project; default: the catalogue's folder")
-        camtrap_design = gr.Dropdown(list(SAMPLING_DESIGNS), value="opportunistic", label="Sampling design",
-                                     elem_id="camtrap-design", info="how the camera sites were chosen")
-        camtrap_media = gr.Checkbox(value=True, label="Copy the photos into the package", elem_id="camtrap-media")
-    camtrap_run = gr.Button("Write Camtrap DP package", elem_id="camtrap-run")
-    camtrap_status = gr.Markdown(elem_id="camtrap-status")
-    camtrap_file = gr.File(label="Camtrap DP package (zip)", interactive=False, elem_id="camtrap-result")
-
-    @curator_action(role=Role.viewer)
-    def write_camtrap(title, design, with_media, user):
-        done = export_camtrap_dp(cat, ExportCamtrapDPRequest(user=user, zip=True, title=title,
-                                                             sampling_design=design, include_media=with_media))
-        return _camtrap_result(done), done.zip_path
-
-    camtrap_run.click(write_camtrap, [camtrap_title, camtrap_design, camtrap_media, ctx.user],
-                      [camtrap_status, camtrap_file], api_name="export_camtrap_dp")
