@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -18,14 +18,19 @@ from sqlalchemy.orm import Session
 
 from db.models import (
     DEFAULT_SPECIES_ID,
+    Benchmark,
     DecisionKind,
     EventKind,
+    Flank,
     IdentityEvent,
     Image,
     Individual,
     MatchDecision,
+    Model,
+    ModelStatus,
     Photo,
     Sighting,
+    Species,
     User,
     utcnow,
 )
@@ -276,6 +281,24 @@ def _reverse(session: Session, ev: IdentityEvent, *, user: str) -> IdentityEvent
                 IdentityEvent.kind == EventKind.create, IdentityEvent.individual_id == new_id,
                 IdentityEvent.undone_at.is_(None))):
             create_ev.undone_at = utcnow()
+    elif ev.kind == EventKind.flank:
+        _reverse_flank(session, p)
+    elif ev.kind == EventKind.traits:
+        ind = get_individual(session, ev.individual_id)
+        if any(getattr(ind, column) != old_new[1] for column, old_new in p["changed"].items()):
+            raise ConflictError(f"the sex or life stage of {ind.name!r} changed again since; undo that first")
+        for column, (old, _new) in p["changed"].items():
+            setattr(ind, column, old)
+    elif ev.kind == EventKind.species_rename:
+        sp = session.get(Species, p["species_id"])
+        if sp is None:
+            raise ConflictError(f"species {p['new']!r} was merged into another since; undo that first")
+        if sp.name != p["new"]:
+            raise ConflictError(f"species {p['new']!r} was renamed again since; undo that first")
+        _check_species_name_free(session, p["old"], other_than=sp.id)
+        sp.name = p["old"]
+    elif ev.kind == EventKind.species_merge:
+        _reverse_species_merge(session, p)
     else:  # pragma: no cover - enum is closed
         raise CatalogueError(f"cannot undo {ev.kind}")
     undo = _record(session, EventKind.undo, user=user, individual_id=ev.individual_id,
@@ -285,6 +308,70 @@ def _reverse(session: Session, ev: IdentityEvent, *, user: str) -> IdentityEvent
     _undo_decision_of(session, ev, user=user)
     session.flush()
     return undo
+
+
+def _reverse_flank(session: Session, p: dict[str, Any]) -> None:
+    """Put back each photo's flank and its source (``payload["previous"]``: image id -> [flank, source])."""
+    images = {str(img.id): img for img in session.scalars(
+        select(Image).where(Image.id.in_([int(k) for k in p["previous"]])))}
+    changed = sorted(int(k) for k, img in images.items() if img.flank.value != p["flank"])
+    if changed or len(images) != len(p["previous"]):
+        raise ConflictError(f"the flank of photo #{changed[0] if changed else '?'} was changed again since; "
+                            "undo that first")
+    for key, (flank, source) in p["previous"].items():
+        images[key].flank = Flank(flank)
+        images[key].flank_source = source
+
+
+def _check_species_name_free(session: Session, name: str, *, other_than: int | None = None) -> None:
+    clash = session.scalar(select(Species).where(func.lower(Species.name) == name.lower(),
+                                                 Species.id != (other_than or 0)))
+    if clash is not None:
+        raise ConflictError(f"a species is named {clash.name!r} now; rename it before undoing this")
+
+
+def _reverse_species_merge(session: Session, p: dict[str, Any]) -> None:
+    """Bring back the merged-away species (as it was, same id) and move back what the merge moved
+    (``db.species.merge_species`` writes the payload); refused when any of it changed species or individual
+    since."""
+    source, target_id = p["source"], p["target"]
+    individual_ids, image_ids = p["individual_ids"], p["image_ids"]
+    moved_back = session.scalar(select(func.count(Individual.id)).where(
+        Individual.id.in_(individual_ids), Individual.species_id != target_id)) or 0
+    moved_back += session.scalar(select(func.count(Image.id)).where(
+        Image.id.in_(image_ids), Image.species_id != target_id)) or 0
+    if moved_back:
+        raise ConflictError(f"{moved_back} individual(s) or photo(s) of the merge changed species since; "
+                            "undo those changes first")
+    mixed = session.scalar(select(func.count(Image.id)).where(
+        Image.id.in_(image_ids), Image.individual_id.is_not(None), Image.individual_id.not_in(individual_ids))) \
+        or session.scalar(select(func.count(Image.id)).where(
+            Image.individual_id.in_(individual_ids), Image.id.not_in(image_ids)))
+    if mixed:
+        raise ConflictError(f"{mixed} photo(s) were moved between the two species' individuals since the merge; "
+                            "undo those changes first")
+    if p["source_deleted"]:
+        if session.get(Species, source["id"]) is not None:
+            raise ConflictError(f"species #{source['id']} exists again; nothing to bring back")
+        _check_species_name_free(session, source["name"])
+        session.add(Species(id=source["id"], name=source["name"], active_model_id=source["active_model_id"],
+                            new_individual_threshold=source["new_individual_threshold"],
+                            created_at=datetime.fromisoformat(source["created_at"])))
+        session.flush()
+    for ind in session.scalars(select(Individual).where(Individual.id.in_(individual_ids))):
+        ind.species_id = source["id"]
+    session.execute(update(Image).where(Image.id.in_(image_ids)).values(species_id=source["id"]))
+    for bench in session.scalars(select(Benchmark).where(Benchmark.id.in_(p["benchmark_ids"]))):
+        bench.species_id = source["id"]
+    for model in session.scalars(select(Model).where(Model.id.in_(p["model_ids"]))):
+        model.species_id = source["id"]
+    target = session.get(Species, target_id)
+    if target is not None and target.active_model_id == p["target_active_model_after"]:  # not promoted since
+        target.active_model_id = p["target_active_model_id"]
+    for model_id, status in p["model_status"].items():
+        model = session.get(Model, int(model_id))
+        if model is not None:
+            model.status = ModelStatus(status)
 
 
 def _undo_decision_of(session: Session, ev: IdentityEvent, *, user: str) -> None:

@@ -10,8 +10,8 @@ from sqlalchemy import select
 from core.features import extract_features
 from core.flank import FlankClassifier, fit_flank_classifier, flank_class, orientation_features
 from core.variants import flip_horizontal
-from db.catalogue import CatalogueError
 from db.embeddings import embed_images, get_backbone, load_photo, sources_for
+from db.masks import set_flanks
 from db.models import Flank, Image
 from db.session import Catalogue
 from db.species import active_model_name, species_of_image
@@ -67,11 +67,5 @@ def suggest_flanks(cat: Catalogue, image_ids: list[int], *, model: str | None = 
 def accept_flank_suggestion(cat: Catalogue, image_id: int, *, user: str) -> str:
     """Set the suggested flank on a photo (recorded as a curator's label). Returns the flank."""
     sug = suggest_flanks(cat, [int(image_id)])[int(image_id)]
-    with cat.unit_of_work() as s:
-        img = s.get(Image, int(image_id))
-        if img is None:
-            raise CatalogueError(f"no image with id {image_id}")
-        img.flank = Flank(sug["flank"])
-        img.flank_source = "curator"
-        s.commit()
+    set_flanks(cat, [int(image_id)], sug["flank"], user=user, source="curator")  # undoable, as a curator's own
     return sug["flank"]

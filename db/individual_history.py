@@ -12,7 +12,7 @@ longitude. A station's coordinates are the mean of its records' coordinates; the
 polygon of the stations' coordinates (:mod:`core.home_range`).
 
 Reading functions take a session and change nothing; :func:`set_traits` changes one individual and flushes (the
-caller commits), audited through ``db.audit`` under the acting user.
+caller commits), audited through ``db.audit`` under the acting user and recorded as an undoable identity event.
 """
 
 from __future__ import annotations
@@ -26,8 +26,20 @@ from sqlalchemy.orm import Session, selectinload
 
 from core.home_range import HomeRange, minimum_convex_polygon
 from core.stations import StationError, parse_timestamp
-from db.catalogue import CatalogueError, get_individual, get_or_create_user
-from db.models import DecisionKind, Deployment, Flank, Image, MatchDecision, Photo, Role, Sighting, Species, User
+from db.catalogue import CatalogueError, _record, get_individual
+from db.models import (
+    DecisionKind,
+    Deployment,
+    EventKind,
+    Flank,
+    Image,
+    MatchDecision,
+    Photo,
+    Role,
+    Sighting,
+    Species,
+    User,
+)
 from db.users import PermissionDenied, role_allows
 
 #: Camtrap DP vocabularies (observations.sex, observations.lifeStage).
@@ -319,7 +331,7 @@ def set_traits(session: Session, individual_id: int, *, sex: str | None, life_st
         if old != new:
             setattr(ind, column, new)
             changed[column] = (old, new)
-    if changed:
-        get_or_create_user(session, user)
-        session.flush()
+    if changed:  # an undoable change, listed in the Catalogue's recent changes
+        _record(session, EventKind.traits, user=user, individual_id=ind.id,
+                payload={"name": ind.name, "changed": {k: list(v) for k, v in changed.items()}})
     return TraitsChange(individual_id=ind.id, name=ind.name, changed=changed)

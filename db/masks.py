@@ -22,9 +22,9 @@ from core.masking import (
     mask_quality,
     prompt_of,
 )
-from db.catalogue import CatalogueError, get_image, get_or_create_user
+from db.catalogue import CatalogueError, _record, get_image, get_or_create_user
 from db.embeddings import CACHED_MASK_PREFIX, ImageSource, load_photo, sources_for
-from db.models import Flank, Image
+from db.models import EventKind, Flank, Image
 from db.session import Catalogue
 
 FLANKS = [f.value for f in Flank]
@@ -249,14 +249,30 @@ def diagnostic_masks(cat: Catalogue, image_ids: Sequence[int], *, masker: str | 
 
 
 def set_flank(cat: Catalogue, image_id: int, flank: str, *, user: str = "curator", source: str = "curator") -> None:
+    set_flanks(cat, [image_id], flank, user=user, source=source)
+
+
+def set_flanks(cat: Catalogue, image_ids: Sequence[int], flank: str, *, user: str = "curator",
+               source: str = "curator") -> int | None:
+    """Label photos with ``flank`` in one transaction: one undoable identity event (shown in the Catalogue's recent
+    changes) for the photos whose flank changed. Returns its id, or None when nothing changed."""
     if flank not in FLANKS:
         raise CatalogueError(f"flank must be one of {', '.join(FLANKS)}")
     with cat.unit_of_work() as s:
-        img = get_image(s, image_id)
-        get_or_create_user(s, user)
-        img.flank = Flank(flank)
-        img.flank_source = source
+        images = [get_image(s, int(i)) for i in dict.fromkeys(image_ids)]
+        previous = {str(img.id): [img.flank.value, img.flank_source] for img in images
+                    if img.flank.value != flank}
+        for img in images:
+            img.flank = Flank(flank)
+            img.flank_source = source
+        if not previous:
+            s.commit()  # a change of source only (a suggestion confirmed): audited, nothing to undo
+            return None
+        owners = {img.individual_id for img in images if str(img.id) in previous}
+        ev = _record(s, EventKind.flank, user=user, individual_id=owners.pop() if len(owners) == 1 else None,
+                     payload={"flank": flank, "source": source, "previous": previous})
         s.commit()
+        return ev.id
 
 
 def image_source(cat: Catalogue, image_id: int) -> ImageSource:

@@ -62,6 +62,10 @@ class EventKind(str, enum.Enum):
     merge = "merge"
     split = "split"
     undo = "undo"
+    flank = "flank"  # a curator's flank label of photos
+    traits = "traits"  # an individual's sex and life stage
+    species_rename = "species_rename"  # (no individual) a species' name
+    species_merge = "species_merge"  # (no individual) every row of one species moved to another
 
 
 class DecisionKind(str, enum.Enum):

@@ -5,12 +5,14 @@ review offers candidates of the query's own species only; benchmarks and trainin
 species has at most one active model (``species.active_model_id``; None means the offline default backbone).
 Promoting a model makes it the species' active model, marks it ``active`` (the one it replaces goes back to
 ``candidate`` unless another species still uses it) and queues a background re-embedding of that species'
-photos, so match review never computes features while a curator waits.
+photos, so match review never computes features while a curator waits. Renaming a species and merging one into
+another (every row of it moves, in one transaction) are undoable identity events (``db.catalogue.undo_event``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -19,7 +21,17 @@ from sqlalchemy.orm import Session
 from core.backbones import DEFAULT_BACKBONE as DEFAULT_MODEL  # the offline default, defined once
 from db.catalogue import CatalogueError, NotFoundError, _record, image_field
 from db.embeddings import get_backbone
-from db.models import DEFAULT_SPECIES_ID, EventKind, Image, Individual, Model, ModelStatus, Species
+from db.models import (
+    DEFAULT_SPECIES_ID,
+    Benchmark,
+    EventKind,
+    IdentityEvent,
+    Image,
+    Individual,
+    Model,
+    ModelStatus,
+    Species,
+)
 from db.session import Catalogue
 
 MAX_NAME = 120
@@ -72,16 +84,126 @@ def list_species(cat: Catalogue) -> list[dict[str, Any]]:
         return out
 
 
-def rename_species(cat: Catalogue, name_or_id: str | int, new_name: str) -> Species:
+@dataclass(frozen=True)
+class SpeciesRenamed:
+    species_id: int
+    old: str
+    new: str
+    event_id: int  # the undoable change
+
+
+def rename_species(cat: Catalogue, name_or_id: str | int, new_name: str, *, user: str) -> SpeciesRenamed:
+    """Give a species a new name (the name exports write); an undoable change recorded under ``user``."""
     with cat.unit_of_work() as s:
         sp = find_species(s, name_or_id)
         new_name = clean_species_name(new_name)
+        if new_name == sp.name:
+            raise CatalogueError(f"species {sp.name!r} already has that name")
         clash = s.scalar(select(Species).where(func.lower(Species.name) == new_name.lower(), Species.id != sp.id))
         if clash is not None:
-            raise CatalogueError(f"a species named {clash.name!r} exists")
-        sp.name = new_name
+            raise CatalogueError(f"a species named {clash.name!r} exists; merge into it instead of renaming")
+        old, sp.name = sp.name, new_name
+        ev = _record(s, EventKind.species_rename, user=user,
+                     payload={"species_id": sp.id, "old": old, "new": new_name})
         s.commit()
-        return sp
+        return SpeciesRenamed(species_id=sp.id, old=old, new=new_name, event_id=ev.id)
+
+
+@dataclass(frozen=True)
+class SpeciesMerged:
+    """What :func:`merge_species` moved, and the background work it needs (``follow_up``, as for a promotion)."""
+
+    source: str
+    target: str
+    individuals: int
+    photos: int
+    benchmarks: int
+    models: int
+    source_kept: bool  # the catalogue's first species stays (emptied): photos coming in without a species land there
+    adopted_model: str | None  # the source's active model, now the target's (the target had none chosen)
+    demoted_model: str | None  # the source's active model, back to candidate (the target keeps its own)
+    event_id: int
+    follow_up: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _name_key(name: str) -> str:
+    return " ".join(name.split()).casefold()
+
+
+def merge_species(cat: Catalogue, source: str | int, target: str | int, *, user: str) -> SpeciesMerged:
+    """Move every individual, photo (annotation), benchmark and trained model of ``source`` to ``target`` in one
+    transaction, then remove ``source`` (the first species, id 1, is kept empty: imports without a species use it).
+
+    The target keeps its active model; if it had none chosen, it takes the source's, and ``follow_up`` asks for
+    that model's features of the target's photos. Refused, changing nothing, when an individual of one species
+    has the name of one of the other's (ignoring case and spaces): they would be two same-named animals of one
+    species. Undoable (``db.catalogue.undo_event``): the payload lists what moved."""
+    with cat.unit_of_work() as s:
+        src, dst = find_species(s, source), find_species(s, target)
+        if src.id == dst.id:
+            raise CatalogueError(f"choose two different species (both are {src.name!r})")
+        names = {}
+        for ind_name, species_id in s.execute(select(Individual.name, Individual.species_id).where(
+                Individual.species_id.in_([src.id, dst.id]), Individual.active.is_(True))):
+            names.setdefault(_name_key(ind_name), {})[species_id] = ind_name
+        clashes = sorted((v[src.id], v[dst.id]) for v in names.values() if len(v) == 2)
+        if clashes:
+            said = "; ".join(f"{a!r} ({src.name}) and {b!r} ({dst.name})" for a, b in clashes[:10])
+            more = f" and {len(clashes) - 10} more" if len(clashes) > 10 else ""
+            raise CatalogueError(f"cannot merge {src.name!r} into {dst.name!r}: individuals of the same name would "
+                                 f"be in one species: {said}{more}. Rename one of each pair (or merge the two "
+                                 "individuals after moving one to the other species) first.")
+        individuals = list(s.scalars(select(Individual).where(Individual.species_id == src.id).order_by(Individual.id)))
+        image_ids = sorted(s.scalars(select(Image.id).where(Image.species_id == src.id)))
+        benchmarks = list(s.scalars(select(Benchmark).where(Benchmark.species_id == src.id)))
+        models = list(s.scalars(select(Model).where(Model.species_id == src.id)))
+        for row in (*individuals, *benchmarks, *models):
+            row.species_id = dst.id
+        s.execute(update(Image).where(Image.species_id == src.id).values(species_id=dst.id))
+        target_model_before = dst.active_model_id
+        model_status: dict[str, str] = {}
+        adopted = demoted = None
+        source_model = s.get(Model, src.active_model_id) if src.active_model_id else None
+        keep_source = src.id == DEFAULT_SPECIES_ID
+        if source_model is not None and dst.active_model_id is None:
+            dst.active_model_id, adopted = source_model.id, source_model
+        elif source_model is not None and source_model.id != dst.active_model_id and not keep_source:
+            others = s.scalar(select(func.count()).select_from(Species).where(
+                Species.id != src.id, Species.active_model_id == source_model.id))
+            if not others and source_model.status == ModelStatus.active:
+                model_status[str(source_model.id)] = source_model.status.value
+                source_model.status, demoted = ModelStatus.candidate, source_model
+        payload = {"source": {"id": src.id, "name": src.name, "active_model_id": src.active_model_id,
+                              "new_individual_threshold": src.new_individual_threshold,
+                              "created_at": src.created_at.isoformat()},
+                   "source_deleted": not keep_source, "target": dst.id, "target_name": dst.name,
+                   "target_active_model_id": target_model_before, "target_active_model_after": dst.active_model_id,
+                   "individual_ids": [i.id for i in individuals], "image_ids": image_ids,
+                   "benchmark_ids": [b.id for b in benchmarks], "model_ids": [m.id for m in models],
+                   "model_status": model_status}
+        if not keep_source:
+            s.flush()  # the rows that named it point at the target first
+            s.delete(src)
+        ev = _record(s, EventKind.species_merge, user=user, payload=payload)
+        s.commit()
+        follow_up = []
+        if adopted is not None:
+            follow_up = _promotion_follow_up(adopted, species_id=dst.id, user=user,
+                                             reason=f"merge of {payload['source']['name']} into {dst.name}")
+        return SpeciesMerged(source=payload["source"]["name"], target=dst.name, individuals=len(individuals),
+                             photos=len(image_ids), benchmarks=len(benchmarks), models=len(models),
+                             source_kept=keep_source, adopted_model=adopted.name if adopted else None,
+                             demoted_model=demoted.name if demoted else None, event_id=ev.id, follow_up=follow_up)
+
+
+SPECIES_EVENTS = (EventKind.species_rename, EventKind.species_merge)
+
+
+def species_changes(cat: Catalogue, *, limit: int = 20) -> list[IdentityEvent]:
+    """The newest renames and merges of species, newest first (undone ones included)."""
+    with cat.unit_of_work() as s:
+        return list(s.scalars(select(IdentityEvent).where(IdentityEvent.kind.in_(SPECIES_EVENTS))
+                              .order_by(IdentityEvent.id.desc()).limit(limit)))
 
 
 def set_individual_species(cat: Catalogue, individual_id: int, species: str | int, *, user: str) -> int:
@@ -94,8 +216,10 @@ def set_individual_species(cat: Catalogue, individual_id: int, species: str | in
         old = ind.species_id
         ind.species_id = sp.id
         s.execute(update(Image).where(Image.individual_id == ind.id).values(species_id=sp.id))
+        old_name = s.scalar(select(Species.name).where(Species.id == old))
         _record(s, EventKind.rename, user=user, individual_id=ind.id,
-                payload={"species": {"old": old, "new": sp.id}, "old": ind.name, "new": ind.name})
+                payload={"species": {"old": old, "new": sp.id, "old_name": old_name, "new_name": sp.name},
+                         "old": ind.name, "new": ind.name})
         s.commit()
         return sp.id
 
@@ -161,17 +285,24 @@ def promote_model(cat: Catalogue, name: str, *, species: str | int | None = None
                 others = others.where(Species.active_model_id == previous.id)
             if not s.scalar(others):
                 previous.status = ModelStatus.candidate
-        matcher = ((model.config or {}).get("pipeline") or {}).get("matcher") if model.head == "pipeline" else None
         s.commit()
         result = {"model": name, "species": sp.name, "species_id": sp.id,
                   "previous": previous.name if previous else DEFAULT_MODEL}
-    follow_up = [{"kind": "embed", "params": {"backbone": name, "species": result["species_id"], "user": user,
-                                              "reason": f"promotion of {name} for {result['species']}"}}]
-    if matcher:  # a fused pipeline also needs every photo's keypoints before review
-        follow_up.append({"kind": "keypoints", "params": {"matcher": matcher, "species": result["species_id"],
-                                                          "image_ids": None, "user": user}})
-    result["follow_up"] = follow_up
+    result["follow_up"] = _promotion_follow_up(model, species_id=result["species_id"], user=user,
+                                               reason=f"promotion of {name} for {result['species']}")
     return result
+
+
+def _promotion_follow_up(model: Model, *, species_id: int, user: str, reason: str) -> list[dict[str, Any]]:
+    """The jobs a species' new active model needs ({kind, params}): its features of the species' photos, and a
+    fused pipeline's keypoints."""
+    follow_up = [{"kind": "embed", "params": {"backbone": model.name, "species": species_id, "user": user,
+                                              "reason": reason}}]
+    matcher = ((model.config or {}).get("pipeline") or {}).get("matcher") if model.head == "pipeline" else None
+    if matcher:  # a fused pipeline also needs every photo's keypoints before review
+        follow_up.append({"kind": "keypoints", "params": {"matcher": matcher, "species": species_id,
+                                                          "image_ids": None, "user": user}})
+    return follow_up
 
 
 def archive_model(cat: Catalogue, name: str) -> None:

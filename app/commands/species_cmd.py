@@ -1,4 +1,4 @@
-"""``rosette species list|rename|set``: the catalogue's species."""
+"""``rosette species list|rename|merge|set|threshold``: the catalogue's species."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from app.console import print_table
 from jobs.actions import species as sa
 from jobs.requests.catalogue import (
     IndividualSpeciesRequest,
+    MergeSpeciesRequest,
     PhotoSpeciesRequest,
     RenameSpeciesRequest,
     SpeciesThresholdRequest,
@@ -15,7 +16,7 @@ from jobs.requests.catalogue import (
 
 
 def register(sub) -> None:
-    p = sub.add_parser("species", help="list species, rename one, or set an individual's or photos' species")
+    p = sub.add_parser("species", help="list species, rename or merge them, or set an individual's or photos' species")
     ssub = p.add_subparsers(dest="species_action", metavar="ACTION", required=True)
     ls = ssub.add_parser("list", help="species with their counts and active model")
     ls.add_argument("--json", action="store_true")
@@ -24,6 +25,11 @@ def register(sub) -> None:
     rn.add_argument("species")
     rn.add_argument("new_name")
     rn.set_defaults(func=run_rename)
+    mg = ssub.add_parser("merge", help="move every individual, photo, benchmark and trained model of a species into "
+                                       "another and remove it (undoable: rosette undo EVENT)")
+    mg.add_argument("source", help="the species to merge away (name or id)")
+    mg.add_argument("target", help="the species to merge it into (name or id)")
+    mg.set_defaults(func=run_merge)
     st = ssub.add_parser("set", help="set the species of an individual (and its photos) or of unassigned photos")
     st.add_argument("species", help="species name (created if new) or id")
     st.add_argument("--individual", type=int, default=None)
@@ -47,7 +53,14 @@ def run_list(args, ctx) -> int:
 
 def run_rename(args, ctx) -> int:
     sp = sa.rename_species(ctx.catalogue, RenameSpeciesRequest(args.species, args.new_name, user=ctx.user))
-    print(f"species {sp.species_id} is now {sp.name!r}")
+    print(f"species {sp.species_id} is now {sp.name!r} (change #{sp.event_id}; rosette undo {sp.event_id} reverses it)")
+    return 0
+
+
+def run_merge(args, ctx) -> int:
+    done = sa.merge_species(ctx.catalogue, MergeSpeciesRequest(args.source, args.target, user=ctx.user))
+    print(done.message)
+    print(f"rosette undo {done.merged.event_id} reverses it")
     return 0
 
 

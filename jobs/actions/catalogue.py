@@ -19,7 +19,8 @@ from sqlalchemy import func, select
 
 from db import catalogue as store  # called through the module: a test stands in for one of its functions
 from db.catalogue import CatalogueError, ConflictError, NotFoundError
-from db.masks import FLANKS, set_flank
+from db.masks import FLANKS
+from db.masks import set_flanks as label_flanks  # this module's set_flanks is the request's action
 from db.models import EventKind, IdentityEvent, Image, Individual, Photo, Sighting
 from db.session import Catalogue
 from jobs.actions.common import curator_name
@@ -298,8 +299,7 @@ def set_flanks(cat: Catalogue, request: SetFlanksRequest) -> str:
     if request.flank not in FLANKS:
         raise CatalogueError(f"Choose the flank first ({', '.join(FLANKS)}).")
     user = curator_name(request.user)
-    for i in request.image_ids:
-        set_flank(cat, i, request.flank, user=user)
+    label_flanks(cat, request.image_ids, request.flank, user=user)  # one undoable change for them all
     n = len(request.image_ids)
     return f"Flank set to {request.flank} for {n} photo{'s' if n != 1 else ''}."
 
@@ -375,8 +375,29 @@ def describe_event(ev: IdentityEvent, names: dict[int, str]) -> str:
 
     if ev.kind == EventKind.create:
         return f"created {p.get('name') or name(ev.individual_id)}"
+    if ev.kind == EventKind.rename and "species" in p:  # db.species.set_individual_species
+        species = p["species"].get("new_name") or f"#{p['species'].get('new')}"
+        return f"moved {p.get('new') or name(ev.individual_id)} to species {species}"
     if ev.kind == EventKind.rename:
         return f"renamed {p.get('old')} to {p.get('new')}"
+    if ev.kind == EventKind.flank:
+        shown = sorted(int(k) for k in p.get("previous", {}))
+        was = sorted({v[0] for v in p.get("previous", {}).values()})
+        photos = (f"photo #{shown[0]}" if len(shown) == 1 else
+                  f"{len(shown)} photos (#{', #'.join(str(i) for i in shown[:5])}{', ...' if len(shown) > 5 else ''})")
+        owner = f" of {name(ev.individual_id)}" if ev.individual_id else ""
+        return f"set the flank of {photos}{owner} to {p.get('flank')} (was {', '.join(was)})"
+    if ev.kind == EventKind.traits:
+        words = {"sex": "sex", "life_stage": "life stage"}
+        done = ", ".join(f"{words.get(k, k)} {old or 'not recorded'} → {new or 'not recorded'}"
+                         for k, (old, new) in p.get("changed", {}).items())
+        return f"set {p.get('name') or name(ev.individual_id)}'s {done}"
+    if ev.kind == EventKind.species_rename:
+        return f"renamed species {p.get('old')} to {p.get('new')}"
+    if ev.kind == EventKind.species_merge:
+        n_ind, n_img = len(p.get("individual_ids", [])), len(p.get("image_ids", []))
+        return (f"merged species {p.get('source', {}).get('name')} into {p.get('target_name')} ({n_ind} "
+                f"individual{'s' if n_ind != 1 else ''}, {n_img} photo{'s' if n_img != 1 else ''})")
     if ev.kind == EventKind.assign:
         text = f"assigned photo #{p.get('image_id')} to {name(p.get('new'))}"
         return text + (f" (was {name(p.get('previous'))})" if p.get("previous") else "")

@@ -1,6 +1,7 @@
-"""The catalogue's species: listing them, renaming one, setting the species of an individual (the Catalogue
-tab's "Set species", ``rosette species set --individual``) or of unassigned photos, and the threshold below which
-match review suggests a new individual."""
+"""The catalogue's species: listing them, renaming one and merging one into another (the Species tab, ``rosette
+species rename|merge``; both undoable), setting the species of an individual (the Catalogue tab's "Set species",
+``rosette species set --individual``) or of unassigned photos, and the threshold below which match review suggests
+a new individual."""
 
 from __future__ import annotations
 
@@ -13,12 +14,17 @@ from db import calibration
 from db import species as store
 from db.models import Individual, Species
 from db.session import Catalogue
+from db.catalogue import CatalogueError
+from jobs.actions.catalogue import Undone, describe_event, undo
 from jobs.actions.common import attributed, curator_name
+from jobs.queue import submit
 from jobs.requests.catalogue import (
     IndividualSpeciesRequest,
+    MergeSpeciesRequest,
     PhotoSpeciesRequest,
     RenameSpeciesRequest,
     SpeciesThresholdRequest,
+    UndoRequest,
 )
 
 
@@ -70,12 +76,76 @@ def set_photo_species(cat: Catalogue, request: PhotoSpeciesRequest) -> int:
 class SpeciesRenamed:
     species_id: int
     name: str
+    old: str
+    event_id: int
+
+    @property
+    def message(self) -> str:
+        return (f"Species {self.old} is now {self.name} (change #{self.event_id}; it can be undone). Exports write "
+                "the new name.")
 
 
 def rename_species(cat: Catalogue, request: RenameSpeciesRequest) -> SpeciesRenamed:
-    with attributed(request.user):
-        sp = store.rename_species(cat, request.species, request.new_name)
-    return SpeciesRenamed(species_id=sp.id, name=sp.name)
+    """Rename a species: audited under the acting user, undoable like an individual's rename."""
+    user = curator_name(request.user)
+    with attributed(user):
+        done = store.rename_species(cat, request.species, request.new_name, user=user)
+    return SpeciesRenamed(species_id=done.species_id, name=done.new, old=done.old, event_id=done.event_id)
+
+
+@dataclass(frozen=True)
+class SpeciesMergeDone:
+    merged: store.SpeciesMerged
+    job_ids: dict[str, int]  # the background work the merge queued (the adopted model's features), by kind
+
+    @property
+    def message(self) -> str:
+        m = self.merged
+        text = (f"Merged species {m.source} into {m.target}: {m.individuals} "
+                f"individual{'s' if m.individuals != 1 else ''}, {m.photos} photo{'s' if m.photos != 1 else ''}, {m.benchmarks} benchmark"
+                f"{'s' if m.benchmarks != 1 else ''} and {m.models} trained model{'s' if m.models != 1 else ''} moved "
+                f"(change #{m.event_id}; it can be undone).")
+        if m.source_kept:
+            text += f" {m.source} stays, empty: photos imported without a species go there."
+        if m.adopted_model:
+            text += (f" {m.target} had no active model of its own and now uses {m.adopted_model}; its features are "
+                     f"being computed for every photo (job #{self.job_ids.get('embed')}).")
+        if m.demoted_model:
+            text += (f" {m.target} keeps its own active model; {m.demoted_model} (the active model of {m.source}) is a "
+                     "candidate again (promote it in the Models tab to use it).")
+        return text
+
+
+def merge_species(cat: Catalogue, request: MergeSpeciesRequest) -> SpeciesMergeDone:
+    """Merge one species into another in one transaction (``db.species.merge_species``) and queue what the
+    target's adopted active model needs; audited under the acting user, undoable."""
+    user = curator_name(request.user)
+    with attributed(user):
+        merged = store.merge_species(cat, request.source, request.target, user=user)
+        job_ids = {item["kind"]: submit(cat, item["kind"], item["params"]) for item in merged.follow_up}
+    return SpeciesMergeDone(merged=merged, job_ids=job_ids)
+
+
+SPECIES_HISTORY_HEADERS = ["When (UTC)", "Who", "What"]
+
+
+def species_history_rows(cat: Catalogue, *, limit: int = 20) -> list[list[str]]:
+    """The newest renames and merges of species as rows under :data:`SPECIES_HISTORY_HEADERS` (undone marked)."""
+    return [[ev.created_at.strftime("%Y-%m-%d %H:%M:%S"), ev.user,
+             f"#{ev.id} {describe_event(ev, {})}" + (" (undone)" if ev.undone_at else "")]
+            for ev in store.species_changes(cat, limit=limit)]
+
+
+def last_species_change_id(cat: Catalogue) -> int | None:
+    """The newest rename or merge of species not undone yet (what the Species tab's Undo undoes)."""
+    return next((ev.id for ev in store.species_changes(cat, limit=50) if ev.undone_at is None), None)
+
+
+def undo_species_change(cat: Catalogue, request: UndoRequest) -> Undone:
+    """Undo the species change the Species tab showed as the newest (``request.event_id``)."""
+    if request.event_id is None:
+        raise CatalogueError("There is no species change to undo.")
+    return undo(cat, request)
 
 
 def set_new_individual_threshold(cat: Catalogue, request: SpeciesThresholdRequest) -> float:

@@ -144,6 +144,25 @@ class RenameSpeciesRequest(Request):
 
 
 @dataclass(frozen=True)
+class MergeSpeciesRequest(Request):
+    """Move everything of species ``source`` into species ``target`` (names or numbers) and remove ``source``."""
+
+    source: str | None
+    target: str | None
+    user: str
+
+    def __post_init__(self) -> None:
+        source, target = " ".join(str(self.source or "").split()), " ".join(str(self.target or "").split())
+        if not source:
+            raise ValueError("Choose the species to merge first.")
+        if not target:
+            raise ValueError("Choose the species to merge it into.")
+        if source.casefold() == target.casefold():
+            raise ValueError(f"Choose two different species (both are {source!r}).")
+        settle(self, source=source, target=target)
+
+
+@dataclass(frozen=True)
 class SpeciesThresholdRequest(Request):
     """Below ``threshold`` (a calibrated probability, 0 to 1) match review suggests a new individual."""
 
