@@ -40,6 +40,16 @@ LEFT_OUT_WORDS = {
 }
 
 
+class SpeciesNotChosen(CatalogueError):
+    """Individuals of several species are catalogued and none was asked for; ``names`` lists them, so each screen
+    can say in its own words where to choose one."""
+
+    def __init__(self, names: Sequence[str]):
+        self.names = tuple(names)
+        super().__init__(f"individuals of {len(self.names)} species are catalogued ({', '.join(self.names)}): "
+                         "choose one")
+
+
 @dataclass(frozen=True)
 class Detection:
     """One annotation used: who (the active individual's name), when (naive local time) and where."""
@@ -107,9 +117,7 @@ def choose_species(session: Session, species: str | int | None) -> Species:
         return find_species(session, str(species).strip())
     ids = list(session.scalars(select(Image.species_id).where(Image.individual_id.is_not(None)).distinct()))
     if len(ids) > 1:
-        names = sorted(session.scalars(select(Species.name).where(Species.id.in_(ids))))
-        raise CatalogueError(f"individuals of {len(ids)} species are catalogued ({', '.join(names)}): "
-                             "choose one (--species)")
+        raise SpeciesNotChosen(sorted(session.scalars(select(Species.name).where(Species.id.in_(ids)))))
     return session.get(Species, ids[0] if ids else DEFAULT_SPECIES_ID) or find_species(session, DEFAULT_SPECIES_ID)
 
 

@@ -30,14 +30,7 @@ from scipy.special import polygamma
 
 from app.cli import main as cli_main
 from app.tabs import deployments as deployments_tab
-from core.stations import camera_days, local_period
-from db.catalogue import CatalogueError
-from db.models import Deployment, Image, Individual, Photo, Species
-from db.session import open_catalogue
-from jobs.actions import deployments as deployment_actions
-from jobs.actions import population as ps
-from jobs.requests.deployments import ListDeploymentsRequest
-from jobs.requests.population import CapthistExportRequest, PopulationRequest
+from app.tabs import population as population_tab
 from core.population import (
     NO_INDIVIDUALS,
     ONE_OCCASION,
@@ -47,6 +40,14 @@ from core.population import (
     mh_chao_from_frequencies,
     mt_from_counts,
 )
+from core.stations import camera_days, local_period
+from db.catalogue import CatalogueError
+from db.models import Deployment, Image, Individual, Photo, Species
+from db.session import open_catalogue
+from jobs.actions import deployments as deployment_actions
+from jobs.actions import population as ps
+from jobs.requests.deployments import ListDeploymentsRequest
+from jobs.requests.population import CapthistExportRequest, PopulationRequest
 
 KANHA_NJ = [5, 5, 3, 13, 7, 4, 4, 4, 5, 8]
 KANHA_M = 26
@@ -319,3 +320,44 @@ def test_a_full_disk_while_zipping_names_the_zip(season, tmp_path, monkeypatch):
     with pytest.raises(CatalogueError, match=rf"could not write {re.escape(str(out))}\.zip: the disk it is on is full"):
         ps.export_capthist(season, CapthistExportRequest(species=NYALA, out=str(out), as_zip=True))
     assert not Path(f"{out}.zip").exists()
+
+
+# --------------------------------------------------------------------------- two species: where to choose one
+
+
+@pytest.fixture(scope="module")
+def two_species(tmp_path_factory):
+    cat = open_catalogue(tmp_path_factory.mktemp("two-species") / "rosette-data")
+    with cat.unit_of_work() as s:
+        nyala, kudu = Species(name=NYALA), Species(name="Tragelaphus strepsiceros")
+        s.add_all([nyala, kudu])
+        s.flush()
+        dep = Deployment(key="ST1-a", location_id="ST1", start="2024-05-01T00:00:00-04:00",
+                         end="2024-05-04T00:00:00-04:00")
+        s.add(dep)
+        nandi, kobus = Individual(name="Nandi", species_id=nyala.id), Individual(name="Kobus", species_id=kudu.id)
+        s.add_all([nandi, kobus])
+        s.flush()
+        _seen(s, 1, dep, "2024-05-01T08:00:00-04:00", nyala, nandi)
+        _seen(s, 2, dep, "2024-05-02T08:00:00-04:00", kudu, kobus)
+        s.commit()
+    try:
+        yield cat
+    finally:
+        cat.close()
+
+
+def test_two_species_are_named_and_each_screen_says_where_to_choose(two_species, tmp_path, capsys):
+    with pytest.raises(ps.SpeciesNotChosen) as caught:
+        ps.population_summary(two_species, PopulationRequest())
+    assert caught.value.names == (NYALA, "Tragelaphus strepsiceros")
+    assert "--species" not in str(caught.value)
+    words = population_tab.choose_species_text(caught.value.names)
+    assert words.startswith(f"Individuals of 2 species are catalogued ({NYALA}, Tragelaphus strepsiceros): "
+                            "choose one in the **Species** list above")
+    assert "--species" not in words
+    rc = cli_main(["--data-dir", str(two_species.data_dir), "population"])
+    assert rc == 1 and "choose one with --species NAME" in capsys.readouterr().err
+    rc = cli_main(["--data-dir", str(two_species.data_dir), "export", "capthist", str(tmp_path / "out")])
+    assert rc == 1 and "choose one with --species NAME" in capsys.readouterr().err
+    assert ps.population_summary(two_species, PopulationRequest(species=NYALA))["individuals"] == 1

@@ -8,6 +8,9 @@ import json
 from jobs.actions import population as ps
 from jobs.requests.population import CapthistExportRequest, PopulationRequest
 
+#: How a command line chooses a species.
+CHOOSE_SPECIES = "with --species NAME"
+
 
 def _window_options(p) -> None:
     p.add_argument("--species", default=None,
@@ -43,7 +46,10 @@ def register_capthist_export(export_subparsers) -> None:
 def run(args, ctx) -> int:
     request = PopulationRequest(species=args.species, occasion_days=args.occasion_days, date_from=args.date_from,
                                 date_to=args.date_to)
-    summary = ps.population_summary(ctx.catalogue, request)
+    try:
+        summary = ps.population_summary(ctx.catalogue, request)
+    except ps.SpeciesNotChosen as exc:
+        raise ValueError(f"{exc} {CHOOSE_SPECIES}") from None
     print(json.dumps(summary, indent=2) if args.json else ps.summary_text(summary))
     return 0
 
@@ -51,7 +57,10 @@ def run(args, ctx) -> int:
 def run_capthist(args, ctx) -> int:
     request = CapthistExportRequest(species=args.species, occasion_days=args.occasion_days, date_from=args.date_from,
                                     date_to=args.date_to, out=args.out, binary_usage=args.binary_usage)
-    done = ps.export_capthist(ctx.catalogue, request)
+    try:
+        done = ps.export_capthist(ctx.catalogue, request)
+    except ps.SpeciesNotChosen as exc:
+        raise ValueError(f"{exc} {CHOOSE_SPECIES}") from None
     if args.json:
         print(json.dumps({"folder": done.folder, "files": done.files, "epsg": done.epsg,
                           "individuals": done.individuals, "occasions": done.occasions,

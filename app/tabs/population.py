@@ -26,6 +26,12 @@ each station's active days per occasion), camtrapR (record table) and MARK (.inp
 OCCASION_HEADERS = ["Occasion", "Begins", "Ends", "Camera-days", "Individuals seen"]
 
 
+def choose_species_text(names) -> str:
+    """What to do when individuals of several species are catalogued and the Species box is empty."""
+    return (f"Individuals of {len(names)} species are catalogued ({markdown_text(', '.join(names))}): choose one in "
+            "the **Species** list above, then press **Estimate** (or write the files) again.")
+
+
 def build(ctx: UIContext) -> None:
     cat = ctx.catalogue
     gr.Markdown(HELP, elem_classes=["help-text"])
@@ -62,28 +68,42 @@ def build(ctx: UIContext) -> None:
 
     ctx.on_refresh(refresh_species, inputs=[species], outputs=[species])
 
+    def no_results(words: str = "") -> tuple:
+        """Empty results, so none is shown beside a form it does not answer."""
+        return (words, pd.DataFrame([], columns=ps.ESTIMATE_HEADERS), None, None, pd.DataFrame([]),
+                pd.DataFrame([], columns=OCCASION_HEADERS), None, "")
+
+    results = [basis, estimates, discovery, frequencies, histories, occasions, files, download_status]
+    for field in (species, days, first, last):  # a changed form: the results shown no longer answer it
+        field.input(no_results, outputs=results, api_visibility="private", queue=False)
+
     def request_of(sp, n_days, d_from, d_to) -> PopulationRequest:
         return PopulationRequest(species=sp or None, occasion_days=n_days if n_days is not None else 1.0,
                                  date_from=d_from or None, date_to=d_to or None)
 
     @curator_action(role=Role.viewer)
     def estimate(sp, n_days, d_from, d_to):
-        summary = ps.population_summary(cat, request_of(sp, n_days, d_from, d_to))
+        try:
+            summary = ps.population_summary(cat, request_of(sp, n_days, d_from, d_to))
+        except ps.SpeciesNotChosen as exc:
+            return no_results(choose_species_text(exc.names))
         headers, rows = ps.history_rows(summary)
         table = [[o["occasion"], o["begins"][:16].replace("T", " "), o["ends"][:16].replace("T", " "),
                   o["effort_days"], o["individuals"]] for o in summary["occasion_table"]]
         return (markdown_text(ps.basis_text(summary)),
                 pd.DataFrame(ps.estimate_rows(summary), columns=ps.ESTIMATE_HEADERS),
                 ps.discovery_figure(summary), ps.frequency_figure(summary),
-                pd.DataFrame(rows, columns=headers), pd.DataFrame(table, columns=OCCASION_HEADERS))
+                pd.DataFrame(rows, columns=headers), pd.DataFrame(table, columns=OCCASION_HEADERS), None, "")
 
-    compute.click(estimate, inputs=[species, days, first, last],
-                  outputs=[basis, estimates, discovery, frequencies, histories, occasions], api_name="population")
+    compute.click(estimate, inputs=[species, days, first, last], outputs=results, api_name="population")
 
     @curator_action(role=Role.viewer)
     def write_files(sp, n_days, d_from, d_to):
         asked = request_of(sp, n_days, d_from, d_to)
-        done = ps.export_capthist(cat, CapthistExportRequest(**asked.to_dict(), as_zip=True))
+        try:
+            done = ps.export_capthist(cat, CapthistExportRequest(**asked.to_dict(), as_zip=True))
+        except ps.SpeciesNotChosen as exc:
+            return None, choose_species_text(exc.names)
         return done.zip_path, markdown_text(done.message)
 
     download.click(write_files, inputs=[species, days, first, last], outputs=[files, download_status],

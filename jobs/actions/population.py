@@ -24,6 +24,7 @@ from core import capthist as ch
 from db import species as species_store
 from db.catalogue import CatalogueError
 from db.population import LEFT_OUT_REASONS, LEFT_OUT_WORDS, PopulationStudy, population_study, station_periods
+from db.population import SpeciesNotChosen  # noqa: F401 - re-exported: each screen says where to choose a species
 from db.session import Catalogue
 from jobs.requests.population import CapthistExportRequest, PopulationRequest
 
