@@ -170,6 +170,10 @@ def test_undo_lifts_the_override_and_nothing_is_duplicated(curated, trap):
         assert [(o.annotation_id, o.kind) for o in curator_overrides(s, two)] == [(ids["a"], "move")]
     b = _by_box(cat, two)[tuple(BOX_B)]  # its id, or a new one where SQLite gave its id to the box drawn since
     assert _state(cat)["annotations"][b][1:4] == (tuple(BOX_B), "megadetector", pytest.approx(0.61))
+    with cat.unit_of_work() as s:  # the photo's edits name the annotation as it is now
+        assert [(e.kind, e.annotation_id, e.undone_at is None) for e in
+                s.scalars(select(BoxEdit).where(BoxEdit.photo_id == two).order_by(BoxEdit.id))] == \
+            [("move", ids["a"], True), ("delete", b, False)]
     for threshold in (0.2, float(LOW)):
         report = ingest_path(cat, trap / "frames", user="ana", detections=trap / "md.json", min_confidence=threshold)
         (item,) = [it for it in report.items if it.name == "two.jpg"]
@@ -196,6 +200,17 @@ def test_a_second_move_and_a_delete_after_a_move_keep_the_first_override(curated
     assert item.status == "duplicate" and f"annotation #{ids['a']} came from this detection, and ana moved it on" \
         in item.message  # it no longer exists: moved, then deleted
     assert ids["a"] not in {r.id for r in list_annotations(cat)}
+
+
+def test_an_undo_that_is_refused_leaves_the_edit_standing(curated, capsys):
+    d, cat, ids = curated
+    _run(d, "decide", "--annotation", str(ids["drawn"]), "new", "--name", "Dot")
+    assert cli(["--data-dir", d, "--user", "ana", "box", "undo", str(ids["solo"])]) == 1  # the add: decided on since
+    assert "cannot be removed: it is assigned to an individual" in capsys.readouterr().err
+    with cat.unit_of_work() as s:
+        (add,) = s.scalars(select(BoxEdit).where(BoxEdit.photo_id == ids["solo"]))
+        assert add.kind == "add" and add.undone_at is None
+    assert ids["drawn"] in {r.id for r in list_annotations(cat, photo_id=ids["solo"])}
 
 
 # --------------------------------------------------------------------------- Camtrap DP
