@@ -1,5 +1,6 @@
 """End to end in a real browser: a Kaggle submission written by a background job and offered for download, and a
-Camtrap DP package written from the catalogue and offered as a zip."""
+Camtrap DP package written from the catalogue by a background job and offered as a zip, the people in its photos
+blurred (or, chosen in the tab, the photos showing them left out); the Kaggle block sits below it."""
 
 from __future__ import annotations
 
@@ -63,10 +64,24 @@ def camtrap_server(tmp_path_factory):
     made = build_catalogue(tmp_path_factory.mktemp("camtrap-browser"))
     made.cat.close()
     server = start_rosette(made.root / "data")
+    server.photos = made.photos  # the originals, to compare with what the package holds
     try:
         yield server
     finally:
         server.stop()
+
+
+JOB_TIMEOUT_MS = 120_000  # the worker's child process starts, then writes the package
+
+
+def _package(page, server) -> zipfile.ZipFile:
+    from playwright.sync_api import expect
+
+    link = page.locator('#camtrap-result a[href$=".zip"]')
+    expect(link).to_have_count(1, timeout=TIMEOUT_MS)
+    href = link.get_attribute("href")
+    body = page.request.get(href if href.startswith("http") else server.url.rstrip("/") + href).body()
+    return zipfile.ZipFile(io.BytesIO(body))
 
 
 def test_camtrap_dp_package_from_the_export_tab(camtrap_server, page, shot):
@@ -74,19 +89,36 @@ def test_camtrap_dp_package_from_the_export_tab(camtrap_server, page, shot):
 
     page.goto(camtrap_server.url)
     page.get_by_role("tab", name="Export").click()
+    # the field formats come first, the Kaggle submission below them
+    camtrap_box, kaggle_box = page.locator("#camtrap-run").bounding_box(), page.locator("#export-run").bounding_box()
+    assert camtrap_box["y"] < kaggle_box["y"]
+    expect(page.locator("#camtrap-people input[value='blur']")).to_be_checked()
     page.locator("#camtrap-title input, #camtrap-title textarea").first.fill("Nyala waterholes")
     page.locator("#camtrap-run").click()
     status = page.locator("#camtrap-status")
-    expect(status).to_contain_text("Valid Camtrap DP package: 1 deployment(s), 6 photo(s)", timeout=TIMEOUT_MS)
+    expect(status).to_contain_text("Valid Camtrap DP package: 1 deployment(s), 6 photo(s)", timeout=JOB_TIMEOUT_MS)
+    expect(status).to_contain_text("(1 of people)")
+    expect(status).to_contain_text("1 photo(s) showing people copied with the people blurred")
     expect(status).to_contain_text("Left out: 1 photo(s) without a deployment")
-    link = page.locator('#camtrap-result a[href$=".zip"]')
-    expect(link).to_have_count(1, timeout=TIMEOUT_MS)
     shot("camtrap-dp-done")
-    href = link.get_attribute("href")
-    body = page.request.get(href if href.startswith("http") else camtrap_server.url.rstrip("/") + href).body()
-    with zipfile.ZipFile(io.BytesIO(body)) as zf:
+    with _package(page, camtrap_server) as zf:
         descriptor = json.loads(zf.read("datapackage.json"))
         observations = list(csv.DictReader(io.StringIO(zf.read("observations.csv").decode())))
+        media = {m["fileName"]: m for m in csv.DictReader(io.StringIO(zf.read("media.csv").decode()))}
+        exported = np.asarray(Image.open(io.BytesIO(zf.read(media["p5.jpg"]["filePath"]))).convert("RGB"), np.int16)
     assert descriptor["title"] == "Nyala waterholes"
     assert {o["individualID"] for o in observations} == {"Ayla", ""}
+    original = np.asarray(Image.open(camtrap_server.photos / "p5.jpg").convert("RGB"), np.int16)
+    h, w = original.shape[:2]  # p5's person box: x 0.6, y 0.1, w 0.2, h 0.5
+    person = (slice(round(0.1 * h), round(0.6 * h)), slice(round(0.6 * w), round(0.8 * w)))
+    assert np.abs(exported[person] - original[person]).mean() > 20  # the person's pixels differ from the original
+
+    # chosen in the tab: the photos showing people are left out
+    page.locator("#camtrap-people label", has_text="Leave out the photos showing people").click()
+    page.locator("#camtrap-run").click()
+    expect(status).to_contain_text("1 photo(s) showing people left out (people: omit)", timeout=JOB_TIMEOUT_MS)
+    expect(status).to_contain_text("5 photo(s)")
+    with _package(page, camtrap_server) as zf:
+        media = {m["fileName"] for m in csv.DictReader(io.StringIO(zf.read("media.csv").decode()))}
+    assert "p5.jpg" not in media and len(media) == 5
     assert page.external_requests == []
