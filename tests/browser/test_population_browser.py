@@ -54,3 +54,30 @@ def test_estimate_and_download(population_server, page, shot):
     expect(page.locator("#pop-files")).to_contain_text(".zip", timeout=TIMEOUT_MS)
     shot("download")
     assert not page.external_requests
+
+
+def test_two_species_are_explained_in_the_tabs_words_and_a_changed_form_clears_the_results(population_server, page):
+    page.goto(population_server.url)
+    expect(page.get_by_role("tab", name="Ingest")).to_be_visible(timeout=TIMEOUT_MS)
+    page.get_by_role("tab", name="Population").click()
+    page.locator("#pop-compute").click()  # no species chosen; jaguars and an ocelot have individuals
+    basis = page.locator("#pop-basis")
+    expect(basis).to_contain_text("Individuals of 2 species are catalogued (Leopardus pardalis, Panthera onca): "
+                                  "choose one in the Species list above", timeout=TIMEOUT_MS)
+    assert "--species" not in basis.text_content()
+    assert "Mh-Chao" not in page.locator("#pop-estimates").text_content()
+
+    box = page.locator("#pop-species input").first
+    box.click()
+    box.fill(JAGUAR)
+    page.locator("#pop-species [role='option']", has_text=JAGUAR).first.click()
+    page.locator("#pop-days input").fill("2")
+    page.locator("#pop-compute").click()
+    expect(page.locator("#pop-estimates")).to_contain_text("Mh-Chao", timeout=TIMEOUT_MS)
+    expect(basis).to_contain_text("6 Panthera onca individual(s)")
+    # another occasion length: the estimates shown were for 2 days, so they go until Estimate is pressed again
+    page.locator("#pop-days input").fill("3")
+    expect(page.locator("#pop-estimates")).not_to_contain_text("Mh-Chao", timeout=TIMEOUT_MS)
+    expect(basis).not_to_contain_text("individual(s) detected")
+    expect(page.locator("#pop-histories")).not_to_contain_text("Ana")
+    assert not page.external_requests
