@@ -1,7 +1,7 @@
 """``rosette import PATH [--format ...] [--dry-run]``: bring photos into the catalogue.
 
 PATH is a photo, a folder (flat or one sub-folder per individual), a zip, a CSV
-manifest (``filename,identity[,flank,sighting,date,lat,lon,camera,observer]``),
+manifest (``filename[,identity,flank,sighting,date,lat,lon,camera,observer]``),
 a Kaggle layout (``train.csv`` + RGBA PNGs) or a Camtrap DP 1.x package (its
 ``datapackage.json``, its folder or a zip: deployments, media and one annotation
 per animal observation); the format is detected unless
@@ -13,7 +13,11 @@ nothing failed, 1 when every file failed (or the import could not start).
 
 Camera stations: a manifest may name each photo's ``deployment`` (a deploymentID or a station) and ``timestamp``;
 camera-trap folders laid out ``Station/...`` (camtrapR) are read with ``--layout stations`` (or by themselves when
-every sub-folder names a station of ``rosette deployments``). Each photo is linked to the deployment of its station
+every sub-folder names a station of ``rosette deployments``). A folder's sub-folders are otherwise read as one
+individual each (``--layout individuals``, the default for a folder, kept as it always was); a zip's folder names
+become individuals only with ``--layout individuals``, and ``--layout none`` reads no folder name at all.
+``--species NAME`` sets the species of what comes in (added if new) where the source names none. Each photo is
+linked to the deployment of its station
 running when it was taken, and photos of one deployment at most ``--event-gap`` seconds apart (60) form one event.
 """
 
@@ -57,10 +61,14 @@ def register(sub) -> None:
     p.add_argument("--event-gap", type=float, default=EVENT_GAP_S, metavar="SECONDS",
                    help=f"photos of one camera deployment taken at most this many seconds apart form one event "
                         f"(default {EVENT_GAP_S:g})")
-    p.add_argument("--layout", choices=("auto", "individuals", "stations"), default="auto",
-                   help="how a folder's first-level sub-folders are read: one per individual, or one per camera "
-                        "station (Station/..., camtrapR); auto: stations when every sub-folder names a station "
-                        "in 'rosette deployments'")
+    p.add_argument("--layout", choices=("auto", "individuals", "stations", "none"), default="auto",
+                   help="how a folder's or zip's first-level sub-folders are read: one per individual, one per "
+                        "camera station (Station/..., camtrapR), or not at all (none); auto: stations when every "
+                        "sub-folder names a station in 'rosette deployments', else individuals for a folder and "
+                        "none for a zip")
+    p.add_argument("--species", default=None, metavar="NAME",
+                   help="the species of the photos coming in (added if new; a manifest's species column names a "
+                        "row's own); default: the default species")
     p.set_defaults(func=run)
 
 
@@ -82,7 +90,8 @@ def run(args, ctx) -> int:
     request = ImportPathRequest(args.path, user=ctx.user, format=args.format, dry_run=args.dry_run,
                                 update_metadata=args.update_metadata, detections=args.detections,
                                 min_confidence=args.min_confidence, keep_empty=args.keep_empty,
-                                detector=args.detector, event_gap_s=args.event_gap, layout=args.layout)
+                                detector=args.detector, event_gap_s=args.event_gap, layout=args.layout,
+                                species=args.species)
     report = import_path(ctx.catalogue, request, progress=_progress_printer(sys.stderr))
     print(f"import of {report.source} as {report.format}")
     if args.show_all or len(report.items) <= FULL_TABLE_MAX:
@@ -97,6 +106,8 @@ def run(args, ctx) -> int:
     if rows:
         print_table(rows, ["file", "status", "message"])
     print(report.summary())
+    if report.items:
+        print(report.tally.words())
     if not report.items:
         print("no photos were found there")
     return report.exit_code

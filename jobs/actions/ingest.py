@@ -8,16 +8,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.readers import FORMATS, IngestReport
-from db.ingest import ingest_path, ingest_uploads
+from db.ingest import KEEP_EMPTY_TAB, FolderPreview, ingest_path, ingest_uploads, upload_folders
 from db.models import JobStatus
 from db.session import Catalogue
 from db.species import active_model_name
 from jobs.actions.common import curator_name
 from jobs.queue import list_jobs, submit
-from jobs.requests.ingest import ImportPathRequest, ImportUploadsRequest
+from jobs.requests.ingest import ImportPathRequest, ImportUploadsRequest, PreviewFoldersRequest
 
-__all__ = ["FORMATS", "IMPORT_STOPS", "REPORT_HEADERS", "ImportOutcome", "StopRequests", "import_path",
-           "import_uploads", "warm_features"]
+__all__ = ["FORMATS", "IMPORT_STOPS", "REPORT_HEADERS", "FoldersPreview", "ImportOutcome", "StopRequests",
+           "import_path", "import_uploads", "preview_folders", "warm_features"]
 
 REPORT_HEADERS = ["File", "Result", "Details"]
 
@@ -29,12 +29,15 @@ class ImportOutcome:
     rows: list[list[str]]  # under REPORT_HEADERS
     counts: dict[str, int]
     features_job: int | None = None  # the background job computing match-review features of the new photos
+    tally: str = ""  # photos, animals, people blurred, boxes left out and empty frames, in the tab's words
 
     @property
     def summary(self) -> str:
         shown = [f"{n} {status if status != 'error' else ('errors' if n != 1 else 'error')}"
                  for status, n in self.counts.items() if n]
         text = " · ".join(shown) if shown else "nothing to import"
+        if self.tally:
+            text += f" — {self.tally}"
         if self.features_job is not None:
             text += f" · their features for match review are being computed in the background (job #{self.features_job})"
         return text
@@ -77,10 +80,10 @@ def import_uploads(cat: Catalogue, request: ImportUploadsRequest, *, progress: P
     report = ingest_uploads(cat, list(request.paths), manifest=request.manifest, user=user, progress=progress,
                             should_cancel=should_cancel, update_metadata=request.update_metadata,
                             detections=request.detections, min_confidence=request.min_confidence,
-                            keep_empty=request.keep_empty)
+                            keep_empty=request.keep_empty, folders=request.folders, species=request.species)
     warm = warm_features(cat, user=user) if report.counts.get("imported") else None
     return ImportOutcome(rows=[[str(c) for c in row] for row in report.rows()], counts=dict(report.counts),
-                         features_job=warm)
+                         features_job=warm, tally=report.tally.words(keep_empty=KEEP_EMPTY_TAB))
 
 
 def import_path(cat: Catalogue, request: ImportPathRequest, *, progress: Progress | None = None) -> IngestReport:
@@ -89,7 +92,69 @@ def import_path(cat: Catalogue, request: ImportPathRequest, *, progress: Progres
                        dry_run=request.dry_run, progress=progress, update_metadata=request.update_metadata,
                        detections=request.detections, min_confidence=request.min_confidence,
                        keep_empty=request.keep_empty, detector=request.detector, event_gap_s=request.event_gap_s,
-                       layout=request.layout)
+                       layout=request.layout, species=request.species)
+
+
+@dataclass(frozen=True)
+class FoldersPreview:
+    """What the Ingest tab says about the uploaded zips' folders before importing, and the meaning it suggests
+    (``stations`` when every folder names a stored station, else ``none``; never ``individuals``)."""
+
+    words: str
+    suggested: str
+    folders: tuple[str, ...] = ()
+
+
+def _names(counts: dict[str, int], names: list[str] | tuple[str, ...], *, limit: int = 8) -> str:
+    shown = [f"{n} ({counts[n]} photo{'s' if counts[n] != 1 else ''})" for n in names[:limit]]
+    return ", ".join(shown) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def preview_folders(cat: Catalogue, request: PreviewFoldersRequest) -> FoldersPreview:
+    """Say what the uploaded zips' first-level folders are and what importing them as ``request.folders`` does:
+    stations (which deployments they match, which match none), individuals (new or catalogued) or nothing. Reads
+    the zips' listings only; nothing is imported."""
+    if not request.paths:
+        return FoldersPreview("", "none")
+    found: FolderPreview = upload_folders(cat, request.paths)
+    counts = found.folders.folders
+    names = list(counts)
+    loose = found.folders.loose
+    outside = f" {loose} photo{'s are' if loose != 1 else ' is'} outside any folder." if loose else ""
+    if not names:
+        return FoldersPreview(("No folders in the uploaded zips: the photos come in unassigned." + outside)
+                              if loose else "", "none")
+    n = len(names)
+    matching = [x for x in names if x in found.stations]
+    unmatched = [x for x in names if x not in found.stations]
+    if request.folders == "stations":
+        words = f"**{n} station folder{'s' if n != 1 else ''}:** {_names(counts, names)}."
+        if matching:
+            deps = "; ".join(f"{x} → {', '.join(found.stations[x])}" for x in matching[:8])
+            words += f" Matching deployments: {deps}" + (" ..." if len(matching) > 8 else "") + "."
+        if unmatched:
+            where = ("no deployments are stored yet" if not found.deployments
+                     else "they name no station of the Deployments tab")
+            words += (f" {', '.join(unmatched[:8])}{' ...' if len(unmatched) > 8 else ''}: {where}, so their "
+                      "photos come in without a deployment (add the deployments in the Deployments tab first).")
+    elif request.folders == "individuals":
+        known = [x for x in names if x in found.individuals]
+        new = [x for x in names if x not in found.individuals]
+        become = "1 folder becomes an individual" if n == 1 else f"{n} folders become individuals"
+        words = f"**{become}:** {_names(counts, names)}."
+        if new:
+            words += f" New: {', '.join(new[:8])}{' ...' if len(new) > 8 else ''}."
+        if known:
+            words += f" Already catalogued: {', '.join(known[:8])}{' ...' if len(known) > 8 else ''}."
+        if matching:
+            words += (f" Careful: {', '.join(matching[:8])} name{'s' if len(matching) == 1 else ''} stations of the "
+                      "Deployments tab; choose \"stations\" if these are camera stations.")
+    else:
+        words = (f"**{n} folder{'s' if n != 1 else ''} not read:** {_names(counts, names)}; their photos come in "
+                 "unassigned, without a deployment.")
+        if matching and not unmatched:
+            words += " They match stations of the Deployments tab: choose \"stations\" to link the photos to them."
+    return FoldersPreview(words + outside, found.suggested, tuple(names))
 
 
 def warm_features(cat: Catalogue, *, user: str) -> int | None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from core.annotations import DEFAULT_MIN_CONFIDENCE
 from core.detectors import check_detector_name
+from core.readers.folder import FOLDER_MEANINGS
 from core.requests import Request
 from core.stations import EVENT_GAP_S
 
@@ -32,11 +33,31 @@ def _check_detections(request: ImportUploadsRequest | ImportPathRequest) -> None
                          "Camtrap DP package: without one no frame is empty")
 
 
+#: The longest species name an import may set (as db.species allows).
+MAX_SPECIES_NAME = 120
+
+
+def _check_species(request: ImportUploadsRequest | ImportPathRequest) -> None:
+    """The species an import sets: blank is none (each photo keeps what its source says, else the default
+    species); a name too long or with control characters is refused before anything is read."""
+    name = " ".join(str(request.species or "").split())
+    if len(name) > MAX_SPECIES_NAME or any(ord(c) < 32 for c in name):
+        raise ValueError(f"a species name is up to {MAX_SPECIES_NAME} printable characters")
+    object.__setattr__(request, "species", name or None)
+
+
+def _check_folders(folders: str) -> None:
+    if folders not in FOLDER_MEANINGS:
+        raise ValueError(f"what the zip's folders are must be one of {', '.join(FOLDER_MEANINGS)}, got {folders!r}")
+
+
 @dataclass(frozen=True)
 class ImportUploadsRequest(Request):
     """Import uploaded photos / zips (their paths on the server, named as uploaded) and an optional manifest CSV.
 
-    ``update_metadata``: photos already in the catalogue take the manifest's sighting details (audited)."""
+    ``update_metadata``: photos already in the catalogue take the manifest's sighting details (audited).
+    ``folders``: what a zip's first-level folders are (``stations``, ``individuals`` or ``none``: never
+    individuals unless chosen). ``species``: the species of what comes in (created if new)."""
 
     paths: tuple[str, ...]
     user: str
@@ -45,6 +66,8 @@ class ImportUploadsRequest(Request):
     detections: str | None = None  # a MegaDetector batch-output JSON: each animal box becomes an annotation
     min_confidence: float = DEFAULT_MIN_CONFIDENCE
     keep_empty: bool = False  # keep frames with no animal box (as photos without annotations)
+    folders: str = "none"
+    species: str | None = None
 
     def __post_init__(self) -> None:
         paths = tuple(str(p) for p in (self.paths or ()))
@@ -52,6 +75,21 @@ class ImportUploadsRequest(Request):
             raise ValueError("Choose some photos or a zip archive to import first.")
         object.__setattr__(self, "paths", paths)
         _check_detections(self)
+        _check_folders(self.folders)
+        _check_species(self)
+
+
+@dataclass(frozen=True)
+class PreviewFoldersRequest(Request):
+    """What the uploaded zips' first-level folders are, read as ``folders`` (the Ingest tab's preview, before
+    anything is imported); no paths: nothing to say."""
+
+    paths: tuple[str, ...] = ()
+    folders: str = "none"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "paths", tuple(str(p) for p in (self.paths or ())))
+        _check_folders(self.folders)
 
 
 @dataclass(frozen=True)
@@ -69,7 +107,8 @@ class ImportPathRequest(Request):
     keep_empty: bool = False  # keep frames with no animal box (as photos without annotations)
     detector: str | None = None  # run this registered detector (its weights here) for the boxes
     event_gap_s: float = EVENT_GAP_S  # photos of one deployment this close in time (seconds) form one event
-    layout: str = "auto"  # a folder's sub-folders: "individuals", "stations" (Station/...) or "auto"
+    layout: str = "auto"  # a folder's sub-folders: "individuals", "stations" (Station/...), "none" or "auto"
+    species: str | None = None  # the species of what comes in (created if new)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", str(self.path))
@@ -82,5 +121,6 @@ class ImportPathRequest(Request):
         if not (gap >= 0 and gap != float("inf")):
             raise ValueError(f"the event gap (--event-gap) must be 0 seconds or more, got {self.event_gap_s}")
         object.__setattr__(self, "event_gap_s", gap)
-        if self.layout not in ("auto", "individuals", "stations"):
-            raise ValueError(f"unknown layout {self.layout!r}: choose auto, individuals or stations")
+        if self.layout not in ("auto", *FOLDER_MEANINGS):
+            raise ValueError(f"unknown layout {self.layout!r}: choose auto, {', '.join(FOLDER_MEANINGS)}")
+        _check_species(self)
