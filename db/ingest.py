@@ -222,6 +222,9 @@ class _Importer:
         self._user_known = False
         self._pending: dict[tuple[str, str], Any] = {}  # cache entries waiting for this file's commit
         self._linked: set[int] = set()  # known photos this run linked to a deployment (grouped into events)
+        # deployments the import stores before its photos (a Camtrap DP package's): a dry run, which stores none,
+        # still says which photos it would link to them
+        self.planned_deployments: set[str] = set()
 
     # ---- helpers
 
@@ -412,7 +415,8 @@ class _Importer:
             if e.identity and e.identity not in self.planned_individuals and find_individual_by_name(session, e.identity) is None:
                 desc += " (new individual)"
                 self.planned_individuals.add(e.identity)
-            return IngestItemResult(e.name, "would-import", desc)
+            linking = self._would_link(e, exif_time=decoded.exif_time)
+            return IngestItemResult(e.name, "would-import", desc + (f"; {linking}" if linking else ""))
         return self._store(session, e, prep.data, prep.digest, decoded, prep.thumb, prep.mask_png, prep.quality, desc,
                            boxes)
 
@@ -493,6 +497,28 @@ class _Importer:
                                 + (f"; warning: {e.warning}" if e.warning else "")
                                 + (f"; {station_note}" if station_note else ""), ids[0] if ids else None,
                                 photo_id=photo.id, annotation_ids=ids)
+
+    def _would_link(self, e: Entry, *, exif_time: str | None) -> str:
+        """A dry run's words for the linking the import would do: the deployment (stored, or the package's own)
+        and the event of a photo, or why it would stay unlinked; '' when the import links nothing."""
+        if self.stations is None or not (self.stations or e.deployment):
+            return ""
+        if e.deployment and e.deployment in self.planned_deployments and e.deployment not in self.stations.by_key:
+            words = f"would be linked to deployment {e.deployment} (stored by this import)"
+            if e.taken_at:
+                words += f", taken {e.taken_at}"
+        else:
+            found = self.stations.resolve(deployment=e.deployment, taken_at=e.taken_at, exif_time=exif_time)
+            if found.deployment_id is None:
+                return "would not be linked to a deployment" + (f" ({'; '.join(found.warnings)})"
+                                                                 if found.warnings else "")
+            words = f"would be linked to deployment {found.deployment_key}" + (
+                f", taken {found.taken_at}" if found.taken_at else "") + (
+                f" ({'; '.join(found.warnings)})" if found.warnings else "")
+        if e.sighting:
+            event = e.sighting.get("event_key")
+            return words + (f", in event {event}" if event else f", in sighting {e.sighting['key']}")
+        return words + f", grouped into an event with the photos of its deployment within {self.event_gap_s:g} s"
 
     def _place(self, photo: Photo, e: Entry, decoded: DecodedImage) -> str:
         """Camera stations: the photo's deployment and time (:meth:`db.deployments.DeploymentIndex.resolve`);
@@ -605,6 +631,8 @@ class _Importer:
         what was done, or ''. A photo already linked keeps its deployment."""
         if photo.deployment_id is not None or not e.deployment or self.stations is None:
             return ""
+        if self.dry_run and e.deployment in self.planned_deployments and e.deployment not in self.stations.by_key:
+            return f"would be linked to deployment {e.deployment} (stored by this import)"
         found = self.stations.resolve(deployment=e.deployment, taken_at=e.taken_at, exif_time=photo.exif_time)
         if found.deployment_id is None:
             return ""
@@ -969,13 +997,14 @@ def camtrapdp_plan(package: CamtrapPackage, *, keep_empty: bool = False) -> Dete
 
 def _package_deployments(cat, package: CamtrapPackage, *, user: str, dry_run: bool) -> list[IngestItemResult]:
     """Store a Camtrap DP package's deployments before its media (:func:`db.deployments.store_deployments`); the
-    report lines: what was stored, its warnings, and each deployment stored differently before (kept as stored)."""
+    report lines (about the package, not counted as media): what was stored, its warnings, and each deployment stored
+    differently before (kept as stored). Deployments without coordinates have the package reader's own line."""
     stored = store_deployments(cat, package.deployments, user=user, dry_run=dry_run)
     label = "deployments"
-    words = "; ".join([stored.summary(), *stored.warnings])
+    words = "; ".join([stored.summary(), *(w for w in stored.warnings if "have no coordinates" not in w)])
     status = ("would-import" if dry_run else "imported") if stored.new else "duplicate"
-    lines = [IngestItemResult(label, status, words)]
-    lines.extend(IngestItemResult(label, "error", c.describe()) for c in stored.conflicting)
+    lines = [IngestItemResult(label, status, words, about_import=True)]
+    lines.extend(IngestItemResult(label, "error", c.describe(), about_import=True) for c in stored.conflicting)
     return lines
 
 
@@ -1170,6 +1199,8 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
         importer = _Importer(cat, user=user, dry_run=dry_run, origin=f"{layout_used}:{p.name}",
                              max_pixels=max_pixels, update_metadata=update_metadata, plan=plan,
                              event_gap_s=event_gap_s, keep_empty_words=keep_empty_words)
+        if package is not None:
+            importer.planned_deployments = {d.key for d in package.deployments}
         report.items.extend(problems)
         report.items.extend(importer.run(entries, progress=progress, should_cancel=should_cancel))
         report.tally = _tally(report.items, plan)

@@ -47,6 +47,23 @@ def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[
             writer.writerow({k: "" if v is None else v for k, v in row.items()})
 
 
+def _package_metadata(deployments: Sequence[Mapping[str, Any]],
+                      observations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The descriptor's package-level properties Camtrap DP requires (contributors, project, spatial, temporal,
+    taxonomic), so a package whose rows are valid passes the schema check."""
+    points = [[float(d["longitude"]), float(d["latitude"])] for d in deployments
+              if d.get("latitude") not in (None, "") and d.get("longitude") not in (None, "")]
+    days = sorted(str(d[k])[:10] for d in deployments for k in ("deploymentStart", "deploymentEnd") if d.get(k))
+    names = sorted({str(o["scientificName"]) for o in observations if o.get("scientificName")})
+    return {"contributors": [{"title": "Test Curator", "role": "contact"}],
+            "project": {"title": "test", "samplingDesign": "opportunistic", "captureMethod": ["activityDetection"],
+                        "individualAnimals": any(o.get("individualID") for o in observations),
+                        "observationLevel": ["media", "event"]},
+            "spatial": {"type": "MultiPoint", "coordinates": points or [[4.2, 51.05]]},
+            "temporal": {"start": days[0] if days else "2024-01-01", "end": days[-1] if days else "2024-01-01"},
+            "taxonomic": [{"scientificName": n} for n in names]}
+
+
 def write_package(directory: Path, deployments: Sequence[Mapping[str, Any]], media: Sequence[Mapping[str, Any]],
                   observations: Sequence[Mapping[str, Any]], *, profile: str | None = PROFILE,
                   photos: bool = True, seed: int = 0) -> Path:
@@ -75,6 +92,7 @@ def write_package(directory: Path, deployments: Sequence[Mapping[str, Any]], med
                        "schema": f"https://raw.githubusercontent.com/tdwg/camtrap-dp/1.0/{name}-table-schema.json"}
                       for name in ("deployments", "media", "observations")],
     }
+    descriptor.update(_package_metadata(deployments, observations))
     if profile is not None:
         descriptor["profile"] = profile
     path = directory / "datapackage.json"

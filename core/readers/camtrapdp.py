@@ -34,11 +34,12 @@ import zipfile
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from core.annotations import Box, InvalidBoxError
+from core.readers.camtrapdp_schema import check_against_schemas
 from core.readers.base import Entry, ManifestError, ReadError, Tree, tree_reader, unsafe_reason
 from core.readers.folder import FolderTree
 from core.readers.megadetector import ROUNDING_TOLERANCE
@@ -137,6 +138,18 @@ def is_camtrap_profile(profile: object) -> bool:
     return isinstance(profile, str) and PROFILE_PATTERN.match(profile.strip()) is not None
 
 
+def _about(name: str, status: str, message: str) -> IngestItemResult:
+    """A report line about the package as a whole or some of its rows (not one media file's own line)."""
+    return IngestItemResult(name, status, message, about_import=True)
+
+
+def _offset_text(offset: timedelta) -> str:
+    """A UTC offset as written in a timestamp: ``+02:00``, ``-04:30``."""
+    minutes = int(offset.total_seconds() // 60)
+    sign = "-" if minutes < 0 else "+"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
 def _shown(items: Sequence[str]) -> str:
     return ", ".join(repr(i) for i in items[:SHOWN]) + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
 
@@ -229,6 +242,7 @@ def read_table(tree: Tree, rel: str, *, name: str, label: str) -> list[dict[str,
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise CamtrapDPError(f"{label}: {rel} is not UTF-8 text (Camtrap DP tables are UTF-8 CSV)") from None
+    _check_delimiter(text, rel=rel, name=name, label=label)
     reader = csv.reader(io.StringIO(text))
     try:
         rows = [r for r in reader if any(c.strip() for c in r)]
@@ -243,6 +257,22 @@ def read_table(tree: Tree, rel: str, *, name: str, label: str) -> list[dict[str,
                              f"{', '.join(missing)} (found: {', '.join(h for h in header if h) or 'none'}); "
                              "nothing was imported")
     return [{header[i]: cell.strip() for i, cell in enumerate(r[:len(header)]) if header[i]} for r in rows[1:]]
+
+
+#: Separators a spreadsheet may have saved a table with instead of commas, and their names.
+OTHER_DELIMITERS = {";": "semicolons (';')", "\t": "tabs", "|": "vertical bars ('|')"}
+
+
+def _check_delimiter(text: str, *, rel: str, name: str, label: str) -> None:
+    """Refuse a table whose header line is separated by something other than commas (a spreadsheet in a
+    semicolon locale saves CSV so): read as commas, each row would be one column and every cell misread."""
+    header = next((line for line in text.splitlines() if line.strip()), "")
+    commas = header.count(",")
+    for delimiter, words in OTHER_DELIMITERS.items():
+        if header.count(delimiter) > commas:
+            raise CamtrapDPError(f"{label}: {rel} ({name}) is separated by {words}, not commas: Camtrap DP tables "
+                                 f"are comma-separated CSV (header found: {header[:120]!r}); save it again as "
+                                 "comma-separated CSV and import again; nothing was imported")
 
 
 # --------------------------------------------------------------------------- observations
@@ -342,8 +372,9 @@ def _read(tree: Tree, rel: str, *, label: str) -> CamtrapPackage:
     profile = check_profile(descriptor, label=label)
     base_dir = str(PurePosixPath(rel).parent)
     base = "" if base_dir in ("", ".") else base_dir + "/"
-    tables = {name: read_table(tree, base + _resource_path(descriptor, name, label=label), name=name, label=label)
-              for name in ("deployments", "media", "observations")}
+    paths = {name: base + _resource_path(descriptor, name, label=label) for name in ("deployments", "media",
+                                                                                      "observations")}
+    tables = {name: read_table(tree, path, name=name, label=label) for name, path in paths.items()}
     for name, column in (("deployments", "deploymentID"), ("media", "mediaID"), ("observations", "observationID")):
         empty = [str(i + 2) for i, r in enumerate(tables[name]) if not r.get(column)]
         if empty:
@@ -354,6 +385,7 @@ def _read(tree: Tree, rel: str, *, label: str) -> CamtrapPackage:
             check_unique_ids([r[column] for r in tables[name]], what=f"{column}s in {name}")
         except StationError as exc:
             raise CamtrapDPError(f"{label}: {exc}; every row needs its own id: nothing was imported") from None
+    _check_individual_species(tables["observations"], label=label)
     deployments: dict[str, DeploymentSpec] = {}
     for row in tables["deployments"]:
         try:
@@ -381,11 +413,11 @@ def _read(tree: Tree, rel: str, *, label: str) -> CamtrapPackage:
         else:
             bad_level.append(f"{row['observationID']} ({row['observationLevel']!r})")
     if orphans:
-        problems.append(IngestItemResult(label, "error", f"{len(orphans)} observation(s) point to media the package "
+        problems.append(_about(label, "error", f"{len(orphans)} observation(s) point to media the package "
                                          f"does not list, not imported: {', '.join(orphans[:SHOWN])}"
                                          + (f" and {len(orphans) - SHOWN} more" if len(orphans) > SHOWN else "")))
     if bad_level:
-        problems.append(IngestItemResult(label, "error", f"{len(bad_level)} observation(s) have an observationLevel "
+        problems.append(_about(label, "error", f"{len(bad_level)} observation(s) have an observationLevel "
                                          "other than 'media' or 'event', not imported: "
                                          + ", ".join(bad_level[:SHOWN])))
 
@@ -438,7 +470,7 @@ def _read(tree: Tree, rel: str, *, label: str) -> CamtrapPackage:
         for m in mids:
             event_obs.setdefault(m, []).append(row)
     if unmatched:
-        problems.append(IngestItemResult(label, "error", f"{len(unmatched)} event-level observation(s) match no media "
+        problems.append(_about(label, "error", f"{len(unmatched)} event-level observation(s) match no media "
                                          f"of their deployment and event, not imported: {', '.join(unmatched[:SHOWN])}"
                                          + (f" and {len(unmatched) - SHOWN} more" if len(unmatched) > SHOWN else "")))
     event_dates = {ev: min((times[m] for m in mids if times[m] is not None), default=None)
@@ -448,6 +480,10 @@ def _read(tree: Tree, rel: str, *, label: str) -> CamtrapPackage:
     observations: dict[str, MediaObservations] = {}
     urls: list[str] = []
     names: dict[str, str] = {}
+    found = _Findings()
+    box_lines: list[IngestItemResult] = []
+    media_row = {r["mediaID"]: i + 2 for i, r in enumerate(tables["media"])}  # the header is row 1
+    obs_row = {r["observationID"]: i + 2 for i, r in enumerate(tables["observations"])}
     for mid, row in media_rows.items():
         file_path = row["filePath"]
         if re.match(r"^https?://", file_path, re.IGNORECASE):
@@ -469,8 +505,10 @@ def _read(tree: Tree, rel: str, *, label: str) -> CamtrapPackage:
             continue
         names[name] = mid
         entry, warnings = _media_entry(row, name=name, deployments=deployments, when=times[mid],
-                                       event=media_event[mid], event_date=event_dates.get(media_event[mid] or ""))
+                                       event=media_event[mid], event_date=event_dates.get(media_event[mid] or ""),
+                                       found=found, row_name=f"{mid} (row {media_row[mid]})")
         facts = _media_observations(by_media.get(mid, []), event_obs.get(mid, []), media_id=mid, warnings=warnings)
+        box_lines.extend(_box_lines(name, facts, rows=obs_row, media_id=mid))
         if facts.others:  # nothing lost: what made no annotation travels with the photo
             entry.media_details = {**(entry.media_details or {}), "observations": [as_row(o) for o in facts.others]}
         species = {o.scientific_name for o in facts.animals if o.scientific_name}
@@ -484,28 +522,111 @@ def _read(tree: Tree, rel: str, *, label: str) -> CamtrapPackage:
         entries.append(entry)
         observations[entry.name] = facts
     if urls:
-        problems.append(IngestItemResult(label, "error", f"{len(urls)} media are given only as URLs (filePath "
+        problems.append(_about(label, "error", f"{len(urls)} media are given only as URLs (filePath "
                                          f"http(s)://..., e.g. media {_shown(urls)}): Rosette reads files, it does "
                                          "not download. Download them next to datapackage.json, make their filePath "
                                          "relative (e.g. media/IMG_0001.JPG) and import again; they and their "
                                          "observations were not imported"))
+    problems.extend(_finding_lines(found, label=label))
+    problems.extend(box_lines)
+    problems.extend(_coordinates_line(list(deployments.values()), label=label))
+    problems.extend(check_against_schemas(tree, descriptor, paths, label=label))  # after the reader's own checks
     return CamtrapPackage(label=label, profile=profile, tree=tree, deployments=list(deployments.values()),
                           entries=entries, observations=observations, problems=problems)
 
 
+def _check_individual_species(rows: Sequence[Mapping[str, str]], *, label: str) -> None:
+    """Refuse a package that gives one individualID two species (its observations' scientificName): one of them
+    is a typing slip, and importing would put one animal in two species or refuse its rows half way."""
+    species: dict[str, dict[str, list[str]]] = {}
+    for i, row in enumerate(rows):
+        individual, name = row.get("individualID", ""), row.get("scientificName", "")
+        if individual and name:
+            species.setdefault(individual, {}).setdefault(name, []).append(f"{row['observationID']} (row {i + 2})")
+    mixed = [(ind, names) for ind, names in species.items() if len(names) > 1]
+    if not mixed:
+        return
+    words = "; ".join(f"individualID {ind!r} is " + " and ".join(
+        f"{name!r} in observation{'s' if len(obs) > 1 else ''} {', '.join(obs[:SHOWN])}"
+        + (f" and {len(obs) - SHOWN} more" if len(obs) > SHOWN else "") for name, obs in names.items())
+        for ind, names in mixed[:SHOWN])
+    more = f" (and {len(mixed) - SHOWN} more individuals)" if len(mixed) > SHOWN else ""
+    raise CamtrapDPError(f"{label}: observations.csv gives {len(mixed)} individual(s) two species: {words}{more} "
+                         "(the header is row 1); one individual is one species: correct these rows' scientificName "
+                         "or individualID and import again; nothing was imported")
+
+
+@dataclass
+class _Findings:
+    """What the media rows needed done to them, for one report line each kind (the rows named)."""
+
+    assumed: dict[str, list[str]] = field(default_factory=dict)  # offset taken -> media without a UTC offset
+    outside: list[str] = field(default_factory=list)  # media taken outside their deployment's active period
+    unknown: list[str] = field(default_factory=list)  # media whose deploymentID the package does not list
+    missing: list[str] = field(default_factory=list)  # media without a deploymentID
+
+
+def _listed(items: Sequence[str]) -> str:
+    return ", ".join(items[:SHOWN]) + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
+
+
+def _finding_lines(found: _Findings, *, label: str) -> list[IngestItemResult]:
+    lines = []
+    for offset, mids in found.assumed.items():
+        lines.append(_about(label, "note", f"{len(mids)} media timestamp(s) have no UTC offset: taken as their "
+                            f"deployment's local time, UTC{offset} (the offset of its deploymentStart): "
+                            f"{_listed(mids)}; each keeps the timestamp as written in its media details"))
+    for rows, why in ((found.outside, "were taken outside every active period of their deployment"),
+                      (found.unknown, "name a deploymentID the package's deployments do not list"),
+                      (found.missing, "have no deploymentID")):
+        if rows:
+            lines.append(_about(label, "note", f"{len(rows)} media {why}: {_listed(rows)}; imported without a "
+                                "deployment (the deploymentID, when given, is kept in their media details), so "
+                                "the population study does not count them until they are linked"))
+    return lines
+
+
+def _coordinates_line(deployments: Sequence[DeploymentSpec], *, label: str) -> list[IngestItemResult]:
+    bare = [d.key for d in deployments if d.lat is None]
+    if not bare:
+        return []
+    return [_about(label, "note", f"{len(bare)} deployment(s) have no coordinates (latitude, longitude): "
+                   f"{_shown(bare)}; stored without a position. Maps, home ranges, capthist (trap coordinates) and "
+                   "the Camtrap DP export need them: add them with 'rosette deployments edit ID --lat .. --lon ..'")]
+
+
+def _box_lines(name: str, facts: MediaObservations, *, rows: Mapping[str, int],
+               media_id: str) -> list[IngestItemResult]:
+    """One line per observation box that could not be used (out of the frame, partial, not numbers)."""
+    lines = []
+    for obs in (*facts.animals, *facts.others):
+        if obs.box is None and any(c in obs.details for c in BBOX_COLUMNS):
+            _, problem = _box(obs.details, what=f"observation {obs.observation_id!r} "
+                                                f"(observations row {rows.get(obs.observation_id, '?')})")
+            lines.append(_about(name, "error", f"media {media_id!r}: {problem or 'its box cannot be used'}"))
+    return lines
+
+
 def _media_entry(row: Mapping[str, str], *, name: str, deployments: Mapping[str, DeploymentSpec],
-                 when: datetime | None, event: str | None, event_date: datetime | None) -> tuple[Entry, list[str]]:
-    """The entry of one media row and the warnings about it (time zone taken, outside its deployment)."""
+                 when: datetime | None, event: str | None, event_date: datetime | None, found: _Findings,
+                 row_name: str) -> tuple[Entry, list[str]]:
+    """The entry of one media row and the warnings about it (time zone taken, outside its deployment), each also
+    noted in ``found`` under ``row_name`` for the package's report lines."""
     mid, dep = row["mediaID"], row["deploymentID"]
     spec = deployments.get(dep)
     warnings: list[str] = []
     details = {k: v for k, v in row.items() if v != "" and k not in MEDIA_COLUMNS}
     deployment: str | None = dep
     taken_at: str | None = None
-    if spec is None:
+    if spec is None and not dep:
+        warnings.append("it has no deploymentID: imported without a deployment")
+        found.missing.append(row_name)
+        deployment = None
+    elif spec is None:
         warnings.append(f"its deploymentID {dep!r} is not among the package's deployments: imported without a "
                         "deployment (the id is kept in its media details)")
         details["deploymentID"], deployment = dep, None
+        found.unknown.append(f"{row_name} deploymentID {dep!r}")
     try:
         parsed = parse_timestamp(row["timestamp"], default_offset=spec.offset if spec else None,
                                  what=f"media {mid!r} timestamp")
@@ -519,11 +640,13 @@ def _media_entry(row: Mapping[str, str], *, name: str, deployments: Mapping[str,
             warnings.append(f"timestamp {row['timestamp']!r} has no time zone: taken as deployment {dep!r}'s "
                             f"local time ({taken_at})")
             details["timestamp"] = row["timestamp"]
+            found.assumed.setdefault(_offset_text(parsed.when.utcoffset() or timedelta(0)), []).append(row_name)
         if spec is not None and not spec.active_at(parsed.when):
             warnings.append(f"taken {taken_at}, outside deployment {dep!r}'s active period ({spec.start.isoformat()} "
                             f"to {spec.end.isoformat()}): imported without a deployment (the id is kept in its "
                             "media details)")
             details["deploymentID"], deployment = dep, None
+            found.outside.append(f"{row_name} of {dep!r}, taken {taken_at}")
     sighting = None
     if event:
         facts: dict[str, Any] = {"date": event_date.isoformat() if event_date else None, "place": None, "lat": None,

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-#: Result statuses, in the order reports list their counts.
-STATUSES = ("imported", "updated", "duplicate", "would-import", "would-update", "empty", "skipped", "error")
+#: Result statuses, in the order reports list their counts. ``note``: something the curator should know about
+#: what came in (a time zone taken, a deployment without coordinates), nothing lost.
+STATUSES = ("imported", "updated", "duplicate", "would-import", "would-update", "empty", "skipped", "note", "error")
 
 
 @dataclass
@@ -21,11 +22,14 @@ class IngestItemResult:
     same_as: str | None = None  # duplicates: the name the same bytes already have, when it differs
     photo_id: int | None = None
     annotation_ids: tuple[int, ...] = ()  # every annotation (animal) of the photo this import made or found
+    # a line about the import as a whole (a package's deployments, its rows, its schema check), not one of its
+    # files: listed, but left out of the file counts
+    about_import: bool = False
 
     @property
     def needs_attention(self) -> bool:
-        """Errors, skipped files, updates and duplicates under another name (not plain re-imports)."""
-        return self.status in ("error", "skipped", "updated", "would-update", "empty") or (
+        """Errors, notes, skipped files, updates and duplicates under another name (not plain re-imports)."""
+        return self.status in ("error", "note", "skipped", "updated", "would-update", "empty") or (
             self.status == "duplicate" and self.same_as is not None)
 
 
@@ -80,11 +84,18 @@ class IngestReport:
 
     @property
     def counts(self) -> dict[str, int]:
-        """Number of items per status (every status present, zeros included)."""
+        """Number of files (or manifest rows) per status, every status present, zeros included; the lines about
+        the import as a whole (:attr:`IngestItemResult.about_import`) are not files and not counted here."""
         out = {s: 0 for s in STATUSES}
         for it in self.items:
-            out[it.status] = out.get(it.status, 0) + 1
+            if not it.about_import:
+                out[it.status] = out.get(it.status, 0) + 1
         return out
+
+    @property
+    def files(self) -> list[IngestItemResult]:
+        """The lines of files (or manifest rows, or a package's media), without those about the import."""
+        return [it for it in self.items if not it.about_import]
 
     @property
     def errors(self) -> list[IngestItemResult]:
@@ -113,8 +124,16 @@ class IngestReport:
     def summary(self) -> str:
         """One line such as ``1213 imported, 0 errors (1213 files, 14.2 s, 85 files/s)``."""
         c = self.counts
-        parts = [f"{n} {s if s != 'error' else ('errors' if n != 1 else 'error')}" for s, n in c.items()
+        parts = [f"{n} {s if s not in ('error', 'note') else (s + 's' if n != 1 else s)}" for s, n in c.items()
                  if n or s in ("imported", "error")]
-        rate = f", {len(self.items) / self.seconds:.0f} files/s" if self.seconds > 0 and self.items else ""
+        files = self.files
+        unit = "media" if self.format.startswith("camtrap-dp") else "files"
+        rate = f", {len(files) / self.seconds:.0f} {unit}/s" if self.seconds > 0 and files else ""
         prefix = "dry run (nothing written): " if self.dry_run else ""
-        return f"{prefix}{', '.join(parts)} ({len(self.items)} files, {self.seconds:.1f} s{rate})"
+        text = f"{prefix}{', '.join(parts)} ({len(files)} {unit}, {self.seconds:.1f} s{rate})"
+        about = [it for it in self.items if it.about_import]
+        if about:
+            words = [f"{n} {s}{'s' if n != 1 and s in ('error', 'note') else ''}" for s in STATUSES
+                     if (n := sum(1 for it in about if it.status == s))]
+            text += f"; about the import as a whole: {', '.join(words)}"
+        return text

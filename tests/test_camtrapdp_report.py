@@ -1,0 +1,221 @@
+"""A Camtrap DP package coming in says what it did: one report line per kind of row that needed something done
+(timestamps without a UTC offset, media outside their deployment or without a known one, boxes out of the frame,
+deployments without coordinates), refusals before anything is written (one individualID with two species,
+semicolon-separated tables), the schema check against the shipped Camtrap DP schemas naming the rule broken, a
+dry run's linking, a summary that counts media, streamed zip members and an interrupted import that says what it
+kept and resumes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from core.readers.camtrapdp import CamtrapDPError, read_camtrapdp
+from db.ingest import _Importer, ingest_path
+from db.models import Deployment, Image, Individual, Photo
+from db.session import open_catalogue
+from tests.camtrapdp_package import write_package, zip_package
+from tests.test_camtrapdp_import import deployments, media, observations
+
+SCHEMA = "schema check"
+
+
+def valid_observations() -> list[dict]:
+    """The shared test package's observations with what Camtrap DP 1.0.2 requires of every row (eventStart and
+    eventEnd): a package valid against the shipped schemas."""
+    times = {m["mediaID"]: m["timestamp"] for m in media()}
+    rows = observations()
+    for row in rows:
+        if not row.get("eventStart"):
+            row["eventStart"] = row["eventEnd"] = times[row["mediaID"]]
+    return rows
+
+
+def package(tmp_path: Path, *, deps=None, med=None, obs=None) -> Path:
+    return write_package(tmp_path / "pkg", deployments() if deps is None else deps, media() if med is None else med,
+                         valid_observations() if obs is None else obs)
+
+
+def about(report_or_package) -> list:
+    """The lines about the import as a whole (not one media file's own line)."""
+    items = getattr(report_or_package, "items", None) or getattr(report_or_package, "problems")
+    return [it for it in items if it.about_import]
+
+
+def line(lines, words: str):
+    found = [it for it in lines if words in it.message]
+    assert len(found) == 1, [it.message for it in lines]
+    return found[0]
+
+
+def counts(cat) -> tuple[int, int, int]:
+    with cat.unit_of_work() as s:
+        return (s.scalar(select(func.count(Photo.id))), s.scalar(select(func.count(Image.id))),
+                s.scalar(select(func.count(Deployment.id))))
+
+
+# --------------------------------------------------------------------------- what was done, one line each
+
+
+def test_a_valid_package_has_no_schema_lines_and_the_summary_counts_media(tmp_path):
+    cat = open_catalogue(tmp_path / "data")
+    report = ingest_path(cat, package(tmp_path), user="ana")
+    assert [it.message for it in about(report) if SCHEMA in it.message] == []
+    assert [it.name for it in about(report)] == ["deployments"]
+    # 5 media: 4 imported, blank M4 empty; the deployments line is about the package, not a sixth file
+    assert report.counts["imported"] == 4 and report.counts["empty"] == 1 and sum(report.counts.values()) == 5
+    summary = report.summary()
+    assert "(5 media," in summary and "4 imported" in summary and "about the import as a whole: 1 imported" in summary
+
+
+def test_timestamps_without_offset_get_one_line_with_the_offset_used(tmp_path):
+    med = media()
+    med[0]["timestamp"] = "2024-05-02T10:00:00"
+    med[3]["timestamp"] = "2024-05-04T08:00:00"
+    report = ingest_path(open_catalogue(tmp_path / "data"), package(tmp_path, med=med), user="ana")
+    note = line(about(report), "have no UTC offset")
+    assert note.status == "note"
+    assert note.message.startswith("2 media timestamp(s) have no UTC offset") and "UTC+02:00" in note.message
+    assert "M1 (row 2)" in note.message and "M4 (row 5)" in note.message and "M2" not in note.message
+    # the rule it breaks, named by the schema check
+    rule = line(about(report), "field timestamp")
+    assert "media" in rule.message and "rows 2, 5" in rule.message and "%Y-%m-%dT%H:%M:%S%z" in rule.message
+
+
+def test_media_outside_their_deployment_or_without_a_known_one_get_a_line_each(tmp_path):
+    med = media()
+    med[2]["timestamp"] = "2024-06-03T22:15:00+02:00"  # M3: after D2 ended
+    med[3]["deploymentID"] = "D9"  # M4: a deployment the package does not list
+    med[4]["deploymentID"] = ""  # M5: none
+    cat = open_catalogue(tmp_path / "data")
+    report = ingest_path(cat, package(tmp_path, med=med), user="ana", keep_empty=True)
+    outside = line(about(report), "outside every active period")
+    assert outside.message.startswith("1 media were taken outside") and "M3 (row 4) of 'D2'" in outside.message
+    assert "imported without a deployment" in outside.message
+    unknown = line(about(report), "do not list")
+    assert "M4 (row 5) deploymentID 'D9'" in unknown.message
+    missing = line(about(report), "have no deploymentID")
+    assert "M5 (row 6)" in missing.message
+    with cat.unit_of_work() as s:
+        unlinked = set(s.scalars(select(Photo.media_key).where(Photo.deployment_id.is_(None))))
+    assert unlinked == {"M3", "M4", "M5"}
+
+
+def test_each_box_out_of_range_gets_its_own_line(tmp_path):
+    obs = valid_observations()
+    obs[0].update(bboxX=0.8, bboxWidth=0.5)  # O1: far past the right edge
+    obs[4].update(bboxY=-0.3)  # O5: above the top
+    cat = open_catalogue(tmp_path / "data")
+    report = ingest_path(cat, package(tmp_path, obs=obs), user="ana")
+    boxes = [it for it in about(report) if "cannot be used" in it.message]
+    assert [(it.name, it.status) for it in boxes] == [("media/m1.jpg", "error"), ("media/m3.jpg", "error")]
+    assert boxes[0].message.startswith("media 'M1': observation 'O1' (observations row 2): box ['0.8'")
+    assert boxes[1].message.startswith("media 'M3': observation 'O5' (observations row 6): box")
+    assert all("imported as a whole-photo annotation" in it.message for it in boxes)
+    with cat.unit_of_work() as s:
+        o1 = s.scalar(select(Image).where(Image.observation_key == "O1"))
+        assert o1.box.is_whole and o1.observation_details["bboxX"] == "0.8"  # nothing lost
+
+
+def test_deployments_without_coordinates_say_what_will_need_them(tmp_path):
+    deps = deployments()
+    for d in deps:
+        d["latitude"] = d["longitude"] = None
+    report = ingest_path(open_catalogue(tmp_path / "data"), package(tmp_path, deps=deps), user="ana")
+    note = line(about(report), "no coordinates")
+    assert note.status == "note" and "'D1', 'D2'" in note.message
+    for need in ("Maps", "home ranges", "capthist", "Camtrap DP export"):
+        assert need in note.message
+    assert "no coordinates" not in line(about(report), "deployment(s), ").message  # said once, not twice
+
+
+# --------------------------------------------------------------------------- refused before anything is written
+
+
+def test_one_individual_with_two_species_is_refused_naming_the_rows(tmp_path):
+    obs = valid_observations()
+    obs[4]["individualID"] = "Vixen"  # O5 is a badger: Vixen is a fox in O1
+    cat = open_catalogue(tmp_path / "data")
+    report = ingest_path(cat, package(tmp_path, obs=obs), user="ana")
+    (item,) = report.items
+    assert item.status == "error" and "individualID 'Vixen'" in item.message
+    assert "'Vulpes vulpes' in observation O1 (row 2)" in item.message
+    assert "'Meles meles' in observation O5 (row 6)" in item.message and "nothing was imported" in item.message
+    assert counts(cat) == (0, 0, 0)
+    with cat.unit_of_work() as s:
+        assert s.scalar(select(func.count(Individual.id))) == 0
+
+
+@pytest.mark.parametrize("delimiter,words", [(";", "semicolons (';')"), ("\t", "tabs")])
+def test_a_table_not_separated_by_commas_is_refused_naming_the_delimiter(tmp_path, delimiter, words):
+    path = package(tmp_path)
+    table = path.parent / "media.csv"
+    table.write_text(table.read_text().replace(",", delimiter))
+    cat = open_catalogue(tmp_path / "data")
+    (item,) = ingest_path(cat, path, user="ana").items
+    assert item.status == "error" and f"media.csv (media) is separated by {words}, not commas" in item.message
+    assert "nothing was imported" in item.message
+    assert counts(cat) == (0, 0, 0)
+
+
+def test_the_reader_refuses_before_the_schema_check(tmp_path):
+    """A package the reader cannot read is refused with the reader's words; the schema check never runs."""
+    obs = valid_observations()
+    obs[1]["individualID"] = "Vixen"
+    obs[1]["scientificName"] = "Meles meles"
+    with pytest.raises(CamtrapDPError, match="two species") as caught:
+        read_camtrapdp(package(tmp_path, obs=obs))
+    assert SCHEMA not in str(caught.value)
+
+
+# --------------------------------------------------------------------------- the schema check
+
+
+def test_the_schema_check_names_the_rule_and_the_rows(tmp_path):
+    deps = deployments()
+    deps[1]["cameraHeight"] = "high"  # a number in Camtrap DP
+    med = media()
+    med[1]["captureMethod"] = "handheld"  # not one of activityDetection, timeLapse
+    cat = open_catalogue(tmp_path / "data")
+    report = ingest_path(cat, package(tmp_path, deps=deps, med=med), user="ana")
+    height = line(about(report), "field cameraHeight")
+    assert height.status == "note" and "Camtrap DP 1.0.2 schema check (frictionless" in height.message
+    assert "deployments" in height.message and "type error" in height.message and "row 3" in height.message
+    capture = line(about(report), "field captureMethod")
+    assert "constraint error" in capture.message and "enum" in capture.message and "'handheld'" in capture.message
+    assert report.counts["imported"] == 4  # the rest imports: the reader decided what can come in
+
+
+def test_the_descriptor_is_checked_against_the_profile(tmp_path):
+    path = package(tmp_path)
+    text = path.read_text().replace('"samplingDesign": "opportunistic"', '"samplingDesign": "whenever"')
+    path.write_text(text)
+    report = ingest_path(open_catalogue(tmp_path / "data"), path, user="ana", dry_run=True)
+    rule = line(about(report), "samplingDesign")
+    assert "datapackage.json" in rule.message and "'whenever' is not one of" in rule.message
+
+
+# --------------------------------------------------------------------------- a dry run's linking
+
+
+def test_a_dry_run_reports_the_linking_it_would_do(tmp_path):
+    cat = open_catalogue(tmp_path / "data")
+    report = ingest_path(cat, package(tmp_path), user="ana", dry_run=True)
+    items = {it.name: it for it in report.items}
+    m1 = items["media/m1.jpg"].message
+    assert "would be linked to deployment D1 (stored by this import)" in m1 and "in event E1" in m1
+    assert "taken 2024-05-02T10:00:00+02:00" in m1
+    m3 = items["media/m3.jpg"].message
+    assert "would be linked to deployment D2" in m3 and "grouped into an event" in m3
+    assert counts(cat) == (0, 0, 0)
+    # photos catalogued before, without their station: a dry run of the package says it would link them
+    folder = tmp_path / "pkg" / "media"
+    ingest_path(cat, folder, user="ana", layout="individuals")
+    again = ingest_path(cat, package(tmp_path), user="ana", dry_run=True)
+    m2 = {it.name: it for it in again.items}["media/m2.jpg"]
+    assert "would be linked to deployment D2" not in m2.message
+    assert "would be linked to deployment D1 (stored by this import)" in m2.message
+    with cat.unit_of_work() as s:
+        assert s.scalar(select(func.count(Photo.id)).where(Photo.deployment_id.is_not(None))) == 0
