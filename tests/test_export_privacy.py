@@ -30,9 +30,11 @@ from db.session import open_catalogue
 from jobs import queue
 from jobs.actions.camtrapdp import export_camtrap_dp
 from jobs.actions.export import camtrap_dp_export_status, export_catalogue, queue_camtrap_dp_export
+from jobs.actions.population import export_capthist
 from jobs.context import JobContext
 from jobs.requests.camtrapdp import ExportCamtrapDPRequest
 from jobs.requests.export import ExportCatalogueRequest
+from jobs.requests.population import CapthistExportRequest
 from tests.camtrapdp_package import write_package
 from tests.test_camtrapdp_export import build_catalogue
 
@@ -283,6 +285,10 @@ def test_an_export_of_the_species_still_called_default_is_refused(built, tmp_pat
         with pytest.raises(CatalogueError, match="Species tab"):
             export_catalogue(built.cat, ExportCatalogueRequest(user="ana", out=str(zip_out)))
         assert not zip_out.exists() and not zip_out.with_name("catalogue.zip.part").exists()
+        histories = tmp_path / "capthist"
+        with pytest.raises(CatalogueError, match="Species tab"):
+            export_capthist(built.cat, CapthistExportRequest(species="default", occasion_days=1, out=str(histories)))
+        assert not histories.exists()
     finally:
         _call_nyala_default(built.cat, back=True)
     assert _export(built, tmp_path).valid  # named, it goes out

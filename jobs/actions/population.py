@@ -23,6 +23,7 @@ from typing import Any
 from core import capthist as ch
 from db import species as species_store
 from db.catalogue import CatalogueError
+from db.export_rules import refuse_unnamed_species
 from db.population import LEFT_OUT_REASONS, LEFT_OUT_WORDS, PopulationStudy, population_study, station_periods
 from db.population import SpeciesNotChosen  # noqa: F401 - re-exported: each screen says where to choose a species
 from db.session import Catalogue
@@ -268,8 +269,10 @@ def _out_folder(cat: Catalogue, out: str | None) -> Path:
 
 def export_capthist(cat: Catalogue, request: CapthistExportRequest) -> CapthistExport:
     """Write secr's captures and traps (usage from the deployments' active days), camtrapR's record table, MARK's
-    .inp and a README into ``request.out``."""
+    .inp and a README into ``request.out``. A study of the species still called ``default`` is refused (the
+    record table and the secr session would be named after it) before anything is written."""
     study = _study(cat, request)
+    refuse_unnamed_species([study.species], export="The capture-history export", what="species studied")
     summary = summarise(study)
     folder = _out_folder(cat, request.out)
     if folder.exists() and not folder.is_dir():
