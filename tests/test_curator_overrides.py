@@ -164,8 +164,9 @@ def test_undo_lifts_the_override_and_nothing_is_duplicated(curated, trap):
     d, cat, ids = curated
     two = ids["two"]
     with cat.unit_of_work() as s:
-        assert [(o.annotation_id, o.kind) for o in curator_overrides(s, two)] == [(ids["a"], "move"), (ids["b"], "delete")]
-    _run(d, "box", "undo", str(two))  # the delete: B comes back with its id, as the machine gave it
+        assert [(o.annotation_id, o.kind) for o in curator_overrides(s, two)] == \
+            [(ids["a"], "move"), (ids["b"], "delete")]
+    _run(d, "box", "undo", str(two))  # the delete: B comes back as the machine gave it
     with cat.unit_of_work() as s:
         assert [(o.annotation_id, o.kind) for o in curator_overrides(s, two)] == [(ids["a"], "move")]
     b = _by_box(cat, two)[tuple(BOX_B)]  # its id, or a new one where SQLite gave its id to the box drawn since
