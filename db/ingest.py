@@ -483,6 +483,10 @@ class _Importer:
             for img in made:
                 self._before_commit(session, img)
             self._commit(session, digest)
+        except KeyboardInterrupt:  # interrupted half way: this file leaves nothing behind, the run stops
+            self._rollback(session)
+            self._discard(session, written)
+            raise
         except Exception as exc:  # any failure: this file leaves nothing behind
             self._rollback(session)
             self._discard(session, written)
@@ -899,6 +903,15 @@ class _Importer:
                     try:
                         prep = fut.result()
                         res = self.handle(session, prep)
+                    except KeyboardInterrupt:  # Ctrl-C: this file's transaction is undone, the rest reported
+                        self._rollback(session)
+                        for fut in queue:
+                            fut.cancel()
+                        results.extend(IngestItemResult(e.name, "skipped", "the import was interrupted before this "
+                                                        "file was stored; import again to continue")
+                                       for e in entries[i:])
+                        results.append(_stopped(results, total, why="was interrupted"))
+                        break
                     except Exception as exc:  # a bug or DB outage for one file must not stop the batch
                         self._rollback(session)
                         res = IngestItemResult(entries[i].name, "error", f"unexpected problem ({short_error(exc)})")
@@ -913,10 +926,24 @@ class _Importer:
                             fut.cancel()
                         results.extend(IngestItemResult(e.name, "skipped", "import stopped by the curator before "
                                                         "this file; import again to continue") for e in entries[i:])
+                        results.append(_stopped(results, total, why="was stopped by the curator"))
                         break
             if not self.dry_run:
                 self._events(session, results)
         return results
+
+
+def _stopped(results: Sequence[IngestItemResult], total: int, *, why: str) -> IngestItemResult:
+    """The line of an import that stopped before its last file: how much it kept, and that running it again
+    resumes (each file is its own transaction, and what is catalogued is recognised by its bytes)."""
+    files = [r for r in results if not r.about_import]
+    done = [r for r in files if r.status != "skipped"]
+    kept = sum(1 for r in done if r.status in ("imported", "updated"))
+    left = len(files) - len(done)
+    return IngestItemResult("import", "note", f"the import {why} after {len(done)} of {total} files: {kept} "
+                            f"stored and kept, each complete (its photo, annotations and links), {left} not "
+                            "imported yet. Run the same import again to resume: what it already stored is "
+                            "recognised and left as it is, and the rest comes in", about_import=True)
 
 
 def megadetector_plan(path: str | Path, names: Sequence[str], *, min_confidence: float = DEFAULT_MIN_CONFIDENCE,

@@ -219,3 +219,64 @@ def test_a_dry_run_reports_the_linking_it_would_do(tmp_path):
     assert "would be linked to deployment D1 (stored by this import)" in m2.message
     with cat.unit_of_work() as s:
         assert s.scalar(select(func.count(Photo.id)).where(Photo.deployment_id.is_not(None))) == 0
+
+
+# --------------------------------------------------------------------------- an interrupted import
+
+
+def _catalogued(cat) -> tuple[list[str], list[str | None]]:
+    with cat.unit_of_work() as s:
+        return (sorted(s.scalars(select(Photo.media_key))),
+                sorted(s.scalars(select(Image.observation_key)), key=str))
+
+
+def _whole(tmp_path: Path, path: Path) -> tuple[list[str], list[str | None]]:
+    """What the package gives when imported in one go, in a catalogue of its own."""
+    cat = open_catalogue(tmp_path / "whole")
+    ingest_path(cat, path, user="ana")
+    return _catalogued(cat)
+
+
+def test_a_stopped_import_says_what_it_kept_and_running_it_again_resumes(tmp_path):
+    path = package(tmp_path)
+    cat = open_catalogue(tmp_path / "data")
+    asked = []
+
+    def stop_after_two() -> bool:
+        asked.append(1)
+        return len(asked) >= 2
+
+    report = ingest_path(cat, path, user="ana", should_cancel=stop_after_two)
+    stopped = line(about(report), "Run the same import again to resume")
+    assert stopped.message.startswith("the import was stopped by the curator after 2 of 5 files: 2 stored and kept")
+    assert "3 not imported yet" in stopped.message
+    assert report.counts["imported"] == 2 and report.counts["skipped"] == 3
+    assert _catalogued(cat)[0] == ["M1", "M2"]
+    again = ingest_path(cat, path, user="ana")
+    assert again.counts["duplicate"] == 2 and again.counts["imported"] == 2 and again.counts["empty"] == 1
+    assert _catalogued(cat) == _whole(tmp_path, path)  # complete, nothing twice
+
+
+def test_an_interrupted_import_keeps_whole_files_only_and_resumes(tmp_path, monkeypatch):
+    """Ctrl-C while the third media is being stored: that file leaves nothing (rows or new files), the first two
+    stay, the report says so, and the same import run again completes without duplicates."""
+    path = package(tmp_path)
+    cat = open_catalogue(tmp_path / "data")
+
+    def interrupt(self, session, img):
+        if img.original_name == "media/m3.jpg":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(_Importer, "_before_commit", interrupt)
+    report = ingest_path(cat, path, user="ana")
+    stopped = line(about(report), "Run the same import again to resume")
+    assert stopped.message.startswith("the import was interrupted after 2 of 5 files: 2 stored and kept")
+    items = {it.name: it for it in report.items if not it.about_import}
+    assert items["media/m3.jpg"].status == "skipped" and "interrupted" in items["media/m3.jpg"].message
+    assert _catalogued(cat)[0] == ["M1", "M2"]
+    stored = {p.name for p in (cat.blobs.root / "images").rglob("*") if p.is_file()}
+    assert len(stored) == 2  # M3's photo was written, then removed with its rows
+    monkeypatch.undo()
+    again = ingest_path(cat, path, user="ana")
+    assert again.counts["duplicate"] == 2 and again.counts["imported"] == 2
+    assert _catalogued(cat) == _whole(tmp_path, path)
