@@ -6,6 +6,8 @@ last 2 and 4 blocks, LoRA rank 16 adapters (supcon and idsim) with their checkpo
 machine has a GPU. Figures are per epoch of the training set used and per 1,000 training photos (so they
 scale to nyala's ~900 training photos of the identity split).
 
+``ROSETTE_BENCH_TRAIN_DEVICES`` (e.g. ``cuda``) limits the devices run.
+
 Data: a nyala subset (``ROSETTE_BENCH_TRAIN_ANIMALS`` animals, default 40) when ../shared is present, else the
 synthetic coat-pattern set the tests make (with masks, so NearID runs on both).
 """
@@ -113,6 +115,9 @@ def run() -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="rosette-bench-train-") as tmp:
         data, source = _setup(Path(tmp))
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+        only = os.environ.get("ROSETTE_BENCH_TRAIN_DEVICES")  # e.g. "cuda" on the lent GPU machine, to save its time
+        if only:
+            devices = [d for d in devices if d in only.split(",")]
         for device in devices:
             for spec in CONFIGS:
                 proc = subprocess.run([sys.executable, __file__, "--one", str(data), json.dumps(spec), device],
