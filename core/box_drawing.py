@@ -69,7 +69,8 @@ def draw_legend(rgb: np.ndarray, entries: Sequence[tuple[bool, str]]) -> np.ndar
     entries = [(hl, _ascii(text)) for hl, text in entries]
     frame = np.ascontiguousarray(rgb[..., :3] if rgb.ndim == 3 else np.stack([rgb] * 3, axis=-1), dtype=np.uint8)
     width = frame.shape[1]
-    scale = max(0.4, min(frame.shape[:2]) / 800)
+    # large enough to read when a wide frame is shown a few hundred pixels wide, then shrunk to fit its width
+    scale = max(0.4, width / 500)
     thick = max(1, round(scale * 1.5))
     swatch = max(10, round(22 * scale))
     pad = max(4, swatch // 3)
@@ -77,6 +78,7 @@ def draw_legend(rgb: np.ndarray, entries: Sequence[tuple[bool, str]]) -> np.ndar
     room = width - 3 * pad - swatch
     if widest > room > 0:
         scale = max(0.3, scale * room / widest)
+        thick = max(1, round(scale * 1.5))
     line_h = max(swatch, cv2.getTextSize("Ag", cv2.FONT_HERSHEY_SIMPLEX, scale, thick)[0][1] * 2) + pad
     strip = np.full((pad + line_h * len(entries), width, 3), 255, dtype=np.uint8)
     for k, (highlighted, text) in enumerate(entries):

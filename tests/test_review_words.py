@@ -64,9 +64,12 @@ def test_match_review_titles_the_query_and_the_candidate(imported):
     head = header_html(view, [a], 0)
     assert "Photo 1 of 1 in the review queue" in head and f"animal #{a}, one of 2 in photo pair.jpg" in head
     card = ms.CandidateCard(rank=1, image_id=b, individual_id=1, individual_name="Bia", score=0.5, flank="right",
-                            sighting=None, same_sighting=True, thumb=None, title=rw.animal_title(cat, b))
-    assert compare_label(card) == (f"Candidate 1: Bia · animal #{b}, one of 2 in photo pair.jpg (the right one) "
+                            sighting=None, same_sighting=True, thumb=None,
+                            title=rw.animal_places(cat, [b])[b].brief)
+    assert compare_label(card) == (f"Candidate 1: Bia · animal #{b}, the right one of 2 animals in pair.jpg "
                                    f"· right flank · score 0.500")
+    lone = _gallery_annotation(cat, "a.jpg")
+    assert rw.animal_places(cat, [lone])[lone].brief is None
 
 
 def test_the_pickers_tell_the_two_animals_of_a_frame_apart(imported):
@@ -97,13 +100,13 @@ def test_the_whole_frame_has_a_legend_naming_the_query_and_the_others(imported):
     cat, _ = imported
     a, b = (r.id for r in _pair_annotations(cat))
     lines = rw.frame_legend(cat, a, what="photo to identify")
-    assert lines[0] == (True, f"photo to identify: animal #{a}")
-    assert lines[1][0] is False and re.fullmatch(rf"other animal of this photo: #{b} .+", lines[1][1])
+    assert lines[0] == (True, f"photo to identify, #{a}")
+    assert lines[1][0] is False and re.fullmatch(rf"other animal: #{b} .+", lines[1][1])
     plain = fr.frame_with_boxes(cat, a)
     with_legend = fr.frame_with_boxes(cat, a, legend="photo to identify")
     assert with_legend.shape[0] > plain.shape[0] and np.array_equal(with_legend[:plain.shape[0]], plain)
     lone = _gallery_annotation(cat, "a.jpg")
-    assert rw.frame_legend(cat, lone, what="this animal") == [(True, f"this animal: animal #{lone}")]
+    assert rw.frame_legend(cat, lone, what="this animal") == [(True, f"this animal, #{lone}")]
 
 
 # --------------------------------------------------------------------------- the queue's end, the last candidate

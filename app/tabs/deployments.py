@@ -37,7 +37,8 @@ with a bad row is refused whole, naming every problem.
 """
 
 TABLE_HEADERS = ["Deployment", "Station", "Station name", "Latitude", "Longitude", "Start", "End", "Camera-days",
-                 "Photos", "Camera"]
+                 "Photos", "Camera", "Camera model"]
+TABLE_WIDTHS = ["9%", "6%", "10%", "7%", "7%", "16%", "16%", "8%", "6%", "6%", "9%"]
 
 
 def _days(x: float) -> str:
@@ -48,7 +49,8 @@ def _days(x: float) -> str:
 def _table(cat) -> tuple[list[list[object]], list[str], str]:
     rows = da.deployments(cat, ListDeploymentsRequest())
     table = [[r.key, r.location_id or "", r.location_name or "", "" if r.lat is None else r.lat,
-              "" if r.lon is None else r.lon, r.start, r.end, round(r.active_days, 2), r.photos, r.camera_id or ""]
+              "" if r.lon is None else r.lon, r.start, r.end, round(r.active_days, 2), r.photos, r.camera_id or "",
+              r.camera_model or ""]
              for r in rows]
     stations = {r.station for r in rows}
     words = (f"{len(rows)} deployment(s) at {len(stations)} station(s), {sum(r.photos for r in rows)} linked "
@@ -68,8 +70,9 @@ def build(ctx: UIContext) -> None:
     cat = ctx.catalogue
     gr.Markdown(HELP, elem_classes=["help-text"])
     overview = gr.Markdown(elem_id="deployments-overview", elem_classes=["status-line"])
+    # widths that fit every column, the camera model included, at 1400 px (times wrap at their offset)
     table = gr.Dataframe(headers=TABLE_HEADERS, value=[], interactive=False, wrap=True, elem_id="deployments-table",
-                         max_height=420)
+                         max_height=420, column_widths=TABLE_WIDTHS)
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
             chosen = gr.Dropdown([], value=None, label="Deployment to change or delete", elem_id="deployments-chosen",

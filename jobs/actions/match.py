@@ -229,7 +229,7 @@ class CandidateCard:
     inliers: int | None = None  # verified matched spots with the query
     spot_status: str | None = None  # a core.spots.verify.STATUS_WORDS key, or "outside_shortlist"
     spot_probability: float | None = None  # the inlier count's calibrated probability
-    title: str | None = None  # which animal: "animal #7, one of 2 in photo f009.jpg (the right one)"
+    title: str | None = None  # of a photo holding several animals: "animal #7, the right one of 2 animals in f9.jpg"
 
     @property
     def has_spot_facts(self) -> bool:
@@ -407,7 +407,7 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
                            global_score=getattr(c, "global_score", None), inliers=getattr(c, "inliers", None),
                            spot_status=getattr(c, "spot_status", None),
                            spot_probability=getattr(c, "spot_probability", None),
-                           title=places[c.image_id].title if c.image_id in places else None)
+                           title=places[c.image_id].brief if c.image_id in places else None)
              for c, p in zip(result.candidates, probs)]
     note = ", ".join(part for part in (
         f"place contains {place.strip()!r}" if (place or "").strip() else "",

@@ -37,6 +37,12 @@ class AnimalPlace:
         return f"animal #{self.annotation_id}, one of {self.animals} in photo {self.photo_name}{where}"
 
     @property
+    def brief(self) -> str | None:
+        """For a caption with little room: ``animal #6, the right one of 2 animals in pair.jpg``; None for a lone
+        animal (its photo says it all)."""
+        return f"animal #{self.annotation_id}, {self.short} in {self.photo_name}" if self.animals > 1 else None
+
+    @property
     def short(self) -> str:
         """For a picker's line, beside the file name: ``the left one of 2 animals`` (empty for a lone animal)."""
         if self.animals <= 1:
@@ -106,10 +112,10 @@ def frame_legend(cat: Catalogue, annotation_id: int, *, what: str) -> list[tuple
                            .outerjoin(Individual, Image.individual_id == Individual.id)
                            .where(Image.photo_id == photo_id, Image.id != int(annotation_id))
                            .order_by(Image.id)).all() if photo_id is not None else []
-    lines = [(True, f"{what}: animal #{annotation_id}")]
+    lines = [(True, f"{what}, #{annotation_id}")]
     if others:
         named = ", ".join(f"#{i} {name or 'no individual yet'}" for i, name in others)
-        lines.append((False, f"other animal{'s' if len(others) != 1 else ''} of this photo: {named}"))
+        lines.append((False, f"other animal{'s' if len(others) != 1 else ''}: {named}"))
     return lines
 
 
