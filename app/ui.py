@@ -53,6 +53,7 @@ from app.tabs import (  # noqa: E402
     models,
     people,
     population,
+    species,
 )
 
 # what every tab builds on lives in app.ui_base (the tabs import it, not this module); re-exported here
@@ -82,7 +83,7 @@ log = logging.getLogger("rosette.ui")
 
 
 TABS = (ingest, catalogue, match, mask, benchmarks, export, models, map, diagnostics, jobs, people, population,
-        deployments)
+        deployments, species)
 """Every tab's module; :func:`discover_tabs` orders them by their ``ORDER``."""
 
 

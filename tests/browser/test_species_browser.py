@@ -1,0 +1,108 @@
+"""End to end in a real browser: the Species tab lists the catalogue's species; an admin renames one and sees the
+new name in the list, merges it into the other (its individuals move, the species leaves the list) and undoes the
+merge from the tab."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from tests.browser.conftest import choose, require_chromium, start_rosette
+
+TIMEOUT_MS = 60_000
+
+
+@pytest.fixture(scope="module")
+def species_server(tmp_path_factory):
+    """A catalogue of two species: nyala (ny00, ny01) and lion (leo02, leo03), two photos each."""
+    require_chromium()
+    from db.ingest import ingest_path
+    from db.session import open_catalogue
+    from tests.synthetic_reid import make_reid_set
+
+    root = tmp_path_factory.mktemp("species-tab")
+    manifest = make_reid_set(root / "photos", individuals=4, photos_each=2, seed=3, size=64)
+    rows = list(csv.DictReader(open(manifest)))
+    for r in rows:
+        lion = r["identity"] in ("ind02", "ind03")
+        r["species"] = "lion" if lion else "nyala"
+        r["identity"] = ("leo" if lion else "ny") + r["identity"][3:]
+    with open(manifest, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    data = root / "rosette-data"
+    cat = open_catalogue(data)
+    try:
+        assert ingest_path(cat, manifest, format="manifest", user="seed").counts["imported"] == 8
+    finally:
+        cat.close()
+    server = start_rosette(data)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _species_of_individuals(data_dir: Path) -> dict[str, str]:
+    from db.models import Individual, Species
+    from db.session import open_catalogue
+
+    cat = open_catalogue(data_dir, migrate=False)
+    try:
+        with cat.unit_of_work() as s:
+            return dict(s.execute(select(Individual.name, Species.name)
+                                  .join(Species, Species.id == Individual.species_id)).all())
+    finally:
+        cat.close()
+
+
+def _open_species_tab(page) -> None:
+    page.get_by_role("tab", name="Ingest").wait_for()
+    folded = page.locator("#rosette-tabs .overflow-dropdown button", has_text="Species")
+    if folded.count():  # the tab bar is full: Gradio folds the last tabs into its "More tabs" menu
+        page.locator("#rosette-tabs button[aria-label='More tabs']").click()
+        folded.click()
+    else:
+        page.get_by_role("tab", name="Species").click()
+
+
+def test_rename_and_merge_a_species_in_the_species_tab(species_server, page, shot):
+    from playwright.sync_api import expect
+
+    page.goto(species_server.url)
+    _open_species_tab(page)
+    table = page.locator("#species-table")
+    expect(table).to_contain_text("lion", timeout=TIMEOUT_MS)
+    expect(table).to_contain_text("nyala")
+    expect(page.locator("#species-overview")).to_contain_text("3 species, 4 individuals and 8 photos in all")
+
+    choose(page, "species-pick", "lion")
+    page.locator("#species-new-name textarea, #species-new-name input").first.fill("Panthera leo")
+    page.locator("#species-rename").click()
+    status = page.locator("#species-status")
+    expect(status).to_contain_text("Species lion is now Panthera leo", timeout=TIMEOUT_MS)
+    expect(table).to_contain_text("Panthera leo", timeout=TIMEOUT_MS)
+    expect(page.locator("#species-history")).to_contain_text("renamed species lion to Panthera leo")
+    assert _species_of_individuals(species_server.data_dir)["leo02"] == "Panthera leo"
+
+    choose(page, "species-pick", "Panthera leo")
+    choose(page, "species-merge-target", "nyala")
+    page.locator("#species-merge").click()
+    expect(status).to_contain_text("Merged species Panthera leo into nyala: 2 individuals, 4 photos",
+                                   timeout=TIMEOUT_MS)
+    expect(table).not_to_contain_text("Panthera leo", timeout=TIMEOUT_MS)
+    expect(page.locator("#species-history")).to_contain_text("merged species Panthera leo into nyala")
+    shot("merged")
+    assert set(_species_of_individuals(species_server.data_dir).values()) == {"nyala"}
+
+    page.locator("#species-undo").click()
+    expect(status).to_contain_text("Undone: merged species Panthera leo into nyala", timeout=TIMEOUT_MS)
+    expect(table).to_contain_text("Panthera leo", timeout=TIMEOUT_MS)
+    expect(page.locator("#species-history")).to_contain_text("(undone)", timeout=TIMEOUT_MS)
+    assert _species_of_individuals(species_server.data_dir) == {"ny00": "nyala", "ny01": "nyala",
+                                                                "leo02": "Panthera leo", "leo03": "Panthera leo"}
+    assert not page.external_requests
