@@ -100,7 +100,8 @@ AUDITED: dict[type, Audited] = {
                                        "sex": "traits", "life_stage": "traits"},
                         insert_fields=("name",)),
     Image: Audited("photo", {"flank": "flank", "flank_source": "flank", "mask_path": "mask", "mask_source": "mask",
-                             "species_id": "species", "individual_id": "assign", "sighting_id": "sighting"},
+                             "species_id": "species", "individual_id": "assign", "sighting_id": "sighting",
+                             **{f: "box" for f in ("bbox_x", "bbox_y", "bbox_w", "bbox_h", "box_source")}},
                    on_insert="import", insert_fields=("original_name", "content_hash", "individual_id", "photo_id",
                                                        "box_source", "bbox_x", "bbox_y", "bbox_w", "bbox_h")),
     # a sighting's facts changed by a re-import with "update metadata" (new sightings come with their photos)

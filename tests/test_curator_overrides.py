@@ -255,3 +255,14 @@ def test_a_camtrap_dp_package_imported_again_never_undoes_a_curator(tmp_path):
     (item,) = [it for it in third.items if it.name == "media/m1.jpg"]
     assert item.status == "duplicate" and "O2" not in item.message
     assert set(r.id for r in list_annotations(cat, photo_id=m1.photo_id)) == {o1, o2, o3}  # O2 once
+
+
+def test_a_box_move_is_in_the_audit_trail_with_who_and_where(curated):
+    from db.audit import audit_rows
+
+    d, cat, ids = curated
+    moves = [r for r in audit_rows(cat, action="photo.box") if r.target == f"photo#{ids['a']}"]
+    assert len(moves) == 1 and moves[0].user == "ana"
+    details = moves[0].details
+    assert details["box_source"] == ["megadetector", "drawn"]
+    assert details["bbox_x"] == [BOX_A[0], MOVED_A[0]] and details["bbox_h"] == [BOX_A[3], MOVED_A[3]]
