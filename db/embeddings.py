@@ -433,3 +433,44 @@ def all_image_ids(cat: Catalogue, *, species_id: int | None = None) -> list[int]
         if species_id is not None:
             q = q.where(Image.species_id == species_id)
         return list(s.scalars(q))
+
+
+@dataclass(frozen=True)
+class AnimalCount:
+    """Annotations (animals) still in the catalogue, in id order, and how many photos they lie in."""
+
+    annotation_ids: list[int]
+    photos: int
+
+    @property
+    def words(self) -> str:
+        """e.g. ``3 animals in 2 photos``."""
+        n = len(self.annotation_ids)
+        return f"{n} animal{'s' if n != 1 else ''} in {self.photos} photo{'s' if self.photos != 1 else ''}"
+
+
+def count_animals(cat: Catalogue, image_ids: Sequence[int]) -> AnimalCount:
+    """The given annotations that are still in the catalogue (one deleted since is left out) and their photos."""
+    wanted = sorted({int(i) for i in image_ids})
+    rows: list[tuple[int, int]] = []
+    with cat.unit_of_work() as s:
+        for start in range(0, len(wanted), 5000):  # a bounded IN list per query
+            rows += s.execute(select(Image.id, Image.photo_id)
+                              .where(Image.id.in_(wanted[start:start + 5000]))).all()
+    rows.sort()
+    return AnimalCount(annotation_ids=[i for i, _ in rows], photos=len({p for _, p in rows}))
+
+
+def annotation_ids_after(cat: Catalogue, last_id: int | None) -> list[int]:
+    """Annotations made after the one numbered ``last_id`` (None: all), in id order: what an import added."""
+    with cat.unit_of_work() as s:
+        q = select(Image.id).order_by(Image.id)
+        if last_id is not None:
+            q = q.where(Image.id > int(last_id))
+        return list(s.scalars(q))
+
+
+def last_annotation_id(cat: Catalogue) -> int | None:
+    """The highest annotation id so far (None in an empty catalogue): the mark an import's new ones lie above."""
+    with cat.unit_of_work() as s:
+        return s.scalar(select(Image.id).order_by(Image.id.desc()).limit(1))

@@ -16,7 +16,7 @@ from db.camtrapdp_export import export_package
 from db.compare import compare
 from db.diagnostics import run_diagnose
 from db.embedding_map import compute_map
-from db.embeddings import all_image_ids, embed_images, get_backbone
+from db.embeddings import all_image_ids, count_animals, embed_images, get_backbone
 from db.evaluation import run_evaluation
 from db.export import export_kaggle
 from db.masks import mask_images
@@ -193,11 +193,13 @@ def mask_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[st
 
 @register_job_kind("embed")
 def embed_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    """Warm the feature cache for every catalogue photo (of one species when ``species`` is given): params are a
-    stored :class:`jobs.requests.map.EmbedRequest`. Queued by a promotion so match review never embeds while a
-    curator waits."""
+    """Warm the feature cache for every catalogue photo (of one species when ``species`` is given), or for an
+    import's new animals (``image_ids``): params are a stored :class:`jobs.requests.map.EmbedRequest`. Queued by a
+    promotion or an import so match review never embeds while a curator waits."""
     request = EmbedRequest.from_dict(params)
-    ids = all_image_ids(cat, species_id=request.species)
+    # an import's new animals only, when it named them (those deleted since left out); else every photo
+    count = count_animals(cat, request.image_ids) if request.image_ids is not None else None
+    ids = count.annotation_ids if count is not None else all_image_ids(cat, species_id=request.species)
     backbone = get_backbone(cat, request.backbone)
     dim = 0
     for start in range(0, len(ids), EMBED_CHUNK):  # a chunk at a time: a million photos' features never sit in memory
@@ -207,7 +209,8 @@ def embed_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[s
                                                  label="embedding"))
         dim = int(emb.shape[1]) if emb.ndim == 2 else dim
         del emb
-    return {"images": len(ids), "dim": dim, "summary": f"embedded {len(ids)} photos with {backbone.config.name}"}
+    what = count.words if count is not None else f"{len(ids)} photos"
+    return {"images": len(ids), "dim": dim, "summary": f"embedded {what} with {backbone.config.name}"}
 
 
 #: Photos whose features an embed job holds at once (the cache is written per photo as it goes).

@@ -136,3 +136,60 @@ def test_not_the_same_on_the_last_candidate_offers_a_new_individual():
 @pytest.mark.parametrize("n, word", [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (22, "22nd")])
 def test_ordinals(n, word):
     assert rw._ordinal(n) == word
+
+
+# --------------------------------------------------------------------------- an import embeds only its new animals
+
+
+def _upload(tmp_path, src, name: str) -> str:
+    """A file as Gradio stores an upload: <upload dir>/<hash>/<original name>."""
+    import hashlib
+
+    d = tmp_path / "gradio" / hashlib.sha1(name.encode()).hexdigest()
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).write_bytes(src.read_bytes())
+    return str(d / name)
+
+
+def test_an_import_embeds_only_its_new_animals_and_counts_them(trap, tmp_path):
+    import json
+
+    from db.session import open_catalogue
+    from jobs import queue
+    from jobs.actions import ingest
+    from jobs.requests.ingest import ImportUploadsRequest
+
+    cat = open_catalogue(tmp_path / "data")
+    try:
+        gallery = [_upload(tmp_path, trap / "gallery" / n, n) for n in ("a.jpg", "b.jpg")]
+        first = ingest.import_uploads(cat, ImportUploadsRequest(gallery, user="ana"))
+        job = queue.get_job(cat, first.features_job)
+        first_ids = job.params["image_ids"]
+        assert job.kind == "embed" and len(first_ids) == 2
+        assert "the features of its 2 animals in 2 photos for match review" in first.summary
+
+        # the same files again: nothing new, nothing to embed
+        again = ingest.import_uploads(cat, ImportUploadsRequest(gallery, user="ana"))
+        assert again.features_job is None and "features" not in again.summary
+
+        # a two-animal frame with its detections: its two animals only, in one photo
+        md = trap / "md.json"
+        pair = _upload(tmp_path, trap / "frames" / "pair.jpg", "pair.jpg")
+        third = ingest.import_uploads(cat, ImportUploadsRequest([pair], user="ana", detections=str(md)))
+        job = queue.get_job(cat, third.features_job)
+        assert "the features of its 2 animals in 1 photo for match review" in third.summary
+        pair_ids = job.params["image_ids"]
+        assert len(pair_ids) == 2 and not set(pair_ids) & set(first_ids)
+        assert json.loads(json.dumps(job.params)) == job.params
+
+        # the job embeds those two and says so in animals and photos
+        assert queue.run_job(cat, third.features_job).value == "succeeded"
+        done = queue.get_job(cat, third.features_job)
+        assert done.result["images"] == 2 and done.result["summary"].startswith("embedded 2 animals in 1 photo with ")
+
+        # a job of every photo waiting covers later imports; a job of some animals does not
+        every = ingest.warm_features(cat, user="ana")
+        assert every is not None and queue.get_job(cat, every).params["image_ids"] is None
+        assert ingest.warm_features(cat, user="ana", image_ids=pair_ids) is None
+    finally:
+        cat.close()

@@ -195,7 +195,11 @@ def test_import_uploads_matches_manifest_by_original_name(cat, nyala_dir, nyala_
     job = get_job(cat, outcome.features_job)
     assert job.kind == "embed" and job.status.value == "queued" and job.params["backbone"] == "efficientnet_lite0"
     assert f"being computed in the background (job #{job.id})" in outcome.summary
-    assert ingest.warm_features(cat, user="bia") is None  # one waiting job covers later imports too
+    with cat.unit_of_work() as s:
+        added = sorted(s.scalars(select(Image.id)))
+    assert sorted(job.params["image_ids"]) == added  # the animals it added
+    every = ingest.warm_features(cat, user="bia")  # a waiting job of every photo covers later imports too
+    assert every is not None and ingest.warm_features(cat, user="bia", image_ids=job.params["image_ids"]) is None
 
 
 @pytest.mark.slow  # imports every tab module, some of which load torch

@@ -4,10 +4,11 @@ background job that computes the new photos' match-review features ahead."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from core.readers import FORMATS, IngestReport
+from db.embeddings import annotation_ids_after, count_animals, last_annotation_id
 from db.ingest import KEEP_EMPTY_TAB, FolderPreview, ingest_path, ingest_uploads, upload_folders
 from db.models import JobStatus
 from db.session import Catalogue
@@ -15,6 +16,7 @@ from db.species import active_model_name
 from jobs.actions.common import curator_name
 from jobs.queue import list_jobs, submit
 from jobs.requests.ingest import ImportPathRequest, ImportUploadsRequest, PreviewFoldersRequest
+from jobs.requests.map import EmbedRequest
 
 __all__ = ["FORMATS", "IMPORT_STOPS", "REPORT_HEADERS", "FoldersPreview", "ImportOutcome", "StopRequests",
            "import_path", "import_uploads", "preview_folders", "warm_features"]
@@ -29,6 +31,7 @@ class ImportOutcome:
     rows: list[list[str]]  # under REPORT_HEADERS
     counts: dict[str, int]
     features_job: int | None = None  # the background job computing match-review features of the new photos
+    features_of: str | None = None  # what that job embeds, in words: "3 animals in 2 photos" (only the new ones)
     tally: str = ""  # photos, animals, people blurred, boxes left out and empty frames, in the tab's words
 
     @property
@@ -39,7 +42,8 @@ class ImportOutcome:
         if self.tally:
             text += f" — {self.tally}"
         if self.features_job is not None:
-            text += f" · their features for match review are being computed in the background (job #{self.features_job})"
+            what = f"the features of its {self.features_of}" if self.features_of else "their features"
+            text += f" · {what} for match review are being computed in the background (job #{self.features_job})"
         return text
 
 
@@ -77,13 +81,16 @@ def import_uploads(cat: Catalogue, request: ImportUploadsRequest, *, progress: P
     is called after each file.
     """
     user = curator_name(request.user)
+    before = last_annotation_id(cat)  # the import's new animals are those numbered above it
     report = ingest_uploads(cat, list(request.paths), manifest=request.manifest, user=user, progress=progress,
                             should_cancel=should_cancel, update_metadata=request.update_metadata,
                             detections=request.detections, min_confidence=request.min_confidence,
                             keep_empty=request.keep_empty, folders=request.folders, species=request.species)
-    warm = warm_features(cat, user=user) if report.counts.get("imported") else None
+    new = count_animals(cat, annotation_ids_after(cat, before))
+    # only the animals this import added are embedded: a re-import that added none queues nothing
+    warm = warm_features(cat, user=user, image_ids=new.annotation_ids) if new.annotation_ids else None
     return ImportOutcome(rows=[[str(c) for c in row] for row in report.rows()], counts=dict(report.counts),
-                         features_job=warm, tally=report.tally.words(keep_empty=KEEP_EMPTY_TAB))
+                         features_job=warm, features_of=new.words if warm is not None else None, tally=report.tally.words(keep_empty=KEEP_EMPTY_TAB))
 
 
 def import_path(cat: Catalogue, request: ImportPathRequest, *, progress: Progress | None = None) -> IngestReport:
@@ -157,11 +164,16 @@ def preview_folders(cat: Catalogue, request: PreviewFoldersRequest) -> FoldersPr
     return FoldersPreview(words + outside, found.suggested, tuple(names))
 
 
-def warm_features(cat: Catalogue, *, user: str) -> int | None:
-    """Queue the active model's features of every photo in the background (the ``embed`` job), so the first
-    Match review opening after an import finds them instead of computing them while the curator waits. Returns
-    the job id, or None when such a job is already waiting (it will include the new photos)."""
+def warm_features(cat: Catalogue, *, user: str, image_ids: Sequence[int] | None = None) -> int | None:
+    """Queue the active model's features in the background (the ``embed`` job) of the annotations ``image_ids``
+    (an import's new animals), or of every photo when None, so the first Match review opening after an import
+    finds them instead of computing them while the curator waits. Returns the job id, or None when a job of every
+    photo is already waiting (it will include these)."""
     model = active_model_name(cat)
     waiting = any(j.status == JobStatus.queued and (j.params or {}).get("backbone") == model
-                  for j in list_jobs(cat, limit=50, kind="embed"))
-    return None if waiting else submit(cat, "embed", {"backbone": model, "user": user})
+                  and (j.params or {}).get("image_ids") is None for j in list_jobs(cat, limit=50, kind="embed"))
+    if waiting:
+        return None
+    request = EmbedRequest(backbone=model, user=user, reason="import",
+                           image_ids=None if image_ids is None else tuple(image_ids))
+    return submit(cat, "embed", request.to_dict())

@@ -13,14 +13,20 @@ from jobs.requests._values import as_ids, settle
 
 @dataclass(frozen=True)
 class EmbedRequest(Request):
-    """Compute (and cache) ``backbone``'s features of every catalogue photo (of ``species`` when given), seeing
-    ``variant`` of each. ``reason`` says why it was queued (a promotion)."""
+    """Compute (and cache) ``backbone``'s features of every catalogue photo (of ``species`` when given), or of the
+    annotations ``image_ids`` only (an import's new animals), seeing ``variant`` of each. ``reason`` says why it was
+    queued (a promotion)."""
 
     backbone: str = DEFAULT_BACKBONE
     variant: str = "full_rgb"
     species: int | None = None
     user: str = "curator"
     reason: str | None = None
+    image_ids: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.image_ids is not None:
+            settle(self, image_ids=as_ids(self.image_ids, "annotation"))
 
 
 @dataclass(frozen=True)
