@@ -90,7 +90,8 @@ def import_uploads(cat: Catalogue, request: ImportUploadsRequest, *, progress: P
     # only the animals this import added are embedded: a re-import that added none queues nothing
     warm = warm_features(cat, user=user, image_ids=new.annotation_ids) if new.annotation_ids else None
     return ImportOutcome(rows=[[str(c) for c in row] for row in report.rows()], counts=dict(report.counts),
-                         features_job=warm, features_of=new.words if warm is not None else None, tally=report.tally.words(keep_empty=KEEP_EMPTY_TAB))
+                         features_job=warm, features_of=new.words if warm is not None else None,
+                         tally=report.tally.words(keep_empty=KEEP_EMPTY_TAB))
 
 
 def import_path(cat: Catalogue, request: ImportPathRequest, *, progress: Progress | None = None) -> IngestReport:
