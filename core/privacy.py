@@ -112,8 +112,8 @@ def blurred_file(source: str | Path, boxes: Sequence[Box]) -> bytes:
     out = blur_boxes(upright, boxes)
     if fmt == "JPEG" and out.mode not in ("RGB", "L", "CMYK"):
         out = out.convert("RGB")
-    options: dict[str, Any] = {"exif": exif.tobytes()} if len(exif) and fmt in ("JPEG", "PNG", "TIFF", "WEBP") else {}
-    if icc and fmt in ("JPEG", "PNG", "TIFF", "WEBP"):
+    options: dict[str, Any] = {"exif": exif.tobytes()} if len(exif) and fmt in ("JPEG", "PNG", "WEBP") else {}
+    if icc and fmt in ("JPEG", "PNG", "TIFF", "WEBP") and out.mode == upright.mode:  # a colour profile fits its mode
         options["icc_profile"] = icc
     if fmt == "JPEG":
         options.update(quality=95, subsampling=0)

@@ -20,7 +20,7 @@ from sqlalchemy import select
 from app.cli import main as cli_main
 from core.annotations import Box
 from core.camtrapdp_writer import validate_package
-from core.privacy import box_pixels
+from core.privacy import blurred_file, box_pixels
 from db.audit import audit_rows, verify_chain
 from db.catalogue import CatalogueError
 from db.export_rules import PEOPLE_KEPT_ACTION
@@ -82,6 +82,28 @@ def _export(built, tmp_path, **options):
 
 def _kept_rows(cat) -> list:
     return [r for r in audit_rows(cat, action=PEOPLE_KEPT_ACTION)]
+
+
+# --------------------------------------------------------------------------- a blurred copy of a file
+
+
+def test_a_blurred_copy_is_upright_keeps_its_format_and_exif_and_changes_only_the_person(tmp_path):
+    """A camera's JPEG stored sideways (EXIF orientation 6): the person box is where the screens show it, upright."""
+    stored = np.random.default_rng(3).integers(0, 256, (60, 80, 3), dtype=np.uint8)  # 80 wide as stored
+    exif = PILImage.Exif()
+    exif[0x0112], exif[0x0132] = 6, "2024:05:02 10:00:00"
+    PILImage.fromarray(stored).save(tmp_path / "cam.jpg", format="JPEG", quality=95, exif=exif.tobytes())
+    person = Box(0.5, 0.0, 0.5, 0.4)
+    copy = PILImage.open(io.BytesIO(blurred_file(tmp_path / "cam.jpg", [person])))
+    assert copy.format == "JPEG" and copy.size == (60, 80)  # upright: 60 wide, as every screen shows it
+    assert dict(copy.getexif()) == {0x0132: "2024:05:02 10:00:00"}  # its time kept, the orientation applied
+    upright = PILImage.open(tmp_path / "cam.jpg").transpose(PILImage.Transpose.ROTATE_270)
+    buf = io.BytesIO()
+    upright.save(buf, format="PNG")
+    out = io.BytesIO()
+    copy.save(out, format="PNG")
+    inside, outside = _inside_outside(buf.getvalue(), out.getvalue(), person)
+    assert inside > 20 and outside < 6
 
 
 # --------------------------------------------------------------------------- Camtrap DP: blur, keep, omit
