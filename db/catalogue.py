@@ -330,23 +330,30 @@ def _check_species_name_free(session: Session, name: str, *, other_than: int | N
         raise ConflictError(f"a species is named {clash.name!r} now; rename it before undoing this")
 
 
+def _chunks(ids: list[int], size: int = 5000) -> Iterable[list[int]]:
+    """``ids`` in slices small enough for one statement's parameters on every database."""
+    for start in range(0, len(ids), size):
+        yield ids[start:start + size]
+
+
 def _reverse_species_merge(session: Session, p: dict[str, Any]) -> None:
     """Bring back the merged-away species (as it was, same id) and move back what the merge moved
     (``db.species.merge_species`` writes the payload); refused when any of it changed species or individual
     since."""
     source, target_id = p["source"], p["target"]
-    individual_ids, image_ids = p["individual_ids"], p["image_ids"]
-    moved_back = session.scalar(select(func.count(Individual.id)).where(
-        Individual.id.in_(individual_ids), Individual.species_id != target_id)) or 0
-    moved_back += session.scalar(select(func.count(Image.id)).where(
-        Image.id.in_(image_ids), Image.species_id != target_id)) or 0
-    if moved_back:
-        raise ConflictError(f"{moved_back} individual(s) or photo(s) of the merge changed species since; "
-                            "undo those changes first")
-    mixed = session.scalar(select(func.count(Image.id)).where(
-        Image.id.in_(image_ids), Image.individual_id.is_not(None), Image.individual_id.not_in(individual_ids))) \
-        or session.scalar(select(func.count(Image.id)).where(
-            Image.individual_id.in_(individual_ids), Image.id.not_in(image_ids)))
+    individual_ids, image_ids = set(p["individual_ids"]), set(p["image_ids"])
+    # read the target's rows whole rather than naming every moved id in one query (a species may hold more photos
+    # than a statement may have parameters)
+    in_target = set(session.scalars(select(Individual.id).where(Individual.species_id == target_id)))
+    target_images = dict(session.execute(select(Image.id, Image.individual_id).where(Image.species_id == target_id))
+                         .all())
+    moved_on = len(individual_ids - in_target) + len(image_ids - target_images.keys())
+    if moved_on:
+        raise ConflictError(f"{moved_on} individual(s) or photo(s) of the merge changed species or were removed "
+                            "since; undo those changes first")
+    # a moved photo now under one of the target's own individuals, or a target photo under a moved individual
+    mixed = sum(1 for image_id, ind in target_images.items()
+                if ind is not None and (image_id in image_ids) != (ind in individual_ids))
     if mixed:
         raise ConflictError(f"{mixed} photo(s) were moved between the two species' individuals since the merge; "
                             "undo those changes first")
@@ -358,9 +365,11 @@ def _reverse_species_merge(session: Session, p: dict[str, Any]) -> None:
                             new_individual_threshold=source["new_individual_threshold"],
                             created_at=datetime.fromisoformat(source["created_at"])))
         session.flush()
-    for ind in session.scalars(select(Individual).where(Individual.id.in_(individual_ids))):
-        ind.species_id = source["id"]
-    session.execute(update(Image).where(Image.id.in_(image_ids)).values(species_id=source["id"]))
+    for chunk in _chunks(sorted(individual_ids)):
+        for ind in session.scalars(select(Individual).where(Individual.id.in_(chunk))):
+            ind.species_id = source["id"]
+    for chunk in _chunks(sorted(image_ids)):
+        session.execute(update(Image).where(Image.id.in_(chunk)).values(species_id=source["id"]))
     for bench in session.scalars(select(Benchmark).where(Benchmark.id.in_(p["benchmark_ids"]))):
         bench.species_id = source["id"]
     for model in session.scalars(select(Model).where(Model.id.in_(p["model_ids"]))):

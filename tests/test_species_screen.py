@@ -23,6 +23,7 @@ from jobs.actions.individuals import set_individual_traits
 from jobs.requests.catalogue import (
     IndividualSpeciesRequest,
     MergeSpeciesRequest,
+    MovePhotosRequest,
     RenameSpeciesRequest,
     SetFlanksRequest,
     UndoRequest,
@@ -209,9 +210,23 @@ def test_undoing_a_merge_whose_photos_moved_on_is_refused_and_changes_nothing(ca
     done = sa.merge_species(cat, MergeSpeciesRequest("lion", "nyala", user="ana"))
     sa.set_individual_species(cat, IndividualSpeciesRequest(_individual(cat, "leo02"), "okapi", user="ana"))
     before = _state(cat)
-    with pytest.raises(ConflictError, match="changed species since"):
+    with pytest.raises(ConflictError, match=r"3 individual\(s\) or photo\(s\) of the merge changed species or were "
+                                            r"removed since"):  # leo02 and its two photos
         services.undo(cat, UndoRequest(user="ana", event_id=done.merged.event_id))
     assert _state(cat) == before
+
+
+def test_undoing_a_merge_after_a_photo_joined_the_other_species_individual_is_refused(cat):
+    done = sa.merge_species(cat, MergeSpeciesRequest("lion", "nyala", user="ana"))
+    photo = _first_image(cat, "leo02")
+    services.move_photos(cat, MovePhotosRequest((photo,), _individual(cat, "ny00"), user="ana"))
+    before = _state(cat)
+    with pytest.raises(ConflictError, match="1 photo\\(s\\) were moved between the two species' individuals"):
+        services.undo(cat, UndoRequest(user="ana", event_id=done.merged.event_id))
+    assert _state(cat) == before
+    services.undo(cat, UndoRequest(user="ana", seen_event_id=services.last_change_id(cat)))  # the move first
+    services.undo(cat, UndoRequest(user="ana", event_id=done.merged.event_id))
+    assert _state(cat)["individuals"]["leo02"] == _species_id(cat, "lion")
 
 
 def test_merge_requests_name_two_different_species():
