@@ -1,0 +1,1 @@
+"""Field ecology over the curated detections: spatial capture-recapture density and its inputs."""

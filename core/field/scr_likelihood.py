@@ -1,0 +1,168 @@
+"""The spatial capture-recapture likelihood (Borchers & Efford 2008; Efford, Borchers & Byrom 2009), with secr's
+conventions, vectorised over the mask.
+
+An animal's activity centre lies at one of the M mask points, each equally likely (homogeneous density). Detector
+k at distance d from it has a hazard h_k per unit of usage on an occasion:
+
+- HN (half-normal): g = g0 exp(-d^2 / 2 sigma^2), h = -log(1 - g);
+- EX (exponential): g = g0 exp(-d / sigma), h = -log(1 - g);
+- HHN (hazard half-normal): h = lambda0 exp(-d^2 / 2 sigma^2).
+
+With usage T_ks of detector k on occasion s, the probability of an animal's history given its centre is
+
+- proximity (0/1 per occasion): a Bernoulli per detector and occasion with p = 1 - exp(-T_ks h_k);
+- count: a Poisson count with mean T_ks h_k;
+- multi (multi-catch traps, competing hazards): on occasion s the total hazard is H_s = sum_k T_ks h_k; the
+  animal is not caught with probability exp(-H_s), caught at k with probability (1 - exp(-H_s)) T_ks h_k / H_s.
+
+In all three the probability of never being detected is exp(-sum_ks T_ks h_k), and p. = 1 - the mask mean of it.
+The log-likelihood, as secr computes it, is
+
+    sum_i log( mean_m Pr(w_i | x_m) ) - n log p. + log( n! / prod_w n_w! )          (conditional, CL)
+    + log Poisson(n; D A p.)                                                      (full: N ~ Poisson(D A))
+
+with A the mask area (M cells of spacing^2) and n_w the number of animals sharing the history w.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import expit, gammaln, logsumexp
+
+from core.field.scr_data import CaptureHistory
+from core.field.scr_mask import Mask
+
+DETECTION_FUNCTIONS = ("HN", "HHN", "EX")
+_TINY = 1e-300
+
+
+def _logexpm1(x: np.ndarray) -> np.ndarray:
+    """log(exp(x) - 1) for x > 0 without overflow."""
+    return x + np.log(-np.expm1(-x))
+
+
+@dataclass(frozen=True, eq=False)
+class ScrModel:
+    """A capture history on a mask with its detector type and detection function, ready for the likelihood.
+
+    Link parameters: (log D, logit g0 | log lambda0, log sigma) for the full likelihood, without log D for the
+    conditional one. D is per hectare."""
+
+    history: CaptureHistory
+    mask: Mask
+    detectfn: str
+    conditional: bool
+    d2: np.ndarray  # (K, M) squared distances
+    pair_k: np.ndarray  # (P,) detector of each detected (occasion, detector) pair
+    pair_s: np.ndarray  # (P,) occasion of each pair
+    weights: np.ndarray  # (n, P) detections of each animal in each pair
+    caught: np.ndarray  # (n, S) 1 where caught on the occasion (multi-catch only)
+    constant: float  # history-free terms: the multinomial coefficient, and for counts -sum log y!
+
+    @property
+    def n_parameters(self) -> int:
+        return 2 if self.conditional else 3
+
+    @property
+    def first_name(self) -> str:
+        return "lambda0" if self.detectfn == "HHN" else "g0"
+
+
+def logmultinomial(counts: np.ndarray) -> float:
+    """log(n! / prod over distinct histories of (animals sharing it)!), secr's ``logmultinom``."""
+    n = counts.shape[0]
+    if n == 0:
+        return 0.0
+    _, sharing = np.unique(counts.reshape(n, -1), axis=0, return_counts=True)
+    return float(gammaln(n + 1) - gammaln(sharing + 1).sum())
+
+
+def prepare(history: CaptureHistory, mask: Mask, *, detectfn: str, conditional: bool) -> ScrModel:
+    if detectfn not in DETECTION_FUNCTIONS:
+        raise ValueError(f"detection function {detectfn!r} unknown; use one of {', '.join(DETECTION_FUNCTIONS)}")
+    d2 = ((history.xy[:, None, :] - mask.xy[None, :, :]) ** 2).sum(axis=2)
+    counts = history.counts  # (n, S, K)
+    present = counts.sum(axis=0) > 0  # (S, K)
+    pair_s, pair_k = np.nonzero(present)
+    weights = counts[:, pair_s, pair_k].astype(float)  # (n, P)
+    caught = (counts.sum(axis=2) > 0).astype(float)
+    constant = logmultinomial(counts)
+    if history.detector_type == "count":
+        constant -= float(gammaln(counts + 1).sum())
+    return ScrModel(history=history, mask=mask, detectfn=detectfn, conditional=conditional, d2=d2,
+                    pair_k=pair_k, pair_s=pair_s, weights=weights, caught=caught, constant=constant)
+
+
+def real_parameters(model: ScrModel, beta: np.ndarray) -> dict[str, float]:
+    """D (per ha; absent for CL), g0 or lambda0, and sigma (m) from the link parameters."""
+    beta = np.asarray(beta, dtype=float)
+    out: dict[str, float] = {}
+    if not model.conditional:
+        out["D"] = float(np.exp(beta[0]))
+        beta = beta[1:]
+    out[model.first_name] = float(np.exp(beta[0]) if model.detectfn == "HHN" else expit(beta[0]))
+    out["sigma"] = float(np.exp(beta[1]))
+    return out
+
+
+def link_parameters(model: ScrModel, real: dict[str, float]) -> np.ndarray:
+    first = real[model.first_name]
+    first_link = math.log(first) if model.detectfn == "HHN" else math.log(first / (1 - first))
+    values = [first_link, math.log(real["sigma"])]
+    if not model.conditional:
+        values.insert(0, math.log(real["D"]))
+    return np.array(values)
+
+
+def detection_hazard(detectfn: str, first: float, sigma: float, d2: np.ndarray) -> np.ndarray:
+    """Hazard per unit usage at squared distance d2 (see the module's docstring)."""
+    if detectfn == "HHN":
+        return first * np.exp(-d2 / (2 * sigma * sigma))
+    g = first * (np.exp(-d2 / (2 * sigma * sigma)) if detectfn == "HN" else np.exp(-np.sqrt(d2) / sigma))
+    return -np.log1p(-g)
+
+
+def detection_probability(detectfn: str, first: float, sigma: float, distance_m: np.ndarray) -> np.ndarray:
+    """Probability of at least one detection in one unit of usage at ``distance_m``: the detection curve."""
+    d = np.asarray(distance_m, dtype=float)
+    return -np.expm1(-detection_hazard(detectfn, first, sigma, d * d))
+
+
+def pdot_and_hazard(model: ScrModel, first: float, sigma: float) -> tuple[float, np.ndarray, np.ndarray]:
+    """(p., the per-detector hazard h (K, M), the total hazard over the study at each mask point (M,))."""
+    h = detection_hazard(model.detectfn, first, sigma, model.d2)
+    total = model.history.usage.sum(axis=1) @ h
+    pdot = float(np.mean(-np.expm1(-total)))
+    return pdot, h, total
+
+
+def log_likelihood(model: ScrModel, beta: np.ndarray) -> float:
+    """The log-likelihood at the link parameters ``beta`` (-inf where it cannot be evaluated)."""
+    real = real_parameters(model, beta)
+    first, sigma = real[model.first_name], real["sigma"]
+    if not (np.isfinite(first) and np.isfinite(sigma)) or sigma <= 0 or first <= 0:
+        return -math.inf
+    if model.detectfn != "HHN" and first >= 1:
+        return -math.inf
+    pdot, h, total = pdot_and_hazard(model, first, sigma)
+    if not (pdot > 0):
+        return -math.inf
+    usage = model.history.usage
+    pair_hazard = np.maximum(usage[model.pair_k, model.pair_s][:, None] * h[model.pair_k], _TINY)  # (P, M)
+    detector = model.history.detector_type
+    pair_log = _logexpm1(pair_hazard) if detector == "proximity" else np.log(pair_hazard)
+    log_pr = model.weights @ pair_log  # (n, M)
+    if detector == "multi":
+        occasion_hazard = np.maximum(usage.T @ h, _TINY)  # (S, M)
+        log_pr += model.caught @ (_logexpm1(occasion_hazard) - np.log(occasion_hazard))
+    log_pr -= total[None, :]
+    n_cells = model.mask.n_points
+    n = model.history.n_animals
+    value = float(logsumexp(log_pr, axis=1).sum()) - n * math.log(n_cells) - n * math.log(pdot) + model.constant
+    if not model.conditional:
+        expected = real["D"] * model.mask.area_ha * pdot
+        value += n * math.log(expected) - expected - float(gammaln(n + 1))
+    return value if math.isfinite(value) else -math.inf
