@@ -307,6 +307,34 @@ def test_sex_and_life_stage_changes_are_listed_and_undo(cat):
         assert (s.get(Individual, ny00).sex, s.get(Individual, ny00).life_stage) == (None, None)
 
 
+@pytest.mark.postgres
+def test_a_merge_and_its_undo_on_postgres(data_dir, pg_db_url):
+    """The merged-away species comes back under its own id, and the new kinds of change fit the history's column."""
+    pg = open_catalogue(data_dir, url=pg_db_url)
+    try:
+        with pg.unit_of_work() as s:
+            lion, nyala = Species(name="lion"), Species(name="nyala")
+            s.add_all([lion, nyala])
+            s.flush()
+            leo = ops.create_individual(s, "Leo", user="ana", species_id=lion.id)
+            s.add(Image(content_hash="h1", original_name="p1.jpg", blob_path="images/h1.jpg", format="JPEG",
+                        mode="RGB", width=4, height=4, size_bytes=1, individual_id=leo.id, species_id=lion.id))
+            s.commit()
+            lion_id = lion.id
+        before = _state(pg)
+        sa.rename_species(pg, RenameSpeciesRequest("lion", "Panthera leo", user="ana"))
+        done = sa.merge_species(pg, MergeSpeciesRequest("Panthera leo", "nyala", user="ana"))
+        assert set(_state(pg)["images"].values()) == {_species_id(pg, "nyala")}
+        services.undo(pg, UndoRequest(user="ana", event_id=done.merged.event_id))
+        services.undo(pg, UndoRequest(user="ana", seen_event_id=services.last_change_id(pg)))
+        assert _state(pg) == before and _species_id(pg, "lion") == lion_id
+        with pg.unit_of_work() as s:  # the id sequence still hands out new ids
+            s.add(Species(name="okapi"))
+            s.commit()
+    finally:
+        pg.close()
+
+
 # --------------------------------------------------------------------------- the command line
 
 
