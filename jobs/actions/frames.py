@@ -10,10 +10,10 @@ import numpy as np
 from PIL import Image as PILImage
 from sqlalchemy import select
 
-from core.annotations import Box, InvalidBoxError, box_in_crop
+from core.annotations import Box, box_in_crop
 from core.box_drawing import draw_boxes, draw_legend
 from core.images import load_rgb
-from core.privacy import blur_boxes
+from core.privacy import blur_boxes, person_boxes
 from db.catalogue import CatalogueError
 from db.embeddings import load_photo, sources_for
 from db.models import Image, Individual, Photo
@@ -25,13 +25,7 @@ __all__ = ["annotation_crop", "annotation_picture", "frame_jpeg", "frame_with_bo
 
 
 def _people(photo: Photo | None) -> list[Box]:
-    out = []
-    for row in (photo.people or []) if photo is not None else []:
-        try:
-            out.append(Box.from_sequence(list(row[:4])))
-        except (InvalidBoxError, TypeError):
-            continue
-    return out
+    return person_boxes(photo.people) if photo is not None else []
 
 
 def _blurred(rgb: np.ndarray, people: list[Box]) -> np.ndarray:
