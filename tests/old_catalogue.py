@@ -13,8 +13,14 @@ matches and the hash-chained audit trail of all of it.
 commit 1759791 (``tests/fixtures/build_catalogue_0008.py``): the same story, then what 0008 brought: camera-trap
 frames imported with a MegaDetector JSON (a photo with two animals and a person box, a photo with one, a photo of
 only a person kept without annotations), a drawn box, a box move undone and a decision on one animal of a photo
-holding two. :data:`OLD_CATALOGUES` holds both, by revision (:class:`OldCatalogue`: folder, database file, rows
-per table).
+holding two.
+
+``tests/fixtures/catalogue_0009/`` (before migration 0010, ids never used twice) was written at revision 0009 by the
+code of commit 40b030c (``tests/fixtures/build_catalogue_0009.py``): the 0008 story, then deployments typed in (the
+newest deleted), the newest box deleted and a new one drawn (SQLite gave it the deleted box's id), an animal deleted
+and the delete undone, a box drawn and deleted (the largest annotation id ever used, held by no row) and a species
+merged away (deleted). :data:`OLD_CATALOGUES` holds them all, by revision (:class:`OldCatalogue`: folder, database
+file, rows per table).
 
 - :func:`copy_old_catalogue` copies one somewhere a test may change it (opening it with ``open_catalogue``
   migrates that copy, never the fixture);
@@ -92,6 +98,30 @@ CATALOGUE_0008_COUNTS: dict[str, int] = {
 }
 
 
+#: Rows per table in the 0009 fixture (and in its PostgreSQL copy).
+CATALOGUE_0009_COUNTS: dict[str, int] = {
+    "alembic_version": 1,
+    "audit_events": 103,
+    "benchmark_images": 10,
+    "benchmarks": 1,
+    "box_edits": 7,
+    "deployments": 1,
+    "embedding_sets": 0,
+    "evaluations": 1,
+    "identity_events": 27,
+    "images": 16,
+    "individuals": 6,
+    "jobs": 3,
+    "match_decisions": 6,
+    "match_suggestions": 3,
+    "models": 1,
+    "photos": 15,
+    "sightings": 3,
+    "species": 1,
+    "users": 3,
+}
+
+
 @dataclass(frozen=True)
 class OldCatalogue:
     """One fixture: the data directory written at ``revision`` by the code of that time."""
@@ -110,6 +140,7 @@ class OldCatalogue:
 OLD_CATALOGUES: dict[str, OldCatalogue] = {
     "0007": OldCatalogue("0007", FIXTURE_DIR, OLD_CATALOGUE_COUNTS),
     "0008": OldCatalogue("0008", FIXTURES / "catalogue_0008", CATALOGUE_0008_COUNTS),
+    "0009": OldCatalogue("0009", FIXTURES / "catalogue_0009", CATALOGUE_0009_COUNTS),
 }
 
 
@@ -237,7 +268,7 @@ def downgrade_to_revision(url_or_engine: str | Engine, revision: str) -> None:
             engine.dispose()
 
 
-# --------------------------------------------------------------------------- SQLite -> PostgreSQL at 0007 / 0008
+# --------------------------------------------------------------------------- SQLite -> PostgreSQL at 0007 / 0008 / 0009
 
 
 @contextmanager
@@ -349,7 +380,7 @@ def max_ids(engine: Engine) -> dict[str, int]:
     return out
 
 
-__all__ = ["CATALOGUE_0008_COUNTS", "FIXTURE_DB", "FIXTURE_DIR", "OLD_CATALOGUES", "OLD_CATALOGUE_COUNTS",
+__all__ = ["CATALOGUE_0008_COUNTS", "CATALOGUE_0009_COUNTS", "FIXTURE_DB", "FIXTURE_DIR", "OLD_CATALOGUES", "OLD_CATALOGUE_COUNTS",
            "OLD_REVISION", "OldCatalogue", "audit_chain_holds", "copy_old_catalogue", "downgrade_to_revision",
            "load_old_catalogue_into_postgres", "max_ids", "old_catalogue", "pg_next_ids", "revision_of", "sqlite_url",
            "table_counts", "table_rows", "upgrade_to_revision"]

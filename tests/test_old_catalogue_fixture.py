@@ -29,7 +29,7 @@ from tests.old_catalogue import (
 )
 
 #: The most bytes each fixture may hold in the checkout.
-MAX_BYTES = {"0007": 1_000_000, "0008": 600_000}
+MAX_BYTES = {"0007": 1_000_000, "0008": 600_000, "0009": 600_000}
 
 
 @pytest.fixture()
