@@ -17,9 +17,9 @@ holding two.
 
 ``tests/fixtures/catalogue_0009/`` (before migration 0010, ids never used twice) was written at revision 0009 by the
 code of commit 40b030c (``tests/fixtures/build_catalogue_0009.py``): the 0008 story, then deployments typed in (the
-newest deleted), the newest box deleted and a box drawn on another photo (SQLite gave it the deleted box's id), an animal deleted
-and the delete undone, a box drawn and deleted (the largest annotation id ever used, held by no row) and a species
-merged away (deleted). :data:`OLD_CATALOGUES` holds them all, by revision (:class:`OldCatalogue`: folder, database
+newest deleted), the newest box deleted and a box drawn on another photo (SQLite gave it the deleted box's id), an
+animal deleted and the delete undone, a box drawn and deleted (the largest annotation id ever used, held by no row)
+and a species merged away (deleted). :data:`OLD_CATALOGUES` holds them all, by revision (:class:`OldCatalogue`: folder, database
 file, rows per table).
 
 - :func:`copy_old_catalogue` copies one somewhere a test may change it (opening it with ``open_catalogue``
