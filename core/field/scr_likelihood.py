@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import expit, gammaln, logsumexp
+from scipy.special import expit, gammaln
 
 from core.field.scr_data import CaptureHistory
 from core.field.scr_mask import Mask
@@ -56,11 +56,12 @@ class ScrModel:
     detectfn: str
     conditional: bool
     d2: np.ndarray  # (K, M) squared distances
-    pair_k: np.ndarray  # (P,) detector of each detected (occasion, detector) pair
-    pair_s: np.ndarray  # (P,) occasion of each pair
-    weights: np.ndarray  # (n, P) detections of each animal in each pair
+    row_k: np.ndarray  # (U,) detector of each row of the detections' terms
+    row_usage: np.ndarray  # (U,) its usage (proximity: one row per distinct detector x usage; else per detector)
+    weights: np.ndarray  # (n, U) each animal's detections in each row
     caught: np.ndarray  # (n, S) 1 where caught on the occasion (multi-catch only)
-    constant: float  # history-free terms: the multinomial coefficient, and for counts -sum log y!
+    constant: float  # terms free of the parameters: the multinomial coefficient; for counts and multi-catch
+    # traps sum log T_ks over the detections (and for counts -sum log y!)
 
     @property
     def n_parameters(self) -> int:
@@ -87,13 +88,25 @@ def prepare(history: CaptureHistory, mask: Mask, *, detectfn: str, conditional: 
     counts = history.counts  # (n, S, K)
     present = counts.sum(axis=0) > 0  # (S, K)
     pair_s, pair_k = np.nonzero(present)
-    weights = counts[:, pair_s, pair_k].astype(float)  # (n, P)
+    pair_usage = history.usage[pair_k, pair_s]
+    pair_weights = counts[:, pair_s, pair_k].astype(float)  # (n, P)
     caught = (counts.sum(axis=2) > 0).astype(float)
     constant = logmultinomial(counts)
+    if history.detector_type == "proximity":
+        # log(exp(T h) - 1) depends on T and h together: one row per distinct (detector, usage)
+        keys, inverse = np.unique(np.column_stack([pair_k, pair_usage]), axis=0, return_inverse=True)
+        row_k, row_usage = keys[:, 0].astype(int), keys[:, 1]
+    else:
+        # log(T h) = log T + log h: one row per detector, log T moved to the constant
+        constant += float((pair_weights * np.log(pair_usage)[None, :]).sum())
+        row_k, inverse = np.unique(pair_k, return_inverse=True)
+        row_usage = np.ones(row_k.size)
+    weights = np.zeros((counts.shape[0], row_k.size))
+    np.add.at(weights.T, inverse.ravel(), pair_weights.T)
     if history.detector_type == "count":
         constant -= float(gammaln(counts + 1).sum())
     return ScrModel(history=history, mask=mask, detectfn=detectfn, conditional=conditional, d2=d2,
-                    pair_k=pair_k, pair_s=pair_s, weights=weights, caught=caught, constant=constant)
+                    row_k=row_k, row_usage=row_usage, weights=weights, caught=caught, constant=constant)
 
 
 def real_parameters(model: ScrModel, beta: np.ndarray) -> dict[str, float]:
@@ -151,17 +164,21 @@ def log_likelihood(model: ScrModel, beta: np.ndarray) -> float:
     if not (pdot > 0):
         return -math.inf
     usage = model.history.usage
-    pair_hazard = np.maximum(usage[model.pair_k, model.pair_s][:, None] * h[model.pair_k], _TINY)  # (P, M)
     detector = model.history.detector_type
-    pair_log = _logexpm1(pair_hazard) if detector == "proximity" else np.log(pair_hazard)
-    log_pr = model.weights @ pair_log  # (n, M)
+    if detector == "proximity":
+        row_log = _logexpm1(np.maximum(model.row_usage[:, None] * h[model.row_k], _TINY))  # (U, M)
+    else:
+        row_log = np.log(np.maximum(h[model.row_k], _TINY))
+    log_pr = model.weights @ row_log  # (n, M)
     if detector == "multi":
         occasion_hazard = np.maximum(usage.T @ h, _TINY)  # (S, M)
         log_pr += model.caught @ (_logexpm1(occasion_hazard) - np.log(occasion_hazard))
     log_pr -= total[None, :]
     n_cells = model.mask.n_points
     n = model.history.n_animals
-    value = float(logsumexp(log_pr, axis=1).sum()) - n * math.log(n_cells) - n * math.log(pdot) + model.constant
+    top = log_pr.max(axis=1, keepdims=True)
+    log_mean = float((np.log(np.exp(log_pr - top).sum(axis=1)) + top[:, 0]).sum()) - n * math.log(n_cells)
+    value = log_mean - n * math.log(pdot) + model.constant
     if not model.conditional:
         expected = real["D"] * model.mask.area_ha * pdot
         value += n * math.log(expected) - expected - float(gammaln(n + 1))
