@@ -92,14 +92,16 @@ def _bomb_message(name: str, max_pixels: int, size: tuple[int, int] | None = Non
             f"(possible decompression bomb: a small file that would fill the memory)")
 
 
-def _open_checked(data: bytes, *, name: str, max_pixels: int) -> Image.Image:
-    """Open (header only) and refuse empty, non-image and oversized files before decoding pixels."""
-    if not data:
+def _open_checked(data: bytes | os.PathLike[str], *, name: str, max_pixels: int) -> Image.Image:
+    """Open (header only) and refuse empty, non-image and oversized files before decoding pixels. ``data``: the
+    file's bytes, or the path of a file too large to hold in memory (PIL reads it as it decodes)."""
+    is_bytes = isinstance(data, (bytes, bytearray, memoryview))
+    if (not data) if is_bytes else os.path.getsize(data) == 0:
         raise ImageDecodeError(f"{_label(name)}the file is empty (0 bytes)")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data))
+            img = Image.open(io.BytesIO(data) if is_bytes else os.fspath(data))
     except Image.DecompressionBombError:
         raise ImageDecodeError(_bomb_message(name, max_pixels)) from None
     except UnidentifiedImageError:
@@ -286,8 +288,9 @@ def _orientation(exif: Any) -> int:
 # --------------------------------------------------------------------------- public API
 
 
-def decode_image(data: bytes, *, name: str = "", max_pixels: int = MAX_PIXELS) -> DecodedImage:
-    """Decode photo bytes into an upright 8-bit RGB image, its alpha channel and EXIF facts.
+def decode_image(data: bytes | os.PathLike[str], *, name: str = "", max_pixels: int = MAX_PIXELS) -> DecodedImage:
+    """Decode photo bytes (or a photo file: a large one is read as it decodes, never whole) into an upright 8-bit
+    RGB image, its alpha channel and EXIF facts.
 
     Raises :class:`ImageDecodeError` for an empty file, a non-image, a header
     announcing more than ``max_pixels`` pixels (checked *before* decoding), or a

@@ -16,6 +16,7 @@ links leaving the folder and manifest rows pointing outside it are refused.
 from __future__ import annotations
 
 import itertools
+import tempfile
 import time
 import zipfile
 from collections import deque
@@ -222,13 +223,14 @@ class _Importer:
         self._user_known = False
         self._pending: dict[tuple[str, str], Any] = {}  # cache entries waiting for this file's commit
         self._linked: set[int] = set()  # known photos this run linked to a deployment (grouped into events)
+        self.spool_dir: str | None = None  # where large streamed files wait for their blob (a folder per run)
         # deployments the import stores before its photos (a Camtrap DP package's): a dry run, which stores none,
         # still says which photos it would link to them
         self.planned_deployments: set[str] = set()
 
     # ---- helpers
 
-    def _put(self, written: list[str], data: bytes, *, kind: str, ext: str, digest: str | None = None) -> str:
+    def _put(self, written: list[str], data: bytes | Path, *, kind: str, ext: str, digest: str | None = None) -> str:
         """Store a blob; remember it for clean-up when it was not on disk before."""
         blobs = self.cat.blobs
         rel = blobs.relative_path(digest or sha256_bytes(data), kind=kind, ext=ext)
@@ -367,7 +369,7 @@ class _Importer:
         while decoding and resizing). Decoding is skipped for bytes the catalogue
         already had when the import started (a re-run costs a hash per file).
         """
-        return prepare_entry(e, known_hashes=self.known_hashes, max_pixels=self.max_pixels)
+        return prepare_entry(e, known_hashes=self.known_hashes, max_pixels=self.max_pixels, spool_dir=self.spool_dir)
 
     def _decode(self, prep: Prepared) -> None:
         decode_prepared(prep, max_pixels=self.max_pixels)
@@ -417,14 +419,14 @@ class _Importer:
                 self.planned_individuals.add(e.identity)
             linking = self._would_link(e, exif_time=decoded.exif_time)
             return IngestItemResult(e.name, "would-import", desc + (f"; {linking}" if linking else ""))
-        return self._store(session, e, prep.data, prep.digest, decoded, prep.thumb, prep.mask_png, prep.quality, desc,
+        return self._store(session, e, prep.source, prep.digest, decoded, prep.thumb, prep.mask_png, prep.quality, desc,
                            boxes)
 
     def run_one(self, session: Session, e: Entry) -> IngestItemResult:
         """Prepare and handle one entry in the calling thread."""
         return self.handle(session, self.prepare(e))
 
-    def _store(self, session, e: Entry, data: bytes, digest: str, decoded: DecodedImage, thumb: bytes,
+    def _store(self, session, e: Entry, data: bytes | Path, digest: str, decoded: DecodedImage, thumb: bytes,
                mask_png: bytes | None, quality, desc: str, boxes: FrameBoxes | None = None) -> IngestItemResult:
         written: list[str] = []
         try:
@@ -436,7 +438,7 @@ class _Importer:
             photo = Photo(
                 content_hash=digest, original_name=e.name[:500], blob_path=blob, thumb_path=thumb_rel,
                 format=decoded.format[:16], mode=decoded.mode[:16], width=decoded.width, height=decoded.height,
-                size_bytes=len(data), exif_time=decoded.exif_time, gps_lat=decoded.gps_lat, gps_lon=decoded.gps_lon,
+                size_bytes=data.stat().st_size if isinstance(data, Path) else len(data), exif_time=decoded.exif_time, gps_lat=decoded.gps_lat, gps_lon=decoded.gps_lon,
                 people=[[*d.box.as_list(), round(d.confidence, 4)] for d in boxes.people] if people else None,
                 detections=dict(self.plan.details) if boxes is not None else None,
             )
@@ -878,8 +880,12 @@ class _Importer:
         imported stays (each file is its own transaction) and the rest is reported as skipped,
         so running the same import again picks up where it stopped. Every change is audited as this import's user.
         """
-        with acting_as(self.user):
-            return self._run(entries, progress=progress, should_cancel=should_cancel, lookahead=lookahead)
+        with acting_as(self.user), tempfile.TemporaryDirectory(prefix="rosette-import-") as spool:
+            self.spool_dir = spool  # large streamed files (core.readers.prepare), removed with it at the end
+            try:
+                return self._run(entries, progress=progress, should_cancel=should_cancel, lookahead=lookahead)
+            finally:
+                self.spool_dir = None
 
     def _run(self, entries: Sequence[Entry], *, progress: Progress | None, should_cancel: Callable[[], bool] | None,
              lookahead: int) -> list[IngestItemResult]:
@@ -900,6 +906,7 @@ class _Importer:
                     nxt = next(upcoming, None)
                     if nxt is not None:
                         queue.append(pool.submit(self.prepare, nxt))
+                    prep = None
                     try:
                         prep = fut.result()
                         res = self.handle(session, prep)
@@ -915,6 +922,9 @@ class _Importer:
                     except Exception as exc:  # a bug or DB outage for one file must not stop the batch
                         self._rollback(session)
                         res = IngestItemResult(entries[i].name, "error", f"unexpected problem ({short_error(exc)})")
+                    finally:
+                        if prep is not None:  # its spooled copy, if any: the blob is stored by now
+                            prep.discard()
                     results.append(res)
                     if self.dry_run:
                         self._rollback(session)

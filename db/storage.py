@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -27,18 +28,27 @@ class BlobStore:
         ext = ext if ext.startswith(".") or not ext else "." + ext
         return f"{kind}/{digest[:2]}/{digest}{ext.lower()}"
 
-    def put(self, data: bytes, *, kind: str = "images", ext: str = "", digest: str | None = None) -> str:
-        """Store ``data`` (if not already there) and return its relative path."""
+    def put(self, data: bytes | Path, *, kind: str = "images", ext: str = "", digest: str | None = None) -> str:
+        """Store ``data`` (if not already there) and return its relative path. ``data`` may be the path of a file
+        too large to hold in memory (then ``digest`` is its sha256): it is copied in chunks."""
+        is_file = isinstance(data, Path)
+        if is_file and digest is None:
+            raise ValueError("storing a file by its path needs its sha256 digest")
         digest = digest or sha256_bytes(data)
         rel = self.relative_path(digest, kind=kind, ext=ext)
         path = self.root / rel
-        if path.exists() and path.stat().st_size == len(data):
+        size = data.stat().st_size if is_file else len(data)
+        if path.exists() and path.stat().st_size == size:
             return rel
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+                if is_file:
+                    with open(data, "rb") as src:
+                        shutil.copyfileobj(src, fh, 1024 * 1024)
+                else:
+                    fh.write(data)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

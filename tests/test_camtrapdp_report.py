@@ -280,3 +280,66 @@ def test_an_interrupted_import_keeps_whole_files_only_and_resumes(tmp_path, monk
     again = ingest_path(cat, path, user="ana")
     assert again.counts["duplicate"] == 2 and again.counts["imported"] == 2
     assert _catalogued(cat) == _whole(tmp_path, path)
+
+
+# --------------------------------------------------------------------------- zip members streamed
+
+
+def big_member_zip(root: Path, *, megabytes: int) -> tuple[Path, bytes]:
+    """A package zip (deflated) whose one media file is a small JPEG followed by ``megabytes`` MB of other bytes
+    (as a camera writing a large maker-note or a thumbnail strip would): decodable, but large. Written here, never
+    checked in. Returns the zip and the media file's bytes' sha256."""
+    import hashlib
+    import os
+    import zipfile
+
+    from tests.camtrapdp_package import tiny_jpeg
+
+    med = [{"mediaID": "M1", "deploymentID": "D1", "timestamp": "2024-05-02T10:00:00+02:00",
+            "filePath": "media/big.jpg", "filePublic": "false", "fileMediatype": "image/jpeg"}]
+    obs = [{"observationID": "O1", "deploymentID": "D1", "mediaID": "M1", "observationLevel": "media",
+            "observationType": "animal", "scientificName": "Vulpes vulpes", "eventStart": med[0]["timestamp"],
+            "eventEnd": med[0]["timestamp"]}]
+    folder = root / "big"
+    write_package(folder, deployments()[:1], med, obs, photos=False)
+    (folder / "media").mkdir()
+    digest = hashlib.sha256()
+    with open(folder / "media" / "big.jpg", "wb") as fh:
+        for chunk in [tiny_jpeg(1, (640, 480))] + [os.urandom(1 << 20)] * megabytes:
+            fh.write(chunk)
+            digest.update(chunk)
+    archive = root / "big.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for p in sorted(folder.rglob("*")):
+            if p.is_file():
+                zf.write(p, p.relative_to(folder).as_posix())
+    return archive, digest.digest()
+
+
+def test_a_large_zip_member_is_streamed_never_whole_in_memory(tmp_path, monkeypatch):
+    """A 40 MB member: read whole, the import's Python allocations peak above 80 MB (the member, and its copy
+    while decompressing); streamed, they stay under 24 MB (chunks of 1 MB, a 4 MB in-memory spool, the rest on
+    disk). The stored photo is the member byte for byte, and its spooled copy is gone afterwards."""
+    import hashlib
+    import tempfile
+    import tracemalloc
+
+    archive, digest = big_member_zip(tmp_path, megabytes=40)
+    spool = tmp_path / "tmp"
+    spool.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spool))
+    cat = open_catalogue(tmp_path / "data")
+    tracemalloc.start()
+    try:
+        report = ingest_path(cat, archive, user="ana")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [(it.name, it.status) for it in report.files] == [("media/big.jpg", "imported")]
+    assert peak < 24 * 2**20, f"peak {peak / 2**20:.1f} MB"
+    with cat.unit_of_work() as s:
+        photo = s.scalar(select(Photo))
+        blob = cat.blobs.path(photo.blob_path)
+        assert photo.size_bytes == blob.stat().st_size > 40 * 2**20
+    assert hashlib.sha256(blob.read_bytes()).digest() == digest and photo.content_hash == digest.hex()
+    assert list(spool.iterdir()) == []  # the run's spool folder and its files are removed

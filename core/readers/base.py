@@ -8,10 +8,11 @@ no file larger than :data:`MAX_FILE_BYTES` is read (protecting memory against hu
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
 from core.readers.report import IngestItemResult
 
@@ -39,6 +40,9 @@ class Entry:
 
     name: str
     read: Callable[[], bytes] | None = None
+    # the file as a stream, when its source can give one (a zip member, a package's file): read in chunks, so a
+    # large file is never whole in memory (core.readers.prepare spools it to disk)
+    open: Callable[[], BinaryIO] | None = None
     identity: str | None = None
     flank: str | None = None  # left, right, front or other (the catalogue's Flank values); None: not stated
     sighting: dict[str, Any] | None = None  # key, date, place, lat, lon, camera, observer
@@ -91,6 +95,10 @@ class Tree:
     def read(self, rel: str) -> bytes:
         raise NotImplementedError
 
+    def open(self, rel: str) -> BinaryIO:
+        """The file as a binary stream (ReadError as :meth:`read`); trees that can stream override this."""
+        return io.BytesIO(self.read(rel))
+
     problems: list[IngestItemResult]
 
     def find(self, rel: str, *, prefixes: Sequence[str] = ("",)) -> str | None:
@@ -120,6 +128,10 @@ class Tree:
 
 def tree_reader(tree: Tree, rel: str) -> Callable[[], bytes]:
     return lambda: tree.read(rel)
+
+
+def tree_opener(tree: Tree, rel: str) -> Callable[[], BinaryIO]:
+    return lambda: tree.open(rel)
 
 
 def file_reader(path: Path) -> Callable[[], bytes]:

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from collections.abc import Container
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from core.images import MAX_PIXELS, DecodedImage, ImageDecodeError, decode_image, make_thumbnail
-from core.readers.base import Entry, ReadError
+from core.readers.base import MAX_FILE_BYTES, Entry, ReadError
 from core.readers.report import IngestItemResult
 
 
@@ -18,13 +21,73 @@ class Prepared:
     """A file read, hashed and decoded, waiting for its database transaction."""
 
     entry: Entry
-    data: bytes | None = None
+    data: bytes | None = None  # the file's bytes; None when it was spooled to ``path``
+    path: Path | None = None  # a large streamed file, spooled to disk (removed by :meth:`discard`)
+    size: int = 0
     digest: str | None = None
     decoded: DecodedImage | None = None
     thumb: bytes | None = None
     mask_png: bytes | None = None
     quality: Any = None
     result: IngestItemResult | None = None  # set when the file already failed
+
+    @property
+    def source(self) -> bytes | Path | None:
+        """The file: its bytes, or the path of its spooled copy."""
+        return self.data if self.data is not None else self.path
+
+    def discard(self) -> None:
+        """Remove the spooled copy, if any (the stored blob is a copy of its own)."""
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+            self.path = None
+
+
+#: A streamed file is read in chunks of this size, and kept in memory up to SPOOL_BYTES, on disk beyond.
+CHUNK_BYTES = 1024 * 1024
+SPOOL_BYTES = 4 * 1024 * 1024
+
+
+def _stream(prep: Prepared, *, spool_dir: str | os.PathLike[str] | None) -> None:
+    """Read ``prep.entry.open()`` in chunks, hashing as it goes: a small file ends in ``prep.data``, a larger one
+    in a file under ``spool_dir`` (``prep.path``), so no file is ever whole in memory. ReadError as a read."""
+    digest = hashlib.sha256()
+    chunks: list[bytes] = []
+    held = size = 0
+    spool = None
+    try:
+        with prep.entry.open() as fh:
+            while chunk := fh.read(CHUNK_BYTES):
+                size += len(chunk)
+                if size > MAX_FILE_BYTES:
+                    raise ReadError(f"refused: the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB")
+                digest.update(chunk)
+                if spool is None and held + len(chunk) <= SPOOL_BYTES:
+                    chunks.append(chunk)
+                    held += len(chunk)
+                    continue
+                if spool is None:
+                    fd, name = tempfile.mkstemp(prefix="rosette-import-", dir=spool_dir)
+                    spool, prep.path = os.fdopen(fd, "wb"), Path(name)
+                    for kept in chunks:
+                        spool.write(kept)
+                    chunks = []
+                spool.write(chunk)
+    except (OSError, EOFError, RuntimeError, ValueError) as exc:  # a damaged zip member, a vanished file
+        if spool is not None:
+            spool.close()
+        prep.discard()
+        raise ReadError(f"could not be read ({short_error(exc)})") from None
+    except BaseException:
+        if spool is not None:
+            spool.close()
+        prep.discard()
+        raise
+    if spool is not None:
+        spool.close()
+    else:
+        prep.data = b"".join(chunks)
+    prep.size, prep.digest = size, digest.hexdigest()
 
 
 def short_error(exc: BaseException) -> str:
@@ -47,23 +110,31 @@ def alpha_mask(decoded: DecodedImage):
     return encode_mask_png(mask), mask_quality(mask)
 
 
-def prepare_entry(e: Entry, *, known_hashes: Container[str] = (), max_pixels: int = MAX_PIXELS) -> Prepared:
+def prepare_entry(e: Entry, *, known_hashes: Container[str] = (), max_pixels: int = MAX_PIXELS,
+                  spool_dir: str | os.PathLike[str] | None = None) -> Prepared:
     """Read and hash one entry's file, then decode it unless its bytes are in ``known_hashes`` (already
-    catalogued: a re-run costs a hash per file). A failure is kept in ``result`` for the report."""
+    catalogued: a re-run costs a hash per file). A failure is kept in ``result`` for the report. An entry that
+    can be streamed (``e.open``) is read in chunks and, when large, spooled to a file under ``spool_dir``: the
+    caller calls :meth:`Prepared.discard` when done with it."""
     prep = Prepared(e)
     if e.error is not None:
         prep.result = IngestItemResult(e.name, e.error_status, e.error)
         return prep
-    assert e.read is not None
+    assert e.read is not None or e.open is not None
     try:
-        data = e.read()
+        if e.open is not None:
+            _stream(prep, spool_dir=spool_dir)
+        else:
+            prep.data = e.read()
+            prep.size = len(prep.data)
     except ReadError as exc:
         prep.result = IngestItemResult(e.name, "error", str(exc))
         return prep
-    if not data:
+    if not prep.size:
         prep.result = IngestItemResult(e.name, "error", "the file is empty (0 bytes)")
         return prep
-    prep.data, prep.digest = data, hashlib.sha256(data).hexdigest()
+    if prep.digest is None:
+        prep.digest = hashlib.sha256(prep.data).hexdigest()
     if prep.digest not in known_hashes:
         decode_prepared(prep, max_pixels=max_pixels)
     return prep
@@ -73,7 +144,7 @@ def decode_prepared(prep: Prepared, *, max_pixels: int = MAX_PIXELS) -> None:
     """Decode the file's bytes, make its thumbnail and, for a transparent photo, its alpha mask."""
     e = prep.entry
     try:
-        prep.decoded = decode_image(prep.data, max_pixels=max_pixels)
+        prep.decoded = decode_image(prep.source, max_pixels=max_pixels)
         prep.thumb = make_thumbnail(prep.decoded.image)
         if prep.decoded.has_transparency:
             prep.mask_png, prep.quality = alpha_mask(prep.decoded)

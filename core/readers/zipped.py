@@ -7,6 +7,7 @@ from __future__ import annotations
 import stat
 import zipfile
 from pathlib import Path
+from typing import BinaryIO
 
 from core.readers.base import MAX_FILE_BYTES, IngestError, ReadError, Tree, hidden, read_limited, unsafe_reason
 from core.readers.report import IngestItemResult
@@ -65,6 +66,18 @@ class ZipTree(Tree):
         try:
             with self.zf.open(info) as fh:
                 return read_limited(fh, name=rel)
+        except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError) as exc:
+            raise ReadError(f"could not be unpacked from the zip ({exc})") from None
+
+    def open(self, rel: str) -> BinaryIO:
+        """The member as a stream, decompressed as it is read (never whole in memory)."""
+        info = self._members.get(self.prefix + rel)
+        if info is None:
+            raise ReadError("not in the zip")
+        if info.file_size > MAX_FILE_BYTES:
+            raise ReadError(f"refused: the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB")
+        try:
+            return self.zf.open(info)
         except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError) as exc:
             raise ReadError(f"could not be unpacked from the zip ({exc})") from None
 
