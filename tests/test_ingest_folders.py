@@ -147,7 +147,11 @@ def test_preview_says_what_the_folders_are_before_importing(cat, tmp_path):
     assert found.suggested == "stations" and found.folders == STATIONS
     assert found.words.startswith("**3 station folders:** ST1 (2 photos), ST2 (2 photos), ST3 (2 photos).")
     assert "Matching deployments: ST1 → D-ST1; ST2 → D-ST2; ST3 → D-ST3." in found.words
+    assert found.files_words == "**1 file in the upload box:** 1 zip"
+    suggested = services.preview_folders(cat, PreviewFoldersRequest((str(z),)))  # nothing chosen yet
+    assert suggested.chosen == "stations" and suggested.words == found.words
     none = services.preview_folders(cat, PreviewFoldersRequest((str(z),), folders="none"))
+    assert none.chosen == "none"
     assert "not read" in none.words and "choose \"stations\"" in none.words
     as_animals = services.preview_folders(cat, PreviewFoldersRequest((str(z),), folders="individuals"))
     assert "become individuals" in as_animals.words and "Careful: ST1, ST2, ST3" in as_animals.words
@@ -157,6 +161,7 @@ def test_preview_says_what_the_folders_are_before_importing(cat, tmp_path):
                                                      "loose.jpg": photo(3)})
     mixed = services.preview_folders(cat, PreviewFoldersRequest((str(other),), folders="stations"))
     assert mixed.suggested == "none"
+    assert services.preview_folders(cat, PreviewFoldersRequest((str(other), str(z)))).chosen == "none"
     assert "Creek: they name no station of the Deployments tab" in mixed.words
     assert "1 photo is outside any folder" in mixed.words
     assert services.preview_folders(cat, PreviewFoldersRequest(())).words == ""

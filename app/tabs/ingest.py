@@ -8,14 +8,15 @@ from app.ui_base import UIContext, curator_action
 from core.annotations import DEFAULT_MIN_CONFIDENCE
 from jobs.actions import ingest as services
 from jobs.actions.common import upload_path
-from jobs.requests.ingest import ImportUploadsRequest
+from jobs.requests.ingest import ImportUploadsRequest, PreviewFoldersRequest
 
 TITLE = "Ingest"
 ORDER = 10
 
 MANIFEST_HELP = """\
 **Manifest (optional).** A CSV file with a header row. The `filename` column names the uploaded photo
-(its original file name, or its path inside the zip); `identity` names the individual it shows.
+(its original file name, or its path inside the zip); `identity` (optional) names the individual it shows:
+an empty identity leaves the animal unassigned, ready to be matched.
 Optional columns: `flank` (left / right / front / other), `sighting` (photos taken in the same encounter
 share a sighting label), and sighting details such as `date`, `place`, `camera`, `observer`.
 For camera traps: `deployment` (a deployment id or station of the Deployments tab) and `timestamp`
@@ -25,6 +26,19 @@ media and observations) is imported as a package when uploaded on its own, witho
 boxes, species and individuals come in with it (from the shell: `rosette import datapackage.json`).
 Photos without a row are imported without an individual, ready to be matched.
 """
+
+#: What a zip's first-level folders can mean (the label shown, the value the import takes).
+FOLDER_CHOICES = [("camera stations (Station/... as camera traps store them)", "stations"),
+                  ("individuals (one folder per animal)", "individuals"),
+                  ("nothing (photos come in unassigned)", "none")]
+
+#: After an import, the report table shows its first rows, not where the last import's was scrolled to.
+SCROLL_REPORT_TO_TOP = """() => {
+  const root = document.getElementById('ingest-report');
+  if (root) { root.scrollIntoView({block: 'nearest'}); root.querySelectorAll('*').forEach(el => {
+    if (el.scrollTop) { el.scrollTop = 0; } }); }
+}"""
+
 
 DETECTIONS_HELP = """\
 Boxes can come from a MegaDetector batch JSON (run MegaDetector, AddaxAI or Timelapse on your frames first).
@@ -40,6 +54,15 @@ def build(ctx: UIContext) -> None:
         with gr.Column(scale=3):
             files = gr.File(label="Photos or zip archives", file_count="multiple", file_types=["image", ".zip"],
                             elem_id="ingest-files", height=220)
+            files_count = gr.Markdown(elem_id="ingest-files-count")
+            folders = gr.Radio(FOLDER_CHOICES, value="none", label="What are the zip's folders?",
+                               elem_id="ingest-folders",
+                               info="folder names become individuals only when you choose it")
+            folders_preview = gr.Markdown(elem_id="ingest-folders-preview")
+            species = gr.Textbox(label="Species (optional)", elem_id="ingest-species", max_lines=1,
+                                 placeholder="e.g. Tragelaphus angasii",
+                                 info="the species of these photos (a new one is added); a manifest's species "
+                                      "column names a row's own; empty: the default species")
         with gr.Column(scale=2):
             manifest = gr.File(label="Manifest CSV (optional)", file_count="single", file_types=[".csv"],
                                elem_id="ingest-manifest", height=120)
@@ -68,8 +91,8 @@ def build(ctx: UIContext) -> None:
                           label="Import report", elem_id="ingest-report", max_height=420)
 
     @curator_action
-    def run_import(uploaded, manifest_file, update, detections_file, confidence, empty, user, request: gr.Request,
-                   progress=gr.Progress()):
+    def run_import(uploaded, manifest_file, update, detections_file, confidence, empty, folder_meaning, species_name,
+                   user, request: gr.Request, progress=gr.Progress()):
         def step(done: int, total: int) -> None:
             progress((done, total), desc="Importing photos", unit="photos")
 
@@ -80,7 +103,8 @@ def build(ctx: UIContext) -> None:
                                      update_metadata=bool(update),
                                      detections=upload_path(detections_file) if detections_file else None,
                                      min_confidence=DEFAULT_MIN_CONFIDENCE if confidence is None else float(confidence),
-                                     keep_empty=bool(empty))
+                                     keep_empty=bool(empty), folders=folder_meaning or "none",
+                                     species=species_name or None)
         outcome = services.import_uploads(cat, asked, progress=step, should_cancel=services.IMPORT_STOPS.checker(key))
         stopped = outcome.counts.get("skipped", 0) and services.IMPORT_STOPS.checker(key)()
         services.IMPORT_STOPS.clear(key)
@@ -88,9 +112,27 @@ def build(ctx: UIContext) -> None:
         return f"{head} {outcome.summary}", outcome.rows
 
     event = import_button.click(run_import, inputs=[files, manifest, update_metadata, detections, min_confidence,
-                                                          keep_empty, ctx.user], outputs=[summary, report],
-                                api_name="import_photos", concurrency_limit=1)
+                                                          keep_empty, folders, species, ctx.user],
+                                outputs=[summary, report], api_name="import_photos", concurrency_limit=1)
+    event.then(None, js=SCROLL_REPORT_TO_TOP)
     ctx.changed(event)
+
+    @curator_action
+    def on_files(uploaded, folder_meaning, user):
+        # nothing chosen yet ("nothing", the default): the preview picks stations when every folder names one
+        paths = tuple(upload_path(f) for f in (uploaded or []))
+        chosen = None if folder_meaning in (None, "none") else folder_meaning
+        found = services.preview_folders(cat, PreviewFoldersRequest(paths, folders=chosen))
+        return found.files_words, found.words, gr.update(value=found.chosen)
+
+    @curator_action
+    def on_folders(uploaded, folder_meaning, user):
+        paths = tuple(upload_path(f) for f in (uploaded or []))
+        return services.preview_folders(cat, PreviewFoldersRequest(paths, folders=folder_meaning or "none")).words
+
+    files.change(on_files, inputs=[files, folders, ctx.user], outputs=[files_count, folders_preview, folders],
+                 api_visibility="private")
+    folders.input(on_folders, inputs=[files, folders, ctx.user], outputs=[folders_preview], api_visibility="private")
 
     def stop_import(request: gr.Request):
         services.IMPORT_STOPS.request(getattr(request, "session_hash", None))

@@ -105,12 +105,16 @@ def import_path(cat: Catalogue, request: ImportPathRequest, *, progress: Progres
 
 @dataclass(frozen=True)
 class FoldersPreview:
-    """What the Ingest tab says about the uploaded zips' folders before importing, and the meaning it suggests
-    (``stations`` when every folder names a stored station, else ``none``; never ``individuals``)."""
+    """What the Ingest tab says about the uploaded files and their zips' folders before importing: how many files
+    the upload holds, the folders read as ``chosen`` (the request's meaning, else the one suggested), and the
+    meaning suggested (``stations`` when every folder names a stored station, else ``none``; never
+    ``individuals``)."""
 
     words: str
     suggested: str
+    chosen: str
     folders: tuple[str, ...] = ()
+    files_words: str = ""
 
 
 def _names(counts: dict[str, int], names: list[str] | tuple[str, ...], *, limit: int = 8) -> str:
@@ -122,20 +126,23 @@ def preview_folders(cat: Catalogue, request: PreviewFoldersRequest) -> FoldersPr
     """Say what the uploaded zips' first-level folders are and what importing them as ``request.folders`` does:
     stations (which deployments they match, which match none), individuals (new or catalogued) or nothing. Reads
     the zips' listings only; nothing is imported."""
+    chosen = request.folders or "none"
     if not request.paths:
-        return FoldersPreview("", "none")
+        return FoldersPreview("", "none", chosen)
+    files = _files_words(request.paths)
     found: FolderPreview = upload_folders(cat, request.paths)
+    chosen = request.folders or found.suggested
     counts = found.folders.folders
     names = list(counts)
     loose = found.folders.loose
     outside = f" {loose} photo{'s are' if loose != 1 else ' is'} outside any folder." if loose else ""
     if not names:
         return FoldersPreview(("No folders in the uploaded zips: the photos come in unassigned." + outside)
-                              if loose else "", "none")
+                              if loose else "", "none", chosen, files_words=files)
     n = len(names)
     matching = [x for x in names if x in found.stations]
     unmatched = [x for x in names if x not in found.stations]
-    if request.folders == "stations":
+    if chosen == "stations":
         words = f"**{n} station folder{'s' if n != 1 else ''}:** {_names(counts, names)}."
         if matching:
             deps = "; ".join(f"{x} → {', '.join(found.stations[x])}" for x in matching[:8])
@@ -145,7 +152,7 @@ def preview_folders(cat: Catalogue, request: PreviewFoldersRequest) -> FoldersPr
                      else "they name no station of the Deployments tab")
             words += (f" {', '.join(unmatched[:8])}{' ...' if len(unmatched) > 8 else ''}: {where}, so their "
                       "photos come in without a deployment (add the deployments in the Deployments tab first).")
-    elif request.folders == "individuals":
+    elif chosen == "individuals":
         known = [x for x in names if x in found.individuals]
         new = [x for x in names if x not in found.individuals]
         become = "1 folder becomes an individual" if n == 1 else f"{n} folders become individuals"
@@ -162,7 +169,16 @@ def preview_folders(cat: Catalogue, request: PreviewFoldersRequest) -> FoldersPr
                  "unassigned, without a deployment.")
         if matching and not unmatched:
             words += " They match stations of the Deployments tab: choose \"stations\" to link the photos to them."
-    return FoldersPreview(words + outside, found.suggested, tuple(names))
+    return FoldersPreview(words + outside, found.suggested, chosen, tuple(names), files)
+
+
+def _files_words(paths: tuple[str, ...]) -> str:
+    """``3 files in the upload box: 1 zip, 2 photos or other files``."""
+    zips = sum(1 for p in paths if p.lower().endswith(".zip"))
+    others = len(paths) - zips
+    parts = ([f"{zips} zip{'s' if zips != 1 else ''}"] if zips else []) + \
+        ([f"{others} photo{'s' if others != 1 else ''} or other file{'s' if others != 1 else ''}"] if others else [])
+    return f"**{len(paths)} file{'s' if len(paths) != 1 else ''} in the upload box:** {', '.join(parts)}"
 
 
 def warm_features(cat: Catalogue, *, user: str, image_ids: Sequence[int] | None = None) -> int | None:

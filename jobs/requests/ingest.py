@@ -82,14 +82,16 @@ class ImportUploadsRequest(Request):
 @dataclass(frozen=True)
 class PreviewFoldersRequest(Request):
     """What the uploaded zips' first-level folders are, read as ``folders`` (the Ingest tab's preview, before
-    anything is imported); no paths: nothing to say."""
+    anything is imported; None: as the preview suggests, stations when every folder names one, else nothing); no
+    paths: nothing to say."""
 
     paths: tuple[str, ...] = ()
-    folders: str = "none"
+    folders: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "paths", tuple(str(p) for p in (self.paths or ())))
-        _check_folders(self.folders)
+        if self.folders is not None:
+            _check_folders(self.folders)
 
 
 @dataclass(frozen=True)
