@@ -7,7 +7,7 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from app.ui_base import UIContext, curator_action, markdown_text, refreshed_choices
+from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text, refreshed_choices
 from db.models import Role
 from jobs.actions import population as ps
 from jobs.requests.population import CapthistExportRequest, PopulationRequest
@@ -74,8 +74,9 @@ def build(ctx: UIContext) -> None:
                 pd.DataFrame([], columns=OCCASION_HEADERS), None, "")
 
     results = [basis, estimates, discovery, frequencies, histories, occasions, files, download_status]
+    clear_results = guarded_viewer(no_results)
     for field in (species, days, first, last):  # a changed form: the results shown no longer answer it
-        field.input(no_results, outputs=results, api_visibility="private", queue=False)
+        field.input(clear_results, outputs=results, api_visibility="private", queue=False)
 
     def request_of(sp, n_days, d_from, d_to) -> PopulationRequest:
         return PopulationRequest(species=sp or None, occasion_days=n_days if n_days is not None else 1.0,
