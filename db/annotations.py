@@ -162,9 +162,10 @@ def delete_box(cat: Catalogue, annotation_id: int, *, user: str) -> None:
 
 def undo_box_edit(cat: Catalogue, photo_id: int, *, user: str) -> BoxEdit:
     """Undo the latest box edit on a photo that is not undone yet: an added box goes (if nothing was decided on
-    it since), a moved box goes back with its mask, a deleted annotation comes back with its id. SQLite gives a
-    freed id to the next new row: when another annotation holds it now, the deleted one comes back under a new id,
-    and the photo's edits of it up to this one name that id. Two undos of one edit at once: one of them wins."""
+    it since), a moved box goes back with its mask, a deleted annotation comes back with its id (no new row is ever
+    given a deleted row's id). Only where a catalogue gave that id to a new annotation before its upgrade to ids
+    never reused does the deleted one come back under a new id, the photo's edits of it up to this one then naming
+    that id. Two undos of one edit at once: one of them wins."""
     with acting_as(user), cat.unit_of_work() as s:
         edit = s.scalar(select(BoxEdit).where(BoxEdit.photo_id == photo_id, BoxEdit.undone_at.is_(None))
                         .order_by(BoxEdit.id.desc()).limit(1))
@@ -190,7 +191,7 @@ def undo_box_edit(cat: Catalogue, photo_id: int, *, user: str) -> BoxEdit:
         else:
             values = dict(edit.before)
             values["flank"] = Flank(values["flank"])
-            if ann is not None:  # its id went to a new row meanwhile
+            if ann is not None:  # its id went to a new row before the upgrade to ids never reused
                 del values["id"]
             restored = Image(**values)
             s.add(restored)

@@ -109,6 +109,7 @@ class Species(Base):
     """A species: its individuals, photos, benchmarks, training sets and its own active model."""
 
     __tablename__ = "species"
+    __table_args__ = {"sqlite_autoincrement": True}  # a deleted row's id is never given to a new one (SQLite)
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(120), unique=True)
     # the model match review, diagnostics and export use for this species (None: the offline default)
@@ -184,6 +185,7 @@ class Deployment(Base):
     """
 
     __tablename__ = "deployments"
+    __table_args__ = {"sqlite_autoincrement": True}  # a deleted row's id is never given to a new one (SQLite)
     id: Mapped[int] = mapped_column(primary_key=True)
     key: Mapped[str] = mapped_column(String(200), unique=True)  # Camtrap DP deploymentID
     location_id: Mapped[str | None] = mapped_column(String(200), default=None, index=True)
@@ -279,6 +281,7 @@ class Image(Base):
     """
 
     __tablename__ = "images"
+    __table_args__ = {"sqlite_autoincrement": True}  # a deleted row's id is never given to a new one (SQLite)
     id: Mapped[int] = mapped_column(primary_key=True)
     photo_id: Mapped[int] = mapped_column(ForeignKey("photos.id"), index=True)
     content_hash: Mapped[str] = mapped_column(String(64), index=True)  # sha256 of the photo's stored bytes
@@ -425,6 +428,7 @@ class Benchmark(Base):
     """A named image set with identities and flanks and a fixed split."""
 
     __tablename__ = "benchmarks"
+    __table_args__ = {"sqlite_autoincrement": True}  # a deleted row's id is never given to a new one (SQLite)
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     split_kind: Mapped[str] = mapped_column(String(40))  # identity | sighting | test-only | column:<name>

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image as PILImage
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from app.cli import main as cli
 from core.annotations import Box
-from db.annotations import curator_overrides, delete_box, list_annotations, move_box, undo_box_edit
+from db.annotations import add_box, curator_overrides, delete_box, list_annotations, move_box, undo_box_edit
 from db.ingest import ingest_path
 from db.models import BoxEdit, Individual, MatchDecision, Photo
 from db.session import open_catalogue
@@ -169,9 +169,10 @@ def test_undo_lifts_the_override_and_nothing_is_duplicated(curated, trap):
     _run(d, "box", "undo", str(two))  # the delete: B comes back as the machine gave it
     with cat.unit_of_work() as s:
         assert [(o.annotation_id, o.kind) for o in curator_overrides(s, two)] == [(ids["a"], "move")]
-    b = _by_box(cat, two)[tuple(BOX_B)]  # its id, or a new one where SQLite gave its id to the box drawn since
+    b = _by_box(cat, two)[tuple(BOX_B)]
+    assert b == ids["b"]  # under its own id: the box drawn since did not take it
     assert _state(cat)["annotations"][b][1:4] == (tuple(BOX_B), "megadetector", pytest.approx(0.61))
-    with cat.unit_of_work() as s:  # the photo's edits name the annotation as it is now
+    with cat.unit_of_work() as s:
         assert [(e.kind, e.annotation_id, e.undone_at is None) for e in
                 s.scalars(select(BoxEdit).where(BoxEdit.photo_id == two).order_by(BoxEdit.id))] == \
             [("move", ids["a"], True), ("delete", b, False)]
@@ -186,6 +187,33 @@ def test_undo_lifts_the_override_and_nothing_is_duplicated(curated, trap):
     rows = {r.id: r for r in list_annotations(cat, photo_id=two)}
     assert sorted(r.bbox for r in rows.values()) == sorted([tuple(BOX_A), tuple(BOX_B), tuple(FRESH_TWO)])
     assert rows[ids["a"]].source == "megadetector" and rows[b].source == "megadetector"
+
+
+def test_a_deleted_annotations_id_is_never_given_to_a_new_box(curated):
+    from db.audit import audit_rows
+
+    d, cat, ids = curated
+    with cat.unit_of_work() as s:
+        sql = s.scalar(select(text("sql")).select_from(text("sqlite_master")).where(text("name = 'images'")))
+    assert "AUTOINCREMENT" in sql  # the catalogue the import made
+    # B was the newest annotation when deleted; the box drawn after that took the next id, not B's
+    assert ids["b"] == max(ids["a"], ids["b"], ids["s"]) and ids["drawn"] == ids["b"] + 1
+    delete_box(cat, ids["drawn"], user="ana")  # the newest one now
+    again = add_box(cat, ids["solo"], Box(*DRAWN), user="ana")
+    assert again == ids["drawn"] + 1
+    named = [(r.action, r.target) for r in reversed(audit_rows(cat)) if r.target in (f"photo#{ids['drawn']}",
+                                                                                    f"photo#{again}")]
+    assert named == [("photo.import", f"photo#{ids['drawn']}"), ("photo.delete", f"photo#{ids['drawn']}"),
+                     ("photo.import", f"photo#{again}")]  # the trail names each animal by an id of its own
+    undo_box_edit(cat, ids["solo"], user="ana")  # the add goes
+    undo_box_edit(cat, ids["solo"], user="ana")  # the delete: the drawn box back under its own id
+    assert {r.id: r.source for r in list_annotations(cat, photo_id=ids["solo"])} == \
+        {ids["s"]: "megadetector", ids["drawn"]: "drawn"}
+    with cat.unit_of_work() as s:
+        assert [(e.kind, e.annotation_id) for e in s.scalars(select(BoxEdit).where(BoxEdit.photo_id == ids["solo"])
+                                                             .order_by(BoxEdit.id))] == \
+            [("add", ids["drawn"]), ("delete", ids["drawn"]), ("add", again)]
+    assert add_box(cat, ids["solo"], Box(*DRAWN), user="ana") == again + 1  # nor the id of the add undone
 
 
 def test_a_second_move_and_a_delete_after_a_move_keep_the_first_override(curated, trap):
