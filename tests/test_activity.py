@@ -128,6 +128,27 @@ def test_the_smoothed_bootstrap_centres_where_overlaps_does_and_its_interval_hol
     assert not np.array_equal(again, bootstrap_overlap(TIGER, PIG, n_resamples=5, seed=8))
 
 
+@pytest.mark.parametrize("sizes", [(50, 60), (100, 80), (1500, 2500)])
+def test_each_bootstrap_row_is_overlapest_of_a_resample_drawn_from_the_fitted_densities(sizes):
+    """resample(smooth = TRUE) draws each time from the 511 distinct points of a 512-point grid on [0, 2π] with
+    chances proportional to the fitted density there; bootEst then runs overlapEst on the resample. Redo both
+    here with the public functions and the same seeded draws (the bootstrap's fast path must agree), at sizes
+    where overlapEst evaluates at the times (up to 140 in all), interpolates on its grid, and at larger ones."""
+    rng = np.random.default_rng(3)
+    a = np.mod(np.concatenate([TIGER, rng.vonmises(1.6, 4.0, max(0, sizes[0] - TIGER.size))]), TWO_PI)[:sizes[0]]
+    b = np.mod(np.concatenate([PIG, rng.vonmises(3.3, 2.0, max(0, sizes[1] - PIG.size))]), TWO_PI)[:sizes[1]]
+    grid = np.linspace(0.0, TWO_PI, 512)[:-1]
+    chances = [density_fit(x, grid, bandwidth(x)) for x in (a, b)]
+    chances = [c / c.sum() for c in chances]
+    draws = np.random.default_rng(11)
+    rows = bootstrap_overlap(a, b, n_resamples=3, seed=11)
+    for row in rows:
+        resample_a = np.repeat(grid, draws.multinomial(a.size, chances[0]))
+        resample_b = np.repeat(grid, draws.multinomial(b.size, chances[1]))
+        plain = overlap_estimates(resample_a, resample_b)
+        assert row == pytest.approx([plain["Dhat1"], plain["Dhat4"], plain["Dhat5"]], abs=1e-10)
+
+
 def test_boot_ci_on_numbers_worked_by_hand():
     # 999 values 0.001 .. 0.999: ranks 25 and 975 are whole, so perc is those order statistics
     bt = np.arange(1, 1000) / 1000.0

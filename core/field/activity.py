@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 from scipy.special import i0e, ive
 from scipy.stats import norm
+from threadpoolctl import threadpool_limits
 
 TWO_PI = 2.0 * math.pi
 #: Fewer detections than this give no activity curve: the bandwidth rule and the overlap estimators need a sample.
@@ -103,33 +104,72 @@ def check_times(times_rad: Iterable[float] | np.ndarray, *, label: str = "the sa
 # --------------------------------------------------------------------------- kernel density and bandwidth
 
 
+class _Powers:
+    """e^{ikx} for k = 1 .. K at fixed points, extended on demand. The bootstrap shares one table for overlap's
+    512-point resampling grid and one for overlapEst's grid, so no resample computes a cosine or an exponential."""
+
+    __slots__ = ("_table", "points")
+
+    def __init__(self, points: np.ndarray) -> None:
+        self.points = points
+        self._table = np.zeros((0, points.size), dtype=complex)
+
+    def upto(self, k_max: int) -> np.ndarray:
+        have = self._table.shape[0]
+        if have < k_max:
+            z = np.exp(1j * self.points)
+            rows = np.empty((k_max - have, z.size), dtype=complex)
+            power = z ** (have + 1)
+            for j in range(rows.shape[0]):
+                rows[j] = power
+                power = power * z
+            self._table = np.concatenate([self._table, rows])
+        return self._table[:k_max]
+
+
 class _Sample:
     """Times with a count each: raw data (count 1 each) or a resample drawn on a grid (how often each point).
 
     Keeps its trigonometric moments M_k = Σ count · e^{ikx} / n once computed: the bandwidth rule needs the first
-    three, and the Fourier form of the density (:func:`_density`) the first K, for every bandwidth asked."""
+    three, and the Fourier form of the density (:func:`_density`) the first K, for every bandwidth asked. A resample
+    knows its counts on the whole grid and the grid's powers, which make its moments one product."""
 
-    __slots__ = ("_moments", "counts", "n", "points")
+    __slots__ = ("_grid_counts", "_grid_powers", "_moments", "counts", "n", "points")
 
-    def __init__(self, points: np.ndarray, counts: np.ndarray | None = None, n: float | None = None) -> None:
+    def __init__(self, points: np.ndarray, counts: np.ndarray | None = None, n: float | None = None, *,
+                 grid_powers: _Powers | None = None, grid_counts: np.ndarray | None = None) -> None:
         self.points = points
         self.counts = np.ones_like(points) if counts is None else counts
         self.n = float(points.size) if n is None else float(n)
+        self._grid_powers, self._grid_counts = grid_powers, grid_counts
         self._moments = np.zeros(0, dtype=complex)
 
     @classmethod
     def of(cls, times_rad: np.ndarray) -> _Sample:
         return cls(times_rad)
 
+    @classmethod
+    def on_grid(cls, powers: _Powers, counts: np.ndarray) -> _Sample:
+        """A resample given as how many draws fell on each grid point."""
+        support = np.flatnonzero(counts)
+        return cls(powers.points[support], counts[support].astype(float), float(counts.sum()), grid_powers=powers,
+                   grid_counts=counts.astype(complex))  # complex @ complex runs in BLAS, complex @ float does not
+
+    def has_moments(self, k_max: int) -> bool:
+        return self._grid_powers is not None or self._moments.size >= k_max
+
     def moments(self, k_max: int) -> np.ndarray:
         """M_1 .. M_k_max (complex); M_k's length is the k-th moment's length about the mean direction."""
         have = self._moments.size
-        if have < k_max:
+        if have < k_max and self._grid_powers is not None:
+            self._moments = self._grid_powers.upto(k_max) @ self._grid_counts / self.n
+        elif have < k_max:
             z = np.exp(1j * self.points)
             power = z ** (have + 1)
+            counts = self.counts.astype(complex)
             extra = np.empty(k_max - have, dtype=complex)
             for j in range(extra.size):  # one pass per order keeps memory at one row of the sample
-                extra[j] = power @ self.counts
+                extra[j] = power @ counts
                 power *= z
             self._moments = np.concatenate([self._moments, extra / self.n])
         return self._moments[:k_max]
@@ -144,28 +184,40 @@ def _kernel_coefficients(kappa: float) -> np.ndarray:
     return coefficients[: keep[-1] + 1] if keep.size else coefficients[:1]
 
 
-def _density(sample: _Sample, at: np.ndarray, kappa: float) -> np.ndarray:
-    """The von Mises kernel density of ``sample`` with concentration ``kappa`` at the radians ``at``.
+#: A kernel term summed directly (a cosine and an exponential) costs about this many Fourier terms (a product).
+_DIRECT_COST = 8
+
+
+def _density(sample: _Sample, at: np.ndarray | _Powers, kappa: float) -> np.ndarray:
+    """The von Mises kernel density of ``sample`` with concentration ``kappa`` at the radians ``at`` (or at the
+    points of a table of their powers).
 
     Summed directly, exp(κ(cos d - 1)) / (2π e^-κ I₀(κ)) (e^κ taken out of both, so nothing overflows), or, when
     that is cheaper (many times and many points), as its Fourier series
     f(θ) = [1 + 2 Σ_k A_k(κ) Re(e^{ikθ} conj(M_k))] / 2π, exact to the 1e-17 its terms are cut at."""
-    at = np.asarray(at, dtype=float).ravel()
+    at_powers = at if isinstance(at, _Powers) else None
+    points = at_powers.points if at_powers is not None else np.asarray(at, dtype=float).ravel()
     coefficients = _kernel_coefficients(kappa)
-    if (sample.points.size + at.size) * coefficients.size < sample.points.size * at.size:
-        weights = coefficients * np.conj(sample.moments(coefficients.size))
-        z = np.exp(1j * at)
-        power = z.copy()
-        total = np.zeros(at.size)
-        for w in weights:
-            total += (power * w).real
-            power *= z
+    k_max = coefficients.size
+    fourier_cost = k_max * ((0 if sample.has_moments(k_max) else sample.points.size)
+                            + (0 if at_powers is not None else points.size))
+    if fourier_cost < _DIRECT_COST * sample.points.size * points.size:
+        weights = coefficients * np.conj(sample.moments(k_max))
+        if at_powers is not None:
+            total = (weights @ at_powers.upto(k_max)).real
+        else:
+            z = np.exp(1j * points)
+            power = z.copy()
+            total = np.zeros(points.size)
+            for w in weights:
+                total += (power * w).real
+                power *= z
         return (1.0 + 2.0 * total) / TWO_PI
     scale = sample.n * TWO_PI * float(i0e(kappa))
-    out = np.empty(at.size)
+    out = np.empty(points.size)
     rows = max(1, _CHUNK_CELLS // max(1, sample.points.size))
-    for start in range(0, at.size, rows):
-        d = at[start:start + rows, None] - sample.points[None, :]
+    for start in range(0, points.size, rows):
+        d = points[start:start + rows, None] - sample.points[None, :]
         out[start:start + rows] = np.exp(kappa * (np.cos(d) - 1.0)) @ sample.counts
     return out / scale
 
@@ -336,13 +388,15 @@ def _adjustments(adjust: float | Sequence[float | None]) -> tuple[float, float, 
     return out  # type: ignore[return-value]
 
 
-def _estimates(a: _Sample, b: _Sample, *, kmax: int, adjust: tuple[float, float, float], n_grid: int) -> np.ndarray:
-    """Δ̂₁, Δ̂₄ and Δ̂₅ as overlapEst computes them (NaN where adjust is NaN or no bandwidth exists)."""
+def _estimates(a: _Sample, b: _Sample, *, kmax: int, adjust: tuple[float, float, float], n_grid: int,
+               grid_powers: _Powers | None = None) -> np.ndarray:
+    """Δ̂₁, Δ̂₄ and Δ̂₅ as overlapEst computes them (NaN where adjust is NaN or no bandwidth exists);
+    ``grid_powers``, when given, holds the powers of the ``n_grid`` points, kept from one resample to the next."""
     out = np.full(3, np.nan)
     bw_a, bw_b = _bandwidth_or_nan(a, kmax), _bandwidth_or_nan(b, kmax)
     if math.isnan(bw_a) or math.isnan(bw_b):
         return out
-    grid = np.linspace(0.0, TWO_PI, n_grid)
+    grid = grid_powers if grid_powers is not None else _Powers(np.linspace(0.0, TWO_PI, n_grid))
     interpolate = a.n + b.n > n_grid * 1.1  # overlapEst's switch to densities on the grid, interpolated
     with np.errstate(divide="ignore", invalid="ignore"):
         for i, adj in enumerate(adjust):
@@ -355,8 +409,9 @@ def _estimates(a: _Sample, b: _Sample, *, kmax: int, adjust: tuple[float, float,
                 continue
             if interpolate:
                 da_grid, db_grid = _density(a, grid, ka), _density(b, grid, kb)
-                da_at_a, db_at_a = np.interp(a.points, grid, da_grid), np.interp(a.points, grid, db_grid)
-                da_at_b, db_at_b = np.interp(b.points, grid, da_grid), np.interp(b.points, grid, db_grid)
+                nodes = grid.points
+                da_at_a, db_at_a = np.interp(a.points, nodes, da_grid), np.interp(a.points, nodes, db_grid)
+                da_at_b, db_at_b = np.interp(b.points, nodes, da_grid), np.interp(b.points, nodes, db_grid)
             else:
                 da_at_a, db_at_a = _density(a, a.points, ka), _density(b, a.points, kb)
                 da_at_b, db_at_b = _density(a, b.points, ka), _density(b, b.points, kb)
@@ -380,7 +435,8 @@ def overlap_estimates(a: ActivityFit | Iterable[float] | np.ndarray, b: Activity
     """overlap's ``overlapEst``: ``{"Dhat1": ..., "Dhat4": ..., "Dhat5": ...}`` for two samples of times (radians;
     an :class:`ActivityFit` gives its times). ``adjust`` divides each estimator's bandwidth (None skips it)."""
     xa, xb = _times_of(a, labels[0]), _times_of(b, labels[1])
-    est = _estimates(_Sample.of(xa), _Sample.of(xb), kmax=kmax, adjust=_adjustments(adjust), n_grid=n_grid)
+    with threadpool_limits(limits=1, user_api="blas"):  # see bootstrap_overlap
+        est = _estimates(_Sample.of(xa), _Sample.of(xb), kmax=kmax, adjust=_adjustments(adjust), n_grid=n_grid)
     return dict(zip(ESTIMATORS, (float(v) for v in est)))
 
 
@@ -450,16 +506,18 @@ def bootstrap_overlap(a: ActivityFit | Iterable[float] | np.ndarray, b: Activity
     xa, xb = _times_of(a, "A"), _times_of(b, "B")
     adj = _adjustments(adjust)
     rng = np.random.default_rng(seed)
-    grid = np.linspace(0.0, TWO_PI, RESAMPLE_GRID)[:-1]
+    resample_grid = _Powers(np.linspace(0.0, TWO_PI, RESAMPLE_GRID)[:-1])
+    estimate_grid = _Powers(np.linspace(0.0, TWO_PI, n_grid))
     pa, pb = _resample_probabilities(xa, kmax=kmax), _resample_probabilities(xb, kmax=kmax)
     out = np.empty((n_resamples, 3))
-    for r in range(n_resamples):
-        # the counts of n draws over the grid points: the same resample as n draws, taken in one step
-        ca, cb = rng.multinomial(xa.size, pa), rng.multinomial(xb.size, pb)
-        ia, ib = np.flatnonzero(ca), np.flatnonzero(cb)
-        sa = _Sample(grid[ia], ca[ia].astype(float), float(xa.size))
-        sb = _Sample(grid[ib], cb[ib].astype(float), float(xb.size))
-        out[r] = _estimates(sa, sb, kmax=kmax, adjust=adj, n_grid=n_grid)
+    # the products are small (a few hundred orders by 512 points): one BLAS thread is faster than several, and
+    # many times faster when other work shares the cores
+    with threadpool_limits(limits=1, user_api="blas"):
+        for r in range(n_resamples):
+            # the counts of n draws over the grid points: the same resample as n draws, taken in one step
+            sa = _Sample.on_grid(resample_grid, rng.multinomial(xa.size, pa))
+            sb = _Sample.on_grid(resample_grid, rng.multinomial(xb.size, pb))
+            out[r] = _estimates(sa, sb, kmax=kmax, adjust=adj, n_grid=n_grid, grid_powers=estimate_grid)
     return out
 
 
