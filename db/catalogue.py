@@ -357,23 +357,27 @@ def _reverse_species_merge(session: Session, p: dict[str, Any]) -> None:
     if mixed:
         raise ConflictError(f"{mixed} photo(s) were moved between the two species' individuals since the merge; "
                             "undo those changes first")
+    source_id = source["id"]
     if p["source_deleted"]:
-        if session.get(Species, source["id"]) is not None:
-            raise ConflictError(f"species #{source['id']} exists again; nothing to bring back")
         _check_species_name_free(session, source["name"])
-        session.add(Species(id=source["id"], name=source["name"], active_model_id=source["active_model_id"],
-                            new_individual_threshold=source["new_individual_threshold"],
-                            created_at=datetime.fromisoformat(source["created_at"])))
+        # under its own id, unless a species made since was given that id (SQLite may hand out a deleted row's id)
+        revived = Species(name=source["name"], active_model_id=source["active_model_id"],
+                          new_individual_threshold=source["new_individual_threshold"],
+                          created_at=datetime.fromisoformat(source["created_at"]))
+        if session.get(Species, source_id) is None:
+            revived.id = source_id
+        session.add(revived)
         session.flush()
+        source_id = revived.id
     for chunk in _chunks(sorted(individual_ids)):
         for ind in session.scalars(select(Individual).where(Individual.id.in_(chunk))):
-            ind.species_id = source["id"]
+            ind.species_id = source_id
     for chunk in _chunks(sorted(image_ids)):
-        session.execute(update(Image).where(Image.id.in_(chunk)).values(species_id=source["id"]))
+        session.execute(update(Image).where(Image.id.in_(chunk)).values(species_id=source_id))
     for bench in session.scalars(select(Benchmark).where(Benchmark.id.in_(p["benchmark_ids"]))):
-        bench.species_id = source["id"]
+        bench.species_id = source_id
     for model in session.scalars(select(Model).where(Model.id.in_(p["model_ids"]))):
-        model.species_id = source["id"]
+        model.species_id = source_id
     target = session.get(Species, target_id)
     if target is not None and target.active_model_id == p["target_active_model_after"]:  # not promoted since
         target.active_model_id = p["target_active_model_id"]

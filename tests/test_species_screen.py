@@ -229,6 +229,16 @@ def test_undoing_a_merge_after_a_photo_joined_the_other_species_individual_is_re
     assert _state(cat)["individuals"]["leo02"] == _species_id(cat, "lion")
 
 
+def test_a_merge_undone_after_a_new_species_came_brings_the_old_one_back_beside_it(cat):
+    done = sa.merge_species(cat, MergeSpeciesRequest("lion", "nyala", user="ana"))
+    sa.set_individual_species(cat, IndividualSpeciesRequest(_individual(cat, "ny01"), "okapi", user="ana"))
+    services.undo(cat, UndoRequest(user="ana", event_id=done.merged.event_id))
+    state = _state(cat)
+    assert {name: state["species"][sid][0] for name, sid in state["individuals"].items()} == {
+        "ny00": "nyala", "ny01": "okapi", "leo02": "lion", "leo03": "lion"}
+    assert {r["name"]: r["images"] for r in sa.list_species(cat)} == {"default": 0, "nyala": 2, "okapi": 2, "lion": 4}
+
+
 def test_merge_requests_name_two_different_species():
     with pytest.raises(ValueError, match="Choose the species to merge first"):
         MergeSpeciesRequest(None, "nyala", user="ana")
