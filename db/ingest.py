@@ -58,7 +58,7 @@ from core.readers import (
     upload_entries,
 )
 from core.readers import parse_flank as parse_flank_word
-from core.readers.camtrapdp import CamtrapPackage, Observation, read_camtrapdp
+from core.readers.camtrapdp import CamtrapPackage, Observation, read_camtrapdp, refused_boxes
 from core.readers.megadetector import DetectionsFormatError, match_frames, read_megadetector_json
 from core.readers.prepare import alpha_threshold
 from core.stations import EVENT_GAP_S
@@ -1024,8 +1024,8 @@ def camtrapdp_plan(package: CamtrapPackage, *, keep_empty: bool = False) -> Dete
     for name, facts in package.observations.items():
         # a person box the package states has no detector confidence: 1.0 stands for "stated by the package"
         people = tuple(Detection("person", box, 1.0) for box in facts.people)
-        if facts.animals:
-            frames[name] = FrameBoxes(people=people, observations=facts.animals)
+        if facts.animals:  # an animal whose box cannot be used is a whole-photo annotation, its box counted refused
+            frames[name] = FrameBoxes(people=people, observations=facts.animals, invalid=refused_boxes(facts))
         elif facts.is_empty:
             frames[name] = FrameBoxes(people=people)
     details = {"source": "camtrap-dp", "file": package.label, "profile": package.profile}

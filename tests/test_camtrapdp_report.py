@@ -343,3 +343,16 @@ def test_a_large_zip_member_is_streamed_never_whole_in_memory(tmp_path, monkeypa
         assert photo.size_bytes == blob.stat().st_size > 40 * 2**20
     assert hashlib.sha256(blob.read_bytes()).digest() == digest and photo.content_hash == digest.hex()
     assert list(spool.iterdir()) == []  # the run's spool folder and its files are removed
+
+
+def test_a_person_box_out_of_range_says_the_person_is_not_blurred_and_the_tally_counts_animal_boxes(tmp_path):
+    obs = valid_observations()
+    obs[3].update(bboxWidth=1.5)  # O4, the person on M3
+    obs[0].update(bboxHeight=-0.2)  # O1, a fox on M1
+    report = ingest_path(open_catalogue(tmp_path / "data"), package(tmp_path, obs=obs), user="ana")
+    person = line(about(report), "'O4'")
+    assert person.name == "media/m3.jpg" and "this person cannot be blurred by its box" in person.message
+    assert "whole-photo annotation" not in person.message
+    fox = line(about(report), "'O1'")
+    assert "imported as a whole-photo annotation" in fox.message
+    assert report.tally.invalid_boxes == 1 and report.tally.animals == 5

@@ -279,13 +279,13 @@ def _check_delimiter(text: str, *, rel: str, name: str, label: str) -> None:
 
 
 def _box(row: Mapping[str, str], *, what: str) -> tuple[Box | None, str | None]:
-    """The observation's box (None when it has none) and a warning when its box cells cannot be used."""
+    """The observation's box (None when it has none) and why its box cells cannot be used, if so (what is done
+    instead: :func:`_box_consequence`)."""
     cells = [row.get(c, "") for c in BBOX_COLUMNS]
     if not any(cells):
         return None, None
     if not all(cells):
-        return None, (f"{what}: only some of bboxX, bboxY, bboxWidth, bboxHeight are given ({cells}); "
-                      "imported as a whole-photo annotation, its box cells kept in its details")
+        return None, f"{what}: only some of bboxX, bboxY, bboxWidth, bboxHeight are given ({cells})"
     try:
         x, y, w, h = (float(c) for c in cells)
         # an edge at most ROUNDING_TOLERANCE past the frame is rounding (as in MegaDetector output): clipped
@@ -299,7 +299,23 @@ def _box(row: Mapping[str, str], *, what: str) -> tuple[Box | None, str | None]:
             h = 1.0 - y
         return Box(x, y, w, h), None
     except (ValueError, InvalidBoxError) as exc:
-        return None, f"{what}: box {cells} cannot be used ({exc}); imported as a whole-photo annotation"
+        return None, f"{what}: box {cells} cannot be used ({exc})"
+
+
+def _box_consequence(observation_type: str) -> str:
+    """What an import does with an observation whose box cannot be used, in the report's words."""
+    if observation_type == "human":
+        return ("; this person cannot be blurred by its box: the photo's thumbnails show it (the box cells are kept "
+                "in the photo's media details)")
+    if observation_type == "animal":
+        return "; imported as a whole-photo annotation, its box cells kept in its details"
+    return "; its box cells are kept in the photo's media details"
+
+
+def refused_boxes(facts: MediaObservations) -> tuple[str, ...]:
+    """Why each animal observation's box on this media row could not be used (each is a whole-photo annotation)."""
+    return tuple(problem for obs in facts.animals if obs.box is None and any(c in obs.details for c in BBOX_COLUMNS)
+                 for problem in [_box(obs.details, what=f"observation {obs.observation_id!r}")[1]] if problem)
 
 
 def _word(value: str, allowed: Sequence[str]) -> str | None:
@@ -312,7 +328,7 @@ def _observation(row: Mapping[str, str], *, key: str, warnings: list[str]) -> Ob
     what = f"observation {oid!r}"
     box, problem = _box(row, what=what)
     if problem:
-        warnings.append(problem)
+        warnings.append(problem + _box_consequence((row.get("observationType") or "").strip().lower()))
     details = {k: v for k, v in row.items() if v != "" and k not in OBSERVATION_COLUMNS}
     if problem:  # nothing lost: the box cells travel in the details
         details.update({c: row[c] for c in BBOX_COLUMNS if row.get(c)})
@@ -604,7 +620,9 @@ def _box_lines(name: str, facts: MediaObservations, *, rows: Mapping[str, int],
         if obs.box is None and any(c in obs.details for c in BBOX_COLUMNS):
             _, problem = _box(obs.details, what=f"observation {obs.observation_id!r} "
                                                 f"(observations row {rows.get(obs.observation_id, '?')})")
-            lines.append(_about(name, "error", f"media {media_id!r}: {problem or 'its box cannot be used'}"))
+            words = (problem or f"observation {obs.observation_id!r}: its box cannot be used") + _box_consequence(
+                obs.type if obs in facts.animals or obs.type != "animal" else "other")
+            lines.append(_about(name, "error", f"media {media_id!r}: {words}"))
     return lines
 
 
