@@ -260,6 +260,24 @@ def test_a_record_table_with_date_and_time_columns_is_read():
     assert table.when[0] == datetime(2024, 1, 2, 21, 30)
 
 
+def test_a_record_table_is_thinned_to_independent_detections_as_camtrapr_does():
+    text = ("Station,Species,Individual,DateTimeOriginal\n"
+            "A,civet,c1,2024-01-02 21:00:00\n"
+            "A,civet,c2,2024-01-02 21:20:00\n"  # 20 min after the last kept at A: same event for the species
+            "A,civet,c1,2024-01-02 21:50:00\n"  # 50 min after the last kept (21:00): still that event
+            "A,civet,c1,2024-01-02 22:05:00\n"  # 65 min after 21:00: a new event
+            "B,civet,c1,2024-01-02 21:10:00\n"  # another station
+            "A,genet,g1,2024-01-02 21:05:00\n")  # another species
+    table = parse_record_table(text)
+    species_events = table.independent(min_minutes=60)
+    assert [w.strftime("%H:%M") for w in species_events.when] == ["21:00", "22:05", "21:10", "21:05"]
+    assert species_events.of_species("civet") == pytest.approx([clock_radians(21, 0), clock_radians(22, 5),
+                                                                clock_radians(21, 10)])
+    per_individual = table.independent(min_minutes=60, by_individual=True)
+    assert [w.strftime("%H:%M") for w in per_individual.when] == ["21:00", "21:20", "22:05", "21:10", "21:05"]
+    assert len(table.independent(min_minutes=0).when) == 6
+
+
 def test_unreadable_record_table_rows_are_named_and_nothing_is_read():
     text = ("Station,Species,DateTimeOriginal\n"
             "A,civet,2024-01-02 21:30:00\n"

@@ -68,8 +68,8 @@ def clock_radians(hour: int, minute: int, second: float = 0.0) -> float:
 def times_to_radians(times: Iterable[datetime | time]) -> np.ndarray:
     """The local clock time of each ``datetime`` or ``time`` as radians after midnight (the date is ignored).
 
-    Give local (solar-ish) times as the camera wrote them: an aware datetime is read on its own clock, not
-    converted to UTC, because activity is about the animal's day."""
+    Give the local clock time the camera wrote: an aware datetime is read on its own clock, not converted to UTC,
+    because activity is about the animal's day where it lives."""
     out = []
     for t in times:
         if not isinstance(t, (datetime, time)):
@@ -311,8 +311,8 @@ def bandwidth(times_rad: Iterable[float] | np.ndarray, *, kmax: int = 3) -> floa
     if math.isnan(bw):
         raise ValueError(f"no bandwidth for these {x.size} times: no von Mises concentration between "
                          f"{KAPPA_INTERVAL[0]:g} and {KAPPA_INTERVAL[1]:g} matches their first {kmax} trigonometric "
-                         f"moments (the times are nearly all at one moment); check that they are clock times in "
-                         f"radians")
+                         f"moments (the times are nearly all at one moment, or spread almost perfectly evenly round "
+                         f"the clock); check that they are clock times in radians")
     return bw
 
 
@@ -355,7 +355,8 @@ def fit_activity(times_rad: Iterable[float] | np.ndarray, *, kmax: int = 3, adju
     times with no bandwidth (``label`` names the group in the message)."""
     if not adjust > 0:
         raise ValueError(f"adjust must be a positive number, got {adjust!r}")
-    x = check_times(times_rad, label=label)
+    x = check_times(times_rad, label=label).copy()
+    x.flags.writeable = False  # the fit keeps the times it was fitted to
     try:
         rule = bandwidth(x, kmax=kmax)
     except ValueError as exc:
@@ -576,12 +577,17 @@ def overlap(a: ActivityFit | Iterable[float] | np.ndarray, b: ActivityFit | Iter
             bootstrap: int = 0, seed: int | None = None, conf: float = 0.95, kmax: int = 3,
             adjust: float | Sequence[float | None] = DEFAULT_ADJUST, n_grid: int = DEFAULT_GRID,
             labels: tuple[str, str] = ("A", "B")) -> OverlapResult:
-    """The overlap of two groups' activity (times in radians, one per independent event, or their fits): Δ̂₁, Δ̂₄
-    and Δ̂₅ as overlapEst gives them and, with ``bootstrap`` > 0 resamples, each one's smoothed-bootstrap
-    intervals (basic0 the one to report; overlap's authors advise 1,000 resamples or more).
+    """The overlap of two groups' activity (times in radians, one per independent event, or their fits, whose
+    times are used with each estimator's own adjustment): Δ̂₁, Δ̂₄ and Δ̂₅ as overlapEst gives them and, with
+    ``bootstrap`` > 0 resamples, each one's smoothed-bootstrap intervals at level ``conf`` (basic0 the one to
+    report; overlap's authors advise 1,000 resamples or more).
 
     Each sample is refused with words naming it (``labels``) when it has fewer than :data:`MIN_DETECTIONS` times
     or a time outside [0, 2π)."""
+    if not 0.0 < conf < 1.0:
+        raise ValueError(f"conf must be between 0 and 1 (0.95 for a 95 % interval), got {conf!r}")
+    if bootstrap < 0:
+        raise ValueError(f"bootstrap is a number of resamples (0 for none), got {bootstrap!r}")
     xa, xb = _times_of(a, labels[0]), _times_of(b, labels[1])
     bw_a = bandwidth(xa, kmax=kmax)
     bw_b = bandwidth(xb, kmax=kmax)
@@ -625,6 +631,29 @@ class RecordTimes:
             known = ", ".join(sorted(set(self.species))) or "none"
             raise ValueError(f"the record table has no detection of {species!r} (species in it: {known})")
         return self.times_rad[mask]
+
+    def independent(self, *, min_minutes: float, by_individual: bool = False) -> RecordTimes:
+        """The rows that are independent detections, as camtrapR's ``minDeltaTime`` with ``deltaTimeComparedTo =
+        "lastIndependentRecord"`` keeps them: a row is kept when it comes at least ``min_minutes`` after the last
+        kept row of the same species at the same station (and of the same individual with ``by_individual``).
+
+        A record table has a row per photo; an activity curve wants a time per event, so thin it first."""
+        if not min_minutes >= 0:
+            raise ValueError(f"min_minutes must be a number of minutes, 0 or more, got {min_minutes!r}")
+        keys = [(self.stations[i], self.species[i], self.individuals[i] if by_individual else "")
+                for i in range(len(self.species))]
+        last_kept: dict[tuple[str, str, str], datetime] = {}
+        kept = []
+        for i in sorted(range(len(keys)), key=lambda i: (keys[i], self.when[i])):
+            previous = last_kept.get(keys[i])
+            if previous is None or (self.when[i] - previous).total_seconds() >= min_minutes * 60.0:
+                last_kept[keys[i]] = self.when[i]
+                kept.append(i)
+        kept.sort()  # the table's own order
+        return RecordTimes(species=tuple(self.species[i] for i in kept),
+                           individuals=tuple(self.individuals[i] for i in kept),
+                           stations=tuple(self.stations[i] for i in kept), when=tuple(self.when[i] for i in kept),
+                           times_rad=self.times_rad[kept])
 
 
 _DATE_TIME_FORMATS = ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y:%m:%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S",
