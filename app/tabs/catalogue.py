@@ -54,7 +54,7 @@ def build(ctx: UIContext) -> None:
             headline = gr.Markdown("Open an individual to see its photos.", elem_id="catalogue-headline",
                                    elem_classes=["headline"])
             facts = gr.Markdown(elem_id="catalogue-facts")
-            best_photos = gr.Gallery(label="Best photo per flank", columns=4, height=220, object_fit="contain",
+            best_photos = gr.Gallery(label="Best photo per flank", columns=4, height=270, object_fit="contain",
                                      preview=False, interactive=False, elem_id="catalogue-best-photos",
                                      fit_columns=False)
             best_why = gr.Markdown(pages.BEST_PHOTO_RULE, elem_id="catalogue-best-why", elem_classes=["help-text"])
@@ -194,7 +194,8 @@ def build(ctx: UIContext) -> None:
         chosen = ids[evt.index] if evt.index is not None and evt.index < len(ids) else None
         if chosen is None:
             return no_frame
-        return gr.update(visible=True, value=fr.frame_with_boxes(cat, chosen, legend="this animal")), markdown_text(fr.frame_words(cat, chosen))
+        return (gr.update(visible=True, value=fr.frame_with_boxes(cat, chosen, legend="this animal")),
+                markdown_text(fr.frame_words(cat, chosen)))
 
     photos.select(show_frame, inputs=[photo_ids], outputs=[frame_view, frame_caption], api_visibility="private")
 

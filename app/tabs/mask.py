@@ -44,7 +44,8 @@ def build(ctx: UIContext) -> None:
     with gr.Row(equal_height=False):
         with gr.Column(scale=3, min_width=420):
             picker = gr.Dropdown(label="Photo", choices=[], value=None, filterable=True, elem_id="mask-pick",
-                                 info="#id · file · individual · who made its mask")
+                                 info="#id · file · which of its animals (when several) · individual · "
+                                      "who made its mask")
             picture = gr.Image(label="Click on the animal", type="numpy", interactive=False, height=540,
                                elem_id="mask-picture", buttons=["fullscreen"], show_label=True)
         with gr.Column(scale=2, min_width=320):
