@@ -101,6 +101,9 @@ def test_buffer_check_on_captdata(secrdemo_cl, captdata):
     check = secrdemo_cl.buffer_check
     assert check is not None and check.doubled_buffer_m == 200
     assert abs(check.relative_change) < 0.01 and not check.changed
+    doc = json.loads(json.dumps(secrdemo_cl.as_dict()))
+    assert doc["likelihood"] == "conditional" and doc["buffer_check"]["changed"] is False
+    assert doc["D_per_100km2"] == pytest.approx(54798.074, abs=10)
     traps, captures = captdata  # a buffer narrower than sigma misses animals that were detected
     narrow = fit_density(captures, traps, detector="multi", detectfn="HN", buffer_m=20)
     assert narrow.buffer_check.changed and "too narrow" in narrow.buffer_check.message

@@ -68,6 +68,10 @@ class Estimate:
     lcl: float
     ucl: float
 
+    def __post_init__(self) -> None:  # plain floats, so that the fit serialises as JSON as it is
+        for name in ("value", "se", "lcl", "ucl"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+
     def scaled(self, factor: float) -> Estimate:
         return Estimate(self.value * factor, self.se * factor, self.lcl * factor, self.ucl * factor)
 
@@ -332,7 +336,7 @@ def _fit_model(model: ScrModel, *, starts: Iterable[dict[str, float]] | None, ma
     found = None
     for real in starts[:max_starts]:
         real = {k: v for k, v in real.items() if not (model.conditional and k == "D")}
-        tried.append(dict(real))
+        tried.append({k: float(v) for k, v in real.items()})
         beta, loglik, converged = _maximise(model, link_parameters(model, real))
         if converged:
             found = (beta, loglik)
@@ -451,7 +455,7 @@ def fit_density(captures: Iterable[Capture | Sequence], traps: Sequence[Trap], *
     change = wide.density_per_ha.value / fit.density_per_ha.value - 1
     check = BufferCheck(buffer_m=float(buffer_m), doubled_buffer_m=2.0 * buffer_m,
                         density_per_ha=fit.density_per_ha.value, doubled_density_per_ha=wide.density_per_ha.value,
-                        relative_change=change, changed=abs(change) > BUFFER_TOLERANCE)
+                        relative_change=float(change), changed=bool(abs(change) > BUFFER_TOLERANCE))
     notes = fit.notes + ((check.message,) if check.changed else ())
     return replace(fit, buffer_check=check, notes=notes)
 
