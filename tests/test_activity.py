@@ -5,6 +5,7 @@ and overlap must satisfy, and against bad input."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 from datetime import datetime, time
 from pathlib import Path
@@ -147,6 +148,19 @@ def test_each_bootstrap_row_is_overlapest_of_a_resample_drawn_from_the_fitted_de
         resample_b = np.repeat(grid, draws.multinomial(b.size, chances[1]))
         plain = overlap_estimates(resample_a, resample_b)
         assert row == pytest.approx([plain["Dhat1"], plain["Dhat4"], plain["Dhat5"]], abs=1e-10)
+
+
+def test_results_serialise_as_plain_json():
+    skipped = json.loads(json.dumps(overlap(TIGER, PIG, adjust=(None, 1, None)).as_dict(), allow_nan=False))
+    assert skipped["Dhat1"] is None and skipped["Dhat5"] is None and skipped["bootstrap"] is None
+    assert skipped["Dhat4"] == pytest.approx(0.269201, abs=1e-6)
+    booted = json.loads(json.dumps(overlap(TIGER, PIG, bootstrap=30, seed=1).as_dict(), allow_nan=False))
+    dhat4 = booted["bootstrap"]["Dhat4"]
+    assert dhat4["ci_method"] == "basic0" and [dhat4["ci_low"], dhat4["ci_high"]] == dhat4["intervals"]["basic0"]
+    assert dhat4["n_resamples"] == 30 and booted["recommended"] == "Dhat4"
+    curve = json.loads(json.dumps(fit_activity(PIG, label="pig").as_dict(n_grid=64), allow_nan=False))
+    assert curve["label"] == "pig" and curve["n"] == 80 and len(curve["hours"]) == 64 == len(curve["density_per_hour"])
+    assert curve["bandwidth"] == pytest.approx(10.42076, abs=1e-4)
 
 
 def test_boot_ci_on_numbers_worked_by_hand():

@@ -344,6 +344,12 @@ class ActivityFit:
             return grid * 24.0 / TWO_PI, y * TWO_PI / 24.0
         return grid, y
 
+    def as_dict(self, *, n_grid: int = DEFAULT_GRID) -> dict[str, object]:
+        """Plain numbers for JSON: the group, its size, the bandwidths and the curve over 0..24 h per hour."""
+        hours, per_hour = self.curve(n_grid=n_grid, per_hour=True)
+        return {"label": self.label, "n": self.n, "bandwidth": self.bandwidth, "rule_bandwidth": self.rule_bandwidth,
+                "adjust": self.adjust, "hours": hours.tolist(), "density_per_hour": per_hour.tolist()}
+
 
 def fit_activity(times_rad: Iterable[float] | np.ndarray, *, kmax: int = 3, adjust: float = 1.0,
                  label: str = "the sample") -> ActivityFit:
@@ -571,6 +577,25 @@ class OverlapResult:
         if self.bootstrap is None:
             return None
         return self.bootstrap[estimator or self.recommended].interval
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain numbers for JSON (None where a figure is not a number): the estimates, the recommended one, and per
+        estimator the bootstrap's mean, bias, sd and intervals, ``ci_low``/``ci_high`` being basic0."""
+        out: dict[str, object] = {
+            "n_a": self.n_a, "n_b": self.n_b, "bandwidth_a": _plain(self.bandwidth_a),
+            "bandwidth_b": _plain(self.bandwidth_b), **{k: _plain(v) for k, v in self.estimates.items()},
+            "recommended": self.recommended, "conf": self.conf, "seed": self.seed, "bootstrap": None}
+        if self.bootstrap is not None:
+            out["bootstrap"] = {name: {
+                "n_resamples": b.n_resamples, "mean": _plain(b.mean), "bias": _plain(b.bias), "sd": _plain(b.sd),
+                "ci_method": "basic0", "ci_low": _plain(b.interval[0]), "ci_high": _plain(b.interval[1]),
+                "intervals": {m: [_plain(lo), _plain(hi)] for m, (lo, hi) in b.intervals.items()},
+            } for name, b in self.bootstrap.items()}
+        return out
+
+
+def _plain(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
 
 
 def overlap(a: ActivityFit | Iterable[float] | np.ndarray, b: ActivityFit | Iterable[float] | np.ndarray, *,
