@@ -19,8 +19,8 @@ holding two.
 code of commit 40b030c (``tests/fixtures/build_catalogue_0009.py``): the 0008 story, then deployments typed in (the
 newest deleted), the newest box deleted and a box drawn on another photo (SQLite gave it the deleted box's id), an
 animal deleted and the delete undone, a box drawn and deleted (the largest annotation id ever used, held by no row)
-and a species merged away (deleted). :data:`OLD_CATALOGUES` holds them all, by revision (:class:`OldCatalogue`: folder, database
-file, rows per table).
+and a species merged away (deleted). :data:`OLD_CATALOGUES` holds them all, by revision (:class:`OldCatalogue`:
+folder, database file, rows per table).
 
 - :func:`copy_old_catalogue` copies one somewhere a test may change it (opening it with ``open_catalogue``
   migrates that copy, never the fixture);
@@ -380,7 +380,7 @@ def max_ids(engine: Engine) -> dict[str, int]:
     return out
 
 
-__all__ = ["CATALOGUE_0008_COUNTS", "CATALOGUE_0009_COUNTS", "FIXTURE_DB", "FIXTURE_DIR", "OLD_CATALOGUES", "OLD_CATALOGUE_COUNTS",
-           "OLD_REVISION", "OldCatalogue", "audit_chain_holds", "copy_old_catalogue", "downgrade_to_revision",
+__all__ = ["CATALOGUE_0008_COUNTS", "CATALOGUE_0009_COUNTS", "FIXTURE_DB", "FIXTURE_DIR", "OLD_CATALOGUES",
+           "OLD_CATALOGUE_COUNTS", "OLD_REVISION", "OldCatalogue", "audit_chain_holds", "copy_old_catalogue", "downgrade_to_revision",
            "load_old_catalogue_into_postgres", "max_ids", "old_catalogue", "pg_next_ids", "revision_of", "sqlite_url",
            "table_counts", "table_rows", "upgrade_to_revision"]
