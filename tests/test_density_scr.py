@@ -141,6 +141,63 @@ def test_every_detector_and_function_has_finite_gradients(detector, detectfn):
 # --------------------------------------------------------------------------- the model's properties
 
 
+def _loop_loglik(history, mask, detectfn, D, first, sigma):
+    """The full likelihood written out term by term, one animal, mask point, occasion and detector at a time."""
+    n_cells, area = mask.n_points, mask.area_ha
+    per_animal = np.zeros((history.n_animals, n_cells))
+    never = np.zeros(n_cells)
+    for m, (mx, my) in enumerate(mask.xy):
+        h = []
+        for x, y in history.xy:
+            d2 = (x - mx) ** 2 + (y - my) ** 2
+            if detectfn == "HHN":
+                h.append(first * math.exp(-d2 / 2 / sigma ** 2))
+            else:
+                g = first * (math.exp(-d2 / 2 / sigma ** 2) if detectfn == "HN" else math.exp(-math.sqrt(d2) / sigma))
+                h.append(-math.log(1 - g))
+        never[m] = math.exp(-sum(history.usage[k, s] * h[k] for k in range(len(h))
+                                 for s in range(history.n_occasions)))
+        for i in range(history.n_animals):
+            p = 1.0
+            for s in range(history.n_occasions):
+                hazards = [history.usage[k, s] * h[k] for k in range(len(h))]
+                if history.detector_type == "multi":
+                    total = sum(hazards)
+                    hit = [k for k in range(len(h)) if history.counts[i, s, k]]
+                    p *= math.exp(-total) if not hit else (1 - math.exp(-total)) * hazards[hit[0]] / total
+                    continue
+                for k, lam in enumerate(hazards):
+                    y = int(history.counts[i, s, k])
+                    if history.detector_type == "proximity":
+                        p *= (1 - math.exp(-lam)) if y else math.exp(-lam)
+                    else:
+                        p *= math.exp(-lam) * lam ** y / math.factorial(y)
+            per_animal[i, m] = p
+    n = history.n_animals
+    pdot = 1 - never.mean()
+    _, sharing = np.unique(history.counts.reshape(n, -1), axis=0, return_counts=True)
+    multinomial = math.lgamma(n + 1) - sum(math.lgamma(c + 1) for c in sharing)
+    expected = D * area * pdot
+    return (float(np.log(per_animal.mean(axis=1)).sum()) - n * math.log(pdot) + multinomial
+            + n * math.log(expected) - expected - math.lgamma(n + 1))
+
+
+@pytest.mark.parametrize(("detector", "detectfn"), [("proximity", "HN"), ("count", "HHN"), ("multi", "EX"),
+                                                    ("count", "HN")])
+def test_vectorised_likelihood_matches_the_formula_term_by_term(detector, detectfn):
+    rng = np.random.default_rng(3)
+    usage = rng.choice([0.0, 0.5, 1.0, 2.5], size=(9, 4), p=[0.15, 0.2, 0.45, 0.2])
+    traps = grid_traps(9, spacing_m=50, columns=3, n_occasions=4, usage=usage)
+    study = simulate_study(traps, density_per_ha=4.0, detectfn=detectfn, detection=0.4, sigma_m=35,
+                           detector=detector, buffer_m=120, rng=rng)
+    history = build_capture_history(study.captures, traps, detector_type=detector)
+    mask = trapbuffer_mask(history.xy, buffer_m=120, nx=12)
+    model = prepare(history, mask, detectfn=detectfn, conditional=False)
+    real = {"D": 3.0, "g0": 0.3, "lambda0": 0.3, "sigma": 40.0}
+    expected = _loop_loglik(history, mask, detectfn, 3.0, 0.3, 40.0)
+    assert log_likelihood(model, link_parameters(model, real)) == pytest.approx(expected, abs=1e-8)
+
+
 def test_full_and_conditional_agree_on_density():
     """With a homogeneous Poisson density the full likelihood's D is n / (p. A) at the shared detection MLE."""
     rng = np.random.default_rng(11)
@@ -202,6 +259,26 @@ def test_reads_what_export_capthist_writes(tmp_path):
         ("s1", "leo2", 2, "B"), ("s1", "leo_1", 1, "Station_A"), ("s1", "leo_1", 3, "B")]
     (tmp_path / "binary.txt").write_text(secr_traps_text(traps, binary=True))
     assert [t.usage for t in read_secr_traps(tmp_path / "binary.txt")] == [(1.0, 1.0, 0.0), (1.0, 1.0, 1.0)]
+
+
+def test_reader_conventions(tmp_path):
+    (tmp_path / "trap.txt").write_text("# Detector X Y usage\nA 0 0 10 / covariate\nB 50 0 3 # comment\n")
+    # 0/1 codes on one line but a number on another: numbers, one per occasion (covariates after / ignored)
+    assert [t.usage for t in read_secr_traps(tmp_path / "trap.txt")] == [(10.0,), (3.0,)]
+    (tmp_path / "binary.txt").write_text("A 0 0 10\nB 50 0 01\n")
+    assert [t.usage for t in read_secr_traps(tmp_path / "binary.txt")] == [(1.0, 0.0), (0.0, 1.0)]
+    assert [t.usage for t in read_secr_traps(tmp_path / "binary.txt", binary_usage=False)] == [(10.0,), (1.0,)]
+    (tmp_path / "capt.txt").write_text("# Session ID Occasion Detector\nS1 a 1 A\nS2 a -2 B sex=F\n")
+    captures = read_secr_captures(tmp_path / "capt.txt")
+    assert [(c.session, c.occasion) for c in captures] == [("S1", 1), ("S2", 2)]  # -2: removed on occasion 2
+    traps = [Trap("A", 0.0, 0.0, ()), Trap("B", 50.0, 0.0, ())]
+    with pytest.raises(DensityInputError, match="2 sessions .*choose one session"):
+        build_capture_history(captures, traps, detector_type="proximity")
+    with pytest.raises(DensityInputError, match="detector 'trap' unknown"):
+        build_capture_history(captures, traps, detector_type="trap", session="S1")
+    (tmp_path / "bad.txt").write_text("S1 a first A\n")
+    with pytest.raises(DensityInputError, match="line 1: occasion 'first' is not a whole number"):
+        read_secr_captures(tmp_path / "bad.txt")
 
 
 def test_masks_from_csv_and_polygon(tmp_path, captdata):
