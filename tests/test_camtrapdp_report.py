@@ -356,3 +356,34 @@ def test_a_person_box_out_of_range_says_the_person_is_not_blurred_and_the_tally_
     fox = line(about(report), "'O1'")
     assert "imported as a whole-photo annotation" in fox.message
     assert report.tally.invalid_boxes == 1 and report.tally.animals == 5
+
+
+# --------------------------------------------------------------------------- the Ingest tab's and the shell's words
+
+
+def test_the_ingest_tab_summary_counts_media_and_names_the_package_lines(tmp_path):
+    from jobs.actions.ingest import import_uploads
+    from jobs.requests.ingest import ImportUploadsRequest
+
+    deps = deployments()
+    deps[0]["latitude"] = deps[0]["longitude"] = None
+    (tmp_path / "upload").mkdir()
+    archive = zip_package(package(tmp_path, deps=deps).parent, tmp_path / "upload" / "survey.zip")
+    outcome = import_uploads(open_catalogue(tmp_path / "data"),
+                             ImportUploadsRequest((str(archive),), user="ana"))
+    assert outcome.counts["imported"] == 4 and outcome.counts["note"] == 0  # media only
+    # the deployments line; the reader's note; Camtrap DP requires latitude and longitude: two rules broken
+    assert "4 imported" in outcome.summary and "about the import as a whole: 1 imported, 3 notes" in outcome.summary
+    notes = [row[2] for row in outcome.rows if row[1] == "note"]
+    assert len(notes) == 3 and "no coordinates" in notes[0]
+    assert "field latitude" in notes[1] and "field longitude" in notes[2]
+
+
+def test_the_shell_dry_run_prints_the_linking_and_counts_media(tmp_path, capsys):
+    from app.cli import main as cli
+
+    path = package(tmp_path)
+    code = cli(["--data-dir", str(tmp_path / "cli"), "--user", "ana", "import", str(path), "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0 and "would be linked to deployment D1 (stored by this import)" in out
+    assert "(5 media," in out and "dry run (nothing written)" in out

@@ -71,6 +71,11 @@ class ImportTally:
         return ", ".join(parts)
 
 
+def about_words(counts: dict[str, int]) -> str:
+    """``1 imported, 2 notes, 1 error``: the lines about an import as a whole, by status."""
+    return ", ".join(f"{n} {s}{'s' if n != 1 and s in ('error', 'note') else ''}" for s, n in counts.items() if n)
+
+
 @dataclass
 class IngestReport:
     """Per-file outcome of one import, with counts for the summary line."""
@@ -91,6 +96,15 @@ class IngestReport:
             if not it.about_import:
                 out[it.status] = out.get(it.status, 0) + 1
         return out
+
+    @property
+    def about_counts(self) -> dict[str, int]:
+        """Number of lines about the import as a whole per status (only statuses present)."""
+        out: dict[str, int] = {}
+        for it in self.items:
+            if it.about_import:
+                out[it.status] = out.get(it.status, 0) + 1
+        return {s: out[s] for s in STATUSES if s in out}
 
     @property
     def files(self) -> list[IngestItemResult]:
@@ -131,9 +145,5 @@ class IngestReport:
         rate = f", {len(files) / self.seconds:.0f} {unit}/s" if self.seconds > 0 and files else ""
         prefix = "dry run (nothing written): " if self.dry_run else ""
         text = f"{prefix}{', '.join(parts)} ({len(files)} {unit}, {self.seconds:.1f} s{rate})"
-        about = [it for it in self.items if it.about_import]
-        if about:
-            words = [f"{n} {s}{'s' if n != 1 and s in ('error', 'note') else ''}" for s in STATUSES
-                     if (n := sum(1 for it in about if it.status == s))]
-            text += f"; about the import as a whole: {', '.join(words)}"
-        return text
+        about = about_words(self.about_counts)
+        return text + (f"; about the import as a whole: {about}" if about else "")

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.readers import FORMATS, IngestReport
+from core.readers.report import about_words
 from db.embeddings import annotation_ids_after, count_animals, last_annotation_id
 from db.ingest import KEEP_EMPTY_TAB, FolderPreview, ingest_path, ingest_uploads, upload_folders
 from db.models import JobStatus
@@ -33,6 +34,9 @@ class ImportOutcome:
     features_job: int | None = None  # the background job computing match-review features of the new photos
     features_of: str | None = None  # what that job embeds, in words: "3 animals in 2 photos" (only the new ones)
     tally: str = ""  # photos, animals, people blurred, boxes left out and empty frames, in the tab's words
+    # the report's lines about the import as a whole (a Camtrap DP package's deployments, notes and errors), by
+    # status: not files, so not in ``counts``
+    about_import: dict[str, int] = field(default_factory=dict)
 
     @property
     def summary(self) -> str:
@@ -41,6 +45,8 @@ class ImportOutcome:
         text = " · ".join(shown) if shown else "nothing to import"
         if self.tally:
             text += f" — {self.tally}"
+        if self.about_import:
+            text += f" · about the import as a whole: {about_words(self.about_import)}"
         if self.features_job is not None:
             what = f"the features of its {self.features_of}" if self.features_of else "their features"
             text += f" · {what} for match review are being computed in the background (job #{self.features_job})"
@@ -91,7 +97,7 @@ def import_uploads(cat: Catalogue, request: ImportUploadsRequest, *, progress: P
     warm = warm_features(cat, user=user, image_ids=new.annotation_ids) if new.annotation_ids else None
     return ImportOutcome(rows=[[str(c) for c in row] for row in report.rows()], counts=dict(report.counts),
                          features_job=warm, features_of=new.words if warm is not None else None,
-                         tally=report.tally.words(keep_empty=KEEP_EMPTY_TAB))
+                         tally=report.tally.words(keep_empty=KEEP_EMPTY_TAB), about_import=report.about_counts)
 
 
 def import_path(cat: Catalogue, request: ImportPathRequest, *, progress: Progress | None = None) -> IngestReport:
