@@ -382,5 +382,5 @@ def max_ids(engine: Engine) -> dict[str, int]:
 
 __all__ = ["CATALOGUE_0008_COUNTS", "CATALOGUE_0009_COUNTS", "FIXTURE_DB", "FIXTURE_DIR", "OLD_CATALOGUES",
            "OLD_CATALOGUE_COUNTS", "OLD_REVISION", "OldCatalogue", "audit_chain_holds", "copy_old_catalogue",
-           "downgrade_to_revision", "load_old_catalogue_into_postgres", "max_ids", "old_catalogue", "pg_next_ids", "revision_of", "sqlite_url",
-           "table_counts", "table_rows", "upgrade_to_revision"]
+           "downgrade_to_revision", "load_old_catalogue_into_postgres", "max_ids", "old_catalogue", "pg_next_ids",
+           "revision_of", "sqlite_url", "table_counts", "table_rows", "upgrade_to_revision"]
