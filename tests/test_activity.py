@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.special import i0e
 
 from core.capthist import Record, camtrapr_csv_text
 from core.field.activity import (
@@ -154,10 +155,11 @@ def test_results_serialise_as_plain_json():
     skipped = json.loads(json.dumps(overlap(TIGER, PIG, adjust=(None, 1, None)).as_dict(), allow_nan=False))
     assert skipped["Dhat1"] is None and skipped["Dhat5"] is None and skipped["bootstrap"] is None
     assert skipped["Dhat4"] == pytest.approx(0.269201, abs=1e-6)
-    booted = json.loads(json.dumps(overlap(TIGER, PIG, bootstrap=30, seed=1).as_dict(), allow_nan=False))
+    booted = json.loads(json.dumps(overlap(TIGER, PIG, bootstrap=40, seed=1).as_dict(), allow_nan=False))
     dhat4 = booted["bootstrap"]["Dhat4"]
     assert dhat4["ci_method"] == "basic0" and [dhat4["ci_low"], dhat4["ci_high"]] == dhat4["intervals"]["basic0"]
-    assert dhat4["n_resamples"] == 30 and booted["recommended"] == "Dhat4"
+    assert dhat4["ci_low"] < booted["Dhat4"] < dhat4["ci_high"]
+    assert dhat4["n_resamples"] == 40 and booted["recommended"] == "Dhat4"
     curve = json.loads(json.dumps(fit_activity(PIG, label="pig").as_dict(n_grid=64), allow_nan=False))
     assert curve["label"] == "pig" and curve["n"] == 80 and len(curve["hours"]) == 64 == len(curve["density_per_hour"])
     assert curve["bandwidth"] == pytest.approx(10.42076, abs=1e-4)
@@ -209,6 +211,20 @@ def test_the_fourier_form_used_for_large_samples_is_the_kernel_sum():
     kappa = 45.0
     naive = np.array([np.exp(kappa * np.cos(t - x)).sum() for t in at]) / (x.size * TWO_PI * np.i0(kappa))
     assert density_fit(x, at, kappa) == pytest.approx(naive, rel=1e-10, abs=1e-15)
+
+
+def test_a_narrow_kernel_keeps_its_tails_digits():
+    """Bunched times give a large bandwidth; far from them the density is tiny and must stay positive and exact
+    in its leading digits (the Fourier form alone would leave rounding noise of the peak's size there)."""
+    rng = np.random.default_rng(9)
+    x = np.mod(rng.vonmises(1.0, 300.0, 4000), TWO_PI)
+    kappa = bandwidth(x)
+    assert kappa > 1000
+    at = np.linspace(0.0, TWO_PI, 400)
+    naive = np.array([np.exp(kappa * (np.cos(t - x) - 1.0)).sum() for t in at]) / (x.size * TWO_PI * i0e(kappa))
+    got = density_fit(x, at, kappa)
+    assert np.all(got >= 0.0)
+    assert got == pytest.approx(naive, rel=1e-6)
 
 
 def test_rotating_both_samples_changes_no_estimate():
@@ -337,6 +353,19 @@ def test_times_outside_the_day_are_named():
         fit_activity(list(PIG[:11]) + [TWO_PI])  # 2π is midnight again: give 0
     with pytest.raises(ValueError, match="must be numbers"):
         fit_activity(["dusk"] * 12)
+
+
+def test_too_few_resamples_for_the_interval_asked_are_refused():
+    # ranks (R + 1) · 0.025 and (R + 1) · 0.975 must lie strictly inside 1..R: 39 puts the upper one on 39 itself
+    with pytest.raises(ValueError, match="a 95% interval needs at least 40 bootstrap resamples, got 39"):
+        overlap(TIGER, PIG, bootstrap=39)
+    assert all(math.isnan(v) for v in boot_ci(0.3, np.linspace(0.1, 0.5, 39))["perc"])
+    assert not any(math.isnan(v) for v in boot_ci(0.3, np.linspace(0.1, 0.5, 40))["perc"])
+    with pytest.raises(ValueError, match="a 80% interval needs at least 10 bootstrap resamples"):
+        overlap(TIGER, PIG, bootstrap=9, conf=0.8)
+    assert overlap(TIGER, PIG, bootstrap=10, conf=0.8, seed=0).interval() is not None
+    with pytest.raises(ValueError, match="conf must be between 0 and 1"):
+        overlap(TIGER, PIG, conf=95)
 
 
 def test_times_all_at_one_moment_are_refused():

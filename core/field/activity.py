@@ -186,6 +186,8 @@ def _kernel_coefficients(kappa: float) -> np.ndarray:
 
 #: A kernel term summed directly (a cosine and an exponential) costs about this many Fourier terms (a product).
 _DIRECT_COST = 8
+#: Below this fraction of the density's bound the Fourier sum is replaced by the direct one (see _density).
+_FOURIER_FLOOR = 1e-8
 
 
 def _density(sample: _Sample, at: np.ndarray | _Powers, kappa: float) -> np.ndarray:
@@ -212,7 +214,17 @@ def _density(sample: _Sample, at: np.ndarray | _Powers, kappa: float) -> np.ndar
             for w in weights:
                 total += (power * w).real
                 power *= z
-        return (1.0 + 2.0 * total) / TWO_PI
+        density = (1.0 + 2.0 * total) / TWO_PI
+        # the series is exact to rounding of its largest terms, about 1e-16 of the peak: where the density is far
+        # below the peak (the tails of a narrow kernel) sum it directly, so it keeps its sign and relative digits
+        low = np.flatnonzero(density < _FOURIER_FLOOR * (1.0 + 2.0 * coefficients.sum()) / TWO_PI)
+        if low.size:
+            density[low] = _direct_density(sample, points[low], kappa)
+        return density
+    return _direct_density(sample, points, kappa)
+
+
+def _direct_density(sample: _Sample, points: np.ndarray, kappa: float) -> np.ndarray:
     scale = sample.n * TWO_PI * float(i0e(kappa))
     out = np.empty(points.size)
     rows = max(1, _CHUNK_CELLS // max(1, sample.points.size))
@@ -465,6 +477,16 @@ def _quantile_interpolated(bt: np.ndarray, conf: float) -> tuple[float, float]:
     return float(out[0]), float(out[1])
 
 
+def _fewest_resamples(conf: float) -> int:
+    """The fewest bootstrap estimates :func:`_quantile_interpolated` makes an interval of at level ``conf``: ranks
+    (R + 1)(1 ± conf)/2 strictly between 1 and R, in the same floating point arithmetic."""
+    alpha = ((1.0 - conf) / 2.0, (1.0 + conf) / 2.0)
+    r = 2
+    while not ((r + 1) * alpha[0] > 1 and (r + 1) * alpha[1] < r):
+        r += 1
+    return r
+
+
 def boot_ci(estimate: float, bootstraps: Iterable[float] | np.ndarray, *, conf: float = 0.95
             ) -> dict[str, tuple[float, float]]:
     """overlap's ``bootCI``: the five intervals from the bootstrap estimates (non-finite ones dropped).
@@ -613,6 +635,10 @@ def overlap(a: ActivityFit | Iterable[float] | np.ndarray, b: ActivityFit | Iter
         raise ValueError(f"conf must be between 0 and 1 (0.95 for a 95 % interval), got {conf!r}")
     if bootstrap < 0:
         raise ValueError(f"bootstrap is a number of resamples (0 for none), got {bootstrap!r}")
+    fewest = _fewest_resamples(conf)
+    if 0 < bootstrap < fewest:
+        raise ValueError(f"a {conf:.0%} interval needs at least {fewest} bootstrap resamples, got {bootstrap}; "
+                         f"overlap's authors advise 1,000 or more")
     xa, xb = _times_of(a, labels[0]), _times_of(b, labels[1])
     bw_a = bandwidth(xa, kmax=kmax)
     bw_b = bandwidth(xb, kmax=kmax)
