@@ -3,9 +3,11 @@
 The target is migrated to the newest schema first (so its ``alembic_version`` is at head), then every table of
 ``db.models`` is copied in foreign-key order, every row with its own id, in batches (never a whole table in
 memory). Foreign keys that point forward (species -> its active model) or into the same table (an individual
-merged into a later one) are written as NULL first and filled in once every row is there. On PostgreSQL each
-table's id sequence is then moved past the largest id copied. The source is read in one transaction (one
-consistent snapshot) and the target written in one (a failed copy leaves it as it was).
+merged into a later one) are written as NULL first and filled in once every row is there. Each table's id
+sequence (PostgreSQL's, SQLite's ``sqlite_sequence``) is then moved past the largest id copied, or past the
+largest id the source ever handed out where a deleted row had a larger one: no id is given twice on either side.
+The source is read in one transaction (one consistent snapshot) and the target written in one (a failed copy
+leaves it as it was).
 
 Afterwards the rows of each table are counted on both sides and the target's audit chain is verified. The photo
 files are not copied: they stay in the content-addressed store of the data directory, which both databases share.
@@ -124,14 +126,52 @@ def _batches(conn: Connection, table: Table, batch_rows: int) -> Iterator[list[d
         yield [dict(r._mapping) for r in part]
 
 
-def _reset_sequences(conn: Connection, tables: list[Table]) -> None:
-    """On PostgreSQL, each serial id's sequence continues after the largest id copied."""
+def _serial_id(t: Table) -> str | None:
+    """The name of ``t``'s serial id column (a single integer primary key), or None."""
+    pk = list(t.primary_key.columns)
+    if len(pk) != 1 or not pk[0].autoincrement or pk[0].type.python_type is not int:
+        return None
+    return pk[0].name
+
+
+def _largest_ids_ever(conn: Connection, tables: list[Table]) -> dict[str, int]:
+    """Per table, the largest id the database ever handed out, which a row deleted since may have had: SQLite's
+    ``sqlite_sequence`` (its tables with AUTOINCREMENT), PostgreSQL's id sequences. Copied along, so the target
+    never gives such an id to a new row either."""
+    if conn.dialect.name == "sqlite":
+        if conn.execute(text("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'")).first() is None:
+            return {}
+        return {str(name): int(seq) for name, seq in conn.execute(text("SELECT name, seq FROM sqlite_sequence"))}
+    out = {}
     for t in tables:
-        pk = list(t.primary_key.columns)
-        if len(pk) != 1 or not pk[0].autoincrement or pk[0].type.python_type is not int:
+        column = _serial_id(t)
+        sequence = column and conn.execute(text("SELECT pg_get_serial_sequence(:t, :c)"),
+                                           {"t": t.name, "c": column}).scalar()
+        if sequence:
+            last, called = conn.execute(text(f"SELECT last_value, is_called FROM {sequence}")).one()
+            out[t.name] = int(last) if called else int(last) - 1
+    return out
+
+
+def _reset_sequences(conn: Connection, tables: list[Table], *, largest_ever: dict[str, int] | None = None) -> None:
+    """Each serial id continues after the largest id copied, or after the largest id the source ever handed out
+    (``largest_ever``) where that is larger: PostgreSQL's sequences, and on SQLite the ``sqlite_sequence`` entries
+    of the tables with AUTOINCREMENT."""
+    largest_ever = largest_ever or {}
+    sqlite = conn.dialect.name == "sqlite"
+    for t in tables:
+        column = _serial_id(t)
+        if column is None:
             continue
-        conn.execute(text(f'SELECT setval(pg_get_serial_sequence(:t, :c), coalesce(max("{pk[0].name}"), 1), '
-                          f'max("{pk[0].name}") IS NOT NULL) FROM "{t.name}"'), {"t": t.name, "c": pk[0].name})
+        at_least = largest_ever.get(t.name, 0)
+        if sqlite:  # the copy's explicit ids moved the entry to the largest one copied already
+            conn.execute(text("UPDATE sqlite_sequence SET seq = :v WHERE name = :t AND seq < :v"),
+                         {"t": t.name, "v": at_least})
+            continue
+        conn.execute(text(f'SELECT setval(pg_get_serial_sequence(:t, :c), '
+                          f'greatest(coalesce(max("{column}"), 0), :v, 1), max("{column}") IS NOT NULL OR :v > 0) '
+                          f'FROM "{t.name}"'),
+                     {"t": t.name, "c": column, "v": at_least})
 
 
 def _same_database(source: Catalogue, target_url: str) -> bool:
@@ -168,13 +208,13 @@ def copy_catalogue(source: Catalogue, target_url: str, *, force: bool = False, b
                     "copy into an empty database, or give --force to replace everything in it")
             _empty(tconn, tables, deferred)
             source_counts = _counts(sconn, tables)
+            largest_ever = _largest_ids_ever(sconn, tables)
             for t in tables:
                 _copy_table(sconn, tconn, t, deferred.get(t.name, []), batch_rows, progress)
             for t in tables:
                 if deferred.get(t.name):
                     _fill_deferred(sconn, tconn, t, deferred[t.name], batch_rows)
-            if tconn.dialect.name == "postgresql":
-                _reset_sequences(tconn, tables)
+            _reset_sequences(tconn, tables, largest_ever=largest_ever)
         with target.engine.connect() as tconn:
             target_counts = _counts(tconn, tables)
         audit = verify_chain(target)
