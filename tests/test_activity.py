@@ -24,6 +24,7 @@ from core.field.activity import (
     clock_radians,
     density_fit,
     fit_activity,
+    fit_groups,
     overlap,
     overlap_estimates,
     overlap_true,
@@ -339,6 +340,15 @@ def test_fewer_than_ten_detections_are_refused_with_what_to_do():
     assert fit_activity(PIG[:10]).n == 10
     with pytest.raises(ValueError, match="B: only 3 detection"):
         overlap(TIGER, PIG[:3])
+
+
+def test_groups_too_small_are_set_aside_with_their_reason_and_the_others_fitted():
+    groups = fit_groups({"M01": TIGER[:40], "F02": PIG[:4], "F03": PIG})
+    assert list(groups.fits) == ["M01", "F03"]
+    assert groups.fits["F03"].bandwidth == pytest.approx(10.42076, abs=1e-4)
+    assert groups.fits["M01"].label == "M01"
+    assert list(groups.refused) == ["F02"]
+    assert groups.refused["F02"].startswith("F02: only 4 detection(s)")
 
 
 def test_times_outside_the_day_are_named():

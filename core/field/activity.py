@@ -383,6 +383,29 @@ def fit_activity(times_rad: Iterable[float] | np.ndarray, *, kmax: int = 3, adju
                        label=label)
 
 
+@dataclass(frozen=True)
+class GroupFits:
+    """Activity per group (individuals, sexes, species): the groups that could be fitted, and for each that could
+    not, the words saying why (most often fewer than :data:`MIN_DETECTIONS` detections)."""
+
+    fits: Mapping[str, ActivityFit]
+    refused: Mapping[str, str]
+
+
+def fit_groups(times_by_group: Mapping[str, Iterable[float] | np.ndarray], *, kmax: int = 3,
+               adjust: float = 1.0) -> GroupFits:
+    """:func:`fit_activity` for each group (name -> radians, one per independent event), in the mapping's order; a
+    group that cannot be fitted is set aside with its reason instead of stopping the others."""
+    fits: dict[str, ActivityFit] = {}
+    refused: dict[str, str] = {}
+    for name, times in times_by_group.items():
+        try:
+            fits[name] = fit_activity(times, kmax=kmax, adjust=adjust, label=str(name))
+        except ValueError as exc:
+            refused[name] = str(exc)
+    return GroupFits(fits=fits, refused=refused)
+
+
 # --------------------------------------------------------------------------- overlap
 
 
