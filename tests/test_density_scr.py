@@ -105,7 +105,11 @@ def test_buffer_check_on_captdata(secrdemo_cl, captdata):
     assert doc["likelihood"] == "conditional" and doc["buffer_check"]["changed"] is False
     assert doc["D_per_100km2"] == pytest.approx(54798.074, abs=10)
     traps, captures = captdata  # a buffer narrower than sigma misses animals that were detected
-    narrow = fit_density(captures, traps, detector="multi", detectfn="HN", buffer_m=20)
+    heard: list[tuple[float, str]] = []
+    narrow = fit_density(captures, traps, detector="multi", detectfn="HN", buffer_m=20,
+                         progress=lambda f, m: heard.append((f, m)))
+    assert [f for f, _ in heard] == sorted(f for f, _ in heard) and heard[-1] == (1.0, "done")
+    assert any("twice the buffer (40 m)" in m for _, m in heard)
     assert narrow.buffer_check.changed and "too narrow" in narrow.buffer_check.message
     assert any("too narrow" in n for n in narrow.notes)
 

@@ -19,7 +19,7 @@ it with its sources.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -422,36 +422,49 @@ def _habitat_mask(history: CaptureHistory, *, buffer_m: float, spacing_m: float 
 def fit_density(captures: Iterable[Capture | Sequence], traps: Sequence[Trap], *, detector: str,
                 detectfn: str = "HN", buffer_m: float, spacing_m: float | None = None,
                 mask: Mask | str | Path | None = None, conditional: bool = False, session: str | None = None,
-                check_buffer: bool = True) -> DensityFit:
+                check_buffer: bool = True, progress: Callable[[float, str], None] | None = None) -> DensityFit:
     """Fit density from captures (``Session ID Occasion Detector`` rows or :class:`Capture`) at ``traps``
     (:class:`core.capthist.Trap`: name, x and y in metres, usage per occasion).
 
     ``mask``: None builds secr's trapbuffer mask (``buffer_m``, and ``spacing_m`` or 64 points across); a GeoJSON
     polygon (path) clips that mask to the habitat; a CSV of x,y points (path) or a :class:`Mask` is used as it is.
-    With ``check_buffer`` the fit is repeated with twice the buffer (masks built here only)."""
+    With ``check_buffer`` the fit is repeated with twice the buffer (masks built here only). ``progress`` hears
+    (fraction done, what is being done) between the steps."""
+    report = progress or (lambda fraction, message: None)
     if detectfn not in DETECTION_FUNCTIONS:
         raise ValueError(f"detection function {detectfn!r} unknown; use one of {', '.join(DETECTION_FUNCTIONS)}")
     if not (isinstance(buffer_m, (int, float)) and math.isfinite(buffer_m)) or buffer_m <= 0:
         raise MaskError(f"the buffer must be more than 0 m (got {buffer_m}); give about 4 times the expected "
                         "sigma, the distance over which an animal is detected")
+    report(0.0, "reading the captures and detectors")
     history = build_capture_history(captures, traps, detector_type=detector, session=session)
+    report(0.05, "building the habitat mask")
     habitat = _habitat_mask(history, buffer_m=buffer_m, spacing_m=spacing_m, mask=mask)
     check_mask_near_detectors(habitat, history.xy, near_m=buffer_m)
+    checking = check_buffer and habitat.source != "csv"
+    report(0.1, f"fitting {history.n_animals} animals on {habitat.n_points} mask points")
     model = prepare(history, habitat, detectfn=detectfn, conditional=conditional)
     fit = fit_model(model)
-    if not check_buffer or habitat.source == "csv":
+    if not checking:
+        report(1.0, "done")
         if habitat.source == "csv" and check_buffer:
             return _with_note(fit, "buffer check skipped: the mask was given as points")
         return fit
+    report(0.45, f"buffer check: fitting again with twice the buffer ({2 * buffer_m:g} m)")
     wide_mask = _habitat_mask(history, buffer_m=2 * buffer_m, spacing_m=spacing_m,
                               mask=mask if habitat.source == "polygon" else None)
     wide_model = prepare(history, wide_mask, detectfn=detectfn, conditional=conditional)
     real = real_parameters(model, np.array(fit.link_estimates))
     real.setdefault("D", fit.density_per_ha.value)
     try:
-        wide = fit_model(wide_model, starts=[real] + start_values(wide_model))
+        try:  # the first fit's estimates are almost always a good start
+            wide = fit_model(wide_model, starts=[real])
+        except FitNotConverged:
+            wide = fit_model(wide_model)
     except FitNotConverged:
+        report(1.0, "done")
         return _with_note(fit, f"buffer check: the fit with twice the buffer ({2 * buffer_m:g} m) did not converge")
+    report(1.0, "done")
     change = wide.density_per_ha.value / fit.density_per_ha.value - 1
     check = BufferCheck(buffer_m=float(buffer_m), doubled_buffer_m=2.0 * buffer_m,
                         density_per_ha=fit.density_per_ha.value, doubled_density_per_ha=wide.density_per_ha.value,
