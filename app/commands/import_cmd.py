@@ -106,7 +106,7 @@ def run(args, ctx) -> int:
     if rows:
         print_table(rows, ["file", "status", "message"])
     print(report.summary())
-    if report.items:
+    if report.items and not report.dry_run:  # a dry run stores nothing: its per-file lines say what it would do
         print(report.tally.words())
     if not report.items:
         print("no photos were found there")
