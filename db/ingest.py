@@ -438,7 +438,8 @@ class _Importer:
             photo = Photo(
                 content_hash=digest, original_name=e.name[:500], blob_path=blob, thumb_path=thumb_rel,
                 format=decoded.format[:16], mode=decoded.mode[:16], width=decoded.width, height=decoded.height,
-                size_bytes=data.stat().st_size if isinstance(data, Path) else len(data), exif_time=decoded.exif_time, gps_lat=decoded.gps_lat, gps_lon=decoded.gps_lon,
+                size_bytes=data.stat().st_size if isinstance(data, Path) else len(data),
+                exif_time=decoded.exif_time, gps_lat=decoded.gps_lat, gps_lon=decoded.gps_lon,
                 people=[[*d.box.as_list(), round(d.confidence, 4)] for d in boxes.people] if people else None,
                 detections=dict(self.plan.details) if boxes is not None else None,
             )
