@@ -122,7 +122,8 @@ def test_station_folder_zip_preview_species_and_report(rosette_server, page, sho
     # scrolled down, a new import shows its report from the top
     scrolled = page.evaluate("""() => { let moved = false;
         document.querySelectorAll('#ingest-report *').forEach(el => {
-          if (el.scrollHeight > el.clientHeight + 20) { el.scrollTop = el.scrollHeight; moved = moved || el.scrollTop > 0; }
+          if (el.scrollHeight > el.clientHeight + 20) {
+            el.scrollTop = el.scrollHeight; moved = moved || el.scrollTop > 0; }
         }); return moved; }""")
     assert scrolled, "the report table should be tall enough to scroll"
     page.locator("#ingest-import").click()
