@@ -222,7 +222,7 @@ def numerical_hessian(fn, x: np.ndarray, *, step: float = _HESSIAN_STEP) -> np.n
 
 
 def _rpsv(history: CaptureHistory) -> float:
-    """Root pooled spatial variance of the detections (secr's RPSV): a start for sigma."""
+    """Root pooled spatial variance of each animal's detections, as secr's RPSV: a start for sigma."""
     ss, df = 0.0, 0
     per_animal = history.counts.sum(axis=1)  # (n, K)
     for row in per_animal:
