@@ -23,6 +23,7 @@ from datetime import date, datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from core import capthist as ch
 from core import population as pop
 from core.stations import StationError, camera_days, local_period, parse_timestamp
 from db.catalogue import CatalogueError, current_individual
@@ -215,3 +216,75 @@ def station_periods(stations: Sequence[Station]) -> dict[str, list[tuple[datetim
     for st in stations:
         out.setdefault(st.station, []).append((st.begin, st.end))
     return out
+
+
+#: Detection ids listed in words (the counts are complete).
+LISTED_IDS = 20
+
+
+@dataclass(frozen=True)
+class SecrInputs:
+    """A study as secr reads it: one detector per located station (UTM metres in one zone, the usage its active
+    days per occasion), one capture per detection at a located station (``Session ID Occasion Detector``, names
+    made secr tokens), and what was left out for want of coordinates."""
+
+    session: str
+    traps: tuple[ch.Trap, ...]
+    captures: tuple[tuple[str, str, int, str], ...]  # (session, individual token, occasion from 1, station)
+    epsg: int | None
+    stations_without_coordinates: tuple[str, ...]
+    detections_without_coordinates: tuple[int, ...]  # annotation ids
+
+    @property
+    def left_out_words(self) -> str:
+        """One sentence naming the stations without coordinates and the detections there ('' when none)."""
+        if not self.stations_without_coordinates:
+            return ""
+        ids = self.detections_without_coordinates
+        return (f"Station(s) without coordinates left out of secr's files: "
+                f"{', '.join(self.stations_without_coordinates)} ({len(ids)} detection(s) there, annotation(s) "
+                f"{', '.join(map(str, ids[:LISTED_IDS]))}{' …' if len(ids) > LISTED_IDS else ''})")
+
+
+def secr_inputs(study: PopulationStudy) -> SecrInputs:
+    """The study's detectors and captures for secr (``rosette export capthist``) and the density fit: a station's
+    coordinates are the mean of its deployments' (several deployments of one location are one detector),
+    projected to the UTM zone of the stations' centroid; a station without coordinates is left out, named, with
+    the detections made there."""
+    h = study.histories
+    session = ch.secr_token(study.species)
+    coords: dict[str, list[tuple[float, float]]] = {}
+    for st in study.stations:
+        coords.setdefault(st.station, [])
+        if st.lat is not None and st.lon is not None:
+            coords[st.station].append((st.lat, st.lon))
+    located = {name: (sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts))
+               for name, pts in coords.items() if pts}
+    missing = tuple(sorted(name for name, pts in coords.items() if not pts))
+    epsg = None
+    traps: list[ch.Trap] = []
+    if located:
+        names = sorted(located)
+        epsg, xy = ch.utm_coordinates([located[n] for n in names])
+        usage = ch.usage_matrix(station_periods([st for st in study.stations if st.station in located]),
+                                h.occasion_bounds)
+        traps = [ch.Trap(name=n, x=x, y=y, usage=tuple(usage[n])) for n, (x, y) in zip(names, xy)]
+    tokens: dict[str, str] = {}
+    for name in h.individuals:
+        token = ch.secr_token(str(name))
+        if token in tokens.values():
+            other = next(k for k, v in tokens.items() if v == token)
+            raise ValueError(f"individuals {other!r} and {name!r} would both be written as {token!r} in secr's "
+                             "files: rename one of them")
+        tokens[str(name)] = token
+    captures, unlocated = [], []
+    for det in study.detections:
+        k = study.occasion_of(det.when)
+        if k is None:  # cannot happen: every occasion with a detection is kept
+            raise AssertionError(f"annotation {det.annotation_id} fell in no occasion")
+        if det.station in located:
+            captures.append((session, tokens[det.individual], k + 1, det.station))
+        else:
+            unlocated.append(det.annotation_id)
+    return SecrInputs(session=session, traps=tuple(traps), captures=tuple(captures), epsg=epsg,
+                      stations_without_coordinates=missing, detections_without_coordinates=tuple(unlocated))

@@ -24,7 +24,7 @@ from core import capthist as ch
 from db import species as species_store
 from db.catalogue import CatalogueError
 from db.export_rules import refuse_unnamed_species
-from db.population import LEFT_OUT_REASONS, LEFT_OUT_WORDS, PopulationStudy, population_study, station_periods
+from db.population import LEFT_OUT_REASONS, LEFT_OUT_WORDS, PopulationStudy, population_study, secr_inputs
 from db.population import SpeciesNotChosen  # noqa: F401 - re-exported: each screen says where to choose a species
 from db.session import Catalogue
 from jobs.requests.population import CapthistExportRequest, PopulationRequest
@@ -282,48 +282,12 @@ def export_capthist(cat: Catalogue, request: CapthistExportRequest) -> CapthistE
     except OSError as exc:
         raise _not_written(folder, exc, []) from None
     h = study.histories
-    session = ch.secr_token(study.species)
-
-    coords: dict[str, list[tuple[float, float]]] = {}
-    for st in study.stations:
-        coords.setdefault(st.station, [])
-        if st.lat is not None and st.lon is not None:
-            coords[st.station].append((st.lat, st.lon))
-    located = {name: (sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts))
-               for name, pts in coords.items() if pts}
-    missing = tuple(sorted(name for name, pts in coords.items() if not pts))
+    secr = secr_inputs(study)
+    session, traps, captures, epsg = secr.session, list(secr.traps), list(secr.captures), secr.epsg
+    missing, unlocated = secr.stations_without_coordinates, list(secr.detections_without_coordinates)
     notes: list[str] = []
-    epsg = None
-    traps: list[ch.Trap] = []
-    if located:
-        names = sorted(located)
-        epsg, xy = ch.utm_coordinates([located[n] for n in names])
-        periods = station_periods([st for st in study.stations if st.station in located])
-        usage = ch.usage_matrix(periods, h.occasion_bounds)
-        traps = [ch.Trap(name=n, x=x, y=y, usage=tuple(usage[n])) for n, (x, y) in zip(names, xy)]
-
-    tokens: dict[str, str] = {}
-    for name in h.individuals:
-        token = ch.secr_token(str(name))
-        if token in tokens.values():
-            other = next(k for k, v in tokens.items() if v == token)
-            raise ValueError(f"individuals {other!r} and {name!r} would both be written as {token!r} in secr's "
-                             "files: rename one of them")
-        tokens[str(name)] = token
-    captures, unlocated = [], []
-    for det in study.detections:
-        k = study.occasion_of(det.when)
-        if k is None:  # cannot happen: every occasion with a detection is kept
-            raise AssertionError(f"annotation {det.annotation_id} fell in no occasion")
-        if det.station in located:
-            captures.append((session, tokens[det.individual], k + 1, det.station))
-        else:
-            unlocated.append(det.annotation_id)
     if missing:
-        notes.append(f"Station(s) without coordinates left out of secr's files: {', '.join(missing)} "
-                     f"({len(unlocated)} detection(s) there, annotation(s) "
-                     f"{', '.join(map(str, unlocated[:LISTED_IDS]))}{' …' if len(unlocated) > LISTED_IDS else ''}); "
-                     "they are in the record table and the MARK histories.")
+        notes.append(f"{secr.left_out_words}; they are in the record table and the MARK histories.")
 
     p = summary["parameters"]
     header = [f"Rosette capture histories of {study.species}: occasions of {_fmt(p['occasion_days'], 3)} day(s) "
