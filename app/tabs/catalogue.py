@@ -217,23 +217,25 @@ def build(ctx: UIContext) -> None:
         done = services.merge(cat, MergeRequest(current, target, user=user))
         return markdown_text(done.message), target, services.last_change_id(cat)
 
-    # a bulk action done, its ticks are cleared: they must not carry over to the next action by surprise
-    untick = gr.update(value=[])
+    def untick():
+        # a bulk action done, its ticks are cleared: they must not carry over to the next action by surprise (a
+        # fresh update each time: Gradio consumes the one it is given)
+        return gr.update(value=[])
 
     @curator_action
     def do_split(image_ids, name, user):
         done = services.split(cat, SplitRequest(tuple(image_ids or ()), user=user, new_name=name))
-        return markdown_text(done.message), "", services.last_change_id(cat), untick
+        return markdown_text(done.message), "", services.last_change_id(cat), untick()
 
     @curator_action
     def do_move(image_ids, target, user):
         message = services.move_photos(cat, MovePhotosRequest(tuple(image_ids or ()), target, user=user))
-        return markdown_text(message), services.last_change_id(cat), untick
+        return markdown_text(message), services.last_change_id(cat), untick()
 
     @curator_action
     def do_set_flanks(image_ids, flank, user):
         return (markdown_text(services.set_flanks(cat, SetFlanksRequest(tuple(image_ids or ()), flank, user=user))),
-                untick)
+                untick())
 
     @curator_action
     def do_set_species(current, name, user):
