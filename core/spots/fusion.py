@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from core.calibration import Calibrator, fit_calibrator
+
+if TYPE_CHECKING:  # the fusion module builds on this one
+    from core.spots.fusion_choice import Fusion
 
 DEFAULT_SHORTLIST = 50
 GLOBAL = "global"
@@ -100,14 +103,15 @@ def fuse_probabilities(probabilities: Mapping[str, np.ndarray], applies: Mapping
 
 def fused_similarity(global_sim: np.ndarray, valid: np.ndarray, *, shortlist: int,
                      raw: Mapping[str, np.ndarray], calibrators: Mapping[str, Calibrator],
-                     applies: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+                     applies: Mapping[str, np.ndarray] | None = None, fusion: Fusion | None = None) -> np.ndarray:
     """The fused Q x G score matrix (higher = more similar) that ranking and metrics read.
 
     ``raw[name]`` are the scorers' raw scores (``raw["global"]`` may be omitted: ``global_sim`` is used) and
     ``calibrators[name]`` their calibrations; only scorers with a calibrator take part. Shortlisted pairs get
     their fused probability (plus :data:`TIE_BREAK` x the global score's rank position within [0, 1));
     the rest get ``global_sim`` shifted below -1, so they keep the global order under every shortlisted pair.
-    Invalid pairs are -inf.
+    Invalid pairs are -inf. ``fusion`` (:class:`core.spots.fusion_choice.Fusion`) combines the probabilities;
+    None: their mean over the scorers that apply.
     """
     g = np.asarray(global_sim, dtype=np.float64)
     valid = np.asarray(valid, dtype=bool)
@@ -119,12 +123,46 @@ def fused_similarity(global_sim: np.ndarray, valid: np.ndarray, *, shortlist: in
              for name in scores if name in calibrators}
     if not probs:
         raise ValueError("no scorer has a calibration")
-    fused = fuse_probabilities(probs, applies)
+    if fusion is None:
+        fused = fuse_probabilities(probs, applies)
+    else:
+        missing = [s for s in fusion.needs if s not in probs]
+        if missing:
+            raise ValueError(f"the fusion {fusion.name!r} needs the calibrated scorers {', '.join(missing)}")
+        ranks = ({s: shortlist_ranks(scores[s], short, None if applies is None else applies.get(s))
+                  for s in fusion.scorers} if fusion.uses_ranks else None)
+        fused = fusion.combine(probs, applies, ranks)
+    return ranking_scores(g, valid, short, fused)
+
+
+def ranking_scores(global_sim: np.ndarray, valid: np.ndarray, shortlist: np.ndarray, fused: np.ndarray
+                   ) -> np.ndarray:
+    """The score matrix ranking reads: shortlisted pairs get their ``fused`` probability (plus
+    :data:`TIE_BREAK` x the global score rescaled to [0, 1]), the rest the rescaled global score shifted below
+    every shortlisted pair; invalid pairs -inf."""
+    g = np.asarray(global_sim, dtype=np.float64)
+    valid = np.asarray(valid, bool)
     finite = np.isfinite(g) & valid
     lo, hi = (float(g[finite].min()), float(g[finite].max())) if finite.any() else (0.0, 1.0)
     unit = (g - lo) / max(hi - lo, 1e-12)  # global score rescaled to [0, 1] for tie-breaking
-    out = np.where(short, np.nan_to_num(fused, nan=0.0) + TIE_BREAK * unit, unit - 2.0)
+    out = np.where(np.asarray(shortlist, bool), np.nan_to_num(fused, nan=0.0) + TIE_BREAK * unit, unit - 2.0)
     return np.where(valid, out, -np.inf)
+
+
+def shortlist_ranks(raw: np.ndarray, shortlist: np.ndarray, applies: np.ndarray | None = None) -> np.ndarray:
+    """Q x G: each shortlisted pair's rank (1 = highest raw score) among its query's shortlisted pairs where the
+    scorer applies (ties share the better rank); NaN elsewhere."""
+    r = np.asarray(raw, np.float64)
+    use = np.asarray(shortlist, bool) & np.isfinite(r)
+    if applies is not None:
+        use &= np.asarray(applies, bool)
+    vals = np.where(use, r, -np.inf)
+    # rank = 1 + the number of this query's usable pairs with a strictly higher score
+    s = -np.sort(-vals, axis=1)
+    out = np.empty_like(r)
+    for q in range(r.shape[0]):
+        out[q] = 1.0 + np.searchsorted(-s[q], -vals[q], side="left")
+    return np.where(use, out, np.nan)
 
 
 def fit_scorer_calibrations(raw: Mapping[str, np.ndarray], same: np.ndarray, pairs: np.ndarray,
