@@ -14,6 +14,7 @@ from core.spots.requests import KeypointsRequest, SpotEvaluationRequest
 from db.catalogue import CatalogueError
 from db.camtrapdp_export import export_package
 from db.compare import compare
+from db.density import density_answer
 from db.diagnostics import run_diagnose
 from db.embedding_map import compute_map
 from db.embeddings import all_image_ids, count_animals, embed_images, get_backbone
@@ -31,6 +32,7 @@ from jobs.context import JobContext
 from jobs.registry import HEAVY, register_job_kind
 from jobs.requests.benchmarks import EvaluateRequest
 from jobs.requests.camtrapdp import ExportCamtrapDPRequest
+from jobs.requests.density import DensityRequest
 from jobs.requests.diagnostics import DiagnoseRequest, SensitivityRequest
 from jobs.requests.export import KaggleExportRequest
 from jobs.requests.map import EmbedRequest, MapRequest
@@ -244,6 +246,14 @@ def camtrap_dp_export_job(cat: Catalogue, params: dict[str, Any], ctx: JobContex
                                     should_cancel=ctx.cancelled)
     ctx.log(done.summary)
     return {**done.to_dict(), "zip": zip_path}
+
+
+@register_job_kind("density")  # seconds to a minute or two, numpy only: never waits behind a training run
+def density_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """A density fit by spatial capture-recapture (the Population tab): params are a stored
+    :class:`jobs.requests.density.DensityRequest`; progress follows the fit's steps (the fit, the buffer check)."""
+    request = DensityRequest.from_dict(params)
+    return density_answer(cat, **request.fit_options(), progress=lambda f, m: ctx.progress(f, m))
 
 
 @register_job_kind("map")  # short (features are cached, UMAP takes seconds): never waits behind a training run

@@ -1,0 +1,82 @@
+"""``rosette density``: animals per 100 km² of a species by spatial capture-recapture, from the catalogue's study
+or secr's text files; ``rosette activity``: when in the day one or two species are active, and how much their
+activity overlaps."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from app.commands.population_cmd import CHOOSE_SPECIES
+from jobs.actions import activity as act
+from jobs.actions import density as ds
+from jobs.actions import population as ps
+from jobs.requests.density import ACTIVITY_GROUPINGS, DEFAULT_RESAMPLES, ActivityRequest, DensityRequest
+
+
+def register(sub) -> None:
+    p = sub.add_parser("density", help="density (animals per 100 km²) by spatial capture-recapture, as secr fits it")
+    p.add_argument("--species", default=None, help="species name or id (default: the one species with individuals)")
+    p.add_argument("--occasion-days", type=float, default=1.0, help="length of a capture occasion in days (default: 1)")
+    p.add_argument("--from", dest="date_from", default=None, metavar="YYYY-MM-DD",
+                   help="first day of the study window (default: the first deployment's start)")
+    p.add_argument("--to", dest="date_to", default=None, metavar="YYYY-MM-DD",
+                   help="last day of the study window, included (default: the last deployment's end)")
+    p.add_argument("--captures", default=None, metavar="FILE",
+                   help="secr captures file ('Session ID Occasion Detector'), with --traps, instead of the catalogue")
+    p.add_argument("--traps", default=None, metavar="FILE", help="secr traps file ('Detector X Y [usage]', metres)")
+    p.add_argument("--detector", default="proximity", help="proximity (camera traps, default), count or multi")
+    p.add_argument("--detectfn", default="HN", help="detection curve: HN (half-normal, default), HHN or EX")
+    p.add_argument("--buffer", dest="buffer_m", type=float, default=None, metavar="M",
+                   help="mask buffer round the detectors in metres (default: 4 x the spread of the detections)")
+    p.add_argument("--spacing", dest="spacing_m", type=float, default=None, metavar="M",
+                   help="mask cell size in metres (default: 64 points across)")
+    p.add_argument("--mask", default=None, metavar="FILE",
+                   help="habitat as a CSV of x,y points or a GeoJSON polygon, in the detectors' metres")
+    p.add_argument("--cl", action="store_true", help="conditional likelihood, D derived (Horvitz-Thompson)")
+    p.add_argument("--json", action="store_true", help="every figure as JSON")
+    p.set_defaults(func=run)
+
+    a = sub.add_parser("activity", help="diel activity of one or two species (von Mises kernel density) and overlap")
+    a.add_argument("--species", action="append", default=[], metavar="NAME",
+                   help="species name or id; give it twice to compare two species (their overlap)")
+    a.add_argument("--by", choices=ACTIVITY_GROUPINGS, default=None, help="one curve per individual or per sex")
+    a.add_argument("--record-table", default=None, metavar="FILE",
+                   help="camtrapR record table (CSV) instead of the catalogue's photos")
+    a.add_argument("--independent-minutes", type=float, default=30.0, metavar="MIN",
+                   help="record table only: rows closer than this at a station are one detection (default: 30)")
+    a.add_argument("--bootstrap", type=int, default=DEFAULT_RESAMPLES, metavar="N",
+                   help=f"smoothed-bootstrap resamples of the overlap's 95%% interval (default {DEFAULT_RESAMPLES}; "
+                        "0: none)")
+    a.add_argument("--seed", type=int, default=1, help="seed of the bootstrap (default 1)")
+    a.add_argument("--json", action="store_true", help="every figure as JSON (the curves included)")
+    a.set_defaults(func=run_activity)
+
+
+def run(args, ctx) -> int:
+    request = DensityRequest(species=args.species, occasion_days=args.occasion_days, date_from=args.date_from,
+                             date_to=args.date_to, captures=args.captures, traps=args.traps, detector=args.detector,
+                             detectfn=args.detectfn, buffer_m=args.buffer_m, spacing_m=args.spacing_m,
+                             mask=args.mask, conditional=args.cl)
+
+    def progress(fraction: float, message: str) -> None:
+        if not args.json:
+            print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+
+    try:
+        answer = ds.density_summary(None if request.from_files else ctx.catalogue, request, progress=progress)
+    except ps.SpeciesNotChosen as exc:
+        raise ValueError(f"{exc} {CHOOSE_SPECIES}") from None
+    print(json.dumps(ds.plain_answer(answer), indent=2) if args.json else ds.summary_text(answer))
+    return 0
+
+
+def run_activity(args, ctx) -> int:
+    request = ActivityRequest(species=tuple(args.species), by=args.by, record_table=args.record_table,
+                              independent_minutes=args.independent_minutes, resamples=args.bootstrap, seed=args.seed)
+    try:
+        summary = act.activity_summary(None if request.record_table else ctx.catalogue, request)
+    except ps.SpeciesNotChosen as exc:
+        raise ValueError(f"{exc} {CHOOSE_SPECIES}") from None
+    print(json.dumps(summary, indent=2) if args.json else act.summary_text(summary))
+    return 0

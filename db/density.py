@@ -1,0 +1,140 @@
+"""Density of a species by spatial capture-recapture (docs/density.md), fitted to the catalogue's study or to secr's
+text files, as one JSON-ready answer: what :meth:`core.field.density.DensityFit.as_dict` gives, the parameters
+used, what the study rests on, and what the Population tab draws (the stations with their detections, each
+animal's mean detection place, the mask points, the fitted detection curve).
+
+The catalogue's study is :func:`db.population.population_study` (species, window, occasions) and its detectors and
+captures are :func:`db.population.secr_inputs`, the ones ``rosette export capthist`` writes: UTM metres, each
+station's usage its active days per occasion. Nothing is stored: a fit that cannot be made raises and leaves the
+catalogue as it was.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.capthist import Trap
+from core.field.density import _rpsv, fit_density  # RPSV: secr's starting sigma, the default buffer's unit
+from core.field.scr_data import Capture, build_capture_history, read_secr_captures, read_secr_traps
+from core.field.scr_errors import DensityInputError, DetectorLayoutError
+from db.population import population_study, secr_inputs
+from db.session import Catalogue
+
+#: The default buffer in units of RPSV (the spread of each animal's detections, secr's first guess at sigma):
+#: secr advises a buffer of about 4 sigma.
+BUFFER_RPSV = 4.0
+CURVE_POINTS = 101
+
+Progress = Callable[[float, str], None]
+
+
+def _existing(path: str, what: str, *, give: str) -> Path:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"the {what} file {path} does not exist: give the path of {give}")
+    return p
+
+
+def default_buffer(captures: Sequence[Capture | Sequence], traps: Sequence[Trap], *, detector: str) -> float:
+    """4 x RPSV of the captures, rounded up to 10 m: a buffer about 4 sigma wide, as secr advises."""
+    history = build_capture_history(captures, traps, detector_type=detector)
+    rpsv = _rpsv(history)
+    if not rpsv > 0:
+        raise DensityInputError("no animal was detected at two places, so no buffer can be suggested; give --buffer "
+                                "(about 4 times the distance over which an animal is detected)")
+    return float(math.ceil(BUFFER_RPSV * rpsv / 10.0) * 10.0)
+
+
+def _map_data(fit) -> dict[str, Any]:
+    """Stations with their detections and animals, each animal's mean detection place, mask points, the curve."""
+    h = fit.history
+    per_detector = h.counts.sum(axis=(0, 1))
+    animals_at = (h.counts.sum(axis=1) > 0).sum(axis=0)
+    stations = [{"name": name, "x": float(x), "y": float(y), "detections": int(per_detector[k]),
+                 "animals": int(animals_at[k]), "usage": float(h.usage[k].sum())}
+                for k, (name, (x, y)) in enumerate(zip(h.detectors, h.xy))]
+    animals = []
+    for i, name in enumerate(h.animals):
+        weights = h.counts[i].sum(axis=0).astype(float)
+        centre = weights @ h.xy / weights.sum()
+        animals.append({"name": name, "x": float(centre[0]), "y": float(centre[1]),
+                        "detections": int(weights.sum()), "detectors": int((weights > 0).sum())})
+    sigma = fit.sigma_m.value
+    reach = max(3.0 * sigma, fit.mask.buffer_m or 0.0) if math.isfinite(sigma) else (fit.mask.buffer_m or 1.0)
+    distance = np.linspace(0.0, reach, CURVE_POINTS)
+    return {"stations": stations, "animals": animals,
+            "mask_xy": np.round(np.asarray(fit.mask_points, dtype=float), 1).tolist(),
+            "curve": {"distance_m": distance.round(2).tolist(),
+                      "probability": [float(p) for p in fit.detection_curve(distance)]}}
+
+
+def density_answer(cat: Catalogue | None, *, species: str | None = None, occasion_days: float = 1.0,
+                   date_from: date | None = None, date_to: date | None = None, captures: str | None = None,
+                   traps: str | None = None, detector: str = "proximity", detectfn: str = "HN",
+                   buffer_m: float | None = None, spacing_m: float | None = None, mask: str | None = None,
+                   conditional: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+    """Fit density to secr's files (``captures`` and ``traps``) or to the catalogue's study of ``species``, and
+    return the JSON-ready answer (see the module's notes). Every input fault raises a ``ValueError`` (or
+    ``FileNotFoundError``) that says what to do; a fit that finds no maximum raises
+    :class:`core.field.scr_errors.FitNotConverged` naming the start values tried."""
+    report = progress or (lambda fraction, message: None)
+    began = time.perf_counter()
+    mask_path = _existing(mask, "mask", give="a CSV of x,y points or a GeoJSON polygon") if mask else None
+    notes: list[str] = []
+    if captures is not None and traps is not None:
+        trap_rows = read_secr_traps(_existing(traps, "traps", give="secr's traps file"))
+        capture_rows = read_secr_captures(_existing(captures, "captures", give="secr's captures file"),
+                                          traps=trap_rows)
+        study: dict[str, Any] = {"source": "files", "captures": str(captures), "traps": str(traps)}
+    else:
+        if cat is None:
+            raise ValueError("give secr's captures and traps files, or a catalogue to fit its study")
+        report(0.0, "gathering the study's detections and stations")
+        pop_study = population_study(cat, species=species, occasion_days=occasion_days, date_from=date_from,
+                                     date_to=date_to)
+        secr = secr_inputs(pop_study)
+        if not secr.traps:
+            raise DetectorLayoutError(f"no station of the {pop_study.species} study has coordinates: give the "
+                                      "deployments their latitude and longitude (import them with coordinates), "
+                                      "then fit again")
+        if not secr.captures:
+            raise DensityInputError(f"no identified {pop_study.species} was detected at a station with coordinates "
+                                    "in the window: there is nothing to fit")
+        if secr.stations_without_coordinates:
+            notes.append(f"{secr.left_out_words}.")
+        trap_rows, capture_rows = list(secr.traps), list(secr.captures)
+        h = pop_study.histories
+        study = {"source": "catalogue", "species": pop_study.species, "occasion_days": pop_study.occasion_days,
+                 "from": date_from.isoformat() if date_from else None,
+                 "to": date_to.isoformat() if date_to else None, "start": pop_study.start.isoformat(),
+                 "last_day": (pop_study.end - timedelta(days=1)).date().isoformat(),
+                 "individuals": h.n_individuals, "occasions": h.n_occasions, "epsg": secr.epsg,
+                 "stations_without_coordinates": list(secr.stations_without_coordinates),
+                 "detections_without_coordinates": len(secr.detections_without_coordinates),
+                 "annotations": len(pop_study.detections)}
+    buffer_default = buffer_m is None
+    if buffer_default:
+        buffer_m = default_buffer(capture_rows, trap_rows, detector=detector)
+    fit = fit_density(capture_rows, trap_rows, detector=detector, detectfn=detectfn, buffer_m=float(buffer_m),
+                      spacing_m=spacing_m, mask=mask_path, conditional=conditional,
+                      progress=lambda f, m: report(0.05 + 0.95 * f, m))
+    answer = fit.as_dict()
+    answer["notes"] = [*notes, *answer.get("notes", [])]
+    answer["parameters"] = {"detector": detector, "detectfn": detectfn, "buffer_m": float(buffer_m),
+                            "buffer_default": buffer_default, "spacing_m": spacing_m,
+                            "mask_file": str(mask) if mask else None, "conditional": bool(conditional)}
+    answer["study"] = study
+    answer.update(_map_data(fit))
+    answer["seconds"] = round(time.perf_counter() - began, 3)
+    d, lo, hi = answer["D_per_100km2"], answer["ci_low"], answer["ci_high"]
+    answer["summary"] = (f"D = {d:.1f} animals per 100 km²" if d is not None else "D not estimable") + (
+        f" (95% interval {lo:.1f} – {hi:.1f})" if lo is not None and hi is not None else "") + \
+        f" from {answer['n_animals']} animals at {answer['n_detectors']} detectors"
+    return answer

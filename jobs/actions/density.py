@@ -1,0 +1,233 @@
+"""Density answers (docs/density.md): animals per 100 km² of a species by spatial capture-recapture, fitted as secr
+fits it to the catalogue's study (species, window and occasions as ``rosette population`` builds them, the
+stations in UTM metres as ``rosette export capthist`` writes them) or to secr's text files.
+
+``density_summary`` (``rosette density``) fits in the foreground; the Population tab queues the same fit as a
+background job (``queue_density``, ``density_status``: a fit with its buffer check takes seconds to a minute) and
+draws the answer: the estimates with what each assumes, a map of the stations, mask and detections, the fitted
+detection curve, and a report to download (``write_density_report``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from core import capthist as ch
+from core.field.scr_errors import FitNotConverged
+from db.catalogue import CatalogueError
+from db.density import density_answer
+from db.models import JobStatus
+from db.session import Catalogue
+from jobs import queue
+from jobs.requests.density import DensityRequest
+
+#: The job kind of a density fit run in the background (jobs.kinds).
+DENSITY_JOB = "density"
+ESTIMATE_HEADERS = ["Parameter", "Estimate", "95% interval", "What it assumes"]
+DETECTION_CURVES = {"HN": "half-normal", "HHN": "hazard half-normal", "EX": "exponential"}
+#: The fields of the JSON answer a report or a CLI reader gets (the map's points are left to the picture).
+DRAWING_KEYS = ("mask_xy", "curve", "stations", "animals")
+
+
+def density_summary(cat: Catalogue | None, request: DensityRequest, *,
+                    progress: Callable[[float, str], None] | None = None) -> dict[str, Any]:
+    """The density answer for ``request`` as a JSON-ready dict (``cat`` may be None for secr files). A fit that
+    does not converge is refused as a ``ValueError`` naming the start values tried, so every screen shows it."""
+    try:
+        return density_answer(cat, **request.fit_options(), progress=progress)
+    except FitNotConverged as exc:
+        raise ValueError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------- in the background
+
+
+def queue_density(cat: Catalogue, request: DensityRequest) -> tuple[int, str]:
+    """Queue the fit as a background job (the Population tab); returns (job id, what the tab says). The request
+    was checked when it was made, so a bad one is refused before anything is queued."""
+    job_id = queue.submit(cat, DENSITY_JOB, request.to_dict())
+    return job_id, (f"Density fit queued as job #{job_id}. Its progress is shown here and in the Jobs tab; a fit "
+                    "with its buffer check takes from seconds to a minute or two.")
+
+
+def latest_density_job(cat: Catalogue) -> int | None:
+    """The newest density job, so a reloaded page shows its answer again."""
+    jobs = queue.list_jobs(cat, limit=1, kind=DENSITY_JOB)
+    return jobs[0].id if jobs else None
+
+
+def density_status(cat: Catalogue, job_id: int | None) -> tuple[dict[str, Any] | None, str]:
+    """(the answer once the job succeeded, else None; what the curator reads meanwhile, or why it failed)."""
+    if not job_id:
+        return None, ""
+    job = queue.get_job(cat, int(job_id))
+    if job.kind != DENSITY_JOB:
+        raise CatalogueError(f"job #{job.id} is a {job.kind} job, not a density fit")
+    if job.status == JobStatus.succeeded:
+        return dict(job.result or {}), ""
+    if job.status in (JobStatus.failed, JobStatus.cancelled):  # the message says which, and why
+        why = (job.message or "").removeprefix("failed: ")
+        return None, f"Density fit job #{job.id} {job.status.value}: {why}"
+    return None, f"Density fit job #{job.id} {job.status.value}: {job.progress:.0%} {job.message or ''}".rstrip()
+
+
+# --------------------------------------------------------------------------- words and tables
+
+
+def _fmt(x: float | None, digits: int = 1) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    return f"{x:,.{digits}f}"
+
+
+def _interval(lo: float | None, hi: float | None, digits: int = 1) -> str:
+    return "—" if lo is None or hi is None else f"{_fmt(lo, digits)} – {_fmt(hi, digits)}"
+
+
+def estimate_rows(answer: Mapping[str, Any]) -> list[list[str]]:
+    """Rows of :data:`ESTIMATE_HEADERS`: D per 100 km², g0 or lambda0, sigma and N in the mask, each with its 95%
+    interval and what it assumes, in one sentence."""
+    curve = DETECTION_CURVES.get(answer["detectfn"], answer["detectfn"])
+    name = "lambda0" if "lambda0" in answer else "g0"
+    detection_ci = answer.get(f"{name}_ci") or [None, None]
+    n = answer.get("N_in_mask") or {}
+    if answer["likelihood"] == "conditional":
+        d_assumes = ("Derived as the animals caught over the effective sampled area, n / (p. × mask area) "
+                     "(Horvitz-Thompson); activity centres are spread evenly over the mask.")
+    else:
+        d_assumes = ("Activity centres are spread evenly over the habitat mask (a Poisson process) and no animal "
+                     "is born, dies or moves its centre during the study.")
+    what = "detections expected at the centre per occasion" if name == "lambda0" else \
+        "chance of detection at the centre per occasion"
+    return [
+        ["D (animals per 100 km²)", _fmt(answer["D_per_100km2"]), _interval(answer["ci_low"], answer["ci_high"]),
+         d_assumes],
+        [f"{name} ({what})", _fmt(answer.get(name), 3), _interval(*detection_ci, digits=3),
+         "Every animal is as detectable as every other, on every occasion and at every detector, and a detection "
+         "does not make it more or less likely to be detected again."],
+        ["sigma (m, how far an animal ranges)", _fmt(answer["sigma_m"], 0), _interval(*answer["sigma_ci_m"], digits=0),
+         f"Detection falls with distance from an animal's centre along the {curve} curve, alike for every animal "
+         "and in every direction."],
+        ["N in the mask (animals)", _fmt(n.get("estimate")), _interval(n.get("lcl"), n.get("ucl")),
+         "The mask holds every place where an animal that could be detected lives (the buffer check tests this)."],
+    ]
+
+
+def basis_text(answer: Mapping[str, Any]) -> str:
+    """One paragraph: what the fit rests on, the mask, the buffer check and the notes."""
+    study, p, m = answer["study"], answer["parameters"], answer["mask"]
+    if study["source"] == "catalogue":
+        where = (f"{study['species']}: {answer['n_animals']} animal(s) with {answer['n_detections']} detection(s) at "
+                 f"{answer['n_detectors']} station(s) over {answer['n_occasions']} occasion(s) of "
+                 f"{_fmt(study['occasion_days'], 3).rstrip('0').rstrip('.')} day(s), {study['start']} to "
+                 f"{study['last_day']} (stations in UTM metres, EPSG:{study['epsg']})")
+    else:
+        where = (f"secr files {Path(study['captures']).name} and {Path(study['traps']).name}: "
+                 f"{answer['n_animals']} animal(s) with {answer['n_detections']} detection(s) at "
+                 f"{answer['n_detectors']} detector(s) over {answer['n_occasions']} occasion(s)")
+    buffer = f"buffer {_fmt(p['buffer_m'], 0)} m" + (" (4 × the spread of the animals' detections, the default)"
+                                                     if p["buffer_default"] else "")
+    mask = (f"mask from {Path(p['mask_file']).name}, {m['points']} points" if p["mask_file"]
+            else f"mask of {m['points']} points") + f" {_fmt(m['spacing_m'], 0)} m apart, {buffer}, " \
+        f"{_fmt(m['area_km2'], 1)} km²"
+    text = (f"{where}; {answer['detector']} detectors, {answer['detectfn']} detection curve, "
+            f"{answer['likelihood']} likelihood; {mask}; detectors {_fmt(answer['detector_spacing_m'], 0)} m apart "
+            f"on average. Log-likelihood {_fmt(answer['loglik'], 3)}, AIC {_fmt(answer['AIC'], 2)}.")
+    check = answer.get("buffer_check")
+    if check:
+        text += f" Buffer check: {check['message']}."
+    notes = [n for n in answer.get("notes", []) if not check or n != check["message"]]
+    return text + "".join(f" {n[0].upper()}{n[1:]}{'' if n.endswith('.') else '.'}" for n in notes)
+
+
+def summary_text(answer: Mapping[str, Any]) -> str:
+    """The CLI's plain answer: the basis, then the estimates table and what each assumes."""
+    rows = estimate_rows(answer)
+    widths = [max(len(str(r[i])) for r in rows + [ESTIMATE_HEADERS]) for i in range(3)]
+    lines = [basis_text(answer), "", "  ".join(h.ljust(w) for h, w in zip(ESTIMATE_HEADERS[:3], widths))]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r[:3], widths)).rstrip() for r in rows]
+    lines += [""] + [f"{r[0]}: {r[3]}" for r in rows]
+    return "\n".join(lines)
+
+
+def plain_answer(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """The answer without the map's points and the curve (what ``--json`` prints and the report lists)."""
+    return {k: v for k, v in answer.items() if k not in DRAWING_KEYS}
+
+
+def write_density_report(cat: Catalogue, answer: Mapping[str, Any]) -> str:
+    """Write the answer as a Markdown report under the data folder's exports; returns its path."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
+    who = answer["study"].get("species") or "secr-files"
+    path = cat.data_dir / "exports" / f"density-{ch.secr_token(who)}-{stamp}.md"
+    lines = ["# Density by spatial capture-recapture", "",
+             f"Written by Rosette on {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.", "",
+             basis_text(answer), "", "| " + " | ".join(ESTIMATE_HEADERS) + " |",
+             "|" + "---|" * len(ESTIMATE_HEADERS)]
+    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in estimate_rows(answer)]
+    lines += ["", "## Every figure (as `rosette density --json` gives it)", "", "```json",
+              json.dumps(plain_answer(answer), indent=2), "```", ""]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines), encoding="utf-8")
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        raise CatalogueError(f"could not write the density report {path}: {exc.strerror or exc}. Free some space "
+                             "and write it again.") from None
+    return str(path)
+
+
+# --------------------------------------------------------------------------- charts
+
+
+def map_figure(answer: Mapping[str, Any]) -> Any:
+    """Plan view in metres: the mask's points, the stations (sized by detections) and each animal's mean
+    detection place."""
+    import plotly.graph_objects as go  # lazy: plotly is heavy and only needed when a chart is drawn
+
+    mask = answer["mask_xy"]
+    stations, animals = answer["stations"], answer["animals"]
+    fig = go.Figure()
+    fig.add_trace(go.Scattergl(x=[p[0] for p in mask], y=[p[1] for p in mask], mode="markers", name="habitat mask",
+                               marker=dict(symbol="square", size=4, color="#cfe8cf"), hoverinfo="skip"))
+    most = max([1, *(s["detections"] for s in stations)])
+    fig.add_trace(go.Scatter(
+        x=[s["x"] for s in stations], y=[s["y"] for s in stations], mode="markers+text", name="stations",
+        text=[s["name"] for s in stations], textposition="top center",
+        marker=dict(symbol="triangle-up", color="#1f3b73", size=[8 + 14 * s["detections"] / most for s in stations]),
+        customdata=[[s["detections"], s["animals"], s["usage"]] for s in stations],
+        hovertemplate="%{text}: %{customdata[0]} detections of %{customdata[1]} animals, "
+                      "%{customdata[2]:.1f} occasions of use<extra></extra>"))
+    fig.add_trace(go.Scatter(
+        x=[a["x"] for a in animals], y=[a["y"] for a in animals], mode="markers", name="animals (mean detection)",
+        text=[a["name"] for a in animals], marker=dict(color="#c0392b", size=6, opacity=0.8),
+        customdata=[[a["detections"], a["detectors"]] for a in animals],
+        hovertemplate="%{text}: %{customdata[0]} detections at %{customdata[1]} stations<extra></extra>"))
+    fig.update_layout(title="Stations, habitat mask and detections (metres)", height=480,
+                      margin=dict(l=60, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.12),
+                      xaxis=dict(title="x (m)"), yaxis=dict(title="y (m)", scaleanchor="x", scaleratio=1))
+    return fig
+
+
+def curve_figure(answer: Mapping[str, Any]) -> Any:
+    """The fitted detection curve: chance (or expected number) of detections in one occasion against distance."""
+    import plotly.graph_objects as go  # lazy: plotly is heavy and only needed when a chart is drawn
+
+    curve = answer["curve"]
+    name = "lambda0" if "lambda0" in answer else "g0"
+    ylabel = "expected detections per occasion" if name == "lambda0" else "chance of detection per occasion"
+    fig = go.Figure(go.Scatter(x=curve["distance_m"], y=curve["probability"], mode="lines", name="fitted",
+                               hovertemplate="%{x:.0f} m: %{y:.3f}<extra></extra>"))
+    fig.add_vline(x=answer["sigma_m"], line_dash="dash", line_color="#777",
+                  annotation_text=f"sigma = {_fmt(answer['sigma_m'], 0)} m", annotation_position="top right")
+    fig.update_layout(title=f"Detection curve ({DETECTION_CURVES.get(answer['detectfn'], answer['detectfn'])}): "
+                            f"{name} = {_fmt(answer.get(name), 3)} at the centre", height=360,
+                      margin=dict(l=60, r=20, t=60, b=40), showlegend=False,
+                      xaxis=dict(title="distance from the animal's centre (m)"),
+                      yaxis=dict(title=ylabel, rangemode="tozero"))
+    return fig

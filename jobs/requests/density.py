@@ -1,0 +1,130 @@
+"""Requests of the density and activity answers: ``rosette density`` and ``rosette activity``, and the Population
+tab's density section (fitted by a background job) and activity panel."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from core.field.scr_data import DETECTOR_TYPES
+from core.field.scr_likelihood import DETECTION_FUNCTIONS
+from core.requests import Request
+from jobs.requests._values import settle
+from jobs.requests.population import PopulationRequest, optional_species
+
+#: How activity can be split within one species.
+ACTIVITY_GROUPINGS = ("individual", "sex")
+#: Bootstrap resamples of an overlap interval by default (overlap's authors advise 1,000 or more).
+DEFAULT_RESAMPLES = 1000
+MAX_RESAMPLES = 100_000
+
+
+def optional_path(value: object) -> str | None:
+    text = str(value).strip() if value is not None else ""
+    return text or None
+
+
+def optional_metres(value: object, what: str) -> float | None:
+    """A positive distance in metres, None when not given; plain words otherwise."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"the {what} must be a distance in metres, got {value!r}")
+    try:
+        metres = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"the {what} must be a distance in metres, got {value!r}") from None
+    if not math.isfinite(metres) or metres <= 0:
+        raise ValueError(f"the {what} must be more than 0 m, got {value!r}; give about 4 times the distance over "
+                         "which an animal is detected (sigma)" if what == "buffer"
+                         else f"the {what} must be more than 0 m, got {value!r}")
+    return metres
+
+
+@dataclass(frozen=True)
+class DensityRequest(PopulationRequest):
+    """Fit density by spatial capture-recapture (secr's model) to the catalogue's study of a species (the window
+    and occasions of :class:`PopulationRequest`, the stations in UTM metres as ``rosette export capthist`` writes
+    them), or to secr's text files ``captures`` and ``traps`` (then the study fields are not used).
+
+    ``detector``: proximity (camera traps), count or multi; ``detectfn``: HN, HHN or EX; ``buffer_m``: the mask's
+    buffer round the detectors (None: 4 x the spread of the animals' detections, secr's starting sigma);
+    ``spacing_m``: the mask's cell size (None: 64 points across); ``mask``: a CSV of x,y points or a GeoJSON
+    polygon of the habitat, in the detectors' metres; ``conditional``: the conditional likelihood, D derived."""
+
+    captures: str | None = None
+    traps: str | None = None
+    detector: str = "proximity"
+    detectfn: str = "HN"
+    buffer_m: float | None = None
+    spacing_m: float | None = None
+    mask: str | None = None
+    conditional: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        detector = str(self.detector).strip().lower()
+        if detector not in DETECTOR_TYPES:
+            raise ValueError(f"detector {self.detector!r} unknown; use one of {', '.join(DETECTOR_TYPES)} "
+                             "(proximity for camera traps)")
+        detectfn = str(self.detectfn).strip().upper()
+        if detectfn not in DETECTION_FUNCTIONS:
+            raise ValueError(f"detection function {self.detectfn!r} unknown; use one of "
+                             f"{', '.join(DETECTION_FUNCTIONS)}")
+        settle(self, captures=optional_path(self.captures), traps=optional_path(self.traps), detector=detector,
+               detectfn=detectfn, buffer_m=optional_metres(self.buffer_m, "buffer"),
+               spacing_m=optional_metres(self.spacing_m, "mask spacing"), mask=optional_path(self.mask),
+               conditional=bool(self.conditional))
+        if (self.captures is None) != (self.traps is None):
+            given, missing = ("captures", "traps") if self.captures else ("traps", "captures")
+            raise ValueError(f"the {given} file was given without the {missing} file: give both secr files "
+                             "(--captures FILE --traps FILE), or neither to fit the catalogue's study")
+
+    @property
+    def from_files(self) -> bool:
+        return self.captures is not None
+
+    def fit_options(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`db.density.density_answer`."""
+        return {"species": self.species, "occasion_days": self.occasion_days, "date_from": self.first_day,
+                "date_to": self.last_day, "captures": self.captures, "traps": self.traps, "detector": self.detector,
+                "detectfn": self.detectfn, "buffer_m": self.buffer_m, "spacing_m": self.spacing_m,
+                "mask": self.mask, "conditional": self.conditional}
+
+
+@dataclass(frozen=True)
+class ActivityRequest(Request):
+    """Diel activity of one species (or of each of its individuals or sexes, ``by``), or of two species with their
+    overlap, from the catalogue's photos (one time per event) or from a camtrapR record table (``record_table``,
+    thinned to one row per ``independent_minutes`` at a station). ``resamples``: smoothed-bootstrap resamples of
+    each overlap's 95% interval (0: none); ``seed`` makes them repeatable."""
+
+    species: tuple[str, ...] = ()
+    by: str | None = None
+    record_table: str | None = None
+    independent_minutes: float = 30.0
+    resamples: int = DEFAULT_RESAMPLES
+    seed: int | None = 1
+
+    def __post_init__(self) -> None:
+        names = tuple(dict.fromkeys(n for n in (optional_species(s) for s in (self.species or ())) if n))
+        if len(names) > 2:
+            raise ValueError(f"{len(names)} species were given; activity compares at most two (give one or two)")
+        by = optional_species(self.by)
+        by = by.lower() if by else None
+        if by is not None and by not in ACTIVITY_GROUPINGS:
+            raise ValueError(f"activity can be split by {' or '.join(ACTIVITY_GROUPINGS)}, not {self.by!r}")
+        if by is not None and len(names) > 1:
+            raise ValueError("splitting by individual or sex works with one species; give one species with the "
+                             "split, or two species without it")
+        if isinstance(self.independent_minutes, bool) or not (
+                isinstance(self.independent_minutes, (int, float)) and 0 <= self.independent_minutes <= 24 * 60):
+            raise ValueError(f"the minutes between independent detections must be between 0 and 1440, got "
+                             f"{self.independent_minutes!r}")
+        if isinstance(self.resamples, bool) or not isinstance(self.resamples, int) or not (
+                self.resamples == 0 or 40 <= self.resamples <= MAX_RESAMPLES):
+            raise ValueError(f"the bootstrap resamples must be 0 (no interval) or between 40 and {MAX_RESAMPLES:,} "
+                             f"(overlap's authors advise 1,000 or more), got {self.resamples!r}")
+        settle(self, species=names, by=by, record_table=optional_path(self.record_table),
+               independent_minutes=float(self.independent_minutes))
