@@ -37,6 +37,8 @@ ORIGIN = (-16.5, -56.5)
 SPACING_KM = 2.0
 SIGMA_KM = 1.5
 KM_PER_DEG_LAT = 110.57
+#: Where the animals' centres are drawn: the grid's extent (x 0..6 km east, y 0..4 km south) plus 2 km each side.
+REGION_KM = ((-2.0, 8.0), (-6.0, 2.0))  # (x east, y north) ranges
 
 
 @dataclass(frozen=True)
@@ -62,30 +64,51 @@ class SimulatedStudy:
         return len(self.capture_counts) + f[1] * (f[1] - 1) / (2 * (f[2] + 1))
 
     @property
+    def true_density_per_100km2(self) -> float:
+        """The animals per 100 km² of the region their centres were drawn in (60 in 80 km²: 75)."""
+        (x0, x1), (y0, y1) = REGION_KM
+        return 100.0 * self.n_animals / ((x1 - x0) * (y1 - y0))
+
+    @property
     def station_days(self) -> set[tuple[str, int, str]]:
         """Distinct (animal, day number from 05-01, station) detections: secr's capture lines."""
         return {(a, (t.date() - START.date()).days, s) for a, s, t in self.photos}
 
 
-def _stations() -> list[tuple[str, float, float]]:
+def _lat_lon(x_km: float, y_km: float) -> tuple[float, float]:
+    """A point of the grid's plane (km east and north of the first station) as (lat, lon)."""
     km_per_deg_lon = KM_PER_DEG_LAT * math.cos(math.radians(ORIGIN[0]))
+    return ORIGIN[0] + y_km / KM_PER_DEG_LAT, ORIGIN[1] + x_km / km_per_deg_lon
+
+
+def _stations() -> list[tuple[str, float, float]]:
     out = []
     for row in range(3):
         for col in range(4):
-            lat = ORIGIN[0] - row * SPACING_KM / KM_PER_DEG_LAT
-            lon = ORIGIN[1] + col * SPACING_KM / km_per_deg_lon
+            lat, lon = _lat_lon(col * SPACING_KM, -row * SPACING_KM)
             out.append((f"PT{row * 4 + col + 1:02d}", round(lat, 6), round(lon, 6)))
     return out
 
 
-def simulate_study(directory: Path, *, n_animals: int = 60, seed: int = 23) -> SimulatedStudy:
-    """Simulate the study and write it as a Camtrap DP package into ``directory``."""
+def region_lat_lon() -> list[tuple[float, float]]:
+    """The corners (lat, lon) of the region the animals' centres are drawn in, closed (the first repeated)."""
+    (x0, x1), (y0, y1) = REGION_KM
+    return [_lat_lon(x, y) for x, y in ((x0, y0), (x1, y0), (x1, y1), (x0, y1), (x0, y0))]
+
+
+def simulate_study(directory: Path, *, n_animals: int = 60, seed: int = 23,
+                   catchability: float | None = None) -> SimulatedStudy:
+    """Simulate the study and write it as a Camtrap DP package into ``directory``; ``catchability`` gives every
+    animal that same p0 instead of its own (the draws are made all the same, so the centres and the rest of the
+    random stream are those of the heterogeneous study)."""
     rng = np.random.default_rng(seed)
     stations = _stations()
     xy = np.array([[col * SPACING_KM, -row * SPACING_KM] for row in range(3) for col in range(4)])
-    lo, hi = xy.min(axis=0) - 2.0, xy.max(axis=0) + 2.0
+    lo, hi = np.array([r[0] for r in REGION_KM]), np.array([r[1] for r in REGION_KM])
     centres = rng.uniform(lo, hi, size=(n_animals, 2))
     p0 = rng.beta(0.8, 5.0, size=n_animals)
+    if catchability is not None:
+        p0 = np.full(n_animals, float(catchability))
     d2 = ((centres[:, None, :] - xy[None, :, :]) ** 2).sum(axis=2)
     p = p0[:, None] * np.exp(-d2 / (2 * SIGMA_KM**2))  # animals x stations, per day
 
