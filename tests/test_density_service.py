@@ -239,7 +239,8 @@ def test_a_buffer_of_zero_or_less_and_a_mask_far_from_every_detector_are_refused
 
 def test_a_fit_that_does_not_converge_names_the_start_values_tried(sim, capsys, monkeypatch):
     _, data_dir, region = sim
-    monkeypatch.setattr(engine, "_maximise",  # the engine's maximiser made to fail, for this test only lambda model, start: (start, -1e10, False))
+    # the engine's maximiser made to fail, for this test only
+    monkeypatch.setattr(engine, "_maximise", lambda model, start: (start, -1e10, False))
     err = _refused(capsys, data_dir, "--occasion-days", "1", "--buffer", "6000", "--mask", str(region))
     assert "the fit did not converge from any start (" in err
     assert "g0=" in err and "sigma=" in err and "D=" in err  # each start tried, by its real values
