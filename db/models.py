@@ -111,7 +111,9 @@ class Species(Base):
     __tablename__ = "species"
     __table_args__ = {"sqlite_autoincrement": True}  # a deleted row's id is never given to a new one (SQLite)
     id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(120), unique=True)
+    name: Mapped[str] = mapped_column(String(120), unique=True)  # the scientific name, which exports write
+    # what the people who know the species call it (English; Camtrap DP's vernacularNames "eng"); None: not given
+    common_name: Mapped[str | None] = mapped_column(String(200), default=None)
     # the model match review, diagnostics and export use for this species (None: the offline default)
     active_model_id: Mapped[int | None] = mapped_column(ForeignKey("models.id", use_alter=True,
                                                                    name="fk_species_active_model"), default=None)
