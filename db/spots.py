@@ -36,7 +36,9 @@ from core.spots import (
     load_features,
     save_features,
 )
+from core.spots.classical import SIFT_CONTRAST
 from core.spots.fusion import GLOBAL, calibrator_to_dict, fit_scorer_calibrations
+from core.spots.fusion_choice import MIN_SAME_PAIRS, choose_fusion
 from core.spots.lnbnn import build_descriptor_index, lnbnn_scores
 from core.spots.pipeline import VERIFICATION, PipelineSettings, cross_flank, spot_scores_all_vs_all, verify_one
 from core.spots.requests import KeypointsRequest, SpotEvaluationRequest
@@ -51,9 +53,11 @@ from core.spots.stored import (
     file_features,
     fuse_pairs,
     fuse_scores,
+    fusion_metrics,
     pipeline_config,
     pipeline_name,
     rerank_shortlist,
+    same_pairs_per_scorer,
     spot_summary,
     uses_lnbnn,
     with_refitted_calibration,
@@ -80,8 +84,10 @@ __all__ = ["CALIBRATION_PHOTOS", "COMPONENTS", "PIPELINE_HEAD", "StoredPipeline"
            "pipeline_name", "pipeline_similarity", "rerank_with_pipeline", "spot_summary", "verify_candidates",
            "with_decision_calibration"]  # the pure part (StoredPipeline, fuse_pairs...) lives in core.spots.stored
 
-#: Photos of the benchmark's train split (whole identities, seeded) on which the scorers are calibrated.
+#: Photos of the benchmark's train split (whole identities, seeded) on which the scorers are first calibrated;
+#: the sample grows until every scorer has ENOUGH_SAME_PAIRS same-animal pairs, or the train split runs out.
 CALIBRATION_PHOTOS = 400
+ENOUGH_SAME_PAIRS = 500
 EXTRACT_THREADS = 2
 _MATCHERS: dict[tuple[str, str], LocalMatcher] = {}
 _LOCK = threading.Lock()
@@ -171,8 +177,14 @@ def is_pipeline(cat: Catalogue, name: str) -> bool:
 def matcher_for(pipeline: StoredPipeline) -> LocalMatcher:
     """The pipeline's matcher, rebuilt from its stored config (refused if the code now builds another one)."""
     cfg = pipeline.matcher_config
+    opts: dict[str, Any] = {}
+    if pipeline.settings.matcher == "sift":  # its options as stored; absent ones are the plain matcher's
+        extra = dict(cfg.get("extra") or {})
+        opts = {"crop": bool(extra.get("crop", False)),
+                "contrast_threshold": float(extra.get("contrast_threshold", SIFT_CONTRAST)),
+                "mask_dilate": int(extra.get("mask_dilate", 0))}
     matcher = get_matcher(pipeline.settings.matcher, max_side=int(cfg["max_side"]),
-                          max_keypoints=int(cfg["max_keypoints"]), ratio=float(cfg["ratio"]))
+                          max_keypoints=int(cfg["max_keypoints"]), ratio=float(cfg["ratio"]), **opts)
     if matcher.config.fingerprint() != cfg.get("fingerprint"):
         raise CatalogueError(f"pipeline {pipeline.name!r} was calibrated with matcher config {cfg.get('fingerprint')}, "
                              f"but this installation builds {matcher.config.fingerprint()} (another OpenCV or "
@@ -183,9 +195,11 @@ def matcher_for(pipeline: StoredPipeline) -> LocalMatcher:
 
 def _register_pipeline(cat: Catalogue, name: str, *, global_model: str, global_config: dict[str, Any],
                        settings: PipelineSettings, matcher: LocalMatcher, calibrators: dict[str, Calibrator],
-                       calibration_source: dict[str, Any], species_id: int | None) -> None:
+                       calibration_source: dict[str, Any], species_id: int | None,
+                       fusion_choice: dict[str, Any] | None = None) -> None:
     config = pipeline_config(name, global_model=global_model, global_config=global_config, settings=settings,
-                             matcher=matcher, calibrators=calibrators, calibration_source=calibration_source)
+                             matcher=matcher, calibrators=calibrators, calibration_source=calibration_source,
+                             fusion_choice=fusion_choice)
     with cat.unit_of_work() as s:
         row = s.scalar(select(Model).where(Model.name == name))
         if row is not None and row.head != PIPELINE_HEAD:
@@ -321,24 +335,49 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
         raise CatalogueError(f"benchmark {benchmark!r} has an empty test split")
     trained_on = _trained_on(cat, backbone.config.name)
     not_test = [*trained_on, *test.image_ids]  # another benchmark's train split may hold this one's test photos
-    cal_ids = calibration_image_ids(cat, cal_bench, limit=max(CALIBRATION_PHOTOS, 0), exclude=not_test)
-    held_out = bool(trained_on) and len(cal_ids) >= MIN_HELD_OUT_PHOTOS
-    if trained_on and not held_out:  # too few photos the model has not seen: calibrate where it trained, and say so
-        cal_ids = calibration_image_ids(cat, cal_bench, limit=max(CALIBRATION_PHOTOS, 0), exclude=test.image_ids)
-    if not cal_ids:
+    everything = 10 ** 9
+    held_out = bool(trained_on) and len(calibration_image_ids(cat, cal_bench, limit=everything,
+                                                              exclude=not_test)) >= MIN_HELD_OUT_PHOTOS
+    # too few photos the model has not seen: calibrate where it trained, and say so
+    exclude = not_test if held_out or not trained_on else test.image_ids
+    n_available = len(calibration_image_ids(cat, cal_bench, limit=everything, exclude=exclude))
+    if not n_available:
         raise CatalogueError(f"benchmark {cal_bench!r}'s train split has no individual with two photos outside "
                              f"{benchmark!r}'s test split to calibrate the spot scorers on")
-    cal_labels, cal_sightings, cal_flanks = _set_of(cat, cal_ids, cal_bench)
     # the calibration set is scored with every scorer, so the components can all be reported
     full = PipelineSettings(**{**settings.to_dict(), "verification": True, "lnbnn": True})
     tagged = (lambda part: (lambda what, d, t: progress(f"{part}: {what}", d, t))) if progress else (lambda part: None)
-    cal = _score_set(cat, cal_ids, cal_labels, cal_sightings, cal_flanks, backbone=backbone, matcher=matcher,
-                     settings=full, progress=tagged("calibration photos"), should_cancel=should_cancel)
+    source = f"benchmark {cal_bench} train photos, top-{settings.shortlist} pairs"
+    limit = CALIBRATION_PHOTOS
+    while True:  # grow the sample until every scorer has enough same-animal pairs, or the train split runs out
+        cal_ids = calibration_image_ids(cat, cal_bench, limit=limit, exclude=exclude)
+        cal_labels, cal_sightings, cal_flanks = _set_of(cat, cal_ids, cal_bench)
+        cal = _score_set(cat, cal_ids, cal_labels, cal_sightings, cal_flanks, backbone=backbone, matcher=matcher,
+                         settings=full, progress=tagged(f"calibration photos ({len(cal_ids)})"),
+                         should_cancel=should_cancel)
+        same_cal = np.asarray(cal_labels)[:, None] == np.asarray(cal_labels)[None, :]
+        n_same = same_pairs_per_scorer(cal.spots, cal.valid, same_cal)
+        fewest = min(n_same[s] for s in settings.scorers)
+        if fewest >= ENOUGH_SAME_PAIRS or len(cal_ids) >= n_available:
+            break
+        limit = min(n_available, int(np.ceil(len(cal_ids) * 1.15 * ENOUGH_SAME_PAIRS / max(fewest, 1))))
+    grown = {"same_pairs": {s: int(n_same[s]) for s in settings.scorers}, "photos": len(cal_ids),
+             "photos_available": n_available, "goal": ENOUGH_SAME_PAIRS,
+             "stopped": "enough" if fewest >= ENOUGH_SAME_PAIRS else "train split ran out"}
+    grown["words"] = (f"every scorer has at least {ENOUGH_SAME_PAIRS} same-animal pairs"
+                      if grown["stopped"] == "enough" else f"the train split ran out ({len(cal_ids)} photos, every one usable) before every scorer "
+                           f"had {ENOUGH_SAME_PAIRS} same-animal pairs: "
+                           + ", ".join(f"{s} {n_same[s]}" for s in settings.scorers))
+    short_of = [s for s in settings.scorers if n_same[s] < MIN_SAME_PAIRS]
+    if short_of:
+        raise CatalogueError(
+            f"the calibration photos give too few same-animal pairs to calibrate on: "
+            + ", ".join(f"{s} {n_same[s]}" for s in short_of) + f" (at least {MIN_SAME_PAIRS} each); nothing was "
+            f"stored. Add photos of individuals photographed several times to benchmark {cal_bench!r}'s train split "
+            "(with masks and keypoints for the spot scorers), or calibrate on a larger benchmark with --calibrate-on")
     t_cal = time.perf_counter()
-    same_cal = np.asarray(cal_labels)[:, None] == np.asarray(cal_labels)[None, :]
     calibrators = fit_scorer_calibrations(cal.spots.raw, same_cal, cal.spots.shortlist & cal.valid,
-                                          {k: v for k, v in cal.spots.applies.items() if k != GLOBAL},
-                                          source=f"benchmark {cal_bench} train photos, top-{settings.shortlist} pairs")
+                                          {k: v for k, v in cal.spots.applies.items() if k != GLOBAL}, source=source)
     tst = _score_set(cat, test.image_ids, test.labels, test.sightings, test.flanks, backbone=backbone, matcher=matcher,
                      settings=full, progress=tagged("test photos"), should_cancel=should_cancel)
     t_test = time.perf_counter()
@@ -349,9 +388,16 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
         missing = [s for s in scorers if s not in calibrators]
         raise CatalogueError(f"could not calibrate {', '.join(missing)}: the calibration photos gave too few same / "
                              "not-same pairs with spot evidence (too few keypoints, or no masks on opposite flanks?)")
+    try:
+        choice = choose_fusion(cal.spots.raw, cal.spots.applies, cal.valid, cal.spots.shortlist, cal_labels, scorers,
+                               calibrators=calibrators)
+    except ValueError as exc:
+        raise CatalogueError(f"could not choose how to fuse the scorers: {exc}; nothing was stored") from exc
+    test_figures = fusion_metrics(tst.spots, scored, test.labels, calibrators, choice.fitted,
+                                  shortlist=settings.shortlist)
     # the shortlist is taken inside the flank's gallery too, as a curator reviewing that flank sees it (and as
     # the components beside it are fused)
-    fused = fuse_scores(tst.spots, scored, calibrators, scorers, shortlist=settings.shortlist)
+    fused = fuse_scores(tst.spots, scored, calibrators, scorers, shortlist=settings.shortlist, fusion=choice.fusion)
     main = {**retrieval_metrics(fused, test.labels, test.labels, valid=scored).to_dict(),
             **flank_counts(test.flanks, flank)}
     name = pipeline_name(backbone.config.name, settings)
@@ -364,7 +410,7 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
                   "benchmark": cal_bench, "split": "train", "image_ids": cal_ids, "n_photos": len(cal_ids),
                   "n_individuals": len(set(cal_labels)), "scorers": list(scorers),
                   "n_pairs": {k: c.n_outcomes for k, c in calibrators.items()},
-                  "n_positive": {k: c.n_positive for k, c in calibrators.items()},
+                  "n_positive": {k: c.n_positive for k, c in calibrators.items()}, "sample": grown,
                   "fitted_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                   "built_on": benchmark, "global_fit_benchmark": benchmark}
     species_id = None
@@ -373,7 +419,7 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
         species_id = sp[0] if sp and len(set(sp)) == 1 else None
     _register_pipeline(cat, name, global_model=backbone.config.name, global_config=backbone.config.to_dict(),
                        settings=settings, matcher=matcher, calibrators={k: calibrators[k] for k in scorers},
-                       calibration_source=cal_source, species_id=species_id)
+                       calibration_source=cal_source, species_id=species_id, fusion_choice=choice.to_dict())
     pipeline = load_pipeline(cat, name)
     assert pipeline is not None
     result: dict[str, Any] = {
@@ -383,6 +429,8 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
         "spots": {"test": tst.summary, "calibration": cal.summary,
                   "verified_pairs": int(np.isfinite(tst.spots.raw[VERIFICATION]).sum() // 2)},
         "calibration": {k: {"n_pairs": c.n_outcomes, "n_same": c.n_positive} for k, c in calibrators.items()},
+        "calibration_sample": grown,
+        "fusion": {**choice.to_dict(), "test": test_figures},
         "calibrated_on": calibration_basis(pipeline, fitted_now=True),
         "seconds": {"calibration": round(t_cal - t0, 1), "test": round(t_test - t_cal, 1),
                     "total": round(time.perf_counter() - t0, 1)},
@@ -427,7 +475,10 @@ def evaluate_stored_pipeline(cat: Catalogue, pipeline: StoredPipeline, *, benchm
     cals = pipeline.calibrators
     scored = flank_gallery(tst.valid, test.flanks, flank)  # the gallery each query is scored against
     components = component_metrics(tst.spots, scored, test.labels, cals, shortlist=settings.shortlist)
-    fused = fuse_scores(tst.spots, scored, cals, scorers, shortlist=settings.shortlist)  # as when built
+    fusion = pipeline.fusion
+    # as when built
+    fused = fuse_scores(tst.spots, scored, cals, scorers, shortlist=settings.shortlist, fusion=fusion)
+    stored_choice = pipeline.fusion_choice
     main = {**retrieval_metrics(fused, test.labels, test.labels, valid=scored).to_dict(),
             **flank_counts(test.flanks, flank)}
     result: dict[str, Any] = {
@@ -438,6 +489,10 @@ def evaluate_stored_pipeline(cat: Catalogue, pipeline: StoredPipeline, *, benchm
         "spots": {"test": tst.summary, "verified_pairs": int(np.isfinite(tst.spots.raw[VERIFICATION]).sum() // 2)},
         "calibration": {k: {"n_pairs": c.n_outcomes, "n_same": c.n_positive} for k, c in cals.items()},
         "calibrated_on": calibration_basis(pipeline, fitted_now=False),
+        "fusion": {**stored_choice, "kept": fusion.name, "fusion": fusion.to_dict(),
+                   "why": stored_choice.get("why") or "built before fusions were chosen: the mean of its scorers",
+                   "test": fusion_metrics(tst.spots, scored, test.labels, cals, {fusion.name: fusion},
+                                          shortlist=settings.shortlist)},
         "seconds": {"calibration": 0.0, "test": round(t_test - t0, 1), "total": round(time.perf_counter() - t0, 1)},
         "provenance": pipeline.provenance(),
         "model_config": {"pipeline": pipeline.name, "global_config": backbone.config.to_dict(),
@@ -469,7 +524,8 @@ def pipeline_similarity(cat: Catalogue, pipeline: StoredPipeline, image_ids: lis
     scored = _score_set(cat, image_ids, [""] * len(image_ids), sightings, flanks, backbone=backbone, matcher=matcher,
                         settings=pipeline.settings, progress=progress, should_cancel=should_cancel)
     scorers = [s for s in pipeline.settings.scorers if s in pipeline.calibrators]
-    fused = fuse_scores(scored.spots, scored.valid, pipeline.calibrators, scorers, shortlist=pipeline.settings.shortlist)
+    fused = fuse_scores(scored.spots, scored.valid, pipeline.calibrators, scorers,
+                        shortlist=pipeline.settings.shortlist, fusion=pipeline.fusion)
     return fused, scored.valid
 
 

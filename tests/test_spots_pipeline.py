@@ -247,7 +247,7 @@ def test_kaggle_export_with_a_pipeline(spotted, evaluated, tmp_path):
     out = tmp_path / "submission.csv"
     res = export_kaggle(cat, test_csv=test_csv, images_dir=photos, model=evaluated["model"], out=out)
     assert res["model"] == evaluated["model"] and res["metric"] == "probability"
-    assert res["spots"] == {"pairs": 3, "with_spot_evidence": 2}
+    assert res["spots"] == {"pairs": 3, "with_spot_evidence": 2, "fusion": load_pipeline(cat, res["model"]).fusion.name}
     rows = {r["row_id"]: float(r["similarity"]) for r in csv.DictReader(open(out))}
     assert rows["r1"] > rows["r2"] and 0.0 <= min(rows.values()) and max(rows.values()) <= 1.0
     with pytest.raises(ValueError, match="full_rgb"):
@@ -296,3 +296,50 @@ def test_decisions_replace_the_benchmark_calibration_once_there_are_enough(spott
     top = result.candidates[0]
     assert top.individual_name == animals[5] and top.inliers is not None and top.inliers >= 15
     assert 0.0 <= top.score <= 1.0 and top.spot_status == "verified"
+
+
+def test_the_fusion_is_chosen_by_cross_validation_and_stored_with_its_figures(spotted, evaluated, capsys):
+    """Every candidate fusion has cross-validated figures on the calibration photos and test figures beside
+    them; the kept one is the best cross-validated, is what the pipeline's own figures are, and is stored."""
+    from app.commands.eval_cmd import print_fusion
+
+    cat, _ = spotted
+    fusion = evaluated["fusion"]
+    cv, test = fusion["cv"], fusion["test"]
+    assert {"global", "inliers", "lnbnn", "mean: global+inliers+lnbnn", "logistic: log-odds"} <= set(cv)
+    assert set(test) == set(cv) and fusion["n_folds"] >= 2
+    kept = fusion["kept"]
+    merit = {n: cv[n]["map_macro"] + cv[n]["cmc1_macro"] for n in cv}
+    assert merit[kept] == max(merit.values()) and kept in fusion["why"]
+    assert test[kept]["map_macro"] == pytest.approx(evaluated["map_macro"])
+    assert test[kept]["cmc1_macro"] == pytest.approx(evaluated["cmc_macro"]["1"])
+    stored = load_pipeline(cat, evaluated["model"])
+    assert stored.fusion.name == kept and stored.fusion_choice["cv"] == cv
+    assert f"fused by {kept}" in stored.provenance()
+    print_fusion(evaluated)
+    out = capsys.readouterr().out
+    assert "CV mAP" in out and "test CMC@1" in out and f"* {kept}" in out and f"fusion kept: {kept}" in out
+
+
+def test_the_calibration_sample_says_why_it_stopped_growing(spotted, evaluated):
+    """The spotted train split (7 animals x 4 photos) holds far fewer than 500 same-animal pairs per scorer:
+    every usable photo is taken and the result says the train split ran out, with the counts."""
+    cat, _ = spotted
+    sample = evaluated["calibration_sample"]
+    assert sample["stopped"] == "train split ran out" and "ran out" in sample["words"]
+    assert sample["photos"] == sample["photos_available"] == evaluated["spots"]["calibration"]["photos"]
+    assert sample["same_pairs"]["global"] == evaluated["calibration"]["global"]["n_same"] < 500
+    stored = load_pipeline(cat, evaluated["model"])
+    assert stored.calibration_source["sample"]["stopped"] == "train split ran out"
+
+
+def test_too_few_same_animal_pairs_are_refused_and_nothing_is_stored(spotted, evaluated, monkeypatch):
+    import db.spots as spots_db
+
+    cat, _ = spotted
+    monkeypatch.setattr(spots_db, "MIN_SAME_PAIRS", 10_000)
+    request = SpotEvaluationRequest(benchmark="spotted", model="efficientnet_lite0", matcher="sift", shortlist=7,
+                                    lnbnn=True)
+    with pytest.raises(Exception, match="too few same-animal pairs.*at least 10000 each.*nothing was stored"):
+        evaluate_spots(cat, request)
+    assert not is_pipeline(cat, "efficientnet_lite0+sift+lnbnn-k7")

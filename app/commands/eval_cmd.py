@@ -83,9 +83,31 @@ def run(args, ctx) -> int:
 
 SPOT_KEYS = ("map_macro", "map_micro", "cmc_macro", "cmc_micro", "n_queries", "n_identities", "model", "global_model",
              "variant", "benchmark", "rerank", "same_sighting_excluded", "evaluation_id", "pipeline", "scorers",
-             "components", "spots", "calibration", "calibrated_on", "seconds", "flank", "flank_counts")
+             "components", "spots", "calibration", "calibrated_on", "seconds", "flank", "flank_counts", "fusion",
+             "calibration_sample")
 COMPONENT_WORDS = {"global": "global model alone", "global+verification": "+ spot verification (inliers)",
                    "global+lnbnn": "+ LNBNN voting", "fused": "+ verification + LNBNN", "lnbnn_alone": "LNBNN alone"}
+
+
+def print_fusion(res: dict) -> None:
+    """Every fusion compared: cross-validated on the calibration photos beside its figures on the test split,
+    and which was kept and why."""
+    fusion = res.get("fusion") or {}
+    cv, test = fusion.get("cv") or {}, fusion.get("test") or {}
+    kept = fusion.get("kept")
+    if not (cv or test):
+        return
+
+    def cell(table: dict, name: str, key: str) -> str:
+        return f"{table[name][key]:.4f}" if name in table else "-"
+
+    rows = [(("* " if name == kept else "  ") + name, cell(cv, name, "map_macro"), cell(cv, name, "cmc1_macro"),
+             cell(test, name, "map_macro"), cell(test, name, "cmc1_macro"))
+            for name in dict.fromkeys([*cv, *test])]
+    folds = fusion.get("n_folds")
+    print_table(rows, ["fusion (* kept)", f"CV mAP ({folds} folds)" if folds else "CV mAP", "CV CMC@1", "test mAP",
+                       "test CMC@1"])
+    print(f"fusion kept: {kept}: {fusion.get('why', '')}")
 
 
 def run_spots(args, ctx) -> int:
@@ -117,7 +139,10 @@ def run_spots(args, ctx) -> int:
     print(f"{sp['keypoints_mean']:.0f} keypoints per test photo ({100 * sp['masked_share']:.0f}% on a mask, "
           f"{sp['no_spot_evidence']} without spot evidence); {res['spots']['verified_pairs']} pairs verified; "
           f"{res['seconds']['total']:.0f} s")
+    print_fusion(res)
     print(res["provenance"])
+    if res.get("calibration_sample"):
+        print(f"calibration sample: {res['calibration_sample']['words']}")
     if res.get("calibrated_on"):
         print(f"calibration: {res['calibrated_on']['words']}")
     print(f"stored as evaluation {res.get('evaluation_id')}; the pipeline {res['model']} works as --model everywhere")

@@ -16,20 +16,33 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from core.calibration import Calibrator, fit_calibrator
-
-if TYPE_CHECKING:  # the fusion module builds on this one
-    from core.spots.fusion_choice import Fusion
 
 DEFAULT_SHORTLIST = 50
 GLOBAL = "global"
 #: Order of the raw global score inside a tie of fused probabilities: small enough never to reorder two
 #: different fused values (isotonic steps differ by far more), large enough to survive float32.
 TIE_BREAK = 1e-4
+
+
+class ScoreFusion(Protocol):
+    """How calibrated probabilities are combined (:class:`core.spots.fusion_choice.Fusion`, chosen there)."""
+
+    scorers: tuple[str, ...]
+    uses_ranks: bool
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def needs(self) -> tuple[str, ...]: ...
+
+    def combine(self, probabilities: Mapping[str, np.ndarray], applies: Mapping[str, np.ndarray] | None = None,
+                ranks: Mapping[str, np.ndarray] | None = None) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -103,7 +116,7 @@ def fuse_probabilities(probabilities: Mapping[str, np.ndarray], applies: Mapping
 
 def fused_similarity(global_sim: np.ndarray, valid: np.ndarray, *, shortlist: int,
                      raw: Mapping[str, np.ndarray], calibrators: Mapping[str, Calibrator],
-                     applies: Mapping[str, np.ndarray] | None = None, fusion: Fusion | None = None) -> np.ndarray:
+                     applies: Mapping[str, np.ndarray] | None = None, fusion: ScoreFusion | None = None) -> np.ndarray:
     """The fused Q x G score matrix (higher = more similar) that ranking and metrics read.
 
     ``raw[name]`` are the scorers' raw scores (``raw["global"]`` may be omitted: ``global_sim`` is used) and

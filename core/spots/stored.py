@@ -23,7 +23,8 @@ from core.images import decode_image
 from core.metrics import retrieval_metrics
 from core.spots import features_cache_path, load_features, save_features
 from core.spots.base import LocalFeatures, LocalMatcher
-from core.spots.fusion import GLOBAL, calibrator_from_dict, calibrator_to_dict, fuse_probabilities, fused_similarity
+from core.spots.fusion import GLOBAL, calibrator_from_dict, calibrator_to_dict, fused_similarity, shortlist_ranks
+from core.spots.fusion_choice import MEAN, Fusion
 from core.spots.pipeline import LNBNN, VERIFICATION, PipelineSettings, SpotScores, cross_flank, verify_one
 from core.spots.verify import STATUS_WORDS, Verification
 
@@ -49,12 +50,23 @@ class StoredPipeline:
     calibrators: dict[str, Calibrator]
     calibration_source: dict[str, Any] = field(default_factory=dict)
     status: str = "candidate"
+    #: how the calibrated scorers are combined, chosen by cross-validation when built, with its figures
+    #: (``fusion_choice``: :meth:`core.spots.fusion_choice.FusionChoice.to_dict`); a pipeline built before
+    #: fusions were chosen has none and uses the mean of its scorers' probabilities
+    fusion_choice: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fusion(self) -> Fusion:
+        if self.fusion_choice.get("fusion"):
+            return Fusion.from_dict(self.fusion_choice["fusion"])
+        return Fusion(MEAN, tuple(s for s in self.settings.scorers if s in self.calibrators) or (GLOBAL,))
 
     def provenance(self) -> str:
         cal = ", ".join(f"{k}: {c.n_outcomes} pairs" for k, c in self.calibrators.items())
         return (f"{self.name} = {self.global_model} top-{self.settings.shortlist} shortlist + {self.settings.matcher} "
                 f"spots ({', '.join(self.settings.scorers)}), matcher config {self.matcher_config.get('fingerprint')}, "
-                f"isotonic calibration ({cal}) on {self.calibration_source.get('what', 'benchmark pairs')}")
+                f"isotonic calibration ({cal}) on {self.calibration_source.get('what', 'benchmark pairs')}, "
+                f"fused by {self.fusion.name}")
 
     @classmethod
     def from_config(cls, name: str, cfg: dict[str, Any], *, status: str) -> StoredPipeline:
@@ -62,17 +74,20 @@ class StoredPipeline:
         return cls(name=name, global_model=str(cfg["global_model"]),
                    settings=PipelineSettings.from_dict(cfg["pipeline"]), matcher_config=cfg["matcher"],
                    calibrators={k: calibrator_from_dict(v) for k, v in (cfg.get("calibration") or {}).items()},
-                   calibration_source=cfg.get("calibration_source") or {}, status=status)
+                   calibration_source=cfg.get("calibration_source") or {}, status=status,
+                   fusion_choice=dict(cfg.get("fusion") or {}))
 
 
 def pipeline_config(name: str, *, global_model: str, global_config: dict[str, Any], settings: PipelineSettings,
                     matcher: LocalMatcher, calibrators: dict[str, Calibrator],
-                    calibration_source: dict[str, Any]) -> dict[str, Any]:
-    """The ``config`` a pipeline's model row holds."""
+                    calibration_source: dict[str, Any], fusion_choice: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
+    """The ``config`` a pipeline's model row holds (``fusion_choice``: the fusion kept, its weights and the
+    cross-validated figures of every candidate)."""
     return {"name": name, "kind": "pipeline", "global_model": global_model, "global_config": global_config,
             "pipeline": settings.to_dict(), "matcher": matcher.config.to_dict(),
             "calibration": {k: calibrator_to_dict(c) for k, c in calibrators.items()},
-            "calibration_source": calibration_source, "metric": "probability",
+            "calibration_source": calibration_source, "fusion": dict(fusion_choice or {}), "metric": "probability",
             "weight_source": f"{global_config.get('weight_source', '')} + {matcher.config.weight_source}"}
 
 
@@ -145,11 +160,33 @@ def calibration_sample(image_ids: Sequence[int], labels: Sequence[str], *, limit
 
 
 def fuse_scores(spots: SpotScores, valid: np.ndarray, calibrators: dict[str, Calibrator], scorers: Sequence[str], *,
-                shortlist: int) -> np.ndarray:
-    """The fused all-vs-all score matrix of ``scorers`` (each with its calibrator) on a scored set."""
+                shortlist: int, fusion: Fusion | None = None) -> np.ndarray:
+    """The fused all-vs-all score matrix of ``scorers`` (each with its calibrator) on a scored set, combined by
+    ``fusion`` (default: the mean of their probabilities), which then decides the scorers read."""
+    if fusion is not None:
+        scorers = fusion.needs
     raw, applies = spots.restricted(scorers)
     return fused_similarity(spots.raw[GLOBAL], valid, shortlist=shortlist, raw=raw,
-                            calibrators={k: calibrators[k] for k in scorers}, applies=applies)
+                            calibrators={k: calibrators[k] for k in scorers}, applies=applies, fusion=fusion)
+
+
+def same_pairs_per_scorer(spots: SpotScores, valid: np.ndarray, same: np.ndarray) -> dict[str, int]:
+    """Same-animal (query, candidate) pairs each scorer is calibrated on: shortlisted, valid, where it applies."""
+    pairs = spots.shortlist & np.asarray(valid, bool) & np.asarray(same, bool)
+    return {s: int((pairs & np.asarray(spots.applies[s], bool) & np.isfinite(spots.raw[s])).sum())
+            for s in spots.raw}
+
+
+def fusion_metrics(spots: SpotScores, valid: np.ndarray, labels: Sequence[str], calibrators: dict[str, Calibrator],
+                   fusions: dict[str, Fusion], *, shortlist: int) -> dict[str, dict[str, float]]:
+    """macro mAP and CMC@1 of each fitted fusion on a scored set (the test column beside the cross-validated
+    one)."""
+    out: dict[str, dict[str, float]] = {}
+    for name, fusion in fusions.items():
+        m = retrieval_metrics(fuse_scores(spots, valid, calibrators, fusion.needs, shortlist=shortlist, fusion=fusion),
+                              labels, labels, valid=valid)
+        out[name] = {"map_macro": float(m.map_macro), "cmc1_macro": float(m.cmc_macro[1])}
+    return out
 
 
 def component_metrics(spots: SpotScores, valid: np.ndarray, labels: Sequence[str],
@@ -214,9 +251,27 @@ def fuse_pairs(pipeline: StoredPipeline, pairs: Sequence[tuple[int, int]], globa
                 progress(t + 1, len(pairs))
         probs[VERIFICATION] = np.where(np.isfinite(inliers), cals[VERIFICATION].probability(np.nan_to_num(inliers)),
                                        np.nan)
-    fused = fuse_probabilities(probs)  # NaN (no spot evidence) takes no part
+    fusion = pipeline.fusion
+    if fusion.uses_ranks:  # a list of pairs is no shortlist: there are no ranks to read
+        fusion = Fusion(MEAN, tuple(probs))
+    fused = fusion.combine(*_absent_not_applying(fusion, probs, {}))  # NaN (no spot evidence): the scorer is out
     with_evidence = int(np.isfinite(inliers).sum())
-    return fused.astype(np.float32), {"pairs": len(pairs), "with_spot_evidence": with_evidence}
+    return fused.astype(np.float32), {"pairs": len(pairs), "with_spot_evidence": with_evidence,
+                                      "fusion": fusion.name}
+
+
+def _absent_not_applying(fusion: Fusion, probs: dict[str, np.ndarray], applies: dict[str, np.ndarray]
+                         ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The probabilities and where each applies, with every scorer the fusion reads but that was not scored here
+    (LNBNN for a pair list, or for a query without keypoints) present as not applying to any pair."""
+    shape = np.shape(probs[GLOBAL])
+    probs, applies = dict(probs), dict(applies)
+    for s in fusion.needs:
+        if s not in probs:
+            probs[s] = np.full(shape, np.nan)
+            applies[s] = np.zeros(shape, bool)
+        applies.setdefault(s, np.isfinite(np.asarray(probs[s], np.float64)))
+    return probs, applies
 
 
 def uses_lnbnn(pipeline: StoredPipeline, query: LocalFeatures) -> bool:
@@ -242,7 +297,18 @@ def rerank_shortlist(pipeline: StoredPipeline, ranked: list[tuple[float, int, An
     if lnbnn_votes is not None:
         probs[LNBNN] = cals[LNBNN].probability([lnbnn_votes[j] for _, j, _ in short]) if short else np.zeros(0)
     # the spot scorers apply where the pair could be judged on spots (the same rule as in evaluation)
-    fused = fuse_probabilities(probs, {name: evidence for name in probs if name != GLOBAL})
+    fusion = pipeline.fusion
+    probs_all, applies = _absent_not_applying(fusion, probs, {name: evidence for name in probs if name != GLOBAL})
+    ranks = None
+    if fusion.uses_ranks and short:
+        raw = {GLOBAL: np.array([sc for sc, _, _ in short], np.float64),
+               VERIFICATION: np.array([v.n_inliers for v in checks], np.float64),
+               LNBNN: (np.array([lnbnn_votes[j] for _, j, _ in short], np.float64) if lnbnn_votes is not None
+                       else np.full(len(short), np.nan))}
+        ranks = {s: shortlist_ranks(raw[s][None, :], np.ones((1, len(short)), bool),
+                                    np.asarray(applies.get(s, np.ones(len(short), bool)))[None, :])[0]
+                 for s in fusion.scorers}
+    fused = fusion.combine(probs_all, applies, ranks) if short else np.zeros(0)
     out: list[tuple[float, int, dict[str, Any]]] = [
         (float(fused[t]), j, {"global_score": float(score), "inliers": int(v.n_inliers), "spot_status": v.status,
                               "spot_probability": float(probs[VERIFICATION][t])
