@@ -87,8 +87,10 @@ def build(ctx: UIContext) -> None:
         import_button = gr.Button("Import", variant="primary", elem_id="ingest-import", scale=4)
         stop_button = gr.Button("Stop import", elem_id="ingest-stop", scale=1, min_width=120)
     summary = gr.Markdown(elem_id="ingest-summary", elem_classes=["status-line"])
+    # fixed shares: sized by its content, the Details column ran past the table's right edge
     report = gr.Dataframe(headers=services.REPORT_HEADERS, value=[], interactive=False, wrap=True,
-                          label="Import report", elem_id="ingest-report", max_height=420)
+                          label="Import report", elem_id="ingest-report", max_height=420,
+                          column_widths=["28%", "9%", "63%"])
 
     @curator_action
     def run_import(uploaded, manifest_file, update, detections_file, confidence, empty, folder_meaning, species_name,
