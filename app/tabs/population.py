@@ -1,12 +1,14 @@
 """Population tab: how many animals of a species use the study area, from the catalogue's identified detections at
 its camera stations: the estimates M0, Mt and Mh-Chao with their 95% intervals and what each assumes, the discovery
-curve and capture frequencies, each individual's capture history, and the files for secr, camtrapR and MARK."""
+curve and capture frequencies, each individual's capture history, and the files for secr, camtrapR and MARK; below
+them the density by spatial capture-recapture and the activity over the day (:mod:`app.tabs._density`)."""
 
 from __future__ import annotations
 
 import gradio as gr
 import pandas as pd
 
+from app.tabs._density import build_activity, build_density
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text, refreshed_choices
 from db.models import Role
 from jobs.actions import population as ps
@@ -109,3 +111,8 @@ def build(ctx: UIContext) -> None:
 
     download.click(write_files, inputs=[species, days, first, last], outputs=[files, download_status],
                    api_name="population_files")
+
+    with gr.Accordion("Density (spatial capture-recapture)", open=False, elem_id="dens-panel"):
+        build_density(ctx, species, days, first, last, gr.Timer(2.0))
+    with gr.Accordion("Activity over the day", open=False, elem_id="act-panel"):
+        build_activity(ctx, species)

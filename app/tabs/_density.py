@@ -1,0 +1,153 @@
+"""The Population tab's density section and activity panel (built by :mod:`app.tabs.population` under its form).
+
+Density: spatial capture-recapture fitted as secr fits it to the study the form describes, by a background job
+(a fit and its buffer check take seconds to a minute): the estimates with what each assumes, a map of the
+stations, mask and detections, the fitted detection curve and a report to download. Activity: each group's curve
+over the day (one detection per event) and the overlap of two species (or sexes) with its 95% interval.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text, refreshed_choices
+from core.field.scr_data import DETECTOR_TYPES
+from core.field.scr_likelihood import DETECTION_FUNCTIONS
+from db.models import Role
+from jobs.actions import activity as act
+from jobs.actions import density as ds
+from jobs.actions import population as ps
+from jobs.actions.common import upload_path
+from jobs.requests.density import ActivityRequest, DensityRequest
+
+DENSITY_HELP = """\
+**Density** (animals per 100 km²) by spatial capture-recapture, as secr fits it: each animal has a centre of
+activity, and its chance of being photographed falls with the distance from that centre to a camera. The study is
+the one above (species, occasions, window); the cameras are placed by their coordinates (UTM metres). The habitat
+*mask* is the area round the cameras where a detected animal's centre may lie: a *buffer* of about 4 times sigma
+(empty: 4 × the spread of the animals' detections), or your own habitat as a GeoJSON polygon or a CSV of x,y points
+in the same metres. The fit runs in the background and is checked by fitting again with twice the buffer.
+"""
+ACTIVITY_HELP = """\
+**Activity over the day**: when the species is photographed, one time per event (a burst of photos counts once),
+as a smoothed curve (a von Mises kernel, the bandwidth the R package overlap chooses). Choose a second species to
+compare them, or split one species by individual or sex; the overlap (0: never active at the same hours, 1: the
+same pattern) is given three ways with a 95% interval from a smoothed bootstrap (a few seconds).
+"""
+SPLITS = [("the species as a whole", ""), ("each individual", "individual"), ("each sex", "sex")]
+
+
+def _density_outputs(answer) -> tuple:
+    return (pd.DataFrame(ds.estimate_rows(answer), columns=ds.ESTIMATE_HEADERS), markdown_text(ds.basis_text(answer)),
+            ds.map_figure(answer), ds.curve_figure(answer))
+
+
+def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: gr.Textbox, last: gr.Textbox,
+                  timer: gr.Timer) -> None:
+    """The density section, reading the study from the Population form's fields."""
+    cat = ctx.catalogue
+    gr.Markdown(DENSITY_HELP, elem_classes=["help-text"])
+    with gr.Row(equal_height=True):
+        detector = gr.Dropdown(list(DETECTOR_TYPES), value="proximity", label="Detectors", elem_id="dens-detector",
+                               info="camera traps: proximity", scale=1)
+        detectfn = gr.Dropdown(list(DETECTION_FUNCTIONS), value="HN", label="Detection curve", elem_id="dens-detectfn",
+                               info="HN half-normal, HHN hazard, EX exponential", scale=1)
+        buffer = gr.Textbox(label="Buffer (m)", elem_id="dens-buffer", max_lines=1, scale=1,
+                            placeholder="4 × the spread of detections", info="empty: about 4 sigma, from the data")
+        spacing = gr.Textbox(label="Mask spacing (m)", elem_id="dens-spacing", max_lines=1, scale=1,
+                             placeholder="64 points across", info="empty: 64 points across the mask")
+        conditional = gr.Checkbox(value=False, label="Conditional likelihood (D derived)", elem_id="dens-cl", scale=1)
+    with gr.Row(equal_height=True):
+        mask = gr.File(label="Habitat (optional): GeoJSON polygon or CSV of x,y", file_types=[".geojson", ".json", ".csv"],
+                       elem_id="dens-mask", scale=2)
+        fit = gr.Button("Fit density", variant="primary", elem_id="dens-fit", scale=0, min_width=160)
+    job = gr.State(None)
+    shown = gr.State(None)  # the job whose answer is on screen: polled no further
+    answer_state = gr.State(None)
+    status = gr.Markdown(elem_id="dens-status", elem_classes=["status-line"])
+    estimates = gr.Dataframe(headers=ds.ESTIMATE_HEADERS, value=[], interactive=False, wrap=True,
+                             label="Density estimates (95% intervals)", elem_id="dens-estimates",
+                             column_widths=["200px", "90px", "140px", "520px"])
+    basis = gr.Markdown(elem_id="dens-basis", elem_classes=["status-line"])
+    with gr.Row():
+        density_map = gr.Plot(label="Stations, mask and detections", elem_id="dens-map")
+        curve = gr.Plot(label="Detection curve", elem_id="dens-curve")
+    with gr.Row(equal_height=True):
+        report = gr.Button("Write the density report", elem_id="dens-report", scale=0, min_width=240)
+        report_file = gr.File(label="Density report (Markdown)", interactive=False, elem_id="dens-report-file")
+
+    @curator_action(role=Role.viewer)
+    def start(sp, n_days, d_from, d_to, det, fn, buf, space, cl, mask_file):
+        request = DensityRequest(species=sp or None, occasion_days=n_days if n_days is not None else 1.0,
+                                 date_from=d_from or None, date_to=d_to or None, detector=det, detectfn=fn,
+                                 buffer_m=buf, spacing_m=space, conditional=bool(cl),
+                                 mask=upload_path(mask_file) if mask_file else None)
+        job_id, words = ds.queue_density(cat, request)
+        return (job_id, None, None, markdown_text(words), pd.DataFrame([], columns=ds.ESTIMATE_HEADERS), "", None,
+                None, None)
+
+    results = [estimates, basis, density_map, curve]
+    fit.click(start, inputs=[species, days, first, last, detector, detectfn, buffer, spacing, conditional, mask],
+              outputs=[job, shown, answer_state, status, *results, report_file], api_name="density")
+
+    def poll(job_id, shown_id):
+        if not job_id or job_id == shown_id:
+            return (gr.skip(),) * 7
+        answer, words = ds.density_status(cat, job_id)
+        if answer is None:
+            finished = words.startswith(f"Density fit job #{job_id} failed") or " cancelled" in words
+            return (job_id if finished else gr.skip(), gr.skip(), markdown_text(words), *(gr.skip(),) * 4)
+        return (job_id, answer, markdown_text(f"Density fit job #{job_id} done: {answer['summary']}."),
+                *_density_outputs(answer))
+
+    timer.tick(guarded_viewer(poll), [job, shown], [shown, answer_state, status, *results], show_progress="hidden")
+
+    @curator_action(role=Role.viewer)
+    def write_report(answer):
+        if not answer:
+            return None, "Fit density first: the report is of the fit shown."
+        path = ds.write_density_report(cat, answer)
+        return path, markdown_text(f"Wrote the density report to {path}.")
+
+    report.click(write_report, inputs=[answer_state], outputs=[report_file, status], api_name="density_report")
+
+    def latest(current):
+        # after a page reload the newest fit is shown again
+        job_id = current or ds.latest_density_job(cat)
+        return job_id if job_id else gr.skip()
+
+    ctx.on_refresh(latest, inputs=[job], outputs=[job], on_tab_select=False)
+
+
+def build_activity(ctx: UIContext, species: gr.Dropdown) -> None:
+    """The activity panel: the Population form's species, a second one to compare, or a split."""
+    cat = ctx.catalogue
+    gr.Markdown(ACTIVITY_HELP, elem_classes=["help-text"])
+    with gr.Row(equal_height=True):
+        other = gr.Dropdown([], value=None, label="Compare with species", allow_custom_value=True,
+                            elem_id="act-species-b", scale=2, info="empty: the species above alone")
+        split = gr.Dropdown(SPLITS, value="", label="One curve for", elem_id="act-by", scale=1)
+        compute = gr.Button("Show activity", variant="primary", elem_id="act-compute", scale=0, min_width=160)
+    basis = gr.Markdown(elem_id="act-basis", elem_classes=["status-line"])
+    plot = gr.Plot(label="Activity over the day", elem_id="act-plot")
+    overlaps = gr.Dataframe(headers=act.OVERLAP_HEADERS, value=[], interactive=False, wrap=True,
+                            label="Overlap of activity (95% intervals: smoothed bootstrap)", elem_id="act-overlaps")
+
+    def refresh_species(current):
+        return refreshed_choices(ps.species_choices(cat), current)
+
+    ctx.on_refresh(refresh_species, inputs=[other], outputs=[other])
+
+    @curator_action(role=Role.viewer)
+    def show(sp, sp_b, by):
+        names = tuple(n for n in (sp, sp_b) if n)
+        try:
+            summary = act.activity_summary(cat, ActivityRequest(species=names, by=by or None))
+        except ps.SpeciesNotChosen as exc:
+            return (f"Individuals of {len(exc.names)} species are catalogued: choose one in the **Species** list "
+                    "above, then press **Show activity** again.", None, pd.DataFrame([], columns=act.OVERLAP_HEADERS))
+        return (markdown_text(act.basis_text(summary)), act.activity_figure(summary),
+                pd.DataFrame(act.overlap_rows(summary), columns=act.OVERLAP_HEADERS))
+
+    compute.click(show, inputs=[species, other, split], outputs=[basis, plot, overlaps], api_name="activity")
