@@ -289,14 +289,22 @@ def _reverse(session: Session, ev: IdentityEvent, *, user: str) -> IdentityEvent
             raise ConflictError(f"the sex or life stage of {ind.name!r} changed again since; undo that first")
         for column, (old, _new) in p["changed"].items():
             setattr(ind, column, old)
-    elif ev.kind == EventKind.species_rename:
+    elif ev.kind == EventKind.species_rename:  # its scientific name, its common name, or both
         sp = session.get(Species, p["species_id"])
         if sp is None:
             raise ConflictError(f"species {p['new']!r} was merged into another since; undo that first")
-        if sp.name != p["new"]:
-            raise ConflictError(f"species {p['new']!r} was renamed again since; undo that first")
-        _check_species_name_free(session, p["old"], other_than=sp.id)
-        sp.name = p["old"]
+        renamed = p["old"] != p["new"]
+        common_changed = p.get("old_common_name") != p.get("new_common_name")  # older events hold no common name
+        if renamed:
+            if sp.name != p["new"]:
+                raise ConflictError(f"species {p['new']!r} was renamed again since; undo that first")
+            _check_species_name_free(session, p["old"], other_than=sp.id)
+        if common_changed and sp.common_name != p.get("new_common_name"):
+            raise ConflictError(f"the common name of species {sp.name!r} was changed again since; undo that first")
+        if renamed:
+            sp.name = p["old"]
+        if common_changed:
+            sp.common_name = p["old_common_name"]
     elif ev.kind == EventKind.species_merge:
         _reverse_species_merge(session, p)
     else:  # pragma: no cover - enum is closed
@@ -361,7 +369,8 @@ def _reverse_species_merge(session: Session, p: dict[str, Any]) -> None:
     if p["source_deleted"]:
         _check_species_name_free(session, source["name"])
         # under its own id, unless a species made since was given that id (SQLite may hand out a deleted row's id)
-        revived = Species(name=source["name"], active_model_id=source["active_model_id"],
+        revived = Species(name=source["name"], common_name=source.get("common_name"),
+                          active_model_id=source["active_model_id"],
                           new_individual_threshold=source["new_individual_threshold"],
                           created_at=datetime.fromisoformat(source["created_at"]))
         if session.get(Species, source_id) is None:

@@ -5,8 +5,9 @@ review offers candidates of the query's own species only; benchmarks and trainin
 species has at most one active model (``species.active_model_id``; None means the offline default backbone).
 Promoting a model makes it the species' active model, marks it ``active`` (the one it replaces goes back to
 ``candidate`` unless another species still uses it) and queues a background re-embedding of that species'
-photos, so match review never computes features while a curator waits. Renaming a species and merging one into
-another (every row of it moves, in one transaction) are undoable identity events (``db.catalogue.undo_event``).
+photos, so match review never computes features while a curator waits. Renaming a species (its scientific name,
+``name``, which exports write, and its English common name) and merging one into another (every row of it moves, in
+one transaction) are undoable identity events (``db.catalogue.undo_event``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from db.models import (
 from db.session import Catalogue
 
 MAX_NAME = 120
+MAX_COMMON_NAME = 200
 
 
 def clean_species_name(name: str | None) -> str:
@@ -43,6 +45,16 @@ def clean_species_name(name: str | None) -> str:
         raise CatalogueError("a species needs a name")
     if len(text) > MAX_NAME or any(ord(c) < 32 for c in text):
         raise CatalogueError(f"species names are up to {MAX_NAME} printable characters")
+    return text
+
+
+def clean_common_name(name: str | None) -> str | None:
+    """A common name as stored (spaces collapsed); None when empty: the species has none."""
+    text = " ".join((name or "").split())
+    if not text:
+        return None
+    if len(text) > MAX_COMMON_NAME or any(ord(c) < 32 for c in text):
+        raise CatalogueError(f"common names are up to {MAX_COMMON_NAME} printable characters")
     return text
 
 
@@ -59,13 +71,18 @@ def find_species(session: Session, name_or_id: str | int) -> Species:
     return sp
 
 
-def get_or_create_species(session: Session, name: str) -> Species:
+def get_or_create_species(session: Session, name: str, *, common_name: str | None = None) -> Species:
+    """The species called ``name`` (created if new). ``common_name`` (e.g. from an imported package) is given to a
+    new species, or to one that has none yet; a common name a curator chose is never replaced."""
     name = clean_species_name(name)
+    common_name = clean_common_name(common_name)
     sp = session.scalar(select(Species).where(func.lower(Species.name) == name.lower()))
     if sp is None:
-        sp = Species(name=name)
+        sp = Species(name=name, common_name=common_name)
         session.add(sp)
         session.flush()
+    elif common_name is not None and sp.common_name is None:
+        sp.common_name = common_name
     return sp
 
 
@@ -78,7 +95,8 @@ def list_species(cat: Catalogue) -> list[dict[str, Any]]:
                 Individual.species_id == sp.id, Individual.active.is_(True)))
             n_img = s.scalar(select(func.count()).select_from(Image).where(Image.species_id == sp.id))
             model = s.get(Model, sp.active_model_id) if sp.active_model_id else None
-            out.append({"id": sp.id, "name": sp.name, "individuals": n_ind, "images": n_img,
+            out.append({"id": sp.id, "name": sp.name, "common_name": sp.common_name, "individuals": n_ind,
+                        "images": n_img,
                         "active_model": model.name if model else DEFAULT_MODEL,
                         "new_individual_threshold": sp.new_individual_threshold})
         return out
@@ -88,25 +106,37 @@ def list_species(cat: Catalogue) -> list[dict[str, Any]]:
 class SpeciesRenamed:
     species_id: int
     old: str
-    new: str
+    new: str  # the scientific name now (the old one when only the common name changed)
+    old_common_name: str | None
+    common_name: str | None  # the common name now
     event_id: int  # the undoable change
 
 
-def rename_species(cat: Catalogue, name_or_id: str | int, new_name: str, *, user: str) -> SpeciesRenamed:
-    """Give a species a new name (the name exports write); an undoable change recorded under ``user``."""
+def rename_species(cat: Catalogue, name_or_id: str | int, new_name: str | None, *, common_name: str | None = None,
+                   user: str) -> SpeciesRenamed:
+    """Give a species a new scientific name (the name exports write) and/or common name, in one undoable change
+    recorded under ``user`` (its payload holds both old names). ``new_name`` None keeps the scientific name;
+    ``common_name`` None keeps the common name, an empty one clears it. Refused when nothing would change."""
     with cat.unit_of_work() as s:
         sp = find_species(s, name_or_id)
-        new_name = clean_species_name(new_name)
-        if new_name == sp.name:
-            raise CatalogueError(f"species {sp.name!r} already has that name")
-        clash = s.scalar(select(Species).where(func.lower(Species.name) == new_name.lower(), Species.id != sp.id))
+        name = sp.name if new_name is None else clean_species_name(new_name)
+        common = sp.common_name if common_name is None else clean_common_name(common_name)
+        if name == sp.name and common == sp.common_name:
+            if new_name is not None:
+                raise CatalogueError(f"species {sp.name!r} already has that name")
+            said = f"the common name {common!r}" if common else "no common name"
+            raise CatalogueError(f"species {sp.name!r} already has {said}; give a new name or another common name")
+        clash = s.scalar(select(Species).where(func.lower(Species.name) == name.lower(), Species.id != sp.id))
         if clash is not None:
             raise CatalogueError(f"a species named {clash.name!r} exists; merge into it instead of renaming")
-        old, sp.name = sp.name, new_name
+        old, old_common = sp.name, sp.common_name
+        sp.name, sp.common_name = name, common
         ev = _record(s, EventKind.species_rename, user=user,
-                     payload={"species_id": sp.id, "old": old, "new": new_name})
+                     payload={"species_id": sp.id, "old": old, "new": name, "old_common_name": old_common,
+                              "new_common_name": common})
         s.commit()
-        return SpeciesRenamed(species_id=sp.id, old=old, new=new_name, event_id=ev.id)
+        return SpeciesRenamed(species_id=sp.id, old=old, new=name, old_common_name=old_common, common_name=common,
+                              event_id=ev.id)
 
 
 @dataclass(frozen=True)
@@ -173,7 +203,8 @@ def merge_species(cat: Catalogue, source: str | int, target: str | int, *, user:
             if not others and source_model.status == ModelStatus.active:
                 model_status[str(source_model.id)] = source_model.status.value
                 source_model.status, demoted = ModelStatus.candidate, source_model
-        payload = {"source": {"id": src.id, "name": src.name, "active_model_id": src.active_model_id,
+        payload = {"source": {"id": src.id, "name": src.name, "common_name": src.common_name,
+                              "active_model_id": src.active_model_id,
                               "new_individual_threshold": src.new_individual_threshold,
                               "created_at": src.created_at.isoformat()},
                    "source_deleted": not keep_source, "target": dst.id, "target_name": dst.name,

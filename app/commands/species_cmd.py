@@ -1,4 +1,4 @@
-"""``rosette species list|rename|merge|set|threshold``: the catalogue's species."""
+"""``rosette species list|rename|common-name|merge|set|threshold``: the catalogue's species."""
 
 from __future__ import annotations
 
@@ -21,10 +21,17 @@ def register(sub) -> None:
     ls = ssub.add_parser("list", help="species with their counts and active model")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=run_list)
-    rn = ssub.add_parser("rename", help="rename a species")
+    rn = ssub.add_parser("rename", help="give a species a new scientific name (the name exports write), and with "
+                                        "--common-name a common name, in one change (undoable: rosette undo EVENT)")
     rn.add_argument("species")
-    rn.add_argument("new_name")
+    rn.add_argument("new_name", help="the scientific name, e.g. 'Tragelaphus angasii'")
+    rn.add_argument("--common-name", default=None, help="what people call it, e.g. 'nyala' (\"\" clears it)")
     rn.set_defaults(func=run_rename)
+    cn = ssub.add_parser("common-name", help="set a species' common name, e.g. 'nyala' (\"\" clears it; undoable: "
+                                             "rosette undo EVENT)")
+    cn.add_argument("species")
+    cn.add_argument("common_name")
+    cn.set_defaults(func=run_common_name)
     mg = ssub.add_parser("merge", help="move every individual, photo, benchmark and trained model of a species into "
                                        "another and remove it (undoable: rosette undo EVENT)")
     mg.add_argument("source", help="the species to merge away (name or id)")
@@ -46,14 +53,26 @@ def run_list(args, ctx) -> int:
     if args.json:
         print(json.dumps(rows))
     else:
-        print_table([(r["id"], r["name"], r["individuals"], r["images"], r["active_model"]) for r in rows],
-                    ["id", "species", "individuals", "photos", "active model"])
+        print_table([(r["id"], r["name"], r["common_name"] or "", r["individuals"], r["images"], r["active_model"])
+                     for r in rows], ["id", "species", "common name", "individuals", "photos", "active model"])
     return 0
 
 
 def run_rename(args, ctx) -> int:
-    sp = sa.rename_species(ctx.catalogue, RenameSpeciesRequest(args.species, args.new_name, user=ctx.user))
-    print(f"species {sp.species_id} is now {sp.name!r} (change #{sp.event_id}; rosette undo {sp.event_id} reverses it)")
+    sp = sa.rename_species(ctx.catalogue, RenameSpeciesRequest(args.species, args.new_name, user=ctx.user,
+                                                               common_name=args.common_name))
+    common = f", common name {sp.common_name!r}" if sp.common_name else ""
+    print(f"species {sp.species_id} is now {sp.name!r}{common} (change #{sp.event_id}; rosette undo {sp.event_id} "
+          "reverses it)")
+    return 0
+
+
+def run_common_name(args, ctx) -> int:
+    sp = sa.rename_species(ctx.catalogue, RenameSpeciesRequest(args.species, None, user=ctx.user,
+                                                               common_name=args.common_name))
+    now = f"is now {sp.common_name!r}" if sp.common_name else "is cleared"
+    print(f"the common name of species {sp.name!r} {now} (change #{sp.event_id}; rosette undo {sp.event_id} "
+          "reverses it)")
     return 0
 
 

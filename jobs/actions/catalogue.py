@@ -392,8 +392,12 @@ def describe_event(ev: IdentityEvent, names: dict[int, str]) -> str:
         done = ", ".join(f"{words.get(k, k)} {old or 'not recorded'} → {new or 'not recorded'}"
                          for k, (old, new) in p.get("changed", {}).items())
         return f"set {p.get('name') or name(ev.individual_id)}'s {done}"
-    if ev.kind == EventKind.species_rename:
-        return f"renamed species {p.get('old')} to {p.get('new')}"
+    if ev.kind == EventKind.species_rename:  # the scientific name, the common name, or both
+        old_common, new_common = p.get("old_common_name"), p.get("new_common_name")
+        common = f"common name {old_common or 'none'} → {new_common or 'none'}" if old_common != new_common else ""
+        if p.get("old") == p.get("new"):
+            return f"set species {p.get('new')}'s {common}"
+        return f"renamed species {p.get('old')} to {p.get('new')}" + (f" ({common})" if common else "")
     if ev.kind == EventKind.species_merge:
         n_ind, n_img = len(p.get("individual_ids", [])), len(p.get("image_ids", []))
         return (f"merged species {p.get('source', {}).get('name')} into {p.get('target_name')} ({n_ind} "

@@ -1,7 +1,7 @@
-"""The catalogue's species: listing them, renaming one and merging one into another (the Species tab, ``rosette
-species rename|merge``; both undoable), setting the species of an individual (the Catalogue tab's "Set species",
-``rosette species set --individual``) or of unassigned photos, and the threshold below which match review suggests
-a new individual."""
+"""The catalogue's species: listing them, renaming one (its scientific and common name) and merging one into another
+(the Species tab, ``rosette species rename|common-name|merge``; all undoable), setting the species of an individual
+(the Catalogue tab's "Set species", ``rosette species set --individual``) or of unassigned photos, and the threshold
+below which match review suggests a new individual."""
 
 from __future__ import annotations
 
@@ -78,19 +78,33 @@ class SpeciesRenamed:
     name: str
     old: str
     event_id: int
+    common_name: str | None = None
+    old_common_name: str | None = None
 
     @property
     def message(self) -> str:
-        return (f"Species {self.old} is now {self.name} (change #{self.event_id}; it can be undone). Exports write "
-                "the new name.")
+        said = []
+        if self.name != self.old:
+            said.append(f"Species {self.old} is now {self.name}")
+        if self.common_name != self.old_common_name:
+            whose = "its common name" if said else f"The common name of {self.name}"
+            said.append(f"{whose} is now {self.common_name}" if self.common_name else
+                        f"{whose} ({self.old_common_name}) is cleared")
+        exports = ["Exports write the new name." if self.name != self.old else "",
+                   "Camtrap DP exports give the common name as the species' English name."
+                   if self.common_name and self.common_name != self.old_common_name else ""]
+        return " ".join([f"{'; '.join(said)} (change #{self.event_id}; it can be undone).", *filter(None, exports)])
 
 
 def rename_species(cat: Catalogue, request: RenameSpeciesRequest) -> SpeciesRenamed:
-    """Rename a species: audited under the acting user, undoable like an individual's rename."""
+    """Rename a species (its scientific name, its common name, or both): audited under the acting user, undoable
+    like an individual's rename."""
     user = curator_name(request.user)
     with attributed(user):
-        done = store.rename_species(cat, request.species, request.new_name, user=user)
-    return SpeciesRenamed(species_id=done.species_id, name=done.new, old=done.old, event_id=done.event_id)
+        done = store.rename_species(cat, request.species, request.new_name, common_name=request.common_name,
+                                    user=user)
+    return SpeciesRenamed(species_id=done.species_id, name=done.new, old=done.old, event_id=done.event_id,
+                          common_name=done.common_name, old_common_name=done.old_common_name)
 
 
 @dataclass(frozen=True)

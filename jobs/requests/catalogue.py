@@ -136,11 +136,17 @@ class PhotoSpeciesRequest(Request):
 
 @dataclass(frozen=True)
 class RenameSpeciesRequest(Request):
-    """Rename a species (given by name or number)."""
+    """Rename a species (given by name or number): its scientific name (``new_name``; None keeps it) and/or its
+    common name (``common_name``; None keeps it, an empty one clears it), in one undoable change."""
 
     species: str
-    new_name: str
+    new_name: str | None
     user: str
+    common_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.new_name is None and self.common_name is None:
+            raise ValueError("Give the species a new name or a common name.")
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ def downgrade() -> None:
         "SELECT name FROM species WHERE common_name IS NOT NULL AND common_name <> '' ORDER BY id")).scalars().all()
     if named:
         shown = ", ".join(named[:5]) + (f" and {len(named) - 5} more" if len(named) > 5 else "")
-        raise RuntimeError(f"{len(named)} species {'has' if len(named) == 1 else 'have'} a common name ({shown}); a catalogue before common names "
+        verb = "has" if len(named) == 1 else "have"
+        raise RuntimeError(f"{len(named)} species {verb} a common name ({shown}); a catalogue before common names "
                            "cannot hold them. Clear them first (rosette species common-name SPECIES \"\"), or keep "
                            "this version")
     op.drop_column('species', 'common_name')
