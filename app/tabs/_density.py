@@ -59,8 +59,8 @@ def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
                              placeholder="64 points across", info="empty: 64 points across the mask")
         conditional = gr.Checkbox(value=False, label="Conditional likelihood (D derived)", elem_id="dens-cl", scale=1)
     with gr.Row(equal_height=True):
-        mask = gr.File(label="Habitat (optional): GeoJSON polygon or CSV of x,y", file_types=[".geojson", ".json", ".csv"],
-                       elem_id="dens-mask", scale=2)
+        mask = gr.File(label="Habitat (optional): GeoJSON polygon or CSV of x,y",
+                       file_types=[".geojson", ".json", ".csv"], elem_id="dens-mask", scale=2)
         fit = gr.Button("Fit density", variant="primary", elem_id="dens-fit", scale=0, min_width=160)
     job = gr.State(None)
     shown = gr.State(None)  # the job whose answer is on screen: polled no further
