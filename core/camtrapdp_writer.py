@@ -235,9 +235,17 @@ def _temporal(deployments: Sequence[Mapping[str, Any]], media: Sequence[Mapping[
     return {"start": min(days).isoformat(), "end": max(days).isoformat()}
 
 
+def _taxon(name: str, common_name: str | None) -> dict[str, Any]:
+    """One ``taxonomic`` entry: the scientific name, and the common name as its English vernacular name."""
+    return {"scientificName": name, "vernacularNames": {"eng": common_name}} if common_name else \
+        {"scientificName": name}
+
+
 def build_descriptor(meta: PackageMetadata, *, deployments: Sequence[Mapping[str, Any]],
-                     media: Sequence[Mapping[str, Any]], observations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The ``datapackage.json`` of a package holding these rows (official profile and schema URLs)."""
+                     media: Sequence[Mapping[str, Any]], observations: Sequence[Mapping[str, Any]],
+                     common_names: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The ``datapackage.json`` of a package holding these rows (official profile and schema URLs).
+    ``common_names`` (English, by scientific name) become the taxa's ``vernacularNames``."""
     resources = [{"name": name, "path": f"{name}.csv", "profile": "tabular-data-resource", "format": "csv",
                   "mediatype": "text/csv", "encoding": "utf-8", "schema": SCHEMA_URLS[name]} for name in TABLES]
     # the capture methods the media state; a photo stating none is taken to be motion-triggered (camera traps' way)
@@ -256,7 +264,7 @@ def build_descriptor(meta: PackageMetadata, *, deployments: Sequence[Mapping[str
                     "observationLevel": list(meta.observation_level)},
         "spatial": _spatial(deployments),
         "temporal": _temporal(deployments, media),
-        "taxonomic": [{"scientificName": n} for n in names],
+        "taxonomic": [_taxon(n, (common_names or {}).get(n)) for n in names],
     }
     if meta.package_id:
         descriptor["id"] = meta.package_id
@@ -266,12 +274,15 @@ def build_descriptor(meta: PackageMetadata, *, deployments: Sequence[Mapping[str
 
 
 def write_package(folder: str | Path, meta: PackageMetadata, *, deployments: Sequence[Mapping[str, Any]],
-                  media: Sequence[Mapping[str, Any]], observations: Sequence[Mapping[str, Any]]) -> WrittenPackage:
+                  media: Sequence[Mapping[str, Any]], observations: Sequence[Mapping[str, Any]],
+                  common_names: Mapping[str, str] | None = None) -> WrittenPackage:
     """Write ``deployments.csv``, ``media.csv``, ``observations.csv`` and ``datapackage.json`` into ``folder``
-    (made if missing). The media files themselves are the caller's to place at each row's ``filePath``."""
+    (made if missing). The media files themselves are the caller's to place at each row's ``filePath``.
+    ``common_names`` are as for :func:`build_descriptor`."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    descriptor = build_descriptor(meta, deployments=deployments, media=media, observations=observations)
+    descriptor = build_descriptor(meta, deployments=deployments, media=media, observations=observations,
+                                  common_names=common_names)
     rows = {"deployments": write_table(folder / "deployments.csv", "deployments", deployments),
             "media": write_table(folder / "media.csv", "media", media),
             "observations": write_table(folder / "observations.csv", "observations", observations)}

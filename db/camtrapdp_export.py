@@ -19,6 +19,8 @@ section 8): this module gathers the rows, :mod:`core.camtrapdp_writer` writes an
   split, or an import's assignment: all ``human``, by that person). Without an individual, a detector's box is a
   ``machine`` classification (by the detector, with its confidence). A photo without annotations gets one
   ``blank`` observation, and each person box a ``human`` one.
+- ``taxonomic`` (in datapackage.json): each species observed, with its common name as the English
+  ``vernacularNames`` when it has one.
 
 People stay private (:mod:`db.export_rules`): a photo showing people is copied with its person boxes blurred
 (``people="blur"``, the default), left out (``omit``, counted), or copied as it is (``keep``, audited first). An
@@ -380,7 +382,9 @@ def export_camtrap_dp(cat: Catalogue, out: str | Path, *, user: str, title: str 
     copies: list[tuple[Path, str, list[Box] | None]] = []  # source, path in the package, person boxes to blur
     curators: set[str] = set()
     with cat.unit_of_work() as s:
-        species = {sp.id: sp.name for sp in s.scalars(select(Species))}
+        known_species = list(s.scalars(select(Species)))
+        species = {sp.id: sp.name for sp in known_species}
+        common_names = {sp.name: sp.common_name for sp in known_species if sp.common_name}
         individuals = {ind.id: ind for ind in s.scalars(select(Individual))}
         classified = classifications(s)
         media_keys = set(s.scalars(select(Photo.media_key).where(Photo.media_key.is_not(None))))
@@ -472,7 +476,8 @@ def export_camtrap_dp(cat: Catalogue, out: str | Path, *, user: str, title: str 
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        written = write_package(out, meta, deployments=deployments, media=media, observations=observations)
+        written = write_package(out, meta, deployments=deployments, media=media, observations=observations,
+                                common_names=common_names)
         if progress is not None:
             progress(0, total)
         for done, (source, rel, blur_boxes) in enumerate(copies, start=1):

@@ -227,6 +227,7 @@ class _Importer:
         # deployments the import stores before its photos (a Camtrap DP package's): a dry run, which stores none,
         # still says which photos it would link to them
         self.planned_deployments: set[str] = set()
+        self.common_names: dict[str, str] = {}  # a Camtrap DP package's English common names, by scientific name
 
     # ---- helpers
 
@@ -273,10 +274,11 @@ class _Importer:
         return ind, note
 
     def _species_id(self, session: Session, name: str | None) -> int:
-        """The id of the species named in the manifest (created if new), else the default species."""
+        """The id of the species named in the manifest (created if new, with the common name the package gives it;
+        one without a common name takes it), else the default species."""
         if not name:
             return DEFAULT_SPECIES_ID
-        return get_or_create_species(session, name).id
+        return get_or_create_species(session, name, common_name=self.common_names.get(name)).id
 
     def _assign(self, session: Session, img: Image, name: str) -> str:
         """Put ``img`` under the individual ``name`` and record the assign event; returns a note.
@@ -1239,6 +1241,7 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
                              event_gap_s=event_gap_s, keep_empty_words=keep_empty_words)
         if package is not None:
             importer.planned_deployments = {d.key for d in package.deployments}
+            importer.common_names = package.common_names
         report.items.extend(problems)
         report.items.extend(importer.run(entries, progress=progress, should_cancel=should_cancel))
         report.tally = _tally(report.items, plan)

@@ -12,7 +12,8 @@ turns the package into what an import needs (pure: files in, dataclasses out):
   belongs to an event, ``sighting`` = ``{"key": "camtrap-dp:<eventID>", "event_key": <eventID>, ...}``;
 - per media row, its observations (:class:`MediaObservations`): the animals (one annotation each, with the box,
   scientific name, individualID, life stage and sex), the person boxes to blur, and the other observations
-  (blank, vehicle, ...) kept as they came.
+  (blank, vehicle, ...) kept as they came;
+- the species' common names: each ``taxonomic`` entry's English ``vernacularNames`` (``eng``), by scientific name.
 
 An event-level observation (``observationLevel`` ``event``) applies to every media row of its event: the media
 whose ``eventID`` (a media column, or that of the media's own media-level observations) is the observation's, or,
@@ -125,6 +126,7 @@ class CamtrapPackage:
     entries: list[Entry]
     observations: dict[str, MediaObservations]  # by entry name (its filePath)
     problems: list[IngestItemResult]  # lines about the package itself (URLs, missing media, ...)
+    common_names: dict[str, str] = field(default_factory=dict)  # English common name by scientificName (taxonomic)
 
     def summary(self) -> str:
         animals = sum(len(m.animals) for m in self.observations.values())
@@ -192,6 +194,22 @@ def _descriptor(tree: Tree, rel: str, *, label: str) -> dict[str, Any]:
     if not isinstance(descriptor, dict):
         raise CamtrapDPError(f"{label}: the JSON is not an object with 'profile' and 'resources'")
     return descriptor
+
+
+def common_names(descriptor: Mapping[str, Any]) -> dict[str, str]:
+    """The English common names the descriptor's ``taxonomic`` entries give (``vernacularNames.eng``), by scientific
+    name. Other languages are not read (a catalogue holds one common name, in English); an entry not shaped as the
+    profile says is skipped here and named by the check against the profile."""
+    taxa = descriptor.get("taxonomic")
+    out: dict[str, str] = {}
+    for taxon in taxa if isinstance(taxa, list) else []:
+        if not isinstance(taxon, Mapping):
+            continue
+        name, names = taxon.get("scientificName"), taxon.get("vernacularNames")
+        english = names.get("eng") if isinstance(names, Mapping) else None
+        if isinstance(name, str) and name.strip() and isinstance(english, str) and english.strip():
+            out[name] = english
+    return out
 
 
 def check_profile(descriptor: Mapping[str, Any], *, label: str) -> str:
@@ -549,7 +567,8 @@ def _read(tree: Tree, rel: str, *, label: str) -> CamtrapPackage:
     problems.extend(_coordinates_line(list(deployments.values()), label=label))
     problems.extend(check_against_schemas(tree, descriptor, paths, label=label))  # after the reader's own checks
     return CamtrapPackage(label=label, profile=profile, tree=tree, deployments=list(deployments.values()),
-                          entries=entries, observations=observations, problems=problems)
+                          entries=entries, observations=observations, problems=problems,
+                          common_names=common_names(descriptor))
 
 
 def _check_individual_species(rows: Sequence[Mapping[str, str]], *, label: str) -> None:
