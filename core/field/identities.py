@@ -33,7 +33,8 @@ and the identification error. N is the median of the draws' N. The share of the 
 unit's identity, Var(E[N | unit]) (law of total variance, estimated from the draws with the one-way ANOVA
 correction; the values a unit took in under 2% of the draws are pooled as one, so a unit spread thinly over many
 candidates is not read as unimportant), i.e. how much the identification part of the variance is expected to
-shrink once a curator fixes it; given also as the expected narrowing of the interval, 3.92 (sqrt(V) - sqrt(V - dV)), V the combined variance.
+shrink once a curator fixes it; given also as the expected narrowing of the interval, 3.92 (sqrt(V) - sqrt(V - dV)),
+V the combined variance.
 """
 
 from __future__ import annotations

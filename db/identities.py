@@ -1,0 +1,260 @@
+"""Where each detection's identity comes from, and the catalogue's study as an imputation input
+(:mod:`core.field.identities`).
+
+**Provenance** of an annotation of the species with a deployment and a time in the study's window:
+
+- ``curator``: assigned to an individual by a standing human match decision (same, or new individual), or by
+  hand or an import without a machine ``classificationMethod`` (labels a person gave), or a Camtrap DP
+  ``classificationMethod`` of human;
+- ``machine``: assigned by a Camtrap DP observation whose ``classificationMethod`` is machine (its
+  ``classificationProbability``, when given, is kept as its weight), with no standing human decision since;
+- ``unreviewed``: no individual.
+
+**Match distributions.** Each non-curator detection is scored by the species' active model against every
+curator-identified annotation of the species (the gallery); an individual's score is its best photo's, its rank
+among the individuals the candidate's rank, and the model's calibrator (:func:`db.calibration.calibrator_for`)
+turns (score, rank) into the probability of the same animal; :func:`core.field.identities.match_distribution`
+makes one distribution of them with a Good-Turing prior of "new". Unreviewed annotations of one event (sighting)
+whose photos each hold one annotation of the species are one unit; two unreviewed units are one new animal with the
+calibrated probability of their best pair of photos.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+from sqlalchemy import select
+
+from core import population as pop
+from core.field import identities as ids
+from core.similarity import pairwise_scores
+from core.stations import StationError
+from db.calibration import calibrator_for
+from db.catalogue import CatalogueError, current_individual
+from db.embeddings import embed_images, get_backbone
+from db.models import DecisionKind, Image, Individual, MatchDecision, Photo
+from db.population import PopulationStudy, _local
+from db.session import Catalogue
+from db.species import active_model_name, find_species
+
+CURATOR, MACHINE, UNREVIEWED = ids.PROVENANCES
+CANDIDATE_FLOOR = 1e-4  # an individual less likely than this for a detection is not listed as its candidate
+
+
+class NoCalibration(CatalogueError):
+    """The species has no model whose scores read as probabilities yet: the identities cannot be imputed."""
+
+
+@dataclass(frozen=True)
+class IdentityDetection:
+    """One annotation of the species in the study's window, with where its identity comes from."""
+
+    annotation_id: int
+    photo_id: int
+    sighting_id: int | None
+    occasion: int
+    individual: str | None  # the active individual's name (None: unreviewed)
+    provenance: str
+    weight: float | None = None  # a machine identity's classificationProbability
+
+
+@dataclass(frozen=True)
+class IdentityStudy:
+    """The study as decided and each detection's provenance; ``gallery`` maps each active individual of the
+    species to its curator-identified annotations (anywhere, the photos a detection is matched against)."""
+
+    study: PopulationStudy
+    species_id: int
+    detections: tuple[IdentityDetection, ...]
+    gallery: dict[str, tuple[int, ...]]
+    outside_occasions: int = 0  # unreviewed annotations on days the study has no occasion for
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def provenance_counts(self) -> dict[str, int]:
+        counts = {p: 0 for p in ids.PROVENANCES}
+        for d in self.detections:
+            counts[d.provenance] += 1
+        return counts
+
+
+def _weight(details: dict | None) -> float | None:
+    try:
+        w = float((details or {}).get("classificationProbability"))
+    except (TypeError, ValueError):
+        return None
+    return w if 0.0 <= w <= 1.0 else None
+
+
+def _provenance(individual: str | None, details: dict | None, decided_by_curator: bool) -> str:
+    if individual is None:
+        return UNREVIEWED
+    if decided_by_curator:
+        return CURATOR
+    method = str((details or {}).get("classificationMethod") or "").strip().lower()
+    return MACHINE if method == "machine" else CURATOR
+
+
+def identity_study(cat: Catalogue, study: PopulationStudy) -> IdentityStudy:
+    """Every annotation of the study's species with a deployment and a time in its window, with its provenance
+    (see the module notes), and the gallery of curator-identified annotations."""
+    with cat.unit_of_work() as s:
+        sp = find_species(s, study.species)
+        individuals = {i.id: i for i in s.scalars(select(Individual))}
+        names: dict[int, str | None] = {}
+        for ind_id, ind in individuals.items():
+            now = current_individual(ind, individuals)
+            names[ind_id] = now.name if now is not None and now.active else None
+        decided = set(s.scalars(select(MatchDecision.query_image_id).where(
+            MatchDecision.undone_at.is_(None),
+            MatchDecision.decision.in_([DecisionKind.same, DecisionKind.new_individual]))))
+        rows = s.execute(select(Image.id, Image.individual_id, Image.photo_id, Image.sighting_id,
+                                Image.observation_details, Photo.deployment_id, Photo.taken_at)
+                         .join(Photo, Image.photo_id == Photo.id)
+                         .where(Image.species_id == sp.id).order_by(Image.id)).all()
+    start = datetime.combine(study.start, datetime.min.time())
+    detections, gallery, outside = [], {}, 0
+    for ann_id, ind_id, photo_id, sighting_id, details, dep_id, taken_at in rows:
+        name = names.get(ind_id) if ind_id is not None else None
+        prov = _provenance(name, details, ann_id in decided)
+        if prov == CURATOR:
+            gallery.setdefault(name, []).append(ann_id)
+        if dep_id is None or not taken_at:
+            continue
+        try:
+            when = _local(taken_at, "photo time")
+        except StationError:
+            continue
+        if not start <= when < study.end:
+            continue
+        k = study.occasion_of(when)
+        if k is None:
+            outside += prov == UNREVIEWED
+            continue
+        detections.append(IdentityDetection(annotation_id=ann_id, photo_id=photo_id, sighting_id=sighting_id,
+                                            occasion=k, individual=name, provenance=prov,
+                                            weight=_weight(details) if prov == MACHINE else None))
+    notes = []
+    if outside:
+        notes.append(f"{outside} unreviewed annotation(s) fall on days without an active camera or a decided "
+                     "detection; they are left out.")
+    return IdentityStudy(study=study, species_id=sp.id, detections=tuple(detections),
+                         gallery={k: tuple(v) for k, v in gallery.items()}, outside_occasions=outside,
+                         notes=tuple(notes))
+
+
+def _matrix(rows: list[tuple[str, int]], n_occasions: int) -> np.ndarray:
+    names = {n: i for i, n in enumerate(dict.fromkeys(n for n, _ in rows))}
+    m = np.zeros((len(names), n_occasions), dtype=np.uint8)
+    for n, k in rows:
+        m[names[n], k] = 1
+    return m
+
+
+def confirmed_estimates(ident: IdentityStudy) -> list[pop.Estimate]:
+    """M0, Mt and Mh-Chao from the curator identities only (the decided study's occasions)."""
+    rows = [(d.individual, d.occasion) for d in ident.detections if d.provenance == CURATOR]
+    return pop.estimate_all(_matrix(rows, ident.study.histories.n_occasions))
+
+
+def _units(ident: IdentityStudy) -> list[list[IdentityDetection]]:
+    """The non-curator detections as units: one per machine detection; the unreviewed ones of one event together
+    when each of its photos holds one annotation of the species, else one each."""
+    per_photo: dict[int, int] = {}
+    for d in ident.detections:
+        per_photo[d.photo_id] = per_photo.get(d.photo_id, 0) + 1
+    units: list[list[IdentityDetection]] = []
+    events: dict[int, list[IdentityDetection]] = {}
+    for d in ident.detections:
+        if d.provenance == CURATOR:
+            continue
+        if d.provenance == UNREVIEWED and d.sighting_id is not None and per_photo[d.photo_id] == 1:
+            if d.sighting_id not in events:
+                events[d.sighting_id] = []
+                units.append(events[d.sighting_id])
+            events[d.sighting_id].append(d)
+        else:
+            units.append([d])
+    return units
+
+
+def _best_per_group(sim: np.ndarray, row_groups: list[list[int]], col_groups: list[list[int]]) -> np.ndarray:
+    """Group x group: the best score between a row group's and a column group's members."""
+    by_col = np.column_stack([sim[:, g].max(axis=1) for g in col_groups]) if col_groups else \
+        np.zeros((sim.shape[0], 0))
+    return np.vstack([by_col[g].max(axis=0) for g in row_groups]) if row_groups else np.zeros((0, len(col_groups)))
+
+
+def imputation_input(cat: Catalogue, ident: IdentityStudy, *,
+                     progress: Callable[[int, int], None] | None = None,
+                     should_cancel: Callable[[], bool] | None = None) -> ids.ImputationInput:
+    """The study as an imputation input (see the module notes). Refused (:class:`NoCalibration`) when the species'
+    active model has no calibration yet and some identity is uncertain."""
+    n_occ = ident.study.histories.n_occasions
+    fixed_rows = [(d.individual, d.occasion) for d in ident.detections if d.provenance == CURATOR]
+    machine_names = [d.individual for d in ident.detections if d.provenance == MACHINE]
+    individuals = list(dict.fromkeys([*sorted(ident.gallery), *(n for n, _ in fixed_rows), *machine_names]))
+    index = {n: i for i, n in enumerate(individuals)}
+    fixed = np.array([(index[n], k) for n, k in fixed_rows], dtype=np.int64).reshape(-1, 2)
+    units = _units(ident)
+    if not units:
+        return ids.ImputationInput(n_occasions=n_occ, individuals=tuple(individuals), fixed=fixed)
+    model = active_model_name(cat, ident.species_id)
+    cal = calibrator_for(cat, model, species_id=ident.species_id)
+    if cal is None:
+        raise NoCalibration(
+            f"the {ident.study.species} model {model!r} has no calibration yet, so its scores cannot be read as "
+            f"probabilities: decide some matches in Match review (or add a benchmark of the species), then check it "
+            f"with `rosette calibration {model} --species \"{ident.study.species}\"`")
+    gallery_names = [n for n in individuals if ident.gallery.get(n)]
+    gallery_ids = [a for n in gallery_names for a in ident.gallery[n]]
+    unit_ids = [d.annotation_id for u in units for d in u]
+    backbone = get_backbone(cat, model)
+    emb = embed_images(cat, [*gallery_ids, *unit_ids], backbone=backbone, progress=progress,
+                       should_cancel=should_cancel)
+    metric = getattr(backbone.config, "metric", "cosine")
+    g_emb, u_emb = emb[:len(gallery_ids)], emb[len(gallery_ids):]
+    pos = 0
+    unit_rows = []
+    for u in units:
+        unit_rows.append(list(range(pos, pos + len(u))))
+        pos += len(u)
+    col_groups, pos = [], 0
+    for n in gallery_names:
+        col_groups.append(list(range(pos, pos + len(ident.gallery[n]))))
+        pos += len(ident.gallery[n])
+    best = _best_per_group(pairwise_scores(u_emb, g_emb, metric=metric), unit_rows, col_groups) \
+        if gallery_ids else np.zeros((len(units), 0))
+    pair = _best_per_group(pairwise_scores(u_emb, u_emb, metric=metric), unit_rows, unit_rows)
+    base_rate = cal.n_positive / cal.n_outcomes
+    counts = np.bincount(fixed[:, 0], minlength=len(individuals)) if fixed.size else np.zeros(0, dtype=np.int64)
+    prior_new = ids.good_turing_new(counts[counts > 0])
+    g_index = np.array([index[n] for n in gallery_names], dtype=np.int64)
+    out_units = []
+    for j, u in enumerate(units):
+        cands: tuple[int, ...] = ()
+        probs: tuple[float, ...] = ()
+        p_new = 1.0
+        if best.shape[1]:
+            scores = best[j]
+            ranks = np.empty(scores.size)
+            ranks[np.argsort(-scores, kind="stable")] = np.arange(1, scores.size + 1)
+            dist, p_new = ids.match_distribution(cal.probability(scores, ranks), prior_new=prior_new,
+                                                 pair_base_rate=base_rate)
+            keep = np.flatnonzero(dist >= CANDIDATE_FLOOR)
+            cands = tuple(int(g_index[k]) for k in keep)
+            probs = tuple(float(dist[k]) for k in keep)
+        d0 = u[0]
+        if d0.provenance == MACHINE and d0.weight is not None:
+            cands, probs = ids.machine_distribution(index[d0.individual], d0.weight, cands, probs, p_new)
+        out_units.append(ids.UncertainUnit(key=d0.annotation_id, occasions=tuple(sorted({d.occasion for d in u})),
+                                           candidates=cands, probabilities=probs, provenance=d0.provenance,
+                                           annotation_ids=tuple(d.annotation_id for d in u)))
+    pairwise = cal.probability(pair.reshape(-1), np.ones(pair.size)).reshape(pair.shape)
+    np.fill_diagonal(pairwise, 0.0)
+    return ids.ImputationInput(n_occasions=n_occ, individuals=tuple(individuals), fixed=fixed,
+                               units=tuple(out_units), pairwise=pairwise)
+

@@ -1,0 +1,172 @@
+"""Population answers on a basis of identities (``rosette population --identities``, ``rosette review-priority``):
+``decided`` (every assigned annotation as assigned), ``confirmed`` (curator identities only) or ``uncertain``
+(the identities nobody confirmed imputed from the species' calibrated match probabilities,
+:mod:`core.field.identities`), with where the identities come from and which reviews would narrow the answer most.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from core import population as pop
+from core.field import identities as ids
+from db.identities import NoCalibration, confirmed_estimates, identity_study, imputation_input
+from db.identities import IdentityStudy  # noqa: F401 - the study type the screens read
+from db.session import Catalogue
+from jobs.actions import population as ps
+from jobs.requests.identities import PopulationIdentitiesRequest, ReviewPriorityRequest
+
+__all__ = ["NoCalibration", "population_on_basis", "review_priority", "basis_lines", "priority_rows",
+           "SIDE_BY_SIDE_HEADERS", "PRIORITY_HEADERS", "side_by_side_rows"]
+
+Progress = Callable[[int, int], None]
+BASIS_WORDS = {"decided": "as decided (every assigned annotation as assigned)",
+               "confirmed": "confirmed (curator identities only)",
+               "uncertain": "with identification uncertainty"}
+SIDE_BY_SIDE_HEADERS = ["Model", "As decided: N", "95% interval", "With identification uncertainty: N",
+                        "95% interval", "Share from identification"]
+PRIORITY_HEADERS = ["Annotation(s)", "Provenance", "Occasion(s)", "Expected narrowing (animals)",
+                    "Most likely", "Probability", "New animal"]
+
+
+def _estimate_dict(est: pop.Estimate) -> dict[str, Any]:
+    d = est.to_dict()
+    d["details"] = ps._num({k: v for k, v in est.details.items() if k != "ci_method"})
+    d["ci_method"] = est.details.get("ci_method")
+    d["estimable"] = not math.isnan(est.N)
+    return d
+
+
+def _combined_dict(c: ids.CombinedEstimate) -> dict[str, Any]:
+    d = c.to_dict()
+    d["assumption"] = pop.ASSUMPTIONS[c.model]
+    d["ci_method"] = c.method
+    d["estimable"] = not math.isnan(c.N)
+    return d
+
+
+def _uncertain(cat: Catalogue, ident: IdentityStudy, request: PopulationIdentitiesRequest, *,
+               progress: Progress | None, should_stop: Callable[[], bool] | None,
+               ) -> tuple[ids.ImputationInput, ids.ImputationResult]:
+    def embedding_progress(done: int, total: int) -> None:
+        if progress is not None:
+            progress(done, 2 * total)
+
+    def draw_progress(done: int, total: int) -> None:
+        if progress is not None:
+            progress(total + done, 2 * total)
+
+    inp = imputation_input(cat, ident, progress=embedding_progress, should_cancel=should_stop)
+    result = ids.impute(inp, draws=request.draws, seed=request.seed, progress=draw_progress,
+                        should_stop=should_stop)
+    return inp, result
+
+
+def population_on_basis(cat: Catalogue, request: PopulationIdentitiesRequest, *, progress: Progress | None = None,
+                        should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """The population answer of :func:`jobs.actions.population.population_summary` on the request's basis, with
+    ``identities``, ``provenance_counts``, ``draws`` and ``share_from_identification``; ``estimates`` are the
+    basis's and ``estimates_decided`` the answer as decided beside them."""
+    study = ps._study(cat, request)
+    summary = ps.summarise(study)
+    ident = identity_study(cat, study)
+    summary.update(identities=request.identities, provenance_counts=ident.provenance_counts, draws=0,
+                   share_from_identification={}, estimates_decided=summary["estimates"])
+    summary["notes"] = [*summary["notes"], *ident.notes]
+    if request.identities == "confirmed":
+        summary["estimates"] = [_estimate_dict(e) for e in confirmed_estimates(ident)]
+        summary["notes"].append(f"Confirmed: the {ident.provenance_counts['curator']} detection(s) a curator "
+                                "identified; the capture histories and frequencies shown are those as decided.")
+    elif request.identities == "uncertain":
+        _, result = _uncertain(cat, ident, request, progress=progress, should_stop=should_stop)
+        summary["estimates"] = [_combined_dict(c) for c in result.estimates]
+        summary["draws"] = result.draws if result.units else 0
+        summary["seed"] = request.seed
+        summary["uncertain_units"] = result.units
+        summary["share_from_identification"] = {c.model: c.share_from_identification for c in result.estimates}
+        summary["combination_method"] = ids.COMBINE_METHOD
+        summary["notes"] += list(result.notes)
+        if result.units:
+            summary["notes"].append(
+                f"With identification uncertainty: {result.units} event(s) of unreviewed or machine-identified "
+                f"annotations imputed in {result.draws} draws (seed {request.seed}); {ids.COMBINE_METHOD}.")
+    return summary
+
+
+def review_priority(cat: Catalogue, request: ReviewPriorityRequest, *, progress: Progress | None = None,
+                    should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """The ``request.top`` unreviewed and machine annotations (by event) whose review is expected to narrow the
+    ``uncertain`` interval of Mh-Chao most, with what is known of each."""
+    study = ps._study(cat, request)
+    ident = identity_study(cat, study)
+    inp, result = _uncertain(cat, ident, request, progress=progress, should_stop=should_stop)
+    ranked = ids.review_priority(inp, result)
+    comb = result.estimate("Mh-Chao")
+    rows = []
+    for p in ranked[:request.top]:
+        unit = inp.units[p.unit]
+        best = max(range(len(unit.probabilities)), key=lambda k: unit.probabilities[k], default=None)
+        rows.append({"annotation_ids": list(unit.annotation_ids), "provenance": unit.provenance,
+                     "occasions": [k + 1 for k in unit.occasions],
+                     "expected_narrowing": round(p.expected_narrowing, 3),
+                     "variance_explained": round(p.variance_explained, 3),
+                     "most_likely": str(inp.individuals[unit.candidates[best]]) if best is not None else None,
+                     "probability": round(unit.probabilities[best], 4) if best is not None else None,
+                     "p_new": round(unit.p_new, 4)})
+    notes = list(ident.notes) + list(result.notes)
+    if not inp.units:
+        notes.append(f"No {study.species} annotation in the study is unreviewed or machine-identified: there is "
+                     "nothing to review for the estimate.")
+    return {"species": study.species, "model": "Mh-Chao", "draws": result.draws if inp.units else 0,
+            "seed": request.seed, "provenance_counts": ident.provenance_counts, "uncertain_units": len(inp.units),
+            "estimate": _combined_dict(comb), "priority": rows, "notes": notes}
+
+
+# --------------------------------------------------------------------------- words and tables
+
+
+def _interval(low: Any, high: Any) -> str:
+    if low is None and high is None:
+        return "—"
+    return f"{ps._fmt(low)} – {ps._fmt(high)}"
+
+
+def side_by_side_rows(summary: Mapping[str, Any]) -> list[list[str]]:
+    """Rows of :data:`SIDE_BY_SIDE_HEADERS`: each model as decided and on the summary's basis."""
+    rows = []
+    for dec, basis in zip(summary["estimates_decided"], summary["estimates"]):
+        share = summary.get("share_from_identification", {}).get(dec["model"])
+        rows.append([dec["model"],
+                     ps._fmt(dec["N"]) if dec.get("estimable", True) else "no estimate",
+                     _interval(dec["ci_low"], dec["ci_high"]),
+                     ps._fmt(basis["N"]) if basis.get("estimable", True) else "no estimate",
+                     _interval(basis["ci_low"], basis["ci_high"]),
+                     f"{100 * share:.0f}%" if share is not None else "—"])
+    return rows
+
+
+def basis_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The CLI's words on the basis: where the identities come from and the estimates side by side."""
+    c = summary["provenance_counts"]
+    lines = [f"Identities {BASIS_WORDS[summary['identities']]}: {c['curator']} detection(s) identified by a "
+             f"curator, {c['machine']} by a machine, {c['unreviewed']} unreviewed."]
+    if summary["identities"] == "decided":
+        return lines
+    headers = list(SIDE_BY_SIDE_HEADERS)
+    if summary["identities"] == "confirmed":
+        headers[3] = "Confirmed only: N"
+    rows = side_by_side_rows(summary)
+    widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
+    lines += ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)) for r in rows]
+    return lines
+
+
+def priority_rows(report: Mapping[str, Any]) -> list[list[str]]:
+    """Rows of :data:`PRIORITY_HEADERS`."""
+    return [[", ".join(f"#{a}" for a in r["annotation_ids"]), r["provenance"],
+             ", ".join(map(str, r["occasions"])), f"{r['expected_narrowing']:.2f}", r["most_likely"] or "—",
+             f"{100 * r['probability']:.0f}%" if r["probability"] is not None else "—", f"{100 * r['p_new']:.0f}%"]
+            for r in report["priority"]]

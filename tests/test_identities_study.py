@@ -1,0 +1,164 @@
+"""The identities' provenance and the three bases on an imported study: the simulated jaguar study
+(tests/sim_study.py, 30 animals) as a Camtrap DP package in which a seeded 30% of the observations lost their
+individualID, 10% are machine classifications (classificationProbability 0.8) and 10% say human; then
+``rosette population --identities decided|confirmed|uncertain`` and ``rosette review-priority`` through the
+importer, the catalogue, the species' model and its calibration."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import select
+
+from app.cli import main as cli_main
+from core import population as pop
+from db import identities as db_ids
+from db.ingest import ingest_path
+from db.models import DecisionKind, Image, MatchDecision
+from db.session import open_catalogue
+from tests.sim_study import simulate_study
+
+MODEL = "efficientnet_lite0"
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    root = tmp_path_factory.mktemp("identities-study")
+    sim = simulate_study(root / "package", n_animals=30, seed=5)
+    path = root / "package" / "observations.csv"
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    rng = np.random.default_rng(0)
+    kinds = []
+    for r in rows:
+        u = rng.random()
+        kind = "unreviewed" if u < 0.3 else "machine" if u < 0.4 else "human" if u < 0.5 else "label"
+        if kind == "unreviewed":
+            r["individualID"] = ""
+        elif kind == "machine":
+            r.update(classificationMethod="machine", classificationProbability="0.8")
+        elif kind == "human":
+            r.update(classificationMethod="human")
+        kinds.append(kind)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[*rows[0].keys(), "classificationMethod", "classificationProbability"])
+        w.writeheader()
+        w.writerows(rows)
+    cat = open_catalogue(root / "data")
+    try:
+        ingest_path(cat, sim.package, format="camtrap-dp", user="tester")
+    finally:
+        cat.close()
+    return sim, kinds, root / "data"
+
+
+def _cli(data_dir: Path, capsys, *args: str) -> tuple[int, str, str]:
+    rc = cli_main(["--data-dir", str(data_dir), *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def _population(data_dir: Path, capsys, *args: str) -> dict:
+    rc, out, err = _cli(data_dir, capsys, "population", "--occasion-days", "1", "--json", *args)
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def test_provenance_is_counted_and_decided_is_todays_answer(study, capsys):
+    sim, kinds, data_dir = study
+    today = _population(data_dir, capsys)
+    decided = _population(data_dir, capsys, "--identities", "decided")
+    assert decided["estimates"] == today["estimates"]
+    assert decided["identities"] == "decided" and decided["draws"] == 0
+    assert decided["provenance_counts"] == {"curator": kinds.count("human") + kinds.count("label"),
+                                            "machine": kinds.count("machine"),
+                                            "unreviewed": kinds.count("unreviewed")}
+
+
+def test_confirmed_counts_only_the_curators_identities(study, capsys):
+    sim, kinds, data_dir = study
+    confirmed = _population(data_dir, capsys, "--identities", "confirmed")
+    days: dict[str, set] = {}
+    for (animal, _, when), kind in zip(sim.photos, kinds):
+        if kind in ("human", "label"):
+            days.setdefault(animal, set()).add(when.date())
+    counts = [len(d) for d in days.values()]
+    want = pop.mh_chao_from_frequencies({k: counts.count(k) for k in range(1, 11)}, occasions=10)
+    chao = next(e for e in confirmed["estimates"] if e["model"] == "Mh-Chao")
+    assert chao["N"] == pytest.approx(want.N) and chao["ci_high"] == pytest.approx(want.ci_high)
+    assert [e["N"] for e in confirmed["estimates_decided"]] == \
+        [e["N"] for e in _population(data_dir, capsys)["estimates"]]
+
+
+def test_uncertain_is_refused_without_a_calibration_naming_the_command(study, capsys, monkeypatch):
+    _, _, data_dir = study
+    monkeypatch.setattr(db_ids, "calibrator_for", lambda *a, **k: None)
+    rc, _, err = _cli(data_dir, capsys, "population", "--identities", "uncertain", "--draws", "10")
+    assert rc != 0 and f"rosette calibration {MODEL}" in err and "refused" in err
+    rc, _, err = _cli(data_dir, capsys, "review-priority", "--top", "3")
+    assert rc != 0 and f"rosette calibration {MODEL}" in err
+
+
+@pytest.mark.parametrize("draws", ["0", "10001"])
+def test_draws_out_of_range_are_refused(study, capsys, draws):
+    _, _, data_dir = study
+    rc, _, err = _cli(data_dir, capsys, "population", "--identities", "uncertain", "--draws", draws)
+    assert rc != 0 and "from 1 to 10,000" in err
+
+
+def test_uncertain_and_review_priority_through_the_model_and_its_calibration(study, capsys):
+    sim, kinds, data_dir = study
+    cat = open_catalogue(data_dir)
+    try:  # sixty decided pairs whose outcomes rise with the score: the model's calibration rests on them
+        with cat.unit_of_work() as s:
+            anns = list(s.scalars(select(Image.id).where(Image.individual_id.is_not(None))
+                                  .order_by(Image.id)))[:60]
+            rng = np.random.default_rng(1)
+            for k, a in enumerate(anns):
+                same = k % 2 == 0
+                s.add(MatchDecision(query_image_id=a, decision=DecisionKind.unsure if same else DecisionKind.not_same,
+                                    score=float(rng.normal(0.5, 0.1)), rank=1, model_name=MODEL, user="tester"))
+                s.add(MatchDecision(query_image_id=a, decision=DecisionKind.not_same,
+                                    score=float(rng.normal(0.3, 0.1)), rank=2, model_name=MODEL, user="tester"))
+                if same:
+                    s.add(MatchDecision(query_image_id=a, decision=DecisionKind.same,
+                                        score=float(rng.normal(0.8, 0.1)), rank=1, model_name=MODEL, user="tester"))
+            s.commit()
+    finally:
+        cat.close()
+    unc = _population(data_dir, capsys, "--identities", "uncertain", "--draws", "40", "--seed", "3")
+    assert unc["identities"] == "uncertain" and unc["draws"] == 40
+    assert set(unc["share_from_identification"]) == {"M0", "Mt", "Mh-Chao"}
+    assert "draw mixture" in unc["combination_method"]
+    n_units = unc["uncertain_units"]
+    assert 0 < n_units <= kinds.count("unreviewed") + kinds.count("machine")
+    confirmed_M = _population(data_dir, capsys, "--identities", "confirmed")["estimates"][0]["details"]["M"]
+    chao = next(e for e in unc["estimates"] if e["model"] == "Mh-Chao")
+    assert chao["ci_low"] >= confirmed_M  # every curator-identified animal is in every draw
+    assert chao["ci_low"] <= chao["N"] <= chao["ci_high"]
+    again = _population(data_dir, capsys, "--identities", "uncertain", "--draws", "40", "--seed", "3")
+    assert again["estimates"] == unc["estimates"]  # the seed fixes the draws
+
+    rc, out, err = _cli(data_dir, capsys, "review-priority", "--occasion-days", "1", "--top", "5", "--draws", "40",
+                        "--json")
+    assert rc == 0, err
+    report = json.loads(out)
+    rows = report["priority"]
+    assert len(rows) == min(5, n_units)
+    assert [r["expected_narrowing"] for r in rows] == sorted((r["expected_narrowing"] for r in rows), reverse=True)
+    cat = open_catalogue(data_dir)
+    try:
+        with cat.unit_of_work() as s:
+            for r in rows:
+                for a in r["annotation_ids"]:
+                    img = s.get(Image, a)
+                    details = img.observation_details or {}
+                    assert img.individual_id is None or details.get("classificationMethod") == "machine"
+    finally:
+        cat.close()
+    rc, out, _ = _cli(data_dir, capsys, "review-priority", "--occasion-days", "1", "--top", "3", "--draws", "40")
+    assert rc == 0 and "Review these first" in out and "Expected narrowing" in out
