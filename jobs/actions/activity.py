@@ -184,7 +184,7 @@ def summary_text(summary: Mapping[str, Any]) -> str:
     rows = overlap_rows(summary)
     if rows:
         widths = [max(len(str(r[i])) for r in rows + [OVERLAP_HEADERS]) for i in range(len(OVERLAP_HEADERS))]
-        lines += ["", "  ".join(h.ljust(w) for h, w in zip(OVERLAP_HEADERS, widths))]
+        lines += ["", "  ".join(h.ljust(w) for h, w in zip(OVERLAP_HEADERS, widths)).rstrip()]
         lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         lines.append(f"(95% intervals: smoothed bootstrap, {summary['resamples']} resamples, basic0)"
                      if summary["resamples"] else "(no bootstrap asked: no intervals)")

@@ -149,7 +149,7 @@ def summary_text(answer: Mapping[str, Any]) -> str:
     """The CLI's plain answer: the basis, then the estimates table and what each assumes."""
     rows = estimate_rows(answer)
     widths = [max(len(str(r[i])) for r in rows + [ESTIMATE_HEADERS]) for i in range(3)]
-    lines = [basis_text(answer), "", "  ".join(h.ljust(w) for h, w in zip(ESTIMATE_HEADERS[:3], widths))]
+    lines = [basis_text(answer), "", "  ".join(h.ljust(w) for h, w in zip(ESTIMATE_HEADERS[:3], widths)).rstrip()]
     lines += ["  ".join(str(c).ljust(w) for c, w in zip(r[:3], widths)).rstrip() for r in rows]
     lines += [""] + [f"{r[0]}: {r[3]}" for r in rows]
     return "\n".join(lines)
