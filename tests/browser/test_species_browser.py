@@ -1,5 +1,5 @@
 """End to end in a real browser: the Species tab lists the catalogue's species; an admin renames one and sees the
-new name in the list, merges it into the other (its individuals move, the species leaves the list) and undoes the
+new name in the list, gives it a common name, merges it into the other (its individuals move, the species leaves the list) and undoes the
 merge from the tab."""
 
 from __future__ import annotations
@@ -89,7 +89,18 @@ def test_rename_and_merge_a_species_in_the_species_tab(species_server, page, sho
     expect(page.locator("#species-history")).to_contain_text("renamed species lion to Panthera leo")
     assert _species_of_individuals(species_server.data_dir)["leo02"] == "Panthera leo"
 
+    page.locator("#species-common-name textarea, #species-common-name input").first.fill("African lion")
+    page.locator("#species-rename").click()
+    expect(status).to_contain_text("The common name of Panthera leo is now African lion", timeout=TIMEOUT_MS)
+    expect(table).to_contain_text("African lion", timeout=TIMEOUT_MS)
+    expect(page.locator("#species-history")).to_contain_text("set species Panthera leo's common name none → "
+                                                              "African lion")
+
+    common_name = page.locator("#species-common-name textarea, #species-common-name input").first
+    choose(page, "species-pick", "nyala")  # the field shows the common name of the species picked
+    expect(common_name).to_have_value("", timeout=TIMEOUT_MS)
     choose(page, "species-pick", "Panthera leo")
+    expect(common_name).to_have_value("African lion", timeout=TIMEOUT_MS)
     choose(page, "species-merge-target", "nyala")
     page.locator("#species-merge").click()
     expect(status).to_contain_text("Merged species Panthera leo into nyala: 2 individuals, 4 photos",
@@ -103,6 +114,7 @@ def test_rename_and_merge_a_species_in_the_species_tab(species_server, page, sho
     expect(status).to_contain_text("Undone: merged species Panthera leo into nyala", timeout=TIMEOUT_MS)
     expect(table).to_contain_text("Panthera leo", timeout=TIMEOUT_MS)
     expect(page.locator("#species-history")).to_contain_text("(undone)", timeout=TIMEOUT_MS)
+    expect(table).to_contain_text("African lion")  # the merged species came back with its common name
     assert _species_of_individuals(species_server.data_dir) == {"ny00": "nyala", "ny01": "nyala",
                                                                 "leo02": "Panthera leo", "leo03": "Panthera leo"}
     assert not page.external_requests
