@@ -35,6 +35,7 @@ from sqlalchemy import select
 from tests.browser.conftest import choose, require_chromium, settled_text, start_rosette
 from tests.browser.test_ingest_catalogue import upload
 from tests.browser.test_match_review import wait_for
+from tests.browser.test_review_ui_browser import _lines
 from tests.conftest import DEMO_DIR
 
 TIMEOUT_MS = 60_000
@@ -340,6 +341,8 @@ def test_3_an_individuals_page(season_server, page, shot):
     expect(page.locator("#catalogue-best-photos img").first).to_be_visible(timeout=TIMEOUT_MS)
     expect(page.locator("#catalogue-sightings")).to_contain_text("Sand river crossing", timeout=TIMEOUT_MS)
     assert _columns_inside(page, "catalogue-sightings"), "a sightings column runs past the table's right edge"
+    heads = {k: n for k, n in _lines(page, "#catalogue-sightings th .header-content span").items() if k}
+    assert heads and all(n == 1 for n in heads.values()), heads  # no header broken inside a word ("Phot os")
     expect(page.locator("#catalogue-timeline .js-plotly-plot")).to_be_visible(timeout=TIMEOUT_MS)
     expect(page.locator("#catalogue-station-map")).to_contain_text("Ridge road", timeout=TIMEOUT_MS)
     expect(page.locator("#catalogue-home-range")).to_contain_text("minimum convex polygon of 3 stations")
