@@ -74,6 +74,8 @@ class TrainConfig:
     # nyala comparison) | m-per-class (pml MPerClassSampler)
     sources_per_batch: int | None = None  # identity-aware: K sources per batch (default: every source, at most 2)
     hard_negatives: int = 2  # identity-aware: k hard-negative identities each anchor brings
+    #: share of the benchmark's train identities kept out of training, for a spot pipeline's calibration (0: none)
+    calibration_holdout: float = 0.0
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> TrainConfig:
@@ -112,6 +114,7 @@ class TrainConfig:
             raise ValueError("sources per batch must be at least 1")
         if self.hard_negatives < 0:
             raise ValueError("hard negatives per anchor must not be negative")
+        check_calibration_holdout(self.calibration_holdout, allow_none=True)
 
     @property
     def trains_backbone(self) -> bool:
@@ -163,6 +166,30 @@ def runtime_info(device: torch.device) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- data selection
+
+def check_calibration_holdout(share: float, *, allow_none: bool = False) -> None:
+    """A hold-out share for calibration is in (0, 0.5) (0 means none where ``allow_none``)."""
+    if allow_none and share == 0:
+        return
+    if not 0.0 < float(share) < 0.5:
+        raise ValueError(f"the share of train identities held out for calibration must be between 0 and 0.5 "
+                         f"(e.g. 0.2), got {share}")
+
+
+def calibration_holdout_split(labels: Sequence[str], *, share: float, seed: int = 0) -> np.ndarray:
+    """Boolean ``is_held``: whole identities, a seeded ``share`` of those with at least two photos (an animal with
+    one photo gives no same-animal pair to calibrate on), kept out of training so that a spot pipeline built on
+    the model calibrates its global scores on animals the model never learned."""
+    check_calibration_holdout(share)
+    labels = [str(x) for x in labels]
+    counts: dict[str, int] = {}
+    for lab in labels:
+        counts[lab] = counts.get(lab, 0) + 1
+    eligible = sorted(lab for lab, n in counts.items() if n >= 2)
+    n_held = int(round(share * len(counts)))
+    held = set(np.random.default_rng(seed).permutation(eligible)[:min(n_held, max(len(eligible) - 2, 0))].tolist())
+    return np.array([lab in held for lab in labels], dtype=bool)
+
 
 def validation_split(labels: Sequence[str], sightings: Sequence[str | None] | None = None, *,
                      per_identity: int = 2, min_photos: int = 4, seed: int = 0) -> np.ndarray:

@@ -32,7 +32,7 @@ from core.backbones.trained import trained_config
 from core.backbones.weights import sha256_file
 from core.heads import head_spec
 from core.inpainting import create_inpainter, default_inpainter_name
-from core.training import TrainConfig, composite_distractor, freeing_gpu
+from core.training import TrainConfig, calibration_holdout_split, composite_distractor, freeing_gpu
 from core.training_loop import (
     TRAINABLE_BACKBONE_HINT,
     NotTrainableError,
@@ -215,6 +215,17 @@ def train_model(cat: Catalogue, *, backbone: str = DEFAULT_BACKBONE, config: Tra
     name = name or hooks.extra.get("name") or model_name(backbone, config, hooks.job_id)
     head_spec(config.head)  # an unknown head is refused before the training set is read
     tset = training_set(cat, source=source, benchmark=benchmark, image_ids=image_ids, species_id=species_id)
+    held_for_calibration: list[int] = []
+    if config.calibration_holdout > 0:
+        if source != "benchmark":
+            raise CatalogueError("a hold-out for calibration keeps some of a benchmark's train identities out of "
+                                 "training: train from a benchmark (--benchmark NAME), or leave the hold-out out")
+        is_held = calibration_holdout_split(tset.labels, share=config.calibration_holdout, seed=config.seed)
+        held_for_calibration = [i for i, h in zip(tset.image_ids, is_held) if h]
+        n_animals = len({lab for lab, h in zip(tset.labels, is_held) if h})
+        tset = training_set(cat, source=source, benchmark=benchmark, species_id=species_id,
+                            image_ids=[i for i, h in zip(tset.image_ids, is_held) if not h])
+        hooks.log(f"held out for calibration: {len(held_for_calibration)} photos of {n_animals} identities")
     counts = dict(sorted(Counter(tset.sources or []).items()))
     if len(counts) > 1:
         hooks.log("sources: " + ", ".join(f"{name} ({n} photos)" for name, n in counts.items()))
@@ -241,6 +252,7 @@ def train_model(cat: Catalogue, *, backbone: str = DEFAULT_BACKBONE, config: Tra
                          checkpoint_name=rel.name)
     wall = time.perf_counter() - t_start
     training = run.record(config, wall_seconds=wall, job_id=hooks.job_id)
+    training["calibration_holdout_image_ids"] = held_for_calibration
     with cat.unit_of_work() as s:
         row = Model(name=name, backbone=backbone, head=config.head, loss=run.loss, config=cfg.to_dict(),
                     checkpoint_path=str(rel), checkpoint_hash=sha, training_config=training,

@@ -44,6 +44,10 @@ def register(sub) -> None:
                    help="identity-aware sampler: sources (benchmarks) mixed in each batch (default: all, at most 2)")
     p.add_argument("--identities-per-batch", type=int, default=None,
                    help="identity groups per batch (default 16; refused when more than the training set has)")
+    p.add_argument("--hold-out-for-calibration", type=float, default=None, metavar="SHARE",
+                   help="keep this share of the benchmark's train identities (0 to 0.5, e.g. 0.2) out of training, "
+                        "so a spot pipeline built on the model (rosette eval --verify) calibrates its global scores "
+                        "on animals the model never learned")
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--views", type=int, default=8, help="cached augmented views per photo (head-only training)")
     p.add_argument("--lr", type=float, default=None, help="head learning rate (default 1e-3)")
@@ -74,11 +78,15 @@ def register(sub) -> None:
 def train_request(args, user: str) -> TrainRequest:
     """The training run the arguments ask for; a bad head or value (``--epochs 0``) is refused here, before
     anything is queued."""
-    from core.training import parse_blocks  # lazy, as every ML import of the CLI: core.training imports torch
+    # lazy, as every ML import of the CLI: core.training imports torch
+    from core.training import check_calibration_holdout, parse_blocks
 
     if args.source == "benchmark" and not args.benchmark:
         raise ValueError("--source benchmark needs --benchmark NAME")
-    settings = {"head": args.head, "loss": args.loss, "blocks": parse_blocks(args.blocks), "epochs": args.epochs,
+    share = getattr(args, "hold_out_for_calibration", None)
+    if share is not None:
+        check_calibration_holdout(share)
+    settings = {"calibration_holdout": share, "head": args.head, "loss": args.loss, "blocks": parse_blocks(args.blocks), "epochs": args.epochs,
                 "views": args.views, "lr": args.lr, "backbone_lr": args.backbone_lr,
                 "anti_symmetry": args.anti_symmetry, "patience": args.patience, "seed": args.seed,
                 "adapter": args.adapter, "lora_rank": args.rank, "lora_alpha": args.alpha,
