@@ -86,7 +86,8 @@ def train_request(args, user: str) -> TrainRequest:
     share = getattr(args, "hold_out_for_calibration", None)
     if share is not None:
         check_calibration_holdout(share)
-    settings = {"calibration_holdout": share, "head": args.head, "loss": args.loss, "blocks": parse_blocks(args.blocks), "epochs": args.epochs,
+    settings = {"calibration_holdout": share,
+                "head": args.head, "loss": args.loss, "blocks": parse_blocks(args.blocks), "epochs": args.epochs,
                 "views": args.views, "lr": args.lr, "backbone_lr": args.backbone_lr,
                 "anti_symmetry": args.anti_symmetry, "patience": args.patience, "seed": args.seed,
                 "adapter": args.adapter, "lora_rank": args.rank, "lora_alpha": args.alpha,
