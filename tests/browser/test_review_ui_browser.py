@@ -129,13 +129,14 @@ def test_review_says_which_animal_and_ends_the_queue_cleanly(review_server, page
     page.locator("#whole-frame input").uncheck()
 
     # --- "not the same" on the only candidate: the photo stays, a new individual is offered
-    page.locator("#match-not").click()
+    # no waiting for navigations after a click: under a loaded machine that wait, not the app, ran out of time
+    page.locator("#match-not").click(no_wait_after=True)
     status = page.locator("#match-status")
     expect(status).to_contain_text("Not the only candidate.", timeout=TIMEOUT_MS)
     expect(status).to_contain_text("New individual (I)")
     assert _shown(page) == a
     shot("not-the-only-candidate")
-    page.locator("#match-new").click()
+    page.locator("#match-new").click(no_wait_after=True)
     expect(status).to_contain_text("new individual", timeout=TIMEOUT_MS)
     wait_for(lambda: _shown(page) != a, what="the queue to move on after the new individual")
 
