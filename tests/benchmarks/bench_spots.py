@@ -300,11 +300,12 @@ def _full_evaluation_rows(folder: Path, n_photos: int) -> list[dict]:
                              seed=0, user="bench")
             t_import = time.perf_counter() - t0
             test = load_benchmark(cat, "nyala", split="test")
-            need = sorted(set(test.image_ids) | set(calibration_image_ids(cat, "nyala")))
+            # the calibration sample may grow to the whole train split (500 same-animal pairs per scorer)
+            need = sorted(set(test.image_ids) | set(calibration_image_ids(cat, "nyala", limit=10 ** 9)))
             t0 = time.perf_counter()
             masked = mask_images(cat, masker="grabcut", image_ids=need, only_missing=True, user="bench")
             t_mask = time.perf_counter() - t0
-            settings = PipelineSettings(matcher="sift")
+            settings = PipelineSettings(matcher="sift", lnbnn=True)
             t0 = time.perf_counter()
             res = evaluate_pipeline(cat, global_model=DEFAULT_BACKBONE, benchmark="nyala", settings=settings)
             t_eval = time.perf_counter() - t0
@@ -317,7 +318,7 @@ def _full_evaluation_rows(folder: Path, n_photos: int) -> list[dict]:
     rows.append({"benchmark": "full evaluation: GrabCut masks of the photos it needs", "value": t_mask, "unit": "s",
                  "note": f"{masked['summary']}; {len(need)} photos needed: {len(test.image_ids)} test, the rest "
                          "calibration (train split)"})
-    rows.append({"benchmark": "full evaluation: evaluate_pipeline (sift, verification on the global top-50)",
+    rows.append({"benchmark": "full evaluation: evaluate_pipeline (sift, verification on the global top-50, LNBNN)",
                  "value": t_eval, "unit": "s",
                  "note": f"calibration {secs.get('calibration')} s, test {secs.get('test')} s (its own timing); "
                          f"{spots.get('verified_pairs', '?')} test pairs verified; pipeline {res.get('model')}"})
@@ -337,6 +338,18 @@ def _full_evaluation_rows(folder: Path, n_photos: int) -> list[dict]:
                      "note": f"global alone {f(g)} ({'+' if (val or 0) >= (g or 0) else ''}"
                              f"{(val or 0) - (g or 0):.3f}); components: {others}; "
                              f"{res.get('n_queries', '?')} test queries"})
+    fusion = res.get("fusion") or {}
+    sample = res.get("calibration_sample") or {}
+    for name, cv in (fusion.get("cv") or {}).items():
+        test_fig = (fusion.get("test") or {}).get(name, {})
+        rows.append({"benchmark": f"full evaluation: fusion {name}{' (kept)' if name == fusion.get('kept') else ''}",
+                     "value": float(test_fig.get("map_macro", float("nan"))), "unit": "test mAP (macro)",
+                     "note": f"test CMC@1 {f(test_fig.get('cmc1_macro'))}; cross-validated on the calibration "
+                             f"photos ({fusion.get('n_folds')} folds of whole individuals): mAP "
+                             f"{f(cv.get('map_macro'))}, CMC@1 {f(cv.get('cmc1_macro'))}"})
+    if fusion:
+        rows.append({"benchmark": "full evaluation: fusion kept", "value": str(fusion.get("kept")), "unit": "",
+                     "note": f"{fusion.get('why')}; calibration sample: {sample.get('words')}"})
     return rows
 
 
