@@ -118,6 +118,9 @@ def test_review_says_which_animal_and_ends_the_queue_cleanly(review_server, page
     assert label.evaluate("el => el.scrollWidth <= el.clientWidth + 1"), "the Whole frame label is cut"
     box, block = label.bounding_box(), page.locator("#whole-frame").bounding_box()
     assert box["x"] + box["width"] <= block["x"] + block["width"] + 1
+    assert _lines(page, "#whole-frame .label-text") == {"Whole frame": 1}  # squeezed, it read "Whol / fram"
+    column = page.locator("#match-same-sighting").bounding_box()  # the right edge of the decisions' column
+    assert block["x"] + block["width"] <= column["x"] + column["width"] + 1
     page.locator("#whole-frame input").check()
     wait_for(lambda: page.locator("#match-query img").get_attribute("src") != crop_src,
              what="the query to show its whole frame")
