@@ -13,8 +13,10 @@
 **Match distributions.** Each non-curator detection is scored by the species' active model against every
 curator-identified annotation of the species (the gallery); an individual's score is its best photo's, its rank
 among the individuals the candidate's rank, and the model's calibrator (:func:`db.calibration.calibrator_for`)
-turns (score, rank) into the probability of the same animal; :func:`core.field.identities.match_distribution`
-makes one distribution of them with a Good-Turing prior of "new". Unreviewed annotations of one event (sighting)
+turns (score, rank) into the probability of the same animal. "New" gets its own calibrated p(new)
+(:mod:`core.field.new_animal`, fitted on the gallery's photos) and the individuals share the rest by their
+likelihood ratios (:func:`core.field.identities.distribution_with_p_new`); when the gallery cannot support that fit,
+:func:`core.field.identities.match_distribution` uses a Good-Turing prior of "new". Unreviewed annotations of one event (sighting)
 whose photos each hold one annotation of the species are one unit; two unreviewed units are one new animal with the
 calibrated probability of their best pair of photos.
 """
@@ -30,11 +32,12 @@ from sqlalchemy import select
 
 from core import population as pop
 from core.field import identities as ids
+from core.field import new_animal as na
 from core.similarity import pairwise_scores
 from core.stations import StationError
 from db.calibration import calibrator_for
 from db.catalogue import CatalogueError, current_individual
-from db.embeddings import embed_images, get_backbone
+from db.embeddings import embed_images, gallery_image_ids, get_backbone
 from db.models import DecisionKind, Image, Individual, MatchDecision, Photo
 from db.population import PopulationStudy, _local
 from db.session import Catalogue
@@ -188,6 +191,58 @@ def _best_per_group(sim: np.ndarray, row_groups: list[list[int]], col_groups: li
     return np.vstack([by_col[g].max(axis=0) for g in row_groups]) if row_groups else np.zeros((0, len(col_groups)))
 
 
+def _halves(labels: list[str], seed: int) -> np.ndarray:
+    """Each photo's half (False / True) by its identity, identities shuffled with ``seed``."""
+    names = sorted(set(labels))
+    order = np.random.default_rng(seed).permutation(len(names))
+    half = {names[k]: bool(i % 2) for i, k in enumerate(order)}
+    return np.array([half[x] for x in labels])
+
+
+def fit_new_animal(sim: np.ndarray, labels: list[str], sightings: list[int | None], *, seed: int = 0
+                   ) -> tuple[na.NewAnimalCalibrator | None, dict | None]:
+    """p(new) for a gallery's photos (all-vs-all scores ``sim``): fitted on the protocol of
+    :mod:`core.field.new_animal` over every identity, and measured honestly by cross-fitting (fitted on half the
+    identities, measured on the other half, both ways). (None, None) when the photos do not support a fit."""
+    if len(set(labels)) < 4:
+        return None, None
+    half = _halves(labels, seed)
+    figures = []
+    try:
+        for pool in (half, ~half):
+            fit = na.fit_new_animal(na.novelty_queries(sim, labels, sightings=sightings, query_pool=pool, seed=seed))
+            figures.append(na.measure(fit, na.novelty_queries(sim, labels, sightings=sightings, query_pool=~pool,
+                                                               seed=seed + 1)))
+        everyone = na.novelty_queries(sim, labels, sightings=sightings, seed=seed)
+        cal = na.fit_new_animal(everyone, sources={"queries": int(everyone.query.size)})
+    except ValueError:
+        return None, None
+    n = sum(f["n"] for f in figures)
+    report = {"ece": sum(f["ece"] * f["n"] for f in figures) / n, "n_queries": n,
+              "n_new": int(everyone.is_new.sum()), "method": "Platt scaling of 'new' on the best individual's score "
+              "and its gap to the second; a third of the identities made new (one photo a query, the rest out of the "
+              "gallery); ECE cross-fitted on halves of the identities"}
+    return cal, report
+
+
+def _sightings(cat: Catalogue, image_ids: list[int]) -> list[int | None]:
+    with cat.unit_of_work() as s:
+        rows = dict(s.execute(select(Image.id, Image.sighting_id).where(Image.id.in_(image_ids))).all())
+    return [rows.get(i) for i in image_ids]
+
+
+def new_animal_report(cat: Catalogue, model: str, *, species_id: int) -> dict | None:
+    """How well ``model`` tells a new animal, on the species' identified photos (``rosette calibration``): the
+    cross-fitted ECE of p(new) and what it rests on; None when there are too few identities."""
+    image_ids = gallery_image_ids(cat, species_id=species_id)
+    with cat.unit_of_work() as s:
+        owner = dict(s.execute(select(Image.id, Image.individual_id).where(Image.id.in_(image_ids))).all())
+    backbone = get_backbone(cat, model)
+    emb = embed_images(cat, image_ids, backbone=backbone)
+    sim = pairwise_scores(emb, emb, metric=getattr(backbone.config, "metric", "cosine"))
+    return fit_new_animal(sim, [str(owner[i]) for i in image_ids], _sightings(cat, image_ids))[1]
+
+
 def imputation_input(cat: Catalogue, ident: IdentityStudy, *,
                      progress: Callable[[int, int], None] | None = None,
                      should_cancel: Callable[[], bool] | None = None) -> ids.ImputationInput:
@@ -232,6 +287,14 @@ def imputation_input(cat: Catalogue, ident: IdentityStudy, *,
     base_rate = cal.n_positive / cal.n_outcomes
     counts = np.bincount(fixed[:, 0], minlength=len(individuals)) if fixed.size else np.zeros(0, dtype=np.int64)
     prior_new = ids.good_turing_new(counts[counts > 0])
+    new_cal = None
+    if gallery_ids:
+        g_labels = [n for n in gallery_names for _ in ident.gallery[n]]
+        new_cal, _ = fit_new_animal(pairwise_scores(g_emb, g_emb, metric=metric), g_labels,
+                                    _sightings(cat, gallery_ids))
+        if new_cal is not None and best.shape[1]:
+            top1, gap = na.top_two(best)
+            p_new_of_unit = new_cal.probability(top1, gap)
     g_index = np.array([index[n] for n in gallery_names], dtype=np.int64)
     out_units = []
     for j, u in enumerate(units):
@@ -242,8 +305,12 @@ def imputation_input(cat: Catalogue, ident: IdentityStudy, *,
             scores = best[j]
             ranks = np.empty(scores.size)
             ranks[np.argsort(-scores, kind="stable")] = np.arange(1, scores.size + 1)
-            dist, p_new = ids.match_distribution(cal.probability(scores, ranks), prior_new=prior_new,
-                                                 pair_base_rate=base_rate)
+            p_same = cal.probability(scores, ranks)
+            if new_cal is not None:  # "new" has its own calibrated probability
+                dist, p_new = ids.distribution_with_p_new(p_same, p_new=float(p_new_of_unit[j]),
+                                                          pair_base_rate=base_rate)
+            else:
+                dist, p_new = ids.match_distribution(p_same, prior_new=prior_new, pair_base_rate=base_rate)
             keep = np.flatnonzero(dist >= CANDIDATE_FLOOR)
             cands = tuple(int(g_index[k]) for k in keep)
             probs = tuple(float(dist[k]) for k in keep)

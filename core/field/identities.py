@@ -110,6 +110,21 @@ def match_distribution(p_same: Sequence[float] | np.ndarray, *, prior_new: float
     return w / total, prior_new / total
 
 
+def distribution_with_p_new(p_same: Sequence[float] | np.ndarray, *, p_new: float,
+                            pair_base_rate: float) -> tuple[np.ndarray, float]:
+    """As :func:`match_distribution`, with "new" given its own calibrated probability ``p_new``
+    (:mod:`core.field.new_animal`): the individuals share 1 - p_new in proportion to their likelihood ratios."""
+    if not 0.0 <= p_new <= 1.0:
+        raise ValueError(f"p(new) must be between 0 and 1, got {p_new!r}")
+    if not 0.0 < pair_base_rate < 1.0:
+        raise ValueError(f"the pairs' base rate must be between 0 and 1, got {pair_base_rate!r}")
+    p = np.clip(np.asarray(p_same, dtype=np.float64).reshape(-1), _P_CLIP, 1.0 - _P_CLIP)
+    if p.size == 0:
+        return p, 1.0
+    lr = (p / (1.0 - p)) / (pair_base_rate / (1.0 - pair_base_rate))
+    return (1.0 - p_new) * lr / lr.sum(), float(p_new)
+
+
 def machine_distribution(assigned: int, weight: float, candidates: Sequence[int], probabilities: Sequence[float],
                          p_new: float) -> tuple[tuple[int, ...], tuple[float, ...]]:
     """A machine identity kept with its ``classificationProbability`` ``weight``: the assigned individual gets
