@@ -88,8 +88,17 @@ def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
                 None, None)
 
     results = [estimates, basis, density_map, curve]
+    outputs = [job, shown, answer_state, status, *results, report_file]
     fit.click(start, inputs=[species, days, first, last, detector, detectfn, buffer, spacing, conditional, mask],
-              outputs=[job, shown, answer_state, status, *results, report_file], api_name="density")
+              outputs=outputs, api_name="density")
+
+    def forget():
+        """A changed form: the fit shown (or running) no longer answers it, so it is put away."""
+        return None, None, None, "", pd.DataFrame([], columns=ds.ESTIMATE_HEADERS), "", None, None, None
+
+    for field in (species, days, first, last, detector, detectfn, buffer, spacing, conditional):
+        field.input(guarded_viewer(forget), outputs=outputs, api_visibility="private", queue=False)
+    mask.change(guarded_viewer(forget), outputs=outputs, api_visibility="private", queue=False)
 
     def poll(job_id, shown_id):
         if not job_id or job_id == shown_id:
@@ -151,3 +160,10 @@ def build_activity(ctx: UIContext, species: gr.Dropdown) -> None:
                 pd.DataFrame(act.overlap_rows(summary), columns=act.OVERLAP_HEADERS))
 
     compute.click(show, inputs=[species, other, split], outputs=[basis, plot, overlaps], api_name="activity")
+
+    def forget():
+        """A changed choice: the curves shown no longer answer it."""
+        return "", None, pd.DataFrame([], columns=act.OVERLAP_HEADERS)
+
+    for field in (species, other, split):
+        field.input(guarded_viewer(forget), outputs=[basis, plot, overlaps], api_visibility="private", queue=False)

@@ -1,7 +1,7 @@
 """The Population tab's density section and activity panel in a real browser, on the simulated jaguar study
 (tests/sim_study.py, one catchability for every animal) with 15 ocelot photos added: fit the density in the
 background and see its estimates, map, detection curve and report; then the jaguars' activity against the
-ocelots', with the overlap and its interval."""
+ocelots', with the overlap and its interval; a changed occasion length puts the density away."""
 
 from __future__ import annotations
 
@@ -94,4 +94,9 @@ def test_density_and_activity_panels(server, page, shot):
     expect(page.locator("#act-basis")).to_contain_text("one detection per event")
     expect(page.locator("#act-plot .js-plotly-plot")).to_be_visible(timeout=TIMEOUT_MS)
     shot("activity")
+    # another occasion length: the density shown was fitted for 1 day, so it goes until Fit density is pressed again
+    page.locator("#pop-days input").fill("2")
+    expect(page.locator("#dens-estimates")).not_to_contain_text("D (animals per 100 km²)", timeout=TIMEOUT_MS)
+    expect(page.locator("#dens-status")).not_to_contain_text("done: D = ")
+    expect(overlaps).to_contain_text(OCELOT)  # activity does not depend on the occasions: it stays
     assert not page.external_requests
