@@ -192,6 +192,7 @@ def _observation_overridden(obs: Observation, overrides: Sequence[CuratorOverrid
             return o
     return None
 
+
 #: How to keep empty frames, said by the shell's import and by the Ingest tab's.
 KEEP_EMPTY_CLI = "import with --keep-empty"
 KEEP_EMPTY_TAB = 'tick "keep empty frames"'
@@ -1298,6 +1299,7 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
     if keep_empty and detections is None:
         raise IngestError("keeping empty frames needs a MegaDetector output file or a Camtrap DP package: "
                           "without one no frame is empty")
+    species = _check_species(species)
     report = IngestReport(source=f"{len(files)} uploaded file(s)", format="upload", dry_run=dry_run)
     upload = upload_entries(files, manifest=manifest, folders=folders)
     try:
