@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy import event, insert, inspect, select, text
 from sqlalchemy.orm import Session
 
-from core.csv_safety import defuse_cell
+from core.io.csv_safety import defuse_cell
 from db.catalogue import check_date
 from db.models import (
     AuditEvent,
@@ -119,7 +119,7 @@ AUDITED: dict[type, Audited] = {
     User: Audited("user", {"role": "role", "password_hash": "password", "active": "active"},
                   insert_fields=("name", "role")),
     Benchmark: Audited("benchmark", {}, on_insert="create", insert_fields=("name",)),
-    # camera stations (db.deployments): a curator's add / edit / delete, and those a deployments CSV adds
+    # camera stations (db.field.deployments): a curator's add / edit / delete, and those a deployments CSV adds
     Deployment: Audited("deployment", {f: "edit" for f in ("key", "location_id", "location_name", "lat", "lon", "start",
                                                             "end", "camera_id", "camera_model", "details")},
                         insert_fields=("key", "location_id", "start", "end")),

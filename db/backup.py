@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.backbones.weights import sha256_file
+from core.identify.backbones.weights import sha256_file
 from db.audit import reanchor_head
 from db.session import Catalogue, open_catalogue
 

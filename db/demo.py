@@ -13,7 +13,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from core.readers import IngestReport
-from db.ingest import ingest_path
+from db.io.ingest import ingest_path
 from db.models import Image
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "assets" / "demo"

@@ -20,12 +20,12 @@ import numpy as np
 from sqlalchemy import select
 
 from core.annotations import CROP_MARGIN, WHOLE_PHOTO, Box, crop_array
-from core.backbones import BACKBONES, DEFAULT_BACKBONE, create_backbone
-from core.backbones.weights import sha256_file
-from core.features import extract_features
-from core.images import crop_draft_scale, decode_key, draft_size, load_crops, load_rgb
-from core.masking import decode_mask_png
-from core.variants import MASK_FREE_VARIANTS, make_variant
+from core.identify.backbones import BACKBONES, DEFAULT_BACKBONE, create_backbone
+from core.identify.backbones.weights import sha256_file
+from core.identify.features import extract_features
+from core.io.images import crop_draft_scale, decode_key, draft_size, load_crops, load_rgb
+from core.inspect.masking import decode_mask_png
+from core.inspect.variants import MASK_FREE_VARIANTS, make_variant
 from db.catalogue import CatalogueError
 from db.models import Image, Individual, Model, ModelStatus
 from db.session import Catalogue
@@ -46,7 +46,7 @@ class ImageSource:
     mask_source: str | None
     box: Box = WHOLE_PHOTO
     frame_size: tuple[int, int] | None = None  # (W, H) of the upright photo
-    draftable: bool = False  # a JPEG whose decode can be DCT-scaled (core.images: draft)
+    draftable: bool = False  # a JPEG whose decode can be DCT-scaled (core.io.images: draft)
 
     def decode_scale(self, min_side: int | None, *, margin: float = CROP_MARGIN) -> int:
         """The JPEG draft reduction the crop is decoded at for a model wanting ``min_side`` pixels (1: none)."""
@@ -88,7 +88,7 @@ def sources_for(cat: Catalogue, image_ids: Sequence[int]) -> list[ImageSource]:
                         rows[i].format == "JPEG" and rows[i].mode in DRAFTABLE_MODES) for i in image_ids]
 
 
-#: PIL modes of JPEGs that decode DCT-scaled (``core.images``' draft rule).
+#: PIL modes of JPEGs that decode DCT-scaled (``core.io.images``' draft rule).
 DRAFTABLE_MODES = ("RGB", "L", "CMYK", "YCbCr")
 
 
@@ -167,7 +167,7 @@ class FrameCrops:
 
 def decode_side(backbone: Any) -> int | None:
     """How many pixels a backbone's input needs of a photo's longer side: twice its input size
-    (:func:`core.images.draft_size`), which lets large JPEGs decode DCT-scaled; None for other backbones."""
+    (:func:`core.io.images.draft_size`), which lets large JPEGs decode DCT-scaled; None for other backbones."""
     size = getattr(getattr(backbone, "config", None), "input_size", None)
     return draft_size(tuple(size)) if size else None
 
@@ -226,7 +226,7 @@ def _fingerprint_dict(d: dict[str, Any]) -> str:
 
 def variant_loader(cat: Catalogue, src: ImageSource, variant: str, *, inpainter: Any = None,
                    seed: int = 0, crops: FrameCrops | None = None) -> tuple[str, Callable[[], np.ndarray]]:
-    """(cache key, loader) for one image and variant, as ``core.features.extract_features`` expects. With
+    """(cache key, loader) for one image and variant, as ``core.identify.features.extract_features`` expects. With
     ``crops`` the mask-free variants decode large JPEGs at the scale the model needs (recorded in the key)."""
     if variant in MASK_FREE_VARIANTS:
         if crops is not None:
@@ -308,7 +308,7 @@ def _fitted_backbone(cat: Catalogue, name: str, fit_image_ids: Sequence[int] | N
 
 def _trained_backbone(cat: Catalogue, name: str, **opts: Any) -> Any | None:
     """A trained model registered under ``name`` (checkpoint verified against its recorded hash), or None."""
-    from core.backbones.trained import load_trained_backbone  # lazy: imports torch (start-up time)
+    from core.identify.backbones.trained import load_trained_backbone  # lazy: imports torch (start-up time)
 
     with cat.unit_of_work() as s:
         row = s.scalar(select(Model).where(Model.name == name, Model.head.is_not(None), Model.head != "pipeline"))
@@ -333,7 +333,7 @@ def get_backbone(cat: Catalogue, name: str, *, fit_image_ids: Sequence[int] | No
     ``<data_dir>/models`` keyed by the exact photo set.
     """
     if name not in BACKBONES:
-        with cat.unit_of_work() as s:  # a fused pipeline (db.spots): its global model embeds
+        with cat.unit_of_work() as s:  # a fused pipeline (db.identify.spots): its global model embeds
             pipeline_global = s.scalar(select(Model.backbone).where(Model.name == name, Model.head == "pipeline"))
         if pipeline_global is not None:
             return get_backbone(cat, pipeline_global, fit_image_ids=fit_image_ids, **opts)
@@ -396,8 +396,8 @@ def embed_images(cat: Catalogue, image_ids: Sequence[int], *, backbone: Any, var
     """N x D embeddings of ``image_ids`` (in that order) for one variant, through the feature cache.
 
     ``sources`` (one per id, in order) replaces the catalogue's view of the photos, e.g. with a diagnostic's
-    cached masks (:func:`db.masks.diagnostic_masks`). ``runtime`` (``auto``/``torch``/``onnx``) picks the
-    forward runtime of torch backbones (:func:`core.features.extract_features`); the features are the same."""
+    cached masks (:func:`db.inspect.masks.diagnostic_masks`). ``runtime`` (``auto``/``torch``/``onnx``) picks the
+    forward runtime of torch backbones (:func:`core.identify.features.extract_features`); the features are the same."""
     if sources is None:
         sources = sources_for(cat, image_ids)
     elif [s.image_id for s in sources] != [int(i) for i in image_ids]:

@@ -12,7 +12,7 @@
 
 **Match distributions.** Each non-curator detection is scored by the species' active model against every
 curator-identified annotation of the species (the gallery); an individual's score is its best photo's, its rank
-among the individuals the candidate's rank, and the model's calibrator (:func:`db.calibration.calibrator_for`)
+among the individuals the candidate's rank, and the model's calibrator (:func:`db.identify.calibration.calibrator_for`)
 turns (score, rank) into the probability of the same animal. "New" gets its own calibrated p(new)
 (:mod:`core.field.new_animal`, fitted on the gallery's photos) and the individuals share the rest by their
 likelihood ratios (:func:`core.field.identities.distribution_with_p_new`); when the gallery cannot support that fit,
@@ -30,16 +30,16 @@ from datetime import datetime
 import numpy as np
 from sqlalchemy import select
 
-from core import population as pop
+from core.field import population as pop
 from core.field import identities as ids
 from core.field import new_animal as na
 from core.similarity import pairwise_scores
-from core.stations import StationError
-from db.calibration import calibrator_for
+from core.field.stations import StationError
+from db.identify.calibration import calibrator_for
 from db.catalogue import CatalogueError, current_individual
 from db.embeddings import embed_images, gallery_image_ids, get_backbone
 from db.models import DecisionKind, Image, Individual, MatchDecision, Photo
-from db.population import PopulationStudy, _local
+from db.field.population import PopulationStudy, _local
 from db.session import Catalogue
 from db.species import active_model_name, find_species
 

@@ -31,7 +31,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from core.annotations import Box
-from core.stations import station_name
+from core.field.stations import station_name
 
 
 def utcnow() -> datetime:
@@ -204,7 +204,7 @@ class Deployment(Base):
 
     @property
     def station(self) -> str:
-        """The station it belongs to (:func:`core.stations.station_name`)."""
+        """The station it belongs to (:func:`core.field.stations.station_name`)."""
         return station_name(self.location_id, self.location_name, self.key)
 
 
@@ -513,7 +513,7 @@ class Job(Base):
 
 class MatchSuggestion(Base):
     """A photo's best gallery match under a model, stored so that the review queue of a large catalogue is one
-    indexed query (``db.suggestions``) instead of a pending x gallery score matrix."""
+    indexed query (``db.identify.suggestions``) instead of a pending x gallery score matrix."""
 
     __tablename__ = "match_suggestions"
     __table_args__ = (Index("ix_match_suggestions_model_score", "model_name", "top_score", "image_id"),)

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from core.backbones import DEFAULT_BACKBONE as DEFAULT_MODEL  # the offline default, defined once
+from core.identify.backbones import DEFAULT_BACKBONE as DEFAULT_MODEL  # the offline default, defined once
 from db.catalogue import CatalogueError, NotFoundError, _record, image_field
 from db.embeddings import get_backbone
 from db.models import (

@@ -9,25 +9,25 @@ from typing import Any
 
 from sqlalchemy import select
 
-from core.backbones import DEFAULT_BACKBONE
-from core.spots.requests import KeypointsRequest, SpotEvaluationRequest
+from core.identify.backbones import DEFAULT_BACKBONE
+from core.identify.spots.requests import KeypointsRequest, SpotEvaluationRequest
 from db.catalogue import CatalogueError
-from db.camtrapdp_export import export_package
-from db.compare import compare
-from db.density import density_answer
-from db.diagnostics import run_diagnose
-from db.embedding_map import compute_map
+from db.field.camtrapdp_export import export_package
+from db.identify.compare import compare
+from db.field.density import density_answer
+from db.inspect.diagnostics import run_diagnose
+from db.inspect.embedding_map import compute_map
 from db.embeddings import all_image_ids, count_animals, embed_images, get_backbone
-from db.evaluation import run_evaluation
-from db.export import export_kaggle
-from db.masks import mask_images
+from db.identify.evaluation import run_evaluation
+from db.identify.export import export_kaggle
+from db.inspect.masks import mask_images
 from db.models import Benchmark, Model
-from db.sensitivity import run_sensitivity
+from db.inspect.sensitivity import run_sensitivity
 from db.session import Catalogue
 from db.species import active_model_name
-from db.spots import evaluate_request as evaluate_spots
-from db.spots import extract_keypoints
-from db.vector_index import build_vector_index
+from db.identify.spots import evaluate_request as evaluate_spots
+from db.identify.spots import extract_keypoints
+from db.identify.vector_index import build_vector_index
 from jobs.context import JobContext
 from jobs.registry import HEAVY, register_job_kind
 from jobs.requests.benchmarks import EvaluateRequest
@@ -47,7 +47,7 @@ def train_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[s
     first is the main one: ``evaluation``; every one in ``evaluations``) -- run the diagnostics on the first
     (unless ``diagnose`` is false) and compare it with ``compare_with`` there: params are a stored
     :class:`jobs.requests.training.TrainRequest`. A retried job resumes from its last checkpoint."""
-    from db.training import TrainingHooks, train_model  # lazy: db.training imports torch
+    from db.identify.training import TrainingHooks, train_model  # lazy: db.identify.training imports torch
 
     request = TrainRequest.from_dict(params)
     hooks = TrainingHooks(folder=ctx.dir, progress=lambda f, m: (ctx.progress(0.9 * f, m), ctx.check_cancelled()),
@@ -113,7 +113,7 @@ def retrain_params(cat: Catalogue, *, species_id: int = 1, user: str = "curator"
 
     With no identity confirmed since the active model was trained there is nothing new to learn: refused
     (unless ``force``), rather than queueing a full training run."""
-    from db.training import decisions_since_active  # lazy: db.training imports torch
+    from db.identify.training import decisions_since_active  # lazy: db.identify.training imports torch
     if not force:
         new = decisions_since_active(cat, species_id)
         if new["confirmed"] == 0:
@@ -268,7 +268,7 @@ def map_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str
 @register_job_kind("keypoints")
 def keypoints_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     """Spot keypoints for a species' photos (or the given photos), cached per photo, mask and matcher config:
-    params are a stored :class:`core.spots.requests.KeypointsRequest`."""
+    params are a stored :class:`core.identify.spots.requests.KeypointsRequest`."""
     request = KeypointsRequest.from_dict(params)
     return extract_keypoints(cat, request, progress=ctx.callback(label="keypoints"), should_cancel=ctx.cancelled)
 
@@ -276,7 +276,7 @@ def keypoints_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> di
 @register_job_kind("evaluate_spots", queue=HEAVY)
 def evaluate_spots_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     """A fused pipeline's evaluation (global shortlist + calibrated spot evidence): params are a stored
-    :class:`core.spots.requests.SpotEvaluationRequest`."""
+    :class:`core.identify.spots.requests.SpotEvaluationRequest`."""
     request = SpotEvaluationRequest.from_dict(params)
     stages = {"calibration photos": (0.0, 0.5), "test photos": (0.5, 1.0)}
 
@@ -297,7 +297,7 @@ def evaluate_spots_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) 
 
 @register_job_kind("build_index", queue=HEAVY)
 def build_index_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    """The on-disk IVF-PQ index of a species' gallery (``db.vector_index``): params are a stored
+    """The on-disk IVF-PQ index of a species' gallery (``db.identify.vector_index``): params are a stored
     :class:`jobs.requests.match.IndexBuildRequest`. Queued by match review once a gallery passes the threshold."""
     request = IndexBuildRequest.from_dict(params)
     if request.reason:

@@ -5,7 +5,7 @@
     ray.data.from_items([{key, photo's store path, mask}...])     # only photos not in the feature cache
       -> map_batches(decode_and_resize)                           # the local path's loader + the backbone's resize
       -> map_batches(EmbedActor, batch_size, num_cpus/num_gpus, N actors)   # backbone built once per actor
-      -> the driver writes each vector to the feature cache       # core.features: same path, same fingerprint,
+      -> the driver writes each vector to the feature cache       # core.identify.features: same path, same fingerprint,
                                                                   # atomic (a half-written file never lands)
 
 The photos are decoded exactly as :func:`db.embeddings.embed_images` decodes them (the same
@@ -26,8 +26,8 @@ import numpy as np
 import ray
 
 from core.annotations import CROP_MARGIN, Box
-from core.features import atomic_write, feature_cache_path, read_cached, write_cached
-from core.variants import MASK_FREE_VARIANTS
+from core.identify.features import atomic_write, feature_cache_path, read_cached, write_cached
+from core.inspect.variants import MASK_FREE_VARIANTS
 from db.embeddings import (
     FrameCrops,
     ImageSource,
@@ -115,7 +115,9 @@ def _splits(backbone: Any) -> bool:
 def _resizer(config: Any) -> Any:
     if config is None:
         return lambda img: img
-    from core.backbones.torch_base import resize_for_config  # lazy: imports torch (only torch backbones resize)
+    from core.identify.backbones.torch_base import (
+        resize_for_config,
+    )  # lazy: imports torch (only torch backbones resize)
 
     return lambda img: resize_for_config(img, config)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core import population as pop
+from core.field import population as pop
 from core.field import identities as ids
 
 

@@ -74,7 +74,7 @@ def synthetic_catalogue(root: Path, *, individuals: int, photos_each: int, seed:
                         masks: bool = False, benchmark: str = "syn"):
     """A catalogue under ``root / "data"`` holding a synthetic set and an identity-split benchmark; returns
     (catalogue, manifest path)."""
-    from db.benchmarks import create_benchmark
+    from db.identify.benchmarks import create_benchmark
     from db.session import open_catalogue
 
     manifest = make_reid_set(root / "photos", individuals=individuals, photos_each=photos_each, seed=seed, masks=masks)

@@ -237,7 +237,7 @@ def _photo(s, k: int, individual_id=None) -> Image:
 
 
 def test_each_kind_of_change_is_audited_with_who_and_what(cat):
-    from db.matching import record_decision
+    from db.identify.matching import record_decision
 
     with acting_as("ana"), cat.unit_of_work() as s:
         amber = ops.create_individual(s, "Amber", user="ana")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy.special import i0e
 
-from core.capthist import Record, camtrapr_csv_text
+from core.field.capthist import Record, camtrapr_csv_text
 from core.field.activity import (
     MIN_DETECTIONS,
     TWO_PI,

@@ -20,7 +20,7 @@ import pytest
 
 from app.cli import main as cli_main
 from core.field.activity import overlap, times_to_radians
-from db.activity import activity_times
+from db.field.activity import activity_times
 from db.models import Deployment, Individual, Sighting, Species
 from db.session import open_catalogue
 from jobs.actions import activity as act

@@ -14,11 +14,11 @@ from sqlalchemy import func, select
 from app.cli import main as cli
 from core.annotations import Box, InvalidBoxError, crop_rect
 from core.readers import IngestError
-from db.annotations import add_box, annotation_for_photo, delete_box, list_annotations, move_box, undo_box_edit
+from db.field.annotations import add_box, annotation_for_photo, delete_box, list_annotations, move_box, undo_box_edit
 from db.audit import verify_chain
 from db.catalogue import CatalogueError
 from db.embeddings import load_photo, sources_for
-from db.ingest import ingest_path
+from db.io.ingest import ingest_path
 from db.models import BoxEdit, Image, MatchDecision, Photo
 from db.session import open_catalogue
 from tests.conftest import DEMO_DIR
@@ -315,7 +315,7 @@ def test_truncated_and_huge_frames_get_a_message_and_the_rest_come_in(tmp_path):
 
 def test_masking_an_annotation_is_prompted_with_its_box(imported):
     from core.annotations import box_prompt
-    from db.masks import mask_images
+    from db.inspect.masks import mask_images
 
     cat, _ = imported
     a = _pair_annotations(cat)[0]
@@ -359,7 +359,7 @@ def test_a_photo_shown_whole_names_every_animal_and_its_people(imported):
 def test_the_query_outline_is_drawn_on_the_animals_crop(imported):
     """Match review's "Show mask outline" draws an annotation's mask, made in its crop's pixels, on that crop: it
     was stretched over the whole two-animal frame, and the picture jumped from the crop to the frame."""
-    from core.masking import encode_mask_png
+    from core.inspect.masking import encode_mask_png
     from jobs.actions import match as ms
 
     cat, _ = imported
@@ -432,7 +432,7 @@ def test_boxes_from_a_detector_run_inside_rosette(trap, tmp_path, monkeypatch):
     """``rosette import --detector NAME``: the registered detector's boxes take the MegaDetector JSON's path
     (source ``detector:<name>``, threshold, people blurred); one that cannot run here is refused before any file."""
     from core.annotations import Detection
-    from core.detectors import DETECTORS
+    from core.field.detectors import DETECTORS
 
     class TwoAnimals:
         name = "fake"

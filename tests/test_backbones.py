@@ -15,7 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
-from core.backbones import (
+from core.identify.backbones import (
     DEFAULT_BACKBONE,
     BackboneConfig,
     BackboneNotFittedError,
@@ -120,7 +120,7 @@ def lite0():
 def test_lite0_checkpoint_maps_onto_timm_strictly():
     import timm
 
-    from core.backbones.efficientnet import remap_lite0_state_dict, weights_file
+    from core.identify.backbones.efficientnet import remap_lite0_state_dict, weights_file
 
     source = torch.load(weights_file(), map_location="cpu", weights_only=True)
     model = timm.create_model("tf_efficientnet_lite0", pretrained=False)
@@ -134,7 +134,7 @@ def test_lite0_checkpoint_maps_onto_timm_strictly():
 def test_lite0_config_records_the_packaged_weights(lite0):
     import hashlib
 
-    from core.backbones.efficientnet import weights_file
+    from core.identify.backbones.efficientnet import weights_file
 
     cfg = lite0.config
     assert cfg.name == "efficientnet_lite0" and cfg.embed_dim == 1280 and cfg.input_size == (224, 224)
@@ -146,7 +146,7 @@ def test_lite0_config_records_the_packaged_weights(lite0):
 
 def test_lite0_imagenet_classifier_sees_antelopes_in_nyala_photos(nyala_dir, nyala_manifest, lite0):
     """Sanity check of weights + padding + normalisation: nyala are antelopes, so the ImageNet head must say so."""
-    from core.backbones.efficientnet import build_lite0_model
+    from core.identify.backbones.efficientnet import build_lite0_model
 
     model = build_lite0_model(pretrained=True, num_classes=1000)
     photos = _nyala_photos(nyala_dir, nyala_manifest, 8)
@@ -188,7 +188,7 @@ def test_lite0_tokens(lite0):
 def test_batchnorm_folding_keeps_outputs():
     import timm
 
-    from core.backbones.torch_base import fold_batchnorm_
+    from core.identify.backbones.torch_base import fold_batchnorm_
 
     torch.manual_seed(0)
     model = timm.create_model("tf_efficientnet_lite0", num_classes=0).eval()
@@ -224,7 +224,7 @@ def test_preprocess_normalises_with_config_mean_std_and_letterboxes():
 # --------------------------------------------------------------------------- sift_vlad
 
 def test_rootsift_and_vlad_formulas_on_a_hand_worked_case():
-    from core.backbones.sift_vlad import rootsift, vlad
+    from core.identify.backbones.sift_vlad import rootsift, vlad
 
     d = rootsift(np.array([[1.0, 3.0, 0.0, 0.0]]))
     np.testing.assert_allclose(d, [[0.5, np.sqrt(0.75), 0.0, 0.0]], atol=1e-6)  # sqrt(d / |d|_1)
@@ -325,7 +325,7 @@ def test_timm_backbone_loads_a_local_checkpoint_strictly(tmp_path, no_local_weig
     pytest.param("megadescriptor-l-384", 96, 1536, marks=pytest.mark.slow),
 ])
 def test_hub_entry_builds_with_random_weights(name, size, dim, no_local_weights):
-    from core.backbones.hub import HUB_MODELS
+    from core.identify.backbones.hub import HUB_MODELS
 
     b = create_backbone(name, pretrained=False, image_size=size, device="cpu")
     assert b.config.embed_dim == dim and b.config.weight_source == "random-init"
@@ -346,7 +346,7 @@ def test_dinov2_loads_a_native_size_checkpoint_at_another_size(no_local_weights)
     """Real loading path: ROSETTE_WEIGHTS_DIR/<repo>/model.safetensors, strict load, pos-embed resampled 518->112."""
     from safetensors.torch import save_file
 
-    from core.backbones.hub import build_hub_model
+    from core.identify.backbones.hub import build_hub_model
 
     native, _ = build_hub_model("dinov2-vits14", image_size=518, seed=5)
     folder = no_local_weights / "timm" / "vit_small_patch14_dinov2.lvd142m"
@@ -364,7 +364,7 @@ def test_megadescriptor_found_in_the_hugging_face_cache(tmp_path, no_local_weigh
     """A checkpoint in the standard HF cache layout (models--owner--repo/snapshots/<rev>/) is found offline."""
     import huggingface_hub.constants as hf_constants
 
-    from core.backbones.hub import build_hub_model
+    from core.identify.backbones.hub import build_hub_model
 
     model, _ = build_hub_model("megadescriptor-t-224", seed=7)
     repo = Path(hf_constants.HF_HUB_CACHE) / "models--BVRA--MegaDescriptor-T-224"
@@ -383,7 +383,7 @@ def test_megadescriptor_found_in_the_hugging_face_cache(tmp_path, no_local_weigh
 
 @pytest.mark.slow
 def test_miewid_checkpoint_with_arcface_head_loads_and_wrong_one_fails(no_local_weights):
-    from core.backbones.hub import build_hub_model
+    from core.identify.backbones.hub import build_hub_model
 
     model, _ = build_hub_model("miewid-msv3", seed=1)
     state = {f"model.{k}": v for k, v in model.state_dict().items()}  # a wrapped checkpoint
@@ -408,7 +408,7 @@ def test_miewid_checkpoint_with_arcface_head_loads_and_wrong_one_fails(no_local_
 
 def test_crop_margin_is_in_the_config_and_in_the_fingerprint_when_it_is_not_the_default():
     from core.annotations import CROP_MARGIN
-    from core.backbones import create_backbone
+    from core.identify.backbones import create_backbone
 
     cfg = create_backbone("sift_vlad").config
     assert cfg.crop_margin == CROP_MARGIN and cfg.to_dict()["crop_margin"] == CROP_MARGIN

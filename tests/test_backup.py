@@ -9,8 +9,8 @@ import pytest
 
 from app.cli import main as cli
 from db.backup import backup, restore
-from db.ingest import ingest_path
-from db.matching import record_decision
+from db.io.ingest import ingest_path
+from db.identify.matching import record_decision
 from db.models import Image, MatchDecision
 from db.session import open_catalogue
 from tests.synthetic_reid import make_reid_set

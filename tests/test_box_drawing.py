@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from core.annotations import Box
-from core.box_drawing import HIGHLIGHT_COLOUR, OTHER_COLOUR, draw_boxes
+from core.io.box_drawing import HIGHLIGHT_COLOUR, OTHER_COLOUR, draw_boxes
 
 
 def test_draw_boxes_outlines_labels_and_highlight():

@@ -6,9 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.calibration import PLATT, fit_calibrator, fit_match_calibrator, fit_platt, reliability, spread
-from db.benchmarks import create_benchmark
-from db.calibration import calibration_report, calibrator_for, new_individual_threshold, set_new_individual_threshold
+from core.identify.calibration import PLATT, fit_calibrator, fit_match_calibrator, fit_platt, reliability, spread
+from db.identify.benchmarks import create_benchmark
+from db.identify.calibration import (
+    calibration_report,
+    calibrator_for,
+    new_individual_threshold,
+    set_new_individual_threshold,
+)
 from db.models import DecisionKind, Image, MatchDecision
 from db.session import open_catalogue
 from tests.synthetic_reid import make_reid_set
@@ -140,7 +145,7 @@ def test_spread_hand_worked():
 
 def test_before_any_benchmark_the_catalogues_own_pairs_give_a_probability(tmp_path):
     """No benchmark and no decisions: the identified photos' top-5 pairs are what the probability rests on."""
-    from db.ingest import ingest_path
+    from db.io.ingest import ingest_path
     from jobs.actions import match as ms
 
     manifest = make_reid_set(tmp_path / "photos", individuals=5, photos_each=4, seed=2)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from app.cli import main as cli
-from core.training import TrainConfig, calibration_holdout_split, check_calibration_holdout
+from core.identify.training import TrainConfig, calibration_holdout_split, check_calibration_holdout
 
 
 def test_whole_identities_with_two_photos_are_held_out_seeded():
@@ -50,10 +50,10 @@ def test_training_keeps_the_held_out_identities_for_the_pipelines_calibration(tm
     built on it calibrates on them (with the validation photos), never on what it learned."""
     from sqlalchemy import select
 
-    from db.benchmarks import create_benchmark, load_benchmark
+    from db.identify.benchmarks import create_benchmark, load_benchmark
     from db.models import JobStatus, Model
     from db.session import open_catalogue
-    from db.spots import _trained_on, calibration_image_ids
+    from db.identify.spots import _trained_on, calibration_image_ids
     from jobs import queue
     from tests.synthetic_reid import make_reid_set
 

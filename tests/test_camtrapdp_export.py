@@ -20,7 +20,7 @@ from PIL import Image as PILImage
 from sqlalchemy import select
 
 from app.cli import main as cli_main
-from core.camtrapdp_writer import (
+from core.field.camtrapdp_writer import (
     CAMTRAP_DP_VERSION,
     PROFILE_URL,
     SCHEMA_DIR,
@@ -33,12 +33,12 @@ from core.camtrapdp_writer import (
     write_package,
     write_table,
 )
-from db import camtrapdp_export as exporter
+from db.field import camtrapdp_export as exporter
 from db import catalogue as ops
-from db.camtrapdp_export import fallback_id, media_path
+from db.field.camtrapdp_export import fallback_id, media_path
 from db.catalogue import CatalogueError, current_individual
-from db.ingest import ingest_path
-from db.matching import record_decision
+from db.io.ingest import ingest_path
+from db.identify.matching import record_decision
 from db.models import Deployment, Image, Individual, Photo, Sighting
 from db.session import open_catalogue
 from jobs.actions.camtrapdp import export_camtrap_dp

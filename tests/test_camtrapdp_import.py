@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from app.cli import main as cli
 from core.readers import FORMATS, IngestError, detect_format
 from core.readers.camtrapdp import CamtrapDPError, is_camtrap_profile, read_camtrapdp
-from db.ingest import ingest_path, ingest_uploads
+from db.io.ingest import ingest_path, ingest_uploads
 from db.models import Deployment, Image, Individual, Photo, Sighting, Species
 from db.session import open_catalogue
 from jobs.requests.ingest import ImportPathRequest
@@ -331,8 +331,8 @@ def test_a_photo_imported_before_takes_its_observations_once(tmp_path):
 def test_a_manifest_places_photos_catalogued_before_at_their_station(tmp_path):
     """Photos imported before the stations were known: a manifest naming their deployment links them (time from
     the manifest, events formed), reported as updated; a dry run says so and writes nothing."""
-    from core.stations import deployment_spec
-    from db.deployments import store_deployments
+    from core.field.stations import deployment_spec
+    from db.field.deployments import store_deployments
 
     path = package(tmp_path)
     cat = open_catalogue(tmp_path / "data")

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import func, select
 
 from core.readers.camtrapdp import CamtrapDPError, read_camtrapdp
-from db.ingest import _Importer, ingest_path
+from db.io.ingest import _Importer, ingest_path
 from db.models import Deployment, Image, Individual, Photo
 from db.session import open_catalogue
 from tests.camtrapdp_package import write_package, zip_package

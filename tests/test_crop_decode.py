@@ -1,4 +1,4 @@
-"""Annotation crops decoded straight from JPEG bytes (core.images.load_crop / load_crops): exact at scale 1,
+"""Annotation crops decoded straight from JPEG bytes (core.io.images.load_crop / load_crops): exact at scale 1,
 close to a downscaled full decode with JPEG draft, EXIF orientation applied before the crop, and the same
 refusals (huge header, truncated file) as load_rgb."""
 
@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from core.annotations import WHOLE_PHOTO, Box, crop_array, crop_rect
-from core.images import (
+from core.io.images import (
     CropDecode,
     ImageDecodeError,
     crop_draft_scale,

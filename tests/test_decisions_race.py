@@ -9,7 +9,7 @@ import pytest
 
 from db import catalogue as ops
 from db.catalogue import ConflictError
-from db.matching import current_decision_version, record_decision, undo_decision
+from db.identify.matching import current_decision_version, record_decision, undo_decision
 from db.models import Image, Individual, MatchDecision
 from db.session import open_catalogue
 
@@ -184,7 +184,7 @@ def test_undo_refuses_when_a_newer_change_came_since_the_page_was_shown(cat):
 def test_undo_last_change_after_a_new_individual_decision_undoes_the_decision(cat):
     """Undoing the change a "new individual" decision made also undoes the decision: the photo is back in
     review (no standing decision, unassigned), the empty individual is retired, and nothing is left to undo."""
-    from db.matching import standing_decision
+    from db.identify.matching import standing_decision
     from jobs.actions.catalogue import undo
     from jobs.requests.catalogue import UndoRequest
 

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from db.demo import DEMO_DIR, seed_demo_if_empty
-from db.ingest import ingest_path
+from db.io.ingest import ingest_path
 from db.models import Flank, Image, Individual
 from db.session import open_catalogue
 

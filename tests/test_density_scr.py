@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import core.field.density as density_module
-from core.capthist import Trap, secr_captures_text, secr_traps_text
+from core.field.capthist import Trap, secr_captures_text, secr_traps_text
 from core.field.density import fit_density, fit_model, numerical_gradient
 from core.field.scr_data import Capture, build_capture_history, read_secr_captures, read_secr_traps
 from core.field.scr_errors import (

@@ -17,9 +17,9 @@ import pytest
 from sqlalchemy import func, select
 
 from app.cli import main as cli_main
-from core.capthist import utm_coordinates
+from core.field.capthist import utm_coordinates
 from core.field import density as engine
-from db.ingest import ingest_path
+from db.io.ingest import ingest_path
 from db.models import Deployment, Individual, Job, JobStatus, Species
 from db.session import open_catalogue
 from jobs.actions import density as ds

@@ -1,4 +1,4 @@
-"""Camera stations: db.deployments (store, list, edit, delete, audited), the deployments CSV, a photo's deployment
+"""Camera stations: db.field.deployments (store, list, edit, delete, audited), the deployments CSV, a photo's deployment
 and time at import (Camtrap DP-style ids, a manifest ``deployment`` column, the ``Station/...`` folder layout),
 events (photos of one deployment within 60 s), the services, ``rosette deployments`` and ``rosette import
 --event-gap``; every bad input with its message."""
@@ -19,10 +19,10 @@ from app.cli import main as cli_main
 from core.readers.base import Entry
 from core.readers.deployments import DeploymentsCsvError, read_deployments_csv
 from core.readers.folder import station_entries
-from core.stations import deployment_spec
+from core.field.stations import deployment_spec
 from db.audit import audit_rows
 from db.catalogue import CatalogueError
-from db.deployments import (
+from db.field.deployments import (
     DeploymentIndex,
     delete_deployment,
     edit_deployment,
@@ -30,7 +30,7 @@ from db.deployments import (
     list_deployments,
     store_deployments,
 )
-from db.ingest import ingest_path, ingest_uploads
+from db.io.ingest import ingest_path, ingest_uploads
 from db.models import Deployment, Photo, Sighting
 from db.session import open_catalogue
 from jobs.actions import deployments as da

@@ -1,4 +1,4 @@
-"""Detectors (``core.detectors``): the registry, MegaDetector's availability, pre- and post-processing, and a run
+"""Detectors (``core.field.detectors``): the registry, MegaDetector's availability, pre- and post-processing, and a run
 on a YOLOv5-style checkpoint with random weights.
 
 No network and no real weights. The checkpoint is the MegaDetector v5 layout (``MDV5_CONFIG``: YOLOv5x6, 3
@@ -28,7 +28,7 @@ import torch
 
 from app.commands import detectors_cmd
 from core.annotations import DETECTION_CATEGORIES, Box, Detection
-from core.detectors import (
+from core.field.detectors import (
     Detector,
     DetectorUnavailableError,
     UnknownComponentError,
@@ -38,7 +38,7 @@ from core.detectors import (
     list_detectors,
     yolov5,
 )
-from core.detectors import megadetector as md
+from core.field.detectors import megadetector as md
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SMALL = {"depth_multiple": 0.33, "width_multiple": 0.25}  # YOLOv5n6's multiples of the x6 layout
@@ -178,7 +178,7 @@ def test_weights_are_found_by_preference_in_the_folder_and_its_megadetector_subf
 
 
 def test_listing_detectors_does_not_import_torch(no_weights):
-    code = ("import sys; import core.detectors as d; d.detector_status(); d.describe_detectors(); "
+    code = ("import sys; import core.field.detectors as d; d.detector_status(); d.describe_detectors(); "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], check=False, cwd=REPO_ROOT, capture_output=True, text=True,
                          timeout=60, env={**os.environ, "ROSETTE_WEIGHTS_DIR": str(no_weights)})

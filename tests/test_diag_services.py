@@ -26,8 +26,8 @@ PHOTOS_EACH = 3
 
 @pytest.fixture(scope="module")
 def tiny_catalogue(tmp_path_factory, nyala_dir, nyala_manifest):
-    """A catalogue of 9 nyala photos (3 animals x 3 photos) imported through db.ingest; built once, copied per test."""
-    from db.ingest import ingest_path
+    """A catalogue of 9 nyala photos (3 animals x 3 photos) imported through db.io.ingest; built once, copied per test."""
+    from db.io.ingest import ingest_path
 
     rows = nyala_subset(nyala_manifest, n_animals=N_ANIMALS, photos_each=PHOTOS_EACH)
     manifest = write_subset(rows, nyala_dir, tmp_path_factory.mktemp("nyala-subset"))
@@ -240,7 +240,7 @@ FAKE_DIAGNOSIS = {
 
 
 def test_stored_diagnosis_renders_charts_and_flank_table(cat):
-    from db.evaluation import store_evaluation
+    from db.identify.evaluation import store_evaluation
 
     assert ds.load_diagnosis(cat) is None and ds.diagnosis_choices(cat) == []
     first = store_evaluation(cat, {**FAKE_DIAGNOSIS, "bg_fg": 0.9}, kind="diagnose", masker="grabcut",
@@ -318,7 +318,7 @@ class HalvesBackbone:
     Mirroring swaps the halves, so a photo and its mirror image differ unless they are symmetric."""
 
     def __init__(self) -> None:
-        from core.backbones import BackboneConfig
+        from core.identify.backbones import BackboneConfig
 
         self.config = BackboneConfig(name="test_halves", architecture="halves", input_size=(8, 8), mean=(0, 0, 0),
                                      std=(1, 1, 1), interpolation="area", pooling="half means", embed_dim=6,
@@ -342,9 +342,9 @@ def _box_mask(shape: tuple[int, int]) -> np.ndarray:
 
 
 def test_diagnose_image_matches_hand_computation(cat, nyala_manifest):
-    from core.inpainting import OpenCVInpainter
-    from core.variants import VARIANTS, make_variant
-    from db.masks import store_mask
+    from core.inspect.inpainting import OpenCVInpainter
+    from core.inspect.variants import VARIANTS, make_variant
+    from db.inspect.masks import store_mask
 
     with cat.unit_of_work() as s:
         rows = {im.original_name: im for im in s.scalars(select(Image))}
@@ -418,9 +418,9 @@ def test_verdict_words_for_a_dangerous_margin():
 def test_a_real_diagnose_run_renders(cat):
     """run_diagnose (toy backbone, box masks, OpenCV) -> stored -> the tab's summary, charts and flank table."""
     from db import embeddings
-    from db.benchmarks import create_benchmark, load_benchmark
-    from db.diagnostics import run_diagnose
-    from db.masks import store_mask
+    from db.identify.benchmarks import create_benchmark, load_benchmark
+    from db.inspect.diagnostics import run_diagnose
+    from db.inspect.masks import store_mask
 
     create_benchmark(cat, "tiny", split="identity", test_fraction=0.67, seed=0, user="ana")
     test = load_benchmark(cat, "tiny", split="test")
@@ -456,8 +456,8 @@ def test_diagnose_masks_photos_in_its_cache_and_leaves_the_catalogue_alone(cat):
     from sqlalchemy import func, select
 
     from db import embeddings
-    from db.benchmarks import create_benchmark, load_benchmark
-    from db.diagnostics import run_diagnose
+    from db.identify.benchmarks import create_benchmark, load_benchmark
+    from db.inspect.diagnostics import run_diagnose
     from db.models import Image
 
     create_benchmark(cat, "tiny", split="identity", test_fraction=0.67, seed=0, user="ana")

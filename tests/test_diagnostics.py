@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from core.diagnostics import (
+from core.inspect.diagnostics import (
     context_reliance,
     flank_codes,
     flank_masks,

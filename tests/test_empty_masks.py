@@ -14,11 +14,11 @@ from PIL import Image as PILImage
 from sqlalchemy import select
 
 from app.cli import main as cli
-from core.masking import MaskResult
-from core.masking.grabcut import GrabCutMasker
-from db.masks import diagnostic_masks, made_automatically, mask_images
+from core.inspect.masking import MaskResult
+from core.inspect.masking.grabcut import GrabCutMasker
+from db.inspect.masks import diagnostic_masks, made_automatically, mask_images
 from db.models import Image
-from db.sensitivity import MissingMasksError, run_sensitivity, unusable_masks
+from db.inspect.sensitivity import MissingMasksError, run_sensitivity, unusable_masks
 from tests.synthetic_reid import make_reid_set
 
 REAL_PREDICT = GrabCutMasker.predict
@@ -26,7 +26,7 @@ REAL_PREDICT = GrabCutMasker.predict
 
 @pytest.fixture()
 def grey_cat(tmp_path):
-    from db.benchmarks import create_benchmark
+    from db.identify.benchmarks import create_benchmark
     from db.session import open_catalogue
 
     manifest = make_reid_set(tmp_path / "photos", individuals=5, photos_each=4, seed=3)
@@ -47,7 +47,7 @@ def grey_ids(cat, among=None) -> list[int]:
 
 
 def split_test_ids(cat) -> list[int]:
-    from db.benchmarks import load_benchmark
+    from db.identify.benchmarks import load_benchmark
 
     return list(load_benchmark(cat, "syn", split="test").image_ids)
 
@@ -73,7 +73,7 @@ def finds_nothing(monkeypatch, *, only_grey: bool = False) -> None:
 
 def test_the_batch_masker_clicks_in_the_middle_when_its_box_finds_no_animal(grey_cat):
     from core.annotations import box_prompt
-    from core.masking import create_masker
+    from core.inspect.masking import create_masker
     from db.embeddings import load_photo, sources_for
 
     cat = grey_cat

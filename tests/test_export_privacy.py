@@ -19,12 +19,12 @@ from sqlalchemy import select
 
 from app.cli import main as cli_main
 from core.annotations import Box
-from core.camtrapdp_writer import validate_package
-from core.privacy import blurred_file, box_pixels
+from core.field.camtrapdp_writer import validate_package
+from core.io.privacy import blurred_file, box_pixels
 from db.audit import audit_rows, verify_chain
 from db.catalogue import CatalogueError
 from db.export_rules import PEOPLE_KEPT_ACTION
-from db.ingest import ingest_path
+from db.io.ingest import ingest_path
 from db.models import Image, Photo, Species
 from db.session import open_catalogue
 from jobs import queue

@@ -18,12 +18,12 @@ import torch
 from PIL import Image
 from torch import nn
 
-from core import onnx_runtime
-from core.backbones import BackboneConfig, create_backbone
-from core.backbones.torch_base import TorchBackbone, resize_for_config
-from core.features import extract_features
-from core.images import draft_size, load_rgb
-from core.onnx_runtime import META_FILE, MODEL_FILE, onnx_dir, requested_runtime
+from core.identify import onnx_runtime
+from core.identify.backbones import BackboneConfig, create_backbone
+from core.identify.backbones.torch_base import TorchBackbone, resize_for_config
+from core.identify.features import extract_features
+from core.io.images import draft_size, load_rgb
+from core.identify.onnx_runtime import META_FILE, MODEL_FILE, onnx_dir, requested_runtime
 
 
 def _photos(n: int, seed: int = 0) -> list[np.ndarray]:

@@ -62,7 +62,7 @@ def test_a_locked_database_is_a_message(tmp_path, capsys):
 @pytest.mark.parametrize("row_id,bad", [("=cmd|' /C calc'!A0", True), ("+1+1", True), ("@SUM(A1)", True),
                                         ("-2+3", True), ("-1", False), ("q_17", False), ("42", False)])
 def test_formula_like_row_ids_are_refused(tmp_path, row_id, bad):
-    from core.kaggle import KaggleFormatError, read_test_csv
+    from core.io.kaggle import KaggleFormatError, read_test_csv
 
     p = tmp_path / "test.csv"
     p.write_text(f'row_id,query_image,gallery_image\n"{row_id}",a.png,b.png\n')
@@ -86,7 +86,7 @@ def test_names_with_control_characters_are_refused(tmp_path):
 
 
 def test_a_short_manifest_row_is_imported_with_a_warning(tmp_path):
-    from db.ingest import ingest_path
+    from db.io.ingest import ingest_path
     from tests.synthetic_reid import make_reid_set
 
     manifest = make_reid_set(tmp_path / "photos", individuals=2, photos_each=2, seed=14)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from core.backbones import BackboneConfig
-from core.features import (
+from core.identify.backbones import BackboneConfig
+from core.identify.features import (
     ExtractionCancelled,
     extract_features,
     feature_cache_path,
@@ -183,7 +183,7 @@ def test_odd_keys_get_safe_file_names(tmp_path):
 
 
 def test_real_backbone_through_the_cache(tmp_path, nyala_dir, nyala_manifest):
-    from core.backbones import create_backbone
+    from core.identify.backbones import create_backbone
 
     backbone = create_backbone("efficientnet_lite0", device="cpu")
     paths = [nyala_dir / "images" / r["filename"] for r in nyala_manifest[:5]]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from app.cli import main as cli
-from core.diagnostics import flank_protocols
-from core.evaluation import evaluate_embeddings, flank_retrieval
+from core.inspect.diagnostics import flank_protocols
+from core.identify.evaluation import evaluate_embeddings, flank_retrieval
 from core.metrics import all_vs_all_metrics, all_vs_all_valid, retrieval_metrics
 from core.similarity import pairwise_scores
 from jobs.requests.benchmarks import EvaluateRequest
@@ -110,7 +110,7 @@ def syn(tmp_path_factory):
 
 
 def test_eval_flank_is_stored_and_fills_the_leaderboard_columns(syn, capsys):
-    from db.leaderboard import leaderboard
+    from db.inspect.leaderboard import leaderboard
     from jobs.actions.benchmarks import evaluation_rows
     from jobs.actions.models import leaderboard_html
 

@@ -1,4 +1,4 @@
-"""Choosing a pipeline's fusion by cross-validation grouped by individual (core.spots.fusion_choice), on small
+"""Choosing a pipeline's fusion by cross-validation grouped by individual (core.identify.spots.fusion_choice), on small
 synthetic calibration sets whose answers are worked out by hand."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import core.spots.fusion_choice as fc
-from core.spots.fusion import GLOBAL, fit_scorer_calibrations, fused_similarity, shortlist_ranks
-from core.spots.fusion_choice import (
+import core.identify.spots.fusion_choice as fc
+from core.identify.spots.fusion import GLOBAL, fit_scorer_calibrations, fused_similarity, shortlist_ranks
+from core.identify.spots.fusion_choice import (
     LOGISTIC,
     MEAN,
     SINGLE,

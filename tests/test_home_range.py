@@ -17,7 +17,7 @@ import re
 
 import pytest
 
-from core.home_range import mcp_area_km2, minimum_convex_polygon, utm_epsg
+from core.field.home_range import mcp_area_km2, minimum_convex_polygon, utm_epsg
 
 A_KM, E2 = 6378.137, 0.00669438
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from core import population as pop
+from core.field import population as pop
 from core.field import identities as ids
 from tests.identity_sim import simulate
 

@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import select
 
 from app.cli import main as cli_main
-from core import population as pop
+from core.field import population as pop
 from db import identities as db_ids
-from db.ingest import ingest_path
+from db.io.ingest import ingest_path
 from db.models import DecisionKind, Image, MatchDecision
 from db.session import open_catalogue
 from tests.sim_study import simulate_study

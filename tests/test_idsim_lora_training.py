@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from app.cli import main as cli
-from core.adapters import adapter_state, add_lora, check_rank, load_adapters, lora_targets
-from core.backbones import create_backbone
-from core.training import TrainConfig, features_for
-from db.benchmarks import create_benchmark
+from core.identify.adapters import adapter_state, add_lora, check_rank, load_adapters, lora_targets
+from core.identify.backbones import create_backbone
+from core.identify.training import TrainConfig, features_for
+from db.identify.benchmarks import create_benchmark
 from db.models import JobStatus
 from db.session import open_catalogue
 from jobs import queue
@@ -149,7 +149,7 @@ def test_lora_rank_wider_than_a_layer_is_refused(syn):
 
 def test_a_base_with_other_weights_refuses_the_adapters(syn, tmp_path):
     """The adapters name their base by fingerprint; a checkpoint whose base differs is refused, not mis-loaded."""
-    from core.backbones.trained import load_trained_backbone
+    from core.identify.backbones.trained import load_trained_backbone
 
     src = syn.data_dir / "models" / "syn-idsim-lora.pt"
     if not src.exists():

@@ -1,4 +1,4 @@
-"""core.images: safe decoding, colour modes, EXIF orientation/time/GPS, thumbnails."""
+"""core.io.images: safe decoding, colour modes, EXIF orientation/time/GPS, thumbnails."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from core.images import (
+from core.io.images import (
     ImageDecodeError,
     decode_image,
     extension_for,

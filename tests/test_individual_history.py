@@ -14,7 +14,7 @@ import pytest
 
 from app.cli import main as cli
 from db.audit import audit_rows
-from db.individual_history import IndividualHistory, SeenAt, Station, best_photo_key, crop_pixels, local_time
+from db.field.individual_history import IndividualHistory, SeenAt, Station, best_photo_key, crop_pixels, local_time
 from db.models import DecisionKind, Deployment, Flank, Image, Individual, MatchDecision, Photo, Sighting
 from db.session import open_catalogue
 from db.users import PermissionDenied, add_user
@@ -308,8 +308,8 @@ def test_rosette_individual_shows_the_page_and_sets_traits(built, capsys):
 
 def test_deployments_of_a_station_named_only_by_location_name_are_one_station():
     """Two deployments of one station that has a locationName but no locationID are one place on the page, as
-    they are one detector in the population study (core.stations.station_name)."""
-    from db.individual_history import _station_of
+    they are one detector in the population study (core.field.stations.station_name)."""
+    from db.field.individual_history import _station_of
 
     def photo_at(key: str, name: str | None, location_id: str | None = None) -> Photo:
         return Photo(deployment=Deployment(key=key, location_id=location_id, location_name=name, lat=-16.5,

@@ -1,4 +1,4 @@
-"""db.ingest and ``rosette import``: every format, every bad input, idempotence, atomicity."""
+"""db.io.ingest and ``rosette import``: every format, every bad input, idempotence, atomicity."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from PIL import Image as PILImage
 from sqlalchemy import func, select
 
 from app.cli import main as cli_main
-from core.masking import decode_mask_png
+from core.inspect.masking import decode_mask_png
 from core.readers import FORMATS, detect_format
-from db import ingest as ingest_mod
+from db.io import ingest as ingest_mod
 from db.catalogue import catalogue_stats
-from db.ingest import ingest_path, ingest_uploads
+from db.io.ingest import ingest_path, ingest_uploads
 from db.models import EventKind, Flank, IdentityEvent, Image, Individual, Sighting
 from db.session import open_catalogue
 from db.storage import sha256_bytes

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from core.inpainting import (
+from core.inspect.inpainting import (
     Inpainter,
     InpainterNotConfiguredError,
     create_inpainter,

@@ -1,4 +1,4 @@
-"""core.kaggle: strict CSV parsing with line numbers, pair scoring, submission round trip."""
+"""core.io.kaggle: strict CSV parsing with line numbers, pair scoring, submission round trip."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.kaggle import (
+from core.io.kaggle import (
     KaggleFormatError,
     PairRow,
     check_images_exist,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from db import embedding_map
+from db.inspect import embedding_map
 
 
 def test_the_map_of_a_large_species_is_a_seeded_sample(monkeypatch):

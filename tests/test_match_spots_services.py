@@ -60,10 +60,10 @@ def make_photos(folder) -> None:
 
 def register_pipeline(cat, name: str = PIPELINE) -> None:
     """A pipeline row written directly, calibrated on made-up outcomes (no evaluation run)."""
-    from core.calibration import fit_calibrator
-    from core.spots.pipeline import PipelineSettings
+    from core.identify.calibration import fit_calibrator
+    from core.identify.spots.pipeline import PipelineSettings
     from db.embeddings import get_backbone
-    from db.spots import _register_pipeline, get_matcher
+    from db.identify.spots import _register_pipeline, get_matcher
 
     # global: the probability rises with the score (about p = score); inliers: more than 15 means the same animal
     g = np.repeat(np.linspace(0.0, 1.0, 21), 10)
@@ -79,7 +79,7 @@ def register_pipeline(cat, name: str = PIPELINE) -> None:
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory):
-    from db.ingest import ingest_path
+    from db.io.ingest import ingest_path
 
     root = tmp_path_factory.mktemp("spotcat")
     photos = root / "photos"
@@ -117,7 +117,7 @@ def ids(cat) -> dict[str, int]:
 
 def test_pipeline_cards_carry_the_fused_probability_and_matched_spots(cat):
     from app.tabs.match import candidates_html, header_html
-    from db.matching import rank_candidates
+    from db.identify.matching import rank_candidates
 
     photo = ids(cat)
     view = ms.match_query(cat, photo["a0.png"], model_name=PIPELINE)
@@ -183,7 +183,7 @@ def test_matcher_choices_list_pipelines_but_not_archived_ones(cat):
 
 
 def test_matched_spots_of_a_rotated_copy_and_of_another_animal(cat):
-    from core.spots.draw import DRAW_HEIGHT
+    from core.identify.spots.draw import DRAW_HEIGHT
     from jobs.actions.spots import MatchedSpotsRequest, matched_spots
 
     photo = ids(cat)

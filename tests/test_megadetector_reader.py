@@ -1,4 +1,4 @@
-"""MegaDetector batch output reader (core.readers.megadetector) and person blurring (core.privacy)."""
+"""MegaDetector batch output reader (core.readers.megadetector) and person blurring (core.io.privacy)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from core.annotations import Box
-from core.privacy import blur_boxes, box_pixels
+from core.io.privacy import blur_boxes, box_pixels
 from core.readers.megadetector import (
     DetectionsFormatError,
     FrameDetections,

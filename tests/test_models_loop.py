@@ -22,7 +22,7 @@ def loop(tmp_path_factory):
 
 
 def test_leaderboard_rows_sort_and_archive(loop):
-    from db.leaderboard import leaderboard
+    from db.inspect.leaderboard import leaderboard
     from db.species import archive_model
 
     job = queue.submit_and_run(loop, "train", {"benchmark": "syn", "head": "supcon", "epochs": 2, "views": 2,
@@ -46,7 +46,7 @@ def test_leaderboard_rows_sort_and_archive(loop):
 
 
 def test_retrain_counts_new_decisions_and_compares_with_the_active_model(loop):
-    from db.training import decisions_since_active
+    from db.identify.training import decisions_since_active
     from jobs.kinds import retrain_params
 
     before = decisions_since_active(loop)
@@ -70,7 +70,7 @@ def test_retrain_counts_new_decisions_and_compares_with_the_active_model(loop):
     assert res["comparison"]["b"] == "efficientnet_lite0" and "CMC@1" in res["comparison"]["verdict"]
     with loop.unit_of_work() as s:
         snap = s.query(__import__("db.models", fromlist=["Model"]).Model).filter_by(name="retrained").one()
-        test_ids = set(__import__("db.benchmarks", fromlist=["load_benchmark"]).load_benchmark(
+        test_ids = set(__import__("db.identify.benchmarks", fromlist=["load_benchmark"]).load_benchmark(
             loop, "syn", split="test").image_ids)
         assert not test_ids & set(snap.data_snapshot["image_ids"])  # never trained on the benchmark's test photos
         assert snap.data_snapshot["excluded_test_photos"] == len(test_ids)
@@ -79,7 +79,7 @@ def test_retrain_counts_new_decisions_and_compares_with_the_active_model(loop):
 
 
 def test_embedding_map_job_and_payload(loop):
-    from db.embedding_map import load_map
+    from db.inspect.embedding_map import load_map
     from jobs.actions import map as mp
 
     assert load_map(loop, "efficientnet_lite0") is None  # not computed yet
@@ -143,7 +143,7 @@ def test_lorentz_points_map_onto_the_poincare_disk():
     import torch
 
     from core.lorentz import expmap0
-    from core.projection import project_2d
+    from core.inspect.projection import project_2d
 
     z = expmap0(torch.tensor(np.random.default_rng(0).normal(size=(60, 8)) * 2)).numpy()
     disk = project_2d(z, metric="lorentz", n_neighbors=10)
@@ -154,7 +154,7 @@ def test_lorentz_points_map_onto_the_poincare_disk():
 
 def test_flank_classifier_on_orientation_features():
     """Left photos carry +v in f(x) - f(flip x), right ones -v: the classifier separates them perfectly."""
-    from core.flank import fit_flank_classifier, flank_class, orientation_features
+    from core.inspect.flank import fit_flank_classifier, flank_class, orientation_features
 
     rng = np.random.default_rng(0)
     v = rng.normal(size=16)

@@ -13,11 +13,11 @@ import pytest
 from sqlalchemy import select
 
 from app.cli import main as cli
-from db.benchmarks import create_benchmark, load_benchmark
+from db.identify.benchmarks import create_benchmark, load_benchmark
 from db.catalogue import CatalogueError
 from db.models import DecisionKind, Evaluation, Image, JobStatus, MatchDecision, Model, utcnow
 from db.session import open_catalogue
-from db.training import training_set
+from db.identify.training import training_set
 from jobs import queue
 from tests.synthetic_reid import make_reid_set
 

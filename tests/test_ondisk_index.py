@@ -1,5 +1,5 @@
-"""The on-disk IVF-PQ index (core.ondisk_index) and its use by match review past the threshold (db.vector_index,
-db.matching, the build_index job): memory-mapped shards answer like the in-memory index, recall@10 is measured
+"""The on-disk IVF-PQ index (core.identify.ondisk_index) and its use by match review past the threshold (db.identify.vector_index,
+db.identify.matching, the build_index job): memory-mapped shards answer like the in-memory index, recall@10 is measured
 right, the shards split the ids, a half-built index is never used, and no path loads the whole gallery."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import faiss
 import numpy as np
 import pytest
 
-from core.ondisk_index import (
+from core.identify.ondisk_index import (
     INDEX_JSON,
     build_ivfpq_on_disk,
     exact_topk_streamed,
@@ -191,9 +191,9 @@ N_ANIMALS, PER_ANIMAL = 60, 10  # 600 gallery photos
 
 @pytest.fixture()
 def big_gallery(data_dir, monkeypatch):
-    from core.features import feature_cache_path, write_cached
-    from db import calibration, matching
-    from db import vector_index as vi
+    from core.identify.features import feature_cache_path, write_cached
+    from db.identify import calibration, matching
+    from db.identify import vector_index as vi
     from db.models import Image, Individual
     from db.session import open_catalogue
 
@@ -247,8 +247,9 @@ def big_gallery(data_dir, monkeypatch):
 
 def test_match_review_past_the_threshold_builds_and_names_the_on_disk_index(big_gallery, monkeypatch):
     from app.tabs.match_cards import header_html
-    from db import embeddings, matching
-    from db import vector_index as vi
+    from db import embeddings
+    from db.identify import matching
+    from db.identify import vector_index as vi
     from db.models import Job, JobStatus
     from jobs.actions import match as ms
     from jobs.queue import list_jobs, run_job
@@ -291,8 +292,8 @@ def test_match_review_past_the_threshold_builds_and_names_the_on_disk_index(big_
 
 
 def test_index_follows_small_gallery_changes_and_goes_stale(big_gallery):
-    from db import vector_index as vi
-    from db.matching import rank_candidates
+    from db.identify import vector_index as vi
+    from db.identify.matching import rank_candidates
     from db.models import Image
     from jobs.actions import match as ms
 
@@ -342,8 +343,8 @@ def test_index_cli_builds_and_shows(big_gallery, capsys):
 
 
 def test_review_queue_past_the_on_the_fly_limit_reads_the_matches_the_build_stored(big_gallery, monkeypatch):
-    from db import matching
-    from db import vector_index as vi
+    from db.identify import matching
+    from db.identify import vector_index as vi
     from db.catalogue import CatalogueError
 
     cat, query, asked = big_gallery["cat"], big_gallery["query"], big_gallery["asked"]

@@ -1,4 +1,4 @@
-"""The idsim head's patch transport (core.patch_transport, core.losses' idsim loss, the patch_ot re-ranking) on
+"""The idsim head's patch transport (core.identify.patch_transport, core.identify.losses' idsim loss, the patch_ot re-ranking) on
 hand-worked cases and identities, in geoopt's spirit: several seeds and dtypes, finite gradients."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.evaluation import RERANK_METHODS, evaluate_embeddings
-from core.heads import create_head, head_spec
-from core.losses import create_loss
-from core.patch_transport import pairwise_patch_similarity, patch_ot_scores, patch_similarity
-from core.rerank import all_vs_all_rerank
+from core.identify.evaluation import RERANK_METHODS, evaluate_embeddings
+from core.identify.heads import create_head, head_spec
+from core.identify.losses import create_loss
+from core.identify.patch_transport import pairwise_patch_similarity, patch_ot_scores, patch_similarity
+from core.identify.rerank import all_vs_all_rerank
 
 
 def unit(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -32,8 +32,8 @@ def _manifest(path, rows) -> None:
 def catalogue(tmp_path_factory):
     """(catalogue, data dir): spotted animals, the benchmark ``seen`` (half its animals in a train split) and the
     test-only benchmark ``new`` of animals ``seen`` never shows."""
-    from db.benchmarks import create_benchmark
-    from db.ingest import ingest_path
+    from db.identify.benchmarks import create_benchmark
+    from db.io.ingest import ingest_path
     from db.session import open_catalogue
 
     root = tmp_path_factory.mktemp("pipeline-calibration")
@@ -62,11 +62,11 @@ def catalogue(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fused_log():
-    """Every fused score matrix db.spots computes while the module runs, in order."""
-    import db.spots
+    """Every fused score matrix db.identify.spots computes while the module runs, in order."""
+    import db.identify.spots
 
     log: list[np.ndarray] = []
-    original = db.spots.fuse_scores
+    original = db.identify.spots.fuse_scores
 
     def recording(*args, **kwargs):
         out = original(*args, **kwargs)
@@ -74,7 +74,7 @@ def fused_log():
         return out
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(db.spots, "fuse_scores", recording)
+    mp.setattr(db.identify.spots, "fuse_scores", recording)
     yield log
     mp.undo()
 
@@ -83,7 +83,7 @@ def fused_log():
 def built(catalogue, fused_log):
     """The pipeline built on ``seen`` (calibrated on its train split), the fused matrix of the build, and the
     pipeline row's stored config right after the build."""
-    from db.spots import load_pipeline
+    from db.identify.spots import load_pipeline
 
     cat, _ = catalogue
     res = evaluate_spots(cat, SpotEvaluationRequest(benchmark=SEEN, model="efficientnet_lite0", matcher="sift",
@@ -117,7 +117,7 @@ def test_build_records_what_its_calibration_rests_on(built):
 
 def test_stored_pipeline_evaluates_a_test_only_benchmark_with_its_stored_calibration(catalogue, built, fused_log):
     """Fails before the fix: "benchmark 'new' has no train split to calibrate the spot scorers on"."""
-    from db.spots import load_pipeline
+    from db.identify.spots import load_pipeline
 
     cat, _ = catalogue
     _, _, config, before = built
@@ -140,12 +140,12 @@ def test_stored_pipeline_evaluates_a_test_only_benchmark_with_its_stored_calibra
 def test_stored_calibration_gives_the_builds_fused_scores(catalogue, built, fused_log, monkeypatch):
     """Evaluated by name on the benchmark it was built on, the pipeline gives exactly the build's fused scores,
     and fits nothing on the way."""
-    import db.spots
+    import db.identify.spots
 
     def no_fitting(*args, **kwargs):
         raise AssertionError("a stored pipeline's evaluation fitted a calibration")
 
-    monkeypatch.setattr(db.spots, "fit_scorer_calibrations", no_fitting)
+    monkeypatch.setattr(db.identify.spots, "fit_scorer_calibrations", no_fitting)
     cat, _ = catalogue
     res_build, fused_build, config, _ = built
     res = evaluate_spots(cat, SpotEvaluationRequest(benchmark=SEEN, model=PIPELINE))
@@ -190,7 +190,7 @@ def test_building_on_a_test_only_benchmark_needs_calibrate_on(catalogue, built, 
 
 
 def test_calibrate_on_builds_a_pipeline_for_a_test_only_benchmark(catalogue, built, capsys):
-    from db.spots import load_pipeline
+    from db.identify.spots import load_pipeline
 
     cat, data = catalogue
     assert cli(["--data-dir", data, "eval", "--backbone", "efficientnet_lite0", "--benchmark", NEW,
@@ -205,7 +205,7 @@ def test_calibrate_on_builds_a_pipeline_for_a_test_only_benchmark(catalogue, bui
     stored = load_pipeline(cat, out["model"])
     assert stored.calibration_source["benchmark"] == SEEN and stored.calibration_source["built_on"] == NEW
     # the calibration photos are the seen animals' train photos, never the evaluated benchmark's test photos
-    from db.benchmarks import load_benchmark
+    from db.identify.benchmarks import load_benchmark
 
     assert set(stored.calibration_source["image_ids"]) <= set(load_benchmark(cat, SEEN, split="train").image_ids)
     assert not set(stored.calibration_source["image_ids"]) & set(load_benchmark(cat, NEW).image_ids)

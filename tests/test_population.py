@@ -22,7 +22,7 @@ from datetime import date, datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from core.population import (
+from core.field.population import (
     CHI2_1_95,
     CaptureHistories,
     capture_frequencies,

@@ -31,7 +31,7 @@ from scipy.special import polygamma
 from app.cli import main as cli_main
 from app.tabs import deployments as deployments_tab
 from app.tabs import population as population_tab
-from core.population import (
+from core.field.population import (
     NO_INDIVIDUALS,
     ONE_OCCASION,
     darroch_root,
@@ -40,7 +40,7 @@ from core.population import (
     mh_chao_from_frequencies,
     mt_from_counts,
 )
-from core.stations import camera_days, local_period
+from core.field.stations import camera_days, local_period
 from db.catalogue import CatalogueError
 from db.models import Deployment, Image, Individual, Photo, Species
 from db.session import open_catalogue

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main as cli_main
-from core import population as pop
+from core.field import population as pop
 from db.models import Deployment, Image, Individual, Photo, Species
 from db.session import open_catalogue
 from jobs.actions import population as ps

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main as cli_main
-from db.ingest import ingest_path
+from db.io.ingest import ingest_path
 from db.session import open_catalogue
 from tests.sim_study import DAYS, SPECIES, simulate_study
 

@@ -17,7 +17,7 @@ import ray
 from ray.exceptions import WorkerCrashedError
 
 from app.cli import main as cli
-from core.features import read_cached
+from core.identify.features import read_cached
 from db.embeddings import all_image_ids, embed_images, get_backbone
 from db.models import JobStatus
 from db.session import Catalogue

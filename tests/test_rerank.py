@@ -1,4 +1,4 @@
-"""core.rerank: query expansion and k-reciprocal re-ranking on hand cases, identities and a reference port."""
+"""core.identify.rerank: query expansion and k-reciprocal re-ranking on hand cases, identities and a reference port."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from core.registry import UnknownComponentError
-from core.rerank import (
+from core.identify.rerank import (
     all_vs_all_rerank,
     average_query_expansion,
     k_reciprocal_rerank,

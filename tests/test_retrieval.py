@@ -1,4 +1,4 @@
-"""core.retrieval: FAISS search equals brute-force numpy ranking; HNSW recall; edge cases."""
+"""core.identify.retrieval: FAISS search equals brute-force numpy ranking; HNSW recall; edge cases."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import faiss
 import numpy as np
 import pytest
 
-import core.retrieval as retrieval
-from core.retrieval import EmptyGalleryError, build_index, rank_gallery
+import core.identify.retrieval as retrieval
+from core.identify.retrieval import EmptyGalleryError, build_index, rank_gallery
 from core.similarity import l2_normalize, lift_to_hyperboloid, lorentz_distance, pairwise_scores
 
 
@@ -245,7 +245,7 @@ def test_retrieval_survives_pml_patching_faiss():
     import numpy as np
     from pytorch_metric_learning import samplers  # noqa: F401  (patches faiss)
 
-    from core.retrieval import build_index
+    from core.identify.retrieval import build_index
 
     rng = np.random.default_rng(0)
     g = rng.normal(size=(300, 16)).astype("float32")

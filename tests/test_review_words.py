@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from app.tabs.match_cards import compare_label, header_html
 from core.annotations import Box
-from core.box_drawing import HIGHLIGHT_COLOUR, OTHER_COLOUR, draw_legend
+from core.io.box_drawing import HIGHLIGHT_COLOUR, OTHER_COLOUR, draw_legend
 from db.models import Photo
 from jobs.actions import decisions as ds
 from jobs.actions import frames as fr

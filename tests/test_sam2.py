@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.masking import create_masker
+from core.inspect.masking import create_masker
 
 pytestmark = pytest.mark.slow  # builds Hiera-tiny and runs its 1024 px image encoder on the CPU (~2 s)
 
@@ -26,7 +26,7 @@ def image() -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def random_masker():
-    from core.masking.sam2_masker import clear_model_cache
+    from core.inspect.masking.sam2_masker import clear_model_cache
 
     clear_model_cache()
     masker = create_masker("sam2", random_init=True, device="cpu", config=CONFIG)
@@ -42,7 +42,7 @@ def _assert_binary_mask(res, shape):
 
 
 def test_config_names_come_from_the_installed_package():
-    from core.masking.sam2_masker import available_sam2_configs, resolve_sam2_config
+    from core.inspect.masking.sam2_masker import available_sam2_configs, resolve_sam2_config
 
     names = available_sam2_configs()
     assert CONFIG in names and "configs/sam2.1/sam2.1_hiera_l.yaml" in names
@@ -53,7 +53,7 @@ def test_config_names_come_from_the_installed_package():
 
 
 def test_without_a_checkpoint_the_error_says_how_to_get_one(monkeypatch):
-    from core.masking.sam2_masker import Sam2NotConfiguredError
+    from core.inspect.masking.sam2_masker import Sam2NotConfiguredError
 
     monkeypatch.delenv("ROSETTE_SAM2_CHECKPOINT", raising=False)
     with pytest.raises(Sam2NotConfiguredError, match=r"sam2\.1_hiera_tiny\.pt.*ROSETTE_SAM2_CHECKPOINT"):
@@ -101,7 +101,7 @@ def test_batch_mode_uses_the_centred_box_and_is_deterministic(random_masker, ima
 
 
 def test_model_is_loaded_once_per_process(random_masker):
-    from core.masking.sam2_masker import cached_model_keys
+    from core.inspect.masking.sam2_masker import cached_model_keys
 
     other = create_masker("sam2", random_init=True, device="cpu", config=CONFIG)
     assert other.model is random_masker.model
@@ -110,7 +110,7 @@ def test_model_is_loaded_once_per_process(random_masker):
 
 def test_checkpoint_loading_via_env_and_option(random_masker, image, tmp_path, monkeypatch):
     # a different random model, saved in the release format {"model": state_dict}
-    from core.masking.sam2_masker import load_sam2_model
+    from core.inspect.masking.sam2_masker import load_sam2_model
 
     model, _ = load_sam2_model(config=CONFIG, random_init=True, seed=1, device="cpu")
     sd = model.state_dict()

@@ -1,4 +1,4 @@
-"""The identity-aware sampler (core.sampling, issue 16 item 4): the schedule's invariants on a synthetic data set
+"""The identity-aware sampler (core.identify.sampling, issue 16 item 4): the schedule's invariants on a synthetic data set
 of three sources with uneven identities, the hard-negative table on a hand-worked case, and the refusals."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from core.sampling import HardNegatives, check_schedule, hard_negative_table, identity_aware_schedule
+from core.identify.sampling import HardNegatives, check_schedule, hard_negative_table, identity_aware_schedule
 
 # three sources; identity code -> photo count, uneven (1 photo up to 12)
 SIZES = {"lions": {0: 1, 1: 3, 2: 8, 3: 12}, "nyala": {4: 2, 5: 2, 6: 5, 7: 9, 8: 4}, "zebra": {9: 6, 10: 2}}

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from app.cli import main as cli
-from core import sensitivity as sv
-from core import sensitivity_stats as st
-from db.sensitivity import MissingMasksError, identity_edit_in_use, run_sensitivity
+from core.inspect import sensitivity as sv
+from core.inspect import sensitivity_stats as st
+from db.inspect.sensitivity import MissingMasksError, identity_edit_in_use, run_sensitivity
 from jobs import queue
 from jobs.actions import diagnostics as ds
 from jobs.requests.diagnostics import SensitivityRequest
@@ -162,7 +162,7 @@ class StandInPipeline:
 
 
 def test_the_diffusion_identity_edit_repaints_only_the_animal_at_the_noise_strength():
-    from core.inpainting import DiffusersInpainter
+    from core.inspect.inpainting import DiffusersInpainter
 
     pipe = StandInPipeline()
     editor = sv.DiffusionIdentityEditor(DiffusersInpainter(pipeline=pipe, steps=2))
@@ -340,7 +340,7 @@ def test_a_run_edits_every_masked_test_photo_and_starts_every_curve_at_one(maske
 
 @pytest.mark.slow  # the module's first run (efficientnet_lite0 on 128 edited photos) takes ~15 s
 def test_a_second_run_reads_every_edit_from_the_cache(masked, monkeypatch):
-    import db.sensitivity as store
+    import db.inspect.sensitivity as store
 
     cat, first = masked
 
@@ -358,7 +358,7 @@ def test_a_second_run_reads_every_edit_from_the_cache(masked, monkeypatch):
 
 @pytest.mark.slow  # the module's first run (efficientnet_lite0 on 128 edited photos) takes ~15 s
 def test_the_stored_run_is_traceable_and_feeds_the_leaderboard(masked):
-    from db.leaderboard import leaderboard
+    from db.inspect.leaderboard import leaderboard
 
     cat, res = masked
     v = ds.load_sensitivity(cat, res["evaluation_id"])
@@ -383,8 +383,8 @@ def test_the_stored_run_is_traceable_and_feeds_the_leaderboard(masked):
 
 @pytest.mark.slow  # the module's first run (efficientnet_lite0 on 128 edited photos) takes ~15 s
 def test_the_leaderboard_shows_no_selectivity_for_a_model_without_a_run(masked):
-    from db.evaluation import store_evaluation
-    from db.leaderboard import leaderboard
+    from db.identify.evaluation import store_evaluation
+    from db.inspect.leaderboard import leaderboard
 
     cat, _ = masked
     store_evaluation(cat, {"model": "other-model", "benchmark": "syn", "variant": "full_rgb", "map_macro": 0.5},
@@ -437,7 +437,7 @@ def unmasked(tmp_path):
 
 
 def test_photos_without_a_mask_are_named_and_refused_not_skipped(unmasked, capsys):
-    from db.benchmarks import load_benchmark
+    from db.identify.benchmarks import load_benchmark
 
     cat = unmasked
     test = load_benchmark(cat, "syn", split="test")
@@ -461,7 +461,7 @@ class MeanColours:
     """A tiny stand-in backbone (mean colour of each quarter of the photo), to keep a test about masking fast."""
 
     def __init__(self) -> None:
-        from core.backbones import BackboneConfig
+        from core.identify.backbones import BackboneConfig
 
         self.config = BackboneConfig(name="test_quarters", architecture="quarters", input_size=(8, 8),
                                      mean=(0, 0, 0), std=(1, 1, 1), interpolation="area", pooling="quarter means",
@@ -492,8 +492,8 @@ def measure_with_quarters(cat):
 
 
 def test_an_empty_mask_is_named_too(unmasked):
-    from db.benchmarks import load_benchmark
-    from db.masks import store_mask
+    from db.identify.benchmarks import load_benchmark
+    from db.inspect.masks import store_mask
 
     cat = unmasked
     test = load_benchmark(cat, "syn", split="test")
@@ -511,8 +511,8 @@ def test_an_empty_mask_is_named_too(unmasked):
 
 
 def test_mask_missing_masks_the_photos_first_then_measures(unmasked):
-    from db.benchmarks import load_benchmark
-    from db.sensitivity import photos_without_mask
+    from db.identify.benchmarks import load_benchmark
+    from db.inspect.sensitivity import photos_without_mask
 
     cat = unmasked
     test = load_benchmark(cat, "syn", split="test")
@@ -526,9 +526,9 @@ def test_mask_missing_masks_the_photos_first_then_measures(unmasked):
 def test_mask_missing_clicks_in_the_middle_when_the_masker_finds_no_animal(unmasked, monkeypatch):
     """An automatic mask that comes out empty is made again with one click in the middle (as in the Mask tab),
     so --mask-missing finishes; a curator's own empty mask is never overwritten (previous test)."""
-    import db.sensitivity as store
-    from db.benchmarks import load_benchmark
-    from db.masks import store_mask
+    import db.inspect.sensitivity as store
+    from db.identify.benchmarks import load_benchmark
+    from db.inspect.masks import store_mask
 
     cat = unmasked
     test = load_benchmark(cat, "syn", split="test")

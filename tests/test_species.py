@@ -11,8 +11,8 @@ import pytest
 from app.cli import main as cli
 from db import catalogue as ops
 from db.catalogue import CatalogueError
-from db.ingest import ingest_path
-from db.matching import rank_candidates, review_queue
+from db.io.ingest import ingest_path
+from db.identify.matching import rank_candidates, review_queue
 from db.models import Image, Individual, JobStatus, Sighting
 from db.session import open_catalogue
 from db.species import active_model_name, archive_model, list_species, model_status, promote_model
@@ -108,7 +108,7 @@ def test_species_cli_list_rename_and_set(two_species, capsys):
 
 
 def test_promote_makes_a_model_active_for_its_species_and_queues_embedding(two_species, capsys):
-    from db.benchmarks import create_benchmark
+    from db.identify.benchmarks import create_benchmark
 
     cat, manifest = two_species
     assert active_model_name(cat, "nyala") == "efficientnet_lite0"
@@ -145,7 +145,7 @@ def test_promote_makes_a_model_active_for_its_species_and_queues_embedding(two_s
     assert model_status(cat)["promo-model"]["status"] == "candidate"
     archive_model(cat, "promo-model")
     assert model_status(cat)["promo-model"]["status"] == "archived"
-    from db.training import trained_model_names
+    from db.identify.training import trained_model_names
 
     assert "promo-model" not in trained_model_names(cat)
     with pytest.raises(CatalogueError, match="archived"):

@@ -13,11 +13,11 @@ import pytest
 from sqlalchemy import select
 
 from app.cli import main as cli
-from core.camtrapdp_writer import PackageMetadata, build_descriptor, validate_package
+from core.field.camtrapdp_writer import PackageMetadata, build_descriptor, validate_package
 from core.readers.camtrapdp import common_names, read_camtrapdp
 from db.audit import audit_rows, verify_chain
 from db.catalogue import CatalogueError, ConflictError
-from db.ingest import ingest_path
+from db.io.ingest import ingest_path
 from db.models import Deployment, Photo, Species
 from db.session import open_catalogue
 from jobs.actions import catalogue as services

@@ -14,7 +14,7 @@ from app.cli import main as cli
 from db import catalogue as ops
 from db.audit import audit_rows
 from db.catalogue import CatalogueError, ConflictError
-from db.ingest import ingest_path
+from db.io.ingest import ingest_path
 from db.models import Benchmark, Flank, Image, Individual, Job, Model, ModelStatus, Species
 from db.session import open_catalogue
 from jobs.actions import catalogue as services

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.splits import identity_disjoint_split, make_split, sighting_disjoint_split
+from core.identify.splits import identity_disjoint_split, make_split, sighting_disjoint_split
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

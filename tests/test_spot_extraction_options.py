@@ -1,4 +1,4 @@
-"""SIFT's extraction options (core.spots.classical): the mask's bounding crop, the contrast threshold and the
+"""SIFT's extraction options (core.identify.spots.classical): the mask's bounding crop, the contrast threshold and the
 dilated mask -- each in the config's fingerprint, keypoints always in the photo's own pixels and on the animal."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.spots import create_matcher
-from core.spots.classical import SIFT_CONTRAST, mask_crop, working_view
-from core.spots.verify import verify_pair
+from core.identify.spots import create_matcher
+from core.identify.spots.classical import SIFT_CONTRAST, mask_crop, working_view
+from core.identify.spots.verify import verify_pair
 from tests.test_spots import rotated, spot_photo
 
 PLAIN = create_matcher("sift")

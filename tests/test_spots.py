@@ -1,4 +1,4 @@
-"""Local spot evidence (core.spots): matchers, verification, LNBNN, calibrated fusion -- on synthetic spot
+"""Local spot evidence (core.identify.spots): matchers, verification, LNBNN, calibrated fusion -- on synthetic spot
 patterns and hand-worked cases."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import cv2
 import numpy as np
 import pytest
 
-from core.calibration import fit_calibrator
+from core.identify.calibration import fit_calibrator
 from core.registry import UnknownComponentError
-from core.spots import (
+from core.identify.spots import (
     Correspondences,
     LocalFeatures,
     MatcherConfig,
@@ -20,7 +20,7 @@ from core.spots import (
     matcher_available,
     save_features,
 )
-from core.spots.fusion import (
+from core.identify.spots.fusion import (
     IsotonicCurve,
     calibrator_from_dict,
     calibrator_to_dict,
@@ -29,9 +29,9 @@ from core.spots.fusion import (
     fused_similarity,
     shortlist_mask,
 )
-from core.spots.lnbnn import build_descriptor_index, lnbnn_all_vs_all, lnbnn_scores
-from core.spots.pipeline import PipelineSettings, cross_flank, local_applies, spot_scores_all_vs_all
-from core.spots.verify import jacobian_det, verify_pair
+from core.identify.spots.lnbnn import build_descriptor_index, lnbnn_all_vs_all, lnbnn_scores
+from core.identify.spots.pipeline import PipelineSettings, cross_flank, local_applies, spot_scores_all_vs_all
+from core.identify.spots.verify import jacobian_det, verify_pair
 
 
 def spot_photo(seed: int, size: tuple[int, int] = (240, 320), n_spots: int = 70) -> np.ndarray:

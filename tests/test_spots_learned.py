@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.spots import (
+from core.identify.spots import (
     LEARNED_MATCHERS,
     Correspondences,
     LocalFeatures,

@@ -1,4 +1,4 @@
-"""Fused spot-evidence pipelines in the catalogue (db.spots, jobs.actions.spots, the CLI): evaluation, the
+"""Fused spot-evidence pipelines in the catalogue (db.identify.spots, jobs.actions.spots, the CLI): evaluation, the
 stored pipeline model, compare, export, keypoint jobs and bad input -- on synthetic spotted animals."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from PIL import Image as PILImage
 
 from app.cli import main as cli
-from core.spots import MatcherUnavailableError
-from db.spots import features_for, get_matcher, is_pipeline, load_pipeline
+from core.identify.spots import MatcherUnavailableError
+from db.identify.spots import features_for, get_matcher, is_pipeline, load_pipeline
 from jobs.actions.spots import (
     KeypointsRequest,
     MatchedSpotsRequest,
@@ -32,8 +32,8 @@ NO_MASK = "ind04_1.png"  # saved without an alpha channel: keypoints from the wh
 @pytest.fixture(scope="module")
 def spotted(tmp_path_factory):
     """A catalogue of spotted animals (RGBA photos whose alpha is the animal) and an identity benchmark."""
-    from db.benchmarks import create_benchmark
-    from db.ingest import ingest_path
+    from db.identify.benchmarks import create_benchmark
+    from db.io.ingest import ingest_path
     from db.session import open_catalogue
 
     root = tmp_path_factory.mktemp("spotted")
@@ -120,7 +120,7 @@ def test_bad_photos_are_scored_by_the_global_model_alone(spotted, evaluated):
 
 
 def test_compare_reads_the_pipeline_like_a_model(spotted, evaluated):
-    from db.compare import compare
+    from db.identify.compare import compare
 
     cat, _ = spotted
     res = compare(cat, evaluated["model"], "efficientnet_lite0", benchmark="spotted")
@@ -235,7 +235,7 @@ def test_cli_spots_show_draws_the_pair(spotted, tmp_path, capsys):
 def test_kaggle_export_with_a_pipeline(spotted, evaluated, tmp_path):
     """The pipeline scores Kaggle rows with its fused probability: a photo of the same animal scores higher
     than another animal's, and rows without spot evidence keep the global probability."""
-    from db.export import export_kaggle
+    from db.identify.export import export_kaggle
 
     cat, root = spotted
     photos = root / "photos"
@@ -260,9 +260,9 @@ def test_decisions_replace_the_benchmark_calibration_once_there_are_enough(spott
     not-same pairs refit the global and inlier calibrations, and match review says what they rest on."""
     from sqlalchemy import select
 
-    from db.matching import rank_candidates, record_decision
+    from db.identify.matching import rank_candidates, record_decision
     from db.models import Image, Individual
-    from db.spots import decided_pairs, with_decision_calibration
+    from db.identify.spots import decided_pairs, with_decision_calibration
 
     cat, _ = spotted
     stored = load_pipeline(cat, evaluated["model"])
@@ -334,7 +334,7 @@ def test_the_calibration_sample_says_why_it_stopped_growing(spotted, evaluated):
 
 
 def test_too_few_same_animal_pairs_are_refused_and_nothing_is_stored(spotted, evaluated, monkeypatch):
-    import db.spots as spots_db
+    import db.identify.spots as spots_db
 
     cat, _ = spotted
     monkeypatch.setattr(spots_db, "MIN_SAME_PAIRS", 10_000)

@@ -1,4 +1,4 @@
-"""core.stations: local timestamps, deployments as Camtrap DP states them, unique ids, events (photos of one
+"""core.field.stations: local timestamps, deployments as Camtrap DP states them, unique ids, events (photos of one
 deployment within 60 s of the previous one), a deployment's active days and which deployment was active when.
 Every expected value is worked out by hand in the comments."""
 
@@ -10,7 +10,7 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from core.stations import (
+from core.field.stations import (
     EVENT_GAP_S,
     DeploymentSpec,
     ParsedTime,

@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from core.stats import bootstrap_ci, compare_models, fisher_combine, holm, paired_wilcoxon, rank_correlation, verdict
+from core.identify.stats import (
+    bootstrap_ci,
+    compare_models,
+    fisher_combine,
+    holm,
+    paired_wilcoxon,
+    rank_correlation,
+    verdict,
+)
 
 
 def _seeds(n_seeds: int = 3, n_queries: int = 40, seed: int = 0) -> list[np.ndarray]:

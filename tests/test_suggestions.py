@@ -1,4 +1,4 @@
-"""db.suggestions: the stored-top-match review queue of a large catalogue, worked out by hand on six photos."""
+"""db.identify.suggestions: the stored-top-match review queue of a large catalogue, worked out by hand on six photos."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from datetime import datetime
 import pytest
 from sqlalchemy import insert
 
-from db.matching import record_decision, undo_decision
+from db.identify.matching import record_decision, undo_decision
 from db.models import Image, Individual, Photo
 from db.session import open_catalogue
-from db.suggestions import Suggestion, queue_from_suggestions, store_suggestions, suggestion_count
+from db.identify.suggestions import Suggestion, queue_from_suggestions, store_suggestions, suggestion_count
 
 T0 = datetime(2026, 1, 1)
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from app.cli import main as cli
-from db.benchmarks import create_benchmark
+from db.identify.benchmarks import create_benchmark
 from db.catalogue import CatalogueError
 from db.session import open_catalogue
 from jobs import queue

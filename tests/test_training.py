@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from app.cli import main as cli
-from core.training import augment, identity_batches, resolve_device, set_trainable_blocks, validation_split
-from db.benchmarks import create_benchmark, load_benchmark
+from core.identify.training import augment, identity_batches, resolve_device, set_trainable_blocks, validation_split
+from db.identify.benchmarks import create_benchmark, load_benchmark
 from db.catalogue import CatalogueError
 from db.models import JobStatus, Model
 from db.session import open_catalogue
@@ -128,7 +128,7 @@ def test_head_training_beats_frozen_features_and_registers_the_model(syn):
     assert row.training_config["train_config"]["seed"] == 0 and row.config["weights_sha256"] == row.checkpoint_hash
     # the validation hold-out is recorded: spot pipelines calibrate on photos the model never learned from,
     # and the hold-out rebuilt for older models (from the snapshot, checked by its hash) is the same one
-    from db.spots import _rebuilt_validation_ids, _trained_on, calibration_image_ids
+    from db.identify.spots import _rebuilt_validation_ids, _trained_on, calibration_image_ids
 
     held = row.training_config["validation_image_ids"]
     assert len(held) == res["n_val"] > 0 and set(held) <= train_ids
@@ -160,7 +160,7 @@ def test_evaluation_of_the_trained_model_is_reproducible(syn, capsys):
 
 
 def test_test_photos_are_never_trained_on(syn):
-    from db.training import training_set
+    from db.identify.training import training_set
 
     cat, _ = syn
     test_ids = load_benchmark(cat, "syn", split="test").image_ids
@@ -173,7 +173,7 @@ def test_test_photos_are_never_trained_on(syn):
 
 
 def test_partial_finetune_trains_only_the_last_blocks(syn):
-    from core.backbones import create_backbone
+    from core.identify.backbones import create_backbone
     from db.embeddings import get_backbone
 
     cat, _ = syn
@@ -231,7 +231,7 @@ def test_nearid_without_masks_is_refused(tmp_path):
 
 
 def test_near_identity_scores_hand_worked():
-    from core.training import near_identity_scores
+    from core.identify.training import near_identity_scores
 
     a = np.array([[1.0, 0], [1, 0], [0, 1], [0, 1]])
     labels = ["x", "x", "y", "y"]
@@ -350,7 +350,7 @@ def test_official_split_column_and_test_only_benchmarks(tmp_path):
     # a test-only benchmark has nothing to train on, and sift_vlad will not fit a codebook on a handful of photos
     job = queue.submit_and_run(cat, "train", {"benchmark": "published", **FAST})
     assert job.status == JobStatus.failed and "test-only" in job.message
-    from db.evaluation import run_evaluation
+    from db.identify.evaluation import run_evaluation
 
     with pytest.raises(CatalogueError, match="at least 50 photos"):
         run_evaluation(cat, backbone="sift_vlad", benchmark="published")
@@ -364,7 +364,7 @@ def test_sift_vlad_codebook_is_keyed_by_its_fit_set(tmp_path):
     cat = open_catalogue(tmp_path / "data")
     create_benchmark(cat, "a", manifest=manifest, split="identity", test_fraction=0.3, seed=0)
     create_benchmark(cat, "b", manifest=manifest, split="identity", test_fraction=0.3, seed=1)
-    from db.benchmarks import load_benchmark_fit_ids
+    from db.identify.benchmarks import load_benchmark_fit_ids
 
     fit_a, fit_b = load_benchmark_fit_ids(cat, "a"), load_benchmark_fit_ids(cat, "b")
     assert set(fit_a) != set(fit_b)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.variants import MASK_FREE_VARIANTS, VARIANTS, flip_horizontal, make_variant
+from core.inspect.variants import MASK_FREE_VARIANTS, VARIANTS, flip_horizontal, make_variant
 
 # a 2x3 photo with distinct pixels, animal = the left column and the centre of row 0
 RGB = np.arange(18, dtype=np.uint8).reshape(2, 3, 3) + 10

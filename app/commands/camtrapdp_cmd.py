@@ -8,8 +8,8 @@ import json
 import sys
 
 from app.commands.eval_cmd import progress_printer
-from core.camtrapdp_writer import SAMPLING_DESIGNS
-from core.privacy import DEFAULT_PEOPLE, PEOPLE_CHOICES
+from core.field.camtrapdp_writer import SAMPLING_DESIGNS
+from core.io.privacy import DEFAULT_PEOPLE, PEOPLE_CHOICES
 from jobs.actions.camtrapdp import export_camtrap_dp
 from jobs.requests.camtrapdp import ExportCamtrapDPRequest
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from app.console import print_table
-from core.privacy import DEFAULT_PEOPLE, PEOPLE_CHOICES
+from core.io.privacy import DEFAULT_PEOPLE, PEOPLE_CHOICES
 from jobs.actions import catalogue as services
 from jobs.actions.errors import CatalogueError
 from jobs.actions.export import export_catalogue

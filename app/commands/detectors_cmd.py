@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from app.console import print_table
-from core.detectors import describe_detectors, detector_status
+from core.field.detectors import describe_detectors, detector_status
 
 
 def register(sub) -> None:

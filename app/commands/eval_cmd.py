@@ -9,8 +9,8 @@ import json
 import sys
 
 from app.console import print_table
-from core.backbones import DEFAULT_BACKBONE
-from core.evaluation import FLANK_SETTINGS, RERANK_METHODS
+from core.identify.backbones import DEFAULT_BACKBONE
+from core.identify.evaluation import FLANK_SETTINGS, RERANK_METHODS
 from jobs.actions.benchmarks import EvaluateRequest, evaluate, is_fused_pipeline
 from jobs.actions.spots import SpotEvaluationRequest, evaluate_spots
 

@@ -28,7 +28,7 @@ import time
 
 from app.console import print_table
 from core.annotations import DEFAULT_MIN_CONFIDENCE
-from core.stations import EVENT_GAP_S
+from core.field.stations import EVENT_GAP_S
 from jobs.actions.ingest import FORMATS, import_path
 from jobs.requests.ingest import ImportPathRequest
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from app.console import print_table
-from core.backbones import DEFAULT_BACKBONE
+from core.identify.backbones import DEFAULT_BACKBONE
 from db.models import DecisionKind
 from jobs.actions.decisions import DecideRequest, UndoDecisionRequest, decide, decision_claim, undo_last_decision
 from jobs.actions.errors import ConflictError

@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from core.backbones import DEFAULT_BACKBONE
+from core.identify.backbones import DEFAULT_BACKBONE
 from jobs.actions import maintenance
 from jobs.actions.accounts import ensure_first_admin
 from jobs.requests.accounts import FirstAdminRequest

@@ -6,7 +6,7 @@ import json
 import sys
 
 from app.console import print_table
-from core.backbones import DEFAULT_BACKBONE
+from core.identify.backbones import DEFAULT_BACKBONE
 from jobs.actions import training
 from jobs.actions.promote import archive, promote
 from jobs.requests.models import ArchiveRequest, PromoteRequest
@@ -78,8 +78,8 @@ def register(sub) -> None:
 def train_request(args, user: str) -> TrainRequest:
     """The training run the arguments ask for; a bad head or value (``--epochs 0``) is refused here, before
     anything is queued."""
-    # lazy, as every ML import of the CLI: core.training imports torch
-    from core.training import check_calibration_holdout, parse_blocks
+    # lazy, as every ML import of the CLI: core.identify.training imports torch
+    from core.identify.training import check_calibration_holdout, parse_blocks
 
     if args.source == "benchmark" and not args.benchmark:
         raise ValueError("--source benchmark needs --benchmark NAME")

@@ -7,7 +7,7 @@ import gradio as gr
 import pandas as pd
 
 from app.ui_base import UIContext, curator_action, guarded_viewer
-from core.backbones import describe_backbones
+from core.identify.backbones import describe_backbones
 from jobs.actions import benchmarks as bs
 from jobs.actions import match as ms
 from jobs.actions import spots as sp

@@ -7,7 +7,7 @@ import gradio as gr
 import pandas as pd
 
 from app.ui_base import UIContext, curator_action, guarded_viewer, refreshed_choices
-from core.inpainting import default_inpainter_name
+from core.inspect.inpainting import default_inpainter_name
 from db.models import Role
 from jobs.actions import diagnostic_words as dw
 from jobs.actions import diagnostics as ds

@@ -7,7 +7,7 @@ from __future__ import annotations
 import gradio as gr
 
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text
-from core.camtrapdp_writer import SAMPLING_DESIGNS
+from core.field.camtrapdp_writer import SAMPLING_DESIGNS
 from db.models import Role
 from jobs.actions import export as es
 from jobs.actions import match as ms
@@ -34,7 +34,7 @@ those photos out, or to keep them unblurred (recorded in the audit trail). It is
 progress shows here and in the Jobs tab.
 """
 
-#: The people choice's labels (value: core.privacy.PEOPLE_CHOICES); blur comes first and is the default.
+#: The people choice's labels (value: core.io.privacy.PEOPLE_CHOICES); blur comes first and is the default.
 PEOPLE_LABELS = [("Blur the people (default)", "blur"), ("Leave out the photos showing people", "omit"),
                  ("Keep the people unblurred (recorded in the audit trail)", "keep")]
 

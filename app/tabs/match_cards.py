@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from urllib.parse import quote
 
-from core.diagnostics import mirror_tier, tier_colour
+from core.inspect.diagnostics import mirror_tier, tier_colour
 from jobs.actions import match as ms
 
 EMPTY_QUEUE = ("Nothing is waiting for review. Pick a photo in <b>Open a photo</b>, upload a new one, "

@@ -1,1 +1,2 @@
-"""Field ecology over the curated detections: spatial capture-recapture density and its inputs."""
+"""The field study over the curated detections: detectors, camera stations, capture histories,
+population size, density and activity, home ranges, the Camtrap DP writer."""

@@ -2,7 +2,7 @@
 
 Pure: rows (plain dicts keyed by the Camtrap DP column names) in, three CSV files and a ``datapackage.json`` out.
 The package names the official TDWG URLs of the profile and of each table schema, as Camtrap DP requires; the
-validation maps those URLs to the copies shipped in ``core/schemas/camtrap-dp/<version>/`` (MIT, github
+validation maps those URLs to the copies shipped in ``core/field/schemas/camtrap-dp/<version>/`` (MIT, github
 tdwg/camtrap-dp), so nothing is ever fetched:
 
 - the descriptor is checked against the Camtrap DP profile (JSON Schema, with ``jsonschema``). The profile builds

@@ -29,8 +29,8 @@ from datetime import datetime, timedelta
 
 from pyproj import Transformer
 
-from core.csv_safety import defuse_cell
-from core.home_range import utm_epsg  # one definition of the zones, shared with the home ranges
+from core.io.csv_safety import defuse_cell
+from core.field.home_range import utm_epsg  # one definition of the zones, shared with the home ranges
 
 #: camtrapR's recordTableIndividual columns, in its order (camtrapR reference, recordTableIndividualSample).
 CAMTRAPR_COLUMNS = ("Station", "Species", "Individual", "DateTimeOriginal", "Date", "Time", "delta.time.secs",

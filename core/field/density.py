@@ -28,7 +28,7 @@ from scipy.optimize import minimize
 from scipy.stats import norm
 from threadpoolctl import threadpool_limits
 
-from core.capthist import Trap
+from core.field.capthist import Trap
 from core.field.scr_data import Capture, CaptureHistory, build_capture_history
 from core.field.scr_errors import FitNotConverged, MaskError
 from core.field.scr_likelihood import (
@@ -424,7 +424,7 @@ def fit_density(captures: Iterable[Capture | Sequence], traps: Sequence[Trap], *
                 mask: Mask | str | Path | None = None, conditional: bool = False, session: str | None = None,
                 check_buffer: bool = True, progress: Callable[[float, str], None] | None = None) -> DensityFit:
     """Fit density from captures (``Session ID Occasion Detector`` rows or :class:`Capture`) at ``traps``
-    (:class:`core.capthist.Trap`: name, x and y in metres, usage per occasion).
+    (:class:`core.field.capthist.Trap`: name, x and y in metres, usage per occasion).
 
     ``mask``: None builds secr's trapbuffer mask (``buffer_m``, and ``spacing_m`` or 64 points across); a GeoJSON
     polygon (path) clips that mask to the habitat; a CSV of x,y points (path) or a :class:`Mask` is used as it is.

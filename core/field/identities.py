@@ -20,7 +20,7 @@ into one distribution by :func:`match_distribution`, Bayes' rule with a Good-Tur
    new animal c with probability p_c prod_{c' != c} (1 - p_c'), or starts one with prod_c (1 - p_c), p_c the
    largest calibrated probability that unit i and a member of c are one animal (``pairwise``); so two photos of
    one newcomer are not always two animals;
-3. the capture histories are rebuilt and M0, Mt and Mh-Chao computed (:mod:`core.population`).
+3. the capture histories are rebuilt and M0, Mt and Mh-Chao computed (:mod:`core.field.population`).
 
 **Combining the draws** (:func:`combine_draws`): a draw mixture. Each draw's sampling distribution of N is taken as
 a split log-normal on f0 = N - M that reproduces that draw's own 95% interval exactly (log-scale spread
@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtr
 
-from core import population as pop
+from core.field import population as pop
 
 PROVENANCES = ("curator", "machine", "unreviewed")
 BASES = ("decided", "confirmed", "uncertain")

@@ -2,13 +2,13 @@
 
 A query is read by two numbers: its best score against any gallery individual (an individual's score is its best
 photo's) and the gap from that to the second-best individual's. A logistic regression (Platt scaling, as
-:func:`core.calibration.fit_platt` for same / not same) of "new" on the two standardised numbers gives p(new).
+:func:`core.identify.calibration.fit_platt` for same / not same) of "new" on the two standardised numbers gives p(new).
 
 It is fitted and measured on a protocol that makes new animals out of known ones (:func:`novelty_queries`): a
 random share (a third) of the identities is set aside; one photo of each is a query and their other photos leave
 the gallery; every photo of the other identities is a query against the rest. Photos of the query's own sighting
 are never its gallery (they would make a match too easy), and a query with no photo of its animal left in its
-gallery counts as new. The expected calibration error of p(new) is :func:`core.calibration.reliability`'s.
+gallery counts as new. The expected calibration error of p(new) is :func:`core.identify.calibration.reliability`'s.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from core.calibration import reliability
+from core.identify.calibration import reliability
 
 DEFAULT_SHARE = 1 / 3
 MIN_QUERIES = 10

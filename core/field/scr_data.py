@@ -1,6 +1,6 @@
 """secr's text inputs read back, and the capture history a density fit works on.
 
-The files are those ``read.capthist`` reads and :mod:`core.capthist` writes (``rosette export capthist``):
+The files are those ``read.capthist`` reads and :mod:`core.field.capthist` writes (``rosette export capthist``):
 
 - captures, one line ``Session ID Occasion Detector`` per detection (``fmt="trapID"``, secr's default), or
   ``Session ID Occasion X Y`` where the detector is named by its coordinates (``fmt="XY"``, the format of secr's
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.capthist import Trap
+from core.field.capthist import Trap
 from core.field.scr_errors import (
     DensityInputError,
     DetectorLayoutError,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.capthist import Trap
+from core.field.capthist import Trap
 from core.field.scr_data import Capture
 from core.field.scr_likelihood import detection_hazard
 

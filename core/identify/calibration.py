@@ -8,7 +8,7 @@ Two fits, each monotone in the score, so the ranking never changes, only how a s
   it from overreaching). What match review uses while outcomes are fewer than :data:`ISOTONIC_FROM`.
 - **Isotonic regression** (:func:`fit_calibrator`, increasing, clipped to [0, 1]): free-form but step-wise, so
   it reads whole score ranges as one probability until it rests on many outcomes; the spot-evidence fusion
-  reads its thresholds (``core.spots.fusion``).
+  reads its thresholds (``core.identify.spots.fusion``).
 
 :func:`reliability` bins predictions and reports the observed rate per bin (the reliability diagram) and the
 expected calibration error ECE = sum_b (n_b / n) |observed_b - predicted_b|; :func:`spread` says how well the

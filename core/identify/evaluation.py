@@ -4,10 +4,10 @@ retrieval metrics of a benchmark split, same-sighting pairs excluded (docs/DESIG
 Per-flank figures (``rosette eval --flank``): ``any`` ranks every other photo; ``same`` restricts each query's
 gallery to photos of its own flank (what curators review), ``cross`` to the other flank (left <-> right, what the
 jaguar paper reports on its own). A query or gallery photo without a left/right flank (front, other, unknown) takes
-no part in ``same`` / ``cross``. The flank masks are :func:`core.diagnostics.flank_masks`, the ones the flank
+no part in ``same`` / ``cross``. The flank masks are :func:`core.inspect.diagnostics.flank_masks`, the ones the flank
 diagnostic uses; the figures are the same AP / CMC of :mod:`core.metrics` over the masked gallery.
 
-The catalogue side (embedding a benchmark's photos, storing the figures) lives in ``db.evaluation``.
+The catalogue side (embedding a benchmark's photos, storing the figures) lives in ``db.identify.evaluation``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import numpy as np
 
 from collections.abc import Sequence
 
-from core.diagnostics import flank_codes, flank_masks
+from core.inspect.diagnostics import flank_codes, flank_masks
 from core.metrics import RetrievalResult, all_vs_all_valid, retrieval_metrics
-from core.rerank import all_vs_all_rerank, rerankers
+from core.identify.rerank import all_vs_all_rerank, rerankers
 from core.similarity import pairwise_scores
 
 
@@ -28,7 +28,7 @@ def _rerank_methods() -> tuple[str, ...]:
     return ("none", *(n for n in rerankers.names() if n != "none"))
 
 
-RERANK_METHODS = _rerank_methods()  # the one list of re-ranking names: core.rerank's registry
+RERANK_METHODS = _rerank_methods()  # the one list of re-ranking names: core.identify.rerank's registry
 FLANK_SETTINGS = ("any", "same", "cross")  # rosette eval --flank: which side of the animal the gallery shows
 
 

@@ -18,12 +18,12 @@ writing the same entry never leave a half-written file under the final name;
 an entry that still fails to load, has the wrong shape or non-finite values is
 treated as a miss and recomputed.
 
-:func:`load_rgb` (from :mod:`core.images`) decodes photos fast: JPEG draft mode
+:func:`load_rgb` (from :mod:`core.io.images`) decodes photos fast: JPEG draft mode
 when ``max_side`` or ``draft`` is given, EXIF orientation applied, 8-bit RGB out.
 
 Speed: torch backbones run their forward pass through ONNX Runtime where that is
 their default (``efficientnet_lite0`` on CPU; ``runtime=`` or ``$ROSETTE_RUNTIME``
-choose, see :mod:`core.onnx_runtime`); the export is kept beside the features, in
+choose, see :mod:`core.identify.onnx_runtime`); the export is kept beside the features, in
 ``<cache_dir>/<config fingerprint>/onnx-runtime/``. The runtime is not in the cache
 key: both give the same features to 1e-4. ``workers=`` prepares several batches
 at once while the current one runs through the model.
@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from core.images import load_rgb
+from core.io.images import load_rgb
 
 __all__ = ["ExtractionCancelled", "extract_features", "feature_cache_path", "load_rgb", "read_cached", "write_cached"]
 

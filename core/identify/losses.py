@@ -29,7 +29,7 @@ formulas (docs/DESIGN.md section 4):
   tier 2: 0.5 * softplus( logsumexp_{n in N(i)} s_in/T - s_id/T ) for each distractor d (the distractor,
   which shares the anchor's background, must still rank above ordinary batch negatives N(i)).
 - ``idsim`` (ID-Sim): SupCon (tau 0.1) on the global embedding + lambda * SupCon-form InfoNCE over the logits
-  l_ij = -S(P_i, P_j) / 0.1, S the debiased Sinkhorn divergence between the patch sets (core.patch_transport).
+  l_ij = -S(P_i, P_j) / 0.1, S the debiased Sinkhorn divergence between the patch sets (core.identify.patch_transport).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core import lorentz
-from core.patch_transport import pairwise_patch_similarity
+from core.identify.patch_transport import pairwise_patch_similarity
 from core.registry import Registry
 
 LOSSES: Registry[nn.Module] = Registry("loss")

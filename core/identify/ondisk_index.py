@@ -32,7 +32,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from core.retrieval import faiss_search
+from core.identify.retrieval import faiss_search
 
 INDEX_JSON = "index.json"
 METRICS = ("ip", "l2")

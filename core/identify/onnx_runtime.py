@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from core.features import atomic_write
+from core.identify.features import atomic_write
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ divergence S(A, B) = OT_eps(A, B) - (OT_eps(A, A) + OT_eps(B, B)) / 2 (eps = blu
 identical sets and positive otherwise, and it ignores the order of the patches. The patch similarity is
 ``-S(A, B)``: its maximum, 0, is a set with itself.
 
-Used by the idsim head's loss (:class:`core.losses.PatchTransportLoss`: SupCon on the global embedding + lambda * an InfoNCE
+Used by the idsim head's loss (:class:`core.identify.losses.PatchTransportLoss`: SupCon on the global embedding + lambda * an InfoNCE
 over the negative Sinkhorn divergences between the batch's patch sets) and by the ``patch_ot`` re-ranking (the
 global cosine fused with the patch similarity on each query's global shortlist).
 """

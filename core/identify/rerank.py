@@ -28,7 +28,7 @@ a plain :func:`core.similarity.pairwise_scores` matrix.
 
 - **Patch transport** (``patch_ot``, ID-Sim): on each query's 20 best photos by the global score, the score
   becomes (1 - w) cos + w (1 + s_patch), w = 0.5, s_patch = -S(P_q, P_g) the Sinkhorn patch similarity of the
-  idsim head (:mod:`core.patch_transport`); the shortlist stays above the rest of the row.
+  idsim head (:mod:`core.identify.patch_transport`); the shortlist stays above the rest of the row.
 
 Measured (``tests/benchmarks/bench_retrieval.py``, all-vs-all, same sighting
 excluded): on nyala with frozen EfficientNet-Lite0 features (1,213 photos)
@@ -231,7 +231,7 @@ def _patch_ot_all(similarity_nn: np.ndarray, valid: np.ndarray, *, patches: np.n
     """(1 - weight) cosine + weight (1 + patch similarity) on the shortlist, kept above the rest of the row."""
     if patches is None:
         raise ValueError("patch_ot re-ranking needs each photo's patch embeddings: a model trained with --head idsim")
-    from core.patch_transport import patch_ot_scores  # lazy: torch and geomloss
+    from core.identify.patch_transport import patch_ot_scores  # lazy: torch and geomloss
 
     return patch_ot_scores(similarity_nn, valid, patches=patches, shortlist=shortlist, weight=weight)
 

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from core.heads import head_spec
+from core.identify.heads import head_spec
 from core.metrics import all_vs_all_metrics
 from core.similarity import pairwise_scores
 

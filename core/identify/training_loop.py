@@ -4,10 +4,10 @@
 solidity of each photo, in one order), a loader of each photo and the makers of its mirror and near-identity
 distractor (:class:`TrainingPhotos`), and the run's callbacks (:class:`TrainingHooks`: progress, log, metric
 rows, stop). It holds out a fixed identity-covering validation set, trains a head (and optionally the last
-blocks of the backbone) with :mod:`core.training`, keeps ``last.pt`` / ``best.pt`` checkpoints in the hooks'
+blocks of the backbone) with :mod:`core.identify.training`, keeps ``last.pt`` / ``best.pt`` checkpoints in the hooks'
 folder (a killed run resumes from ``last.pt``), and returns the best epoch's checkpoint (format
-:data:`core.backbones.trained.CHECKPOINT_FORMAT`) with the run's record. Registering it as a model is the
-store's part (``db.training.train_model``).
+:data:`core.identify.backbones.trained.CHECKPOINT_FORMAT`) with the run's record. Registering it as a model is the
+store's part (``db.identify.training.train_model``).
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.adapters import LoraSpec, adapted_widths, adapter_parameters, adapter_state, add_lora, rank_refusal
-from core.backbones import BackboneConfig, create_backbone
-from core.backbones.torch_base import resize_for_config
-from core.backbones.trained import CHECKPOINT_FORMAT
-from core.features import atomic_write
-from core.heads import create_head, head_spec
-from core.losses import create_loss
+from core.identify.adapters import LoraSpec, adapted_widths, adapter_parameters, adapter_state, add_lora, rank_refusal
+from core.identify.backbones import BackboneConfig, create_backbone
+from core.identify.backbones.torch_base import resize_for_config
+from core.identify.backbones.trained import CHECKPOINT_FORMAT
+from core.identify.features import atomic_write
+from core.identify.heads import create_head, head_spec
+from core.identify.losses import create_loss
 from core.progress import PhaseClock, duration_words
-from core.sampling import check_schedule, hard_negative_table, identity_aware_schedule
-from core.training import (
+from core.identify.sampling import check_schedule, hard_negative_table, identity_aware_schedule
+from core.identify.training import (
     TrainableModel,
     TrainConfig,
     TrainState,
@@ -214,7 +214,7 @@ def backbone_adapted_widths(backbone: str) -> tuple[tuple[str, int], ...] | None
 
 def check_lora_rank(backbone: str, rank: int) -> None:
     """Refuse, before any job exists, a LoRA rank wider than ``backbone``'s narrowest adapted layer, in the words
-    the running job would use (:func:`core.adapters.check_rank`)."""
+    the running job would use (:func:`core.identify.adapters.check_rank`)."""
     widths = backbone_adapted_widths(backbone)
     why = None if widths is None else rank_refusal(widths, rank)
     if why:

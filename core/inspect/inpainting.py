@@ -32,7 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 import cv2
 import numpy as np
 
-from core.masking import as_bool_mask, as_rgb_uint8, convex_hull_mask
+from core.inspect.masking import as_bool_mask, as_rgb_uint8, convex_hull_mask
 from core.registry import Registry
 
 __all__ = [

@@ -26,11 +26,11 @@ strengths ``STRENGTHS`` = 0, 0.25, 0.5, 0.75, 1, and the model's similarity s(e(
 
 At t = 0 every edit returns the photo unchanged (bit-identical), so its similarity to the original is exactly 1.
 
-Statistics (:func:`core.sensitivity_stats.summarise_sensitivity`): per dimension, the least-squares slope of similarity against strength
+Statistics (:func:`core.inspect.sensitivity_stats.summarise_sensitivity`): per dimension, the least-squares slope of similarity against strength
 over all photos' points (every photo has all five strengths, so it equals the mean of the per-photo slopes), a
 percentile bootstrap CI over photos (``scipy.stats.bootstrap``, seeded), the mean curve with a CI per strength;
 selectivity = |identity slope| / max(|background slope|, |lighting slope|, |viewpoint slope|), with a paired
-bootstrap CI; and the verdict in plain words. :func:`core.sensitivity_stats.sensitivity_figure` draws the four curves
+bootstrap CI; and the verdict in plain words. :func:`core.inspect.sensitivity_stats.sensitivity_figure` draws the four curves
 (plotly).
 """
 
@@ -48,8 +48,8 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from core.inpainting import fit_size_for_diffusion
-from core.masking import as_bool_mask, as_rgb_uint8
+from core.inspect.inpainting import fit_size_for_diffusion
+from core.inspect.masking import as_bool_mask, as_rgb_uint8
 
 __all__ = [
     "CONTEXT_DIMENSIONS",
@@ -286,7 +286,7 @@ def edit_identity(rgb: np.ndarray, mask: np.ndarray, strength: float, *, donor_r
 class DiffusionIdentityEditor:
     """The identity edit of the paper: the animal repainted by a diffusers inpainting pipeline, the pipeline's noise
     strength = the edit's strength; only pixels inside the animal's mask change. Built on a
-    :class:`core.inpainting.DiffusersInpainter` (its pipeline, steps, guidance and size rules)."""
+    :class:`core.inspect.inpainting.DiffusersInpainter` (its pipeline, steps, guidance and size rules)."""
 
     name = "diffusion"
 

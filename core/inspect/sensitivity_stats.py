@@ -1,7 +1,7 @@
 """Selective sensitivity, the statistics and the figure: per dimension the least-squares slope of
 similarity-to-original against edit strength with a bootstrap CI over photos (scipy), the selectivity
 (|identity slope| / steepest context slope) with its CI, plain-word verdicts, and the plotly curves. The edits
-themselves are :mod:`core.sensitivity`."""
+themselves are :mod:`core.inspect.sensitivity`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from core.sensitivity import CONTEXT_DIMENSIONS, DIMENSION_COLOURS, DIMENSION_WORDS, DIMENSIONS, STRENGTHS
+from core.inspect.sensitivity import CONTEXT_DIMENSIONS, DIMENSION_COLOURS, DIMENSION_WORDS, DIMENSIONS, STRENGTHS
 from core.similarity import METRICS, l2_normalize, paired_scores
 
 # --------------------------------------------------------------------------- statistics

@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import numpy as np
 
-from core.csv_safety import is_formula
+from core.io.csv_safety import is_formula
 from core.similarity import METRICS, l2_normalize, paired_scores, pairwise_scores
 
 TEST_COLUMNS = ("row_id", "query_image", "gallery_image")

@@ -23,7 +23,7 @@ Formats (:func:`detect_format` picks one; ``--format`` overrides):
 Each reader turns its source into :class:`Entry` objects (a name, how to read the bytes, and the facts the source
 states: identity, flank, sighting, species), and :func:`prepare_entry` reads, hashes and decodes one. Client paths
 are never trusted: zip members with ``..`` or absolute paths, links leaving the folder and manifest rows pointing
-outside it are refused. Storing the photos is the store's part (``db.ingest``).
+outside it are refused. Storing the photos is the store's part (``db.io.ingest``).
 """
 
 from __future__ import annotations

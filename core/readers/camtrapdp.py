@@ -5,7 +5,7 @@
 columns, and the ids (duplicate ``deploymentID`` / ``mediaID`` / ``observationID`` refuse the package, named), and
 turns the package into what an import needs (pure: files in, dataclasses out):
 
-- the deployments (:class:`core.stations.DeploymentSpec`);
+- the deployments (:class:`core.field.stations.DeploymentSpec`);
 - one :class:`Entry` per media row: ``name`` = its ``filePath`` (relative to the package), ``deployment`` =
   ``deploymentID``, ``taken_at`` = its ``timestamp`` with a UTC offset (a timestamp written without one takes the
   deployment's, with a warning), ``media_key`` = ``mediaID``, ``media_details`` = its other columns, and, when it
@@ -46,7 +46,7 @@ from core.readers.folder import FolderTree
 from core.readers.megadetector import ROUNDING_TOLERANCE
 from core.readers.report import IngestItemResult
 from core.readers.zipped import ZipTree
-from core.stations import DeploymentSpec, StationError, check_unique_ids, deployment_spec, parse_timestamp
+from core.field.stations import DeploymentSpec, StationError, check_unique_ids, deployment_spec, parse_timestamp
 
 #: The package descriptor's file name.
 DATAPACKAGE_NAME = "datapackage.json"

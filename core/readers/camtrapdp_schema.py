@@ -1,5 +1,5 @@
-"""An incoming Camtrap DP package checked against the Camtrap DP schemas Rosette ships (``core/schemas``), offline,
-as the export checks what it writes (:mod:`core.camtrapdp_writer`): the descriptor against the profile (JSON
+"""An incoming Camtrap DP package checked against the Camtrap DP schemas Rosette ships (``core/field/schemas``), offline,
+as the export checks what it writes (:mod:`core.field.camtrapdp_writer`): the descriptor against the profile (JSON
 Schema) and every table against its table schema with frictionless (types, formats, required cells, enums, unique
 ids, foreign keys). Columns are matched by name, as Rosette's reader matches them: a package may leave out the
 optional columns or write them in another order.
@@ -21,7 +21,14 @@ from typing import Any
 
 import frictionless
 
-from core.camtrapdp_writer import CAMTRAP_DP_VERSION, PROFILE_URL, SCHEMA_URLS, TABLES, check_descriptor, table_schema
+from core.field.camtrapdp_writer import (
+    CAMTRAP_DP_VERSION,
+    PROFILE_URL,
+    SCHEMA_URLS,
+    TABLES,
+    check_descriptor,
+    table_schema,
+)
 from core.readers.base import ReadError, Tree
 from core.readers.report import IngestItemResult
 

@@ -15,7 +15,7 @@ import csv
 
 from core.readers.base import ManifestError
 from core.readers.manifest import csv_rows
-from core.stations import DEPLOYMENT_COLUMNS, DeploymentSpec, StationError, check_unique_ids, deployment_spec
+from core.field.stations import DEPLOYMENT_COLUMNS, DeploymentSpec, StationError, check_unique_ids, deployment_spec
 
 #: Columns a deployments CSV must have.
 DEPLOYMENTS_REQUIRED = ("deploymentID", "deploymentStart", "deploymentEnd")
@@ -32,7 +32,7 @@ def _norm(name: str) -> str:
 
 
 def read_deployments_csv(data: bytes, *, label: str) -> list[DeploymentSpec]:
-    """Every deployment of a deployments CSV, validated (:func:`core.stations.deployment_spec`); raises
+    """Every deployment of a deployments CSV, validated (:func:`core.field.stations.deployment_spec`); raises
     :class:`DeploymentsCsvError` naming every problem (missing columns, bad rows with their line, duplicate ids)."""
     reader = csv_rows(data)
     canonical = {_norm(c): c for c in DEPLOYMENT_COLUMNS}

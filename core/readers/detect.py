@@ -6,7 +6,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from core.images import IMAGE_EXTENSIONS
+from core.io.images import IMAGE_EXTENSIONS
 from core.readers.base import Entry, IngestError, ManifestError, Tree, file_reader
 from core.readers.camtrapdp import DATAPACKAGE_NAME, read_camtrapdp
 from core.readers.folder import FolderTree, folder_entries
@@ -100,7 +100,7 @@ def entries_for_path(path: Path, fmt: str) -> tuple[list[Entry], list[Tree], str
         if fmt == "manifest":
             return manifest_entries(tree, csv_path.name), [tree], "manifest"
         return kaggle_entries(tree, csv_path.name), [tree], "kaggle"
-    if fmt == "camtrap-dp":  # the entries only: db.ingest reads the package's observations with them
+    if fmt == "camtrap-dp":  # the entries only: db.io.ingest reads the package's observations with them
         package = read_camtrapdp(path)
         return package.entries, [package.tree], "camtrap-dp"
     raise IngestError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-from core.images import IMAGE_EXTENSIONS
+from core.io.images import IMAGE_EXTENSIONS
 from core.readers.base import Entry, ReadError, Tree, hidden, read_limited, tree_reader, unsafe_reason
 from core.readers.report import IngestItemResult
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.images import MAX_PIXELS, DecodedImage, ImageDecodeError, decode_image, make_thumbnail
+from core.io.images import MAX_PIXELS, DecodedImage, ImageDecodeError, decode_image, make_thumbnail
 from core.readers.base import MAX_FILE_BYTES, Entry, ReadError
 from core.readers.report import IngestItemResult
 
@@ -97,14 +97,16 @@ def short_error(exc: BaseException) -> str:
 
 
 def alpha_threshold() -> int:
-    from core.masking import ALPHA_THRESHOLD  # core.masking loads OpenCV: only for photos with transparency
+    from core.inspect.masking import (
+        ALPHA_THRESHOLD,
+    )  # core.inspect.masking loads OpenCV: only for photos with transparency
 
     return int(ALPHA_THRESHOLD)
 
 
 def alpha_mask(decoded: DecodedImage):
     """Mask PNG bytes and quality of a transparent image: foreground = alpha > threshold."""
-    from core.masking import encode_mask_png, mask_quality  # OpenCV: only for photos with transparency
+    from core.inspect.masking import encode_mask_png, mask_quality  # OpenCV: only for photos with transparency
 
     mask = decoded.alpha > alpha_threshold()
     return encode_mask_png(mask), mask_quality(mask)

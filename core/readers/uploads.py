@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from core.images import IMAGE_EXTENSIONS
+from core.io.images import IMAGE_EXTENSIONS
 from core.readers.base import Entry, IngestError, ManifestError, Tree, file_reader
 from core.readers.detect import tree_entries
 from core.readers.folder import FOLDER_MEANINGS, FolderCounts, folder_counts, give_folders_meaning

@@ -21,9 +21,9 @@ from datetime import datetime
 
 from sqlalchemy import select
 
-from core.stations import StationError, parse_timestamp
+from core.field.stations import StationError, parse_timestamp
 from db.models import Image, Individual, Photo
-from db.population import _current_names, choose_species
+from db.field.population import _current_names, choose_species
 from db.session import Catalogue
 
 SEXES = ("female", "male")

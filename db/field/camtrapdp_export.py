@@ -1,5 +1,5 @@
 """The catalogue as a Camtrap DP 1.0 package (``rosette export camtrap-dp OUT``, the Export tab; docs/DESIGN.md
-section 8): this module gathers the rows, :mod:`core.camtrapdp_writer` writes and validates them.
+section 8): this module gathers the rows, :mod:`core.field.camtrapdp_writer` writes and validates them.
 
 - ``deployments``: every deployment with coordinates (Camtrap DP requires latitude and longitude); the fields
   Rosette has no column for come back from ``Deployment.details``.
@@ -41,7 +41,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from core.annotations import Box
-from core.camtrapdp_writer import (
+from core.field.camtrapdp_writer import (
     MEDIA_TYPES,
     PackageMetadata,
     PackageProblem,
@@ -50,9 +50,9 @@ from core.camtrapdp_writer import (
     validate_package,
     write_package,
 )
-from core.images import extension_for
-from core.privacy import DEFAULT_PEOPLE, blurred_file, blurred_format, check_people_choice, person_boxes
-from core.stations import StationError, parse_timestamp
+from core.io.images import extension_for
+from core.io.privacy import DEFAULT_PEOPLE, blurred_file, blurred_format, check_people_choice, person_boxes
+from core.field.stations import StationError, parse_timestamp
 from db.catalogue import CatalogueError, current_individual
 from db.export_rules import record_people_kept, refuse_unnamed_species
 from db.models import Deployment, EventKind, IdentityEvent, Image, Individual, Photo, Species
@@ -87,7 +87,7 @@ class CamtrapDPExport:
     media_files: int = 0
     left_out: dict[str, int] = field(default_factory=dict)  # reason -> photos left out
     problems: list[PackageProblem] = field(default_factory=list)
-    people: str = DEFAULT_PEOPLE  # what was done with the photos showing people (core.privacy.PEOPLE_CHOICES)
+    people: str = DEFAULT_PEOPLE  # what was done with the photos showing people (core.io.privacy.PEOPLE_CHOICES)
     people_observations: int = 0  # observations of people (observationType human)
     photos_with_people: int = 0  # photos showing people in the package (blurred or kept) or left out (omit)
     event_observations: int = 0  # event-level observations

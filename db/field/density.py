@@ -3,8 +3,8 @@ text files, as one JSON-ready answer: what :meth:`core.field.density.DensityFit.
 used, what the study rests on, and what the Population tab draws (the stations with their detections, each
 animal's mean detection place, the mask points, the fitted detection curve).
 
-The catalogue's study is :func:`db.population.population_study` (species, window, occasions) and its detectors and
-captures are :func:`db.population.secr_inputs`, the ones ``rosette export capthist`` writes: UTM metres, each
+The catalogue's study is :func:`db.field.population.population_study` (species, window, occasions) and its detectors and
+captures are :func:`db.field.population.secr_inputs`, the ones ``rosette export capthist`` writes: UTM metres, each
 station's usage its active days per occasion. Nothing is stored: a fit that cannot be made raises and leaves the
 catalogue as it was.
 """
@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from core.capthist import Trap
+from core.field.capthist import Trap
 from core.field.density import _rpsv, fit_density  # RPSV: secr's starting sigma, the default buffer's unit
 from core.field.scr_data import Capture, build_capture_history, read_secr_captures, read_secr_traps
 from core.field.scr_errors import DensityInputError, DetectorLayoutError
-from db.population import population_study, secr_inputs
+from db.field.population import population_study, secr_inputs
 from db.session import Catalogue
 
 #: The default buffer in units of RPSV (the spread of each animal's detections, secr's first guess at sigma):

@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from core.stations import (
+from core.field.stations import (
     EVENT_GAP_S,
     DeploymentSpec,
     ParsedTime,
@@ -213,7 +213,7 @@ class DeploymentRow:
     """One deployment as the Deployments screen and ``rosette deployments`` list it.
 
     ``photos`` counts the photos linked to it; ``active_days`` its camera-days, the length of its active period in
-    days, fractions kept (:func:`core.stations.camera_days`, the rule the population study's effort follows; lists
+    days, fractions kept (:func:`core.field.stations.camera_days`, the rule the population study's effort follows; lists
     show it to two decimals)."""
 
     id: int
@@ -232,7 +232,7 @@ class DeploymentRow:
 
     @property
     def station(self) -> str:
-        """The station it belongs to (:func:`core.stations.station_name`)."""
+        """The station it belongs to (:func:`core.field.stations.station_name`)."""
         return station_name(self.location_id, self.location_name, self.key)
 
     def to_dict(self) -> dict[str, Any]:
@@ -459,7 +459,7 @@ class EventReport:
 def form_events(session: Session, photo_ids: Iterable[int] | None = None, *,
                 gap_s: float = EVENT_GAP_S) -> EventReport:
     """Group photos with a deployment and a time but no sighting into events (sightings), per deployment: a photo
-    more than ``gap_s`` after the previous one starts a new event (:func:`core.stations.group_events`).
+    more than ``gap_s`` after the previous one starts a new event (:func:`core.field.stations.group_events`).
 
     Only photos in ``photo_ids`` (all such photos when None) are given a sighting; a photo whose group also holds
     photos already in an automatically formed event of that deployment joins that event. Photos that already have

@@ -9,7 +9,7 @@ Where a station comes from: the photo's deployment (else its sighting's deployme
 deployments of one location with a gap in activity are one station, named by ``location_name``, with the
 deployment's latitude and longitude; else the sighting's place (its name, else its coordinates) and latitude and
 longitude. A station's coordinates are the mean of its records' coordinates; the home range is the minimum convex
-polygon of the stations' coordinates (:mod:`core.home_range`).
+polygon of the stations' coordinates (:mod:`core.field.home_range`).
 
 Reading functions take a session and change nothing; :func:`set_traits` changes one individual and flushes (the
 caller commits), audited through ``db.audit`` under the acting user and recorded as an undoable identity event.
@@ -24,8 +24,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from core.home_range import HomeRange, minimum_convex_polygon
-from core.stations import StationError, parse_timestamp
+from core.field.home_range import HomeRange, minimum_convex_polygon
+from core.field.stations import StationError, parse_timestamp
 from db.catalogue import CatalogueError, _record, get_individual
 from db.models import (
     DecisionKind,

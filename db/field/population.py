@@ -10,7 +10,7 @@ that cannot be read), outside the window.
 **Window and occasions.** Day 0 is the local calendar day of the earliest deployment start (or ``date_from`` when
 later); the window ends with ``date_to`` (inclusive) when given, else with the day of the last deployment's end. Every
 deployment active in the window gives effort (its active period in local time, clipped to the window);
-:func:`core.population.capture_histories` cuts it into occasions of ``occasion_days`` and the estimates use the
+:func:`core.field.population.capture_histories` cuts it into occasions of ``occasion_days`` and the estimates use the
 occasions that carry effort or a detection.
 """
 
@@ -23,9 +23,9 @@ from datetime import date, datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from core import capthist as ch
-from core import population as pop
-from core.stations import StationError, camera_days, local_period, parse_timestamp
+from core.field import capthist as ch
+from core.field import population as pop
+from core.field.stations import StationError, camera_days, local_period, parse_timestamp
 from db.catalogue import CatalogueError, current_individual
 from db.models import DEFAULT_SPECIES_ID, Deployment, Image, Individual, Photo, Species
 from db.session import Catalogue

@@ -11,11 +11,11 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from core.backbones.weights import sha256_file
-from core.splits import check_split_kind, is_column_split, make_split_any
+from core.identify.backbones.weights import sha256_file
+from core.identify.splits import check_split_kind, is_column_split, make_split_any
 from db.catalogue import CatalogueError
 from db.embeddings import all_image_ids, pixel_key_of
-from db.ingest import ingest_path
+from db.io.ingest import ingest_path
 from db.models import Benchmark, BenchmarkImage, Image, Individual, Sighting
 from db.session import Catalogue
 

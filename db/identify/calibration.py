@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.calibration import ENOUGH_DECISIONS, Calibrator, fit_match_calibrator, reliability
+from core.identify.calibration import ENOUGH_DECISIONS, Calibrator, fit_match_calibrator, reliability
 from core.metrics import all_vs_all_valid
 from core.similarity import pairwise_scores
-from db.compare import test_split_scores
+from db.identify.compare import test_split_scores
 from db.embeddings import embed_images, gallery_image_ids, get_backbone
 from db.models import DEFAULT_SPECIES_ID, Benchmark, DecisionKind, Image, MatchDecision, Species
 from db.session import Catalogue
@@ -97,7 +97,7 @@ def _species_benchmark(cat: Catalogue, species_id: int) -> str | None:
 
 def calibrator_for(cat: Catalogue, model: str, *, species_id: int = DEFAULT_SPECIES_ID,
                    benchmark: str | None = None) -> Calibrator | None:
-    """The calibrator of ``model`` for a species (core.calibration.fit_match_calibrator: Platt on score and
+    """The calibrator of ``model`` for a species (core.identify.calibration.fit_match_calibrator: Platt on score and
     rank while outcomes are few): its decisions, topped up while there are fewer than :data:`ENOUGH_DECISIONS`
     with benchmark top-5 pairs, or the catalogue's own identified photos' top-5 pairs when no benchmark exists.
     None when nothing gives a usable fit."""

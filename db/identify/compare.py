@@ -16,10 +16,10 @@ import numpy as np
 
 from core.metrics import all_vs_all_valid, average_precision, first_hit_rank, relevance
 from core.similarity import pairwise_scores
-from db.benchmarks import load_benchmark, load_benchmark_fit_ids
+from db.identify.benchmarks import load_benchmark, load_benchmark_fit_ids
 from db.embeddings import embed_images, get_backbone
 from db.session import Catalogue
-from db.spots import load_pipeline, pipeline_similarity
+from db.identify.spots import load_pipeline, pipeline_similarity
 
 ENDPOINTS = ("map", "cmc1", "cmc5")
 PRIMARY = "cmc1"
@@ -76,7 +76,7 @@ def identity_balanced(values: np.ndarray, labels: Sequence[str]) -> float:
 def compare(cat: Catalogue, a: str | Sequence[str], b: str | Sequence[str], *, benchmark: str,
             alpha: float = 0.05, seed: int = 0) -> dict[str, Any]:
     """Compare A and B (a model name each, or one model per seed) on ``benchmark``'s test split."""
-    from core.stats import bootstrap_ci, compare_models, holm, verdict  # lazy: scipy, statsmodels (start-up)
+    from core.identify.stats import bootstrap_ci, compare_models, holm, verdict  # lazy: scipy, statsmodels (start-up)
 
     names_a = [a] if isinstance(a, str) else list(a)
     names_b = [b] if isinstance(b, str) else list(b)

@@ -1,7 +1,7 @@
 """Benchmark evaluation runner: embed a benchmark's test split with a backbone,
 score all-vs-all, compute the metrics and store them in ``evaluations`` with
 the exact model config, so every number shown can be traced back. The maths over the embeddings
-(:func:`core.evaluation.evaluate_embeddings`) are pure functions in core."""
+(:func:`core.identify.evaluation.evaluate_embeddings`) are pure functions in core."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from typing import Any
 
 from sqlalchemy import select
 
-from core.evaluation import RERANK_METHODS, check_flank, evaluate_embeddings, similarity_for
-from db.benchmarks import load_benchmark, load_benchmark_fit_ids
+from core.identify.evaluation import RERANK_METHODS, check_flank, evaluate_embeddings, similarity_for
+from db.identify.benchmarks import load_benchmark, load_benchmark_fit_ids
 from db.embeddings import embed_images, get_backbone, sources_for, variant_loader
 from db.models import Benchmark, Evaluation, Model
 from db.session import Catalogue
 
 __all__ = ["RERANK_METHODS", "evaluate_embeddings", "list_evaluations", "run_evaluation", "similarity_for",
-           "store_evaluation"]  # the array maths live in core.evaluation; re-exported for their older importers
+           "store_evaluation"]  # the array maths live in core.identify.evaluation; re-exported for their older importers
 
 
 def run_evaluation(cat: Catalogue, *, backbone: str, benchmark: str, variant: str = "full_rgb",

@@ -11,14 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from core.features import extract_features
-from core.images import decode_image
-from core.kaggle import check_images_exist, distinct_images, read_test_csv, score_pairs, write_submission
-from core.spots.stored import fuse_pairs
-from core.variants import make_variant
+from core.identify.features import extract_features
+from core.io.images import decode_image
+from core.io.kaggle import check_images_exist, distinct_images, read_test_csv, score_pairs, write_submission
+from core.identify.spots.stored import fuse_pairs
+from core.inspect.variants import make_variant
 from db.embeddings import get_backbone
 from db.session import Catalogue
-from db.spots import folder_features, load_pipeline, matcher_for
+from db.identify.spots import folder_features, load_pipeline, matcher_for
 
 
 def _file_key(path: Path) -> str:

@@ -16,20 +16,20 @@ from typing import Any
 import numpy as np
 from sqlalchemy import func, select, update
 
-from core.backbones import DEFAULT_BACKBONE
-from core.retrieval import build_index, prepare_cosine
+from core.identify.backbones import DEFAULT_BACKBONE
+from core.identify.retrieval import build_index, prepare_cosine
 from core.similarity import pairwise_scores
 from db import catalogue as ops
-from db import vector_index
+from db.identify import vector_index
 from db.catalogue import CatalogueError, ConflictError, check_date  # noqa: F401  (check_date: also read from here)
 from db.embeddings import embed_images, gallery_image_ids, get_backbone
 from db.models import DecisionKind, Image, MatchDecision, Model, utcnow
-from db.photos import image_rows
+from db.identify.photos import image_rows
 from db.session import Catalogue
 from db.species import species_of_image
-from db.suggestions import QUEUE_ON_THE_FLY_LIMIT, queue_from_suggestions, suggestion_count
-from db.spots import load_pipeline, rerank_with_pipeline, with_decision_calibration
-from db.vector_index import (
+from db.identify.suggestions import QUEUE_ON_THE_FLY_LIMIT, queue_from_suggestions, suggestion_count
+from db.identify.spots import load_pipeline, rerank_with_pipeline, with_decision_calibration
+from db.identify.vector_index import (
     MAX_DELTA_FRACTION,
     GalleryIndex,
     exact_scores,
@@ -57,7 +57,7 @@ class Candidate:
     # with a fused pipeline: the score is the fused probability; these say what it rests on
     global_score: float | None = None
     inliers: int | None = None
-    spot_status: str | None = None  # core.spots.verify.STATUS_WORDS key
+    spot_status: str | None = None  # core.identify.spots.verify.STATUS_WORDS key
     spot_probability: float | None = None  # the inlier count's calibrated probability
 
 
@@ -106,7 +106,7 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = DE
     ``place`` / ``date_from`` / ``date_to`` keep gallery photos whose sighting place contains
     the text and whose date (sighting date, else EXIF time) lies in the range.
     With ``per_individual`` only each individual's best-scoring photo is listed.
-    Past :func:`db.vector_index.index_threshold` gallery photos the species' on-disk IVF-PQ index answers (or, until
+    Past :func:`db.identify.vector_index.index_threshold` gallery photos the species' on-disk IVF-PQ index answers (or, until
     it is built, an exact search streamed in chunks): see :func:`_rank_large_gallery`. ``index_used`` names the index.
     """
     date_from = check_date(date_from, what="the 'from' date")
@@ -209,7 +209,7 @@ def _rank_large_gallery(cat: Catalogue, query_image_id: int, whole: list[int], g
                         species_id: int, model_name: str, k: int, flank_filter: str, place: str | None,
                         date_from: str | None, date_to: str | None, per_individual: bool) -> MatchResult:
     """:func:`rank_candidates` past the threshold: the query alone is embedded and looked up in the species'
-    on-disk IVF-PQ index (:mod:`db.vector_index`); rows and features are read for the hits only. Without a usable
+    on-disk IVF-PQ index (:mod:`db.identify.vector_index`); rows and features are read for the hits only. Without a usable
     index the build job is asked for (``follow_up``) and the gallery is searched exactly, streamed in chunks."""
     q_rows = image_rows(cat, [query_image_id])
     if query_image_id not in q_rows:
@@ -276,7 +276,7 @@ _INDEX_CACHE: dict[tuple[str, str], Any] = {}
 
 def _gallery_index(model_name: str, gallery: tuple[int, ...], emb: np.ndarray, *, metric: str) -> Any:
     """FAISS index over the gallery embeddings (exact for small galleries, approximate above
-    ``core.retrieval``'s measured threshold), reused while the gallery and model are unchanged."""
+    ``core.identify.retrieval``'s measured threshold), reused while the gallery and model are unchanged."""
     import hashlib
 
     key = (model_name, hashlib.sha1(np.ascontiguousarray(emb).tobytes() + repr(gallery).encode()).hexdigest())
@@ -421,7 +421,7 @@ def review_queue(cat: Catalogue, *, model_name: str = DEFAULT_BACKBONE, limit: i
                  progress=None) -> list[QueueItem]:
     """Photos with no standing decision, most confident top match first (unassigned photos first).
 
-    Up to :data:`db.suggestions.QUEUE_ON_THE_FLY_LIMIT` photos every pending photo is ranked now; past it the queue
+    Up to :data:`db.identify.suggestions.QUEUE_ON_THE_FLY_LIMIT` photos every pending photo is ranked now; past it the queue
     reads the best matches stored by the species' index build (``rosette index build``), one indexed query."""
     with cat.unit_of_work() as s:
         n_photos = int(s.scalar(select(func.count()).select_from(Image)) or 0)

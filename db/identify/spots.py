@@ -3,7 +3,7 @@ config), fused pipelines as stored models, their evaluation on a benchmark, and 
 match review, comparison and export.
 
 A *pipeline* is a ``models`` row with ``head = "pipeline"``: ``backbone`` is the global model that makes the
-shortlist, and ``config`` holds the matcher's config, the :class:`~core.spots.pipeline.PipelineSettings`, the
+shortlist, and ``config`` holds the matcher's config, the :class:`~core.identify.spots.pipeline.PipelineSettings`, the
 global model's config and the fitted calibration of every scorer with what it rests on. Its name works
 wherever a model name does (eval, compare, promote, match review, Kaggle export).
 """
@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.calibration import ENOUGH_DECISIONS, Calibrator
-from core.features import ExtractionCancelled
-from core.evaluation import flank_counts, flank_gallery
+from core.identify.calibration import ENOUGH_DECISIONS, Calibrator
+from core.identify.features import ExtractionCancelled
+from core.identify.evaluation import flank_counts, flank_gallery
 from core.metrics import all_vs_all_valid, retrieval_metrics
 from core.similarity import paired_scores, pairwise_scores
-from core.spots import (
+from core.identify.spots import (
     MIN_KEYPOINTS,
     LocalFeatures,
     LocalMatcher,
@@ -36,13 +36,13 @@ from core.spots import (
     load_features,
     save_features,
 )
-from core.spots.classical import SIFT_CONTRAST
-from core.spots.fusion import GLOBAL, calibrator_to_dict, fit_scorer_calibrations
-from core.spots.fusion_choice import MIN_SAME_PAIRS, choose_fusion
-from core.spots.lnbnn import build_descriptor_index, lnbnn_scores
-from core.spots.pipeline import VERIFICATION, PipelineSettings, cross_flank, spot_scores_all_vs_all, verify_one
-from core.spots.requests import KeypointsRequest, SpotEvaluationRequest
-from core.spots.stored import (
+from core.identify.spots.classical import SIFT_CONTRAST
+from core.identify.spots.fusion import GLOBAL, calibrator_to_dict, fit_scorer_calibrations
+from core.identify.spots.fusion_choice import MIN_SAME_PAIRS, choose_fusion
+from core.identify.spots.lnbnn import build_descriptor_index, lnbnn_scores
+from core.identify.spots.pipeline import VERIFICATION, PipelineSettings, cross_flank, spot_scores_all_vs_all, verify_one
+from core.identify.spots.requests import KeypointsRequest, SpotEvaluationRequest
+from core.identify.spots.stored import (
     COMPONENTS,
     PIPELINE_HEAD,
     StoredPipeline,
@@ -62,7 +62,7 @@ from core.spots.stored import (
     uses_lnbnn,
     with_refitted_calibration,
 )
-from db.benchmarks import load_benchmark, load_benchmark_fit_ids
+from db.identify.benchmarks import load_benchmark, load_benchmark_fit_ids
 from db.catalogue import CatalogueError
 from db.embeddings import (
     all_image_ids,
@@ -73,16 +73,16 @@ from db.embeddings import (
     masked_content_key,
     sources_for,
 )
-from db.evaluation import store_evaluation
+from db.identify.evaluation import store_evaluation
 from db.models import DecisionKind, Image, MatchDecision, Model, ModelStatus
-from db.photos import image_rows
+from db.identify.photos import image_rows
 from db.session import Catalogue
 
 __all__ = ["CALIBRATION_PHOTOS", "COMPONENTS", "PIPELINE_HEAD", "StoredPipeline", "calibration_image_ids",
            "decided_pairs", "evaluate_pipeline", "evaluate_request", "evaluate_stored_pipeline", "extract_keypoints", "features_for",
            "folder_features", "fuse_pairs", "get_matcher", "is_pipeline", "load_pipeline", "matcher_for",
            "pipeline_name", "pipeline_similarity", "rerank_with_pipeline", "spot_summary", "verify_candidates",
-           "with_decision_calibration"]  # the pure part (StoredPipeline, fuse_pairs...) lives in core.spots.stored
+           "with_decision_calibration"]  # the pure part (StoredPipeline, fuse_pairs...) lives in core.identify.spots.stored
 
 #: Photos of the benchmark's train split (whole identities, seeded) on which the scorers are first calibrated;
 #: the sample grows until every scorer has ENOUGH_SAME_PAIRS same-animal pairs, or the train split runs out.
@@ -251,8 +251,10 @@ def _rebuilt_validation_ids(cat: Catalogue, snap: dict[str, Any], cfg: dict[str,
                             species_id: int | None) -> list[int] | None:
     """The validation hold-out of a model trained before it was recorded: the same seeded split of the same
     training set, trusted only when the training set's hash equals the model's snapshot hash."""
-    from core.training import validation_split  # core.training and db.training load torch: only for old models
-    from db.training import training_set  # lazy: imports torch (start-up time)
+    from core.identify.training import (
+        validation_split,
+    )  # core.identify.training and db.identify.training load torch: only for old models
+    from db.identify.training import training_set  # lazy: imports torch (start-up time)
 
     tc = cfg.get("train_config") or {}
     try:
@@ -565,7 +567,7 @@ def rerank_with_pipeline(cat: Catalogue, pipeline: StoredPipeline, query_id: int
                          ) -> tuple[list[tuple[float, int, dict[str, Any]]], str | None]:
     """Re-rank one query's global ranking (score, gallery position, _) by the pipeline: its top-K shortlist gets
     the fused calibrated probability (global + the spot scorers that apply), the rest keep the global order
-    below it (:func:`core.spots.stored.rerank_shortlist`). Returns the new ranking with per-candidate spot facts,
+    below it (:func:`core.identify.spots.stored.rerank_shortlist`). Returns the new ranking with per-candidate spot facts,
     and a note about the query's evidence."""
     short = ranked[:pipeline.settings.shortlist]
     matcher = matcher_for(pipeline)
@@ -650,9 +652,9 @@ def decided_pairs(cat: Catalogue, *, species_id: int | None = None) -> list[tupl
 def with_decision_calibration(cat: Catalogue, pipeline: StoredPipeline, *, species_id: int | None = None
                               ) -> StoredPipeline:
     """The pipeline with its global and inlier calibrations refitted on the curators' decided pairs once there
-    are at least ``core.calibration.ENOUGH_DECISIONS`` of them with both outcomes (LNBNN, which scores a photo
+    are at least ``core.identify.calibration.ENOUGH_DECISIONS`` of them with both outcomes (LNBNN, which scores a photo
     against a whole gallery, keeps the benchmark calibration); otherwise the pipeline as stored
-    (:func:`core.spots.stored.with_refitted_calibration`)."""
+    (:func:`core.identify.spots.stored.with_refitted_calibration`)."""
     pairs = decided_pairs(cat, species_id=species_id)
     same = [y for _, _, y in pairs]
     if len(pairs) < ENOUGH_DECISIONS or len(set(same)) < 2:

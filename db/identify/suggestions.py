@@ -1,10 +1,10 @@
 """Stored top matches: the review queue of a catalogue too large to rank on the fly.
 
-Under :data:`QUEUE_ON_THE_FLY_LIMIT` photos, ``db.matching.review_queue`` embeds and ranks every pending photo
+Under :data:`QUEUE_ON_THE_FLY_LIMIT` photos, ``db.identify.matching.review_queue`` embeds and ranks every pending photo
 when asked (what a small catalogue wants: always current). Past it, that would hold a pending x gallery score
 matrix (10^12 cells at a million photos), so the queue is one SQL query over ``match_suggestions``: each photo's
 best gallery match under a model, written in chunks by the job that builds the species' vector index
-(``db.vector_index``) or by :func:`store_suggestions`. The query needs no embedding at all; it reads the photos
+(``db.identify.vector_index``) or by :func:`store_suggestions`. The query needs no embedding at all; it reads the photos
 with no standing decision, unassigned ones first, most confident first, and uses the ``(model_name, top_score, image_id)``
 index to stop after ``limit`` rows.
 """

@@ -5,7 +5,7 @@ benchmarks' (``"nyala,lions"``: one model, each benchmark a source of the
 identity-aware sampler, identities namespaced by benchmark) -- or the catalogue's
 confirmed individuals, never a benchmark's test photos, and hands them, with their
 masks and inpainted backgrounds where the loss needs them, to
-:func:`core.training_loop.run_training`, which holds out a fixed identity-covering
+:func:`core.identify.training_loop.run_training`, which holds out a fixed identity-covering
 validation set, trains a head (and optionally the last blocks of the backbone),
 keeps ``last.pt`` / ``best.pt`` checkpoints in the job folder (a killed run resumes
 from ``last.pt``) and returns the best epoch's checkpoint. This module registers it
@@ -27,13 +27,13 @@ from typing import Any
 import numpy as np
 from sqlalchemy import func, select
 
-from core.backbones import BACKBONES, DEFAULT_BACKBONE
-from core.backbones.trained import trained_config
-from core.backbones.weights import sha256_file
-from core.heads import head_spec
-from core.inpainting import create_inpainter, default_inpainter_name
-from core.training import TrainConfig, calibration_holdout_split, composite_distractor, freeing_gpu
-from core.training_loop import (
+from core.identify.backbones import BACKBONES, DEFAULT_BACKBONE
+from core.identify.backbones.trained import trained_config
+from core.identify.backbones.weights import sha256_file
+from core.identify.heads import head_spec
+from core.inspect.inpainting import create_inpainter, default_inpainter_name
+from core.identify.training import TrainConfig, calibration_holdout_split, composite_distractor, freeing_gpu
+from core.identify.training_loop import (
     TRAINABLE_BACKBONE_HINT,
     NotTrainableError,
     TrainingHooks,
@@ -43,8 +43,8 @@ from core.training_loop import (
     model_name,
     run_training,
 )
-from core.variants import flip_horizontal, make_variant
-from db.benchmarks import load_benchmark
+from core.inspect.variants import flip_horizontal, make_variant
+from db.identify.benchmarks import load_benchmark
 from db.catalogue import CatalogueError
 from db.embeddings import inpainted_background, load_mask, load_photo, pixel_key_of, sources_for
 from db.models import DecisionKind, Image, Individual, MatchDecision, Model, ModelStatus, Sighting, Species
@@ -54,7 +54,7 @@ from db.species import active_model_name
 __all__ = ["MIN_TRAIN_PHOTOS", "TRAINABLE_BACKBONE_HINT", "TrainingHooks", "TrainingSet", "benchmark_list",
            "check_model_name", "decisions_since_active", "hard_negative_pairs", "list_models", "summary_json",
            "train_model", "trained_model_names", "trained_model_row",
-           "training_set"]  # TrainingSet, TrainingHooks: core.training_loop, re-exported
+           "training_set"]  # TrainingSet, TrainingHooks: core.identify.training_loop, re-exported
 
 MIN_TRAIN_PHOTOS = 8
 
@@ -207,7 +207,7 @@ def train_model(cat: Catalogue, *, backbone: str = DEFAULT_BACKBONE, config: Tra
                 source: str = "benchmark", benchmark: str | None = None, image_ids: Sequence[int] | None = None,
                 name: str | None = None, device: str = "auto", hooks: TrainingHooks,
                 species_id: int | None = None) -> dict[str, Any]:
-    """Train (:func:`core.training_loop.run_training`, checkpointing every epoch) on the training set, register
+    """Train (:func:`core.identify.training_loop.run_training`, checkpointing every epoch) on the training set, register
     the best epoch as a candidate model; returns a summary."""
     t_start = time.perf_counter()
     if backbone == "sift_vlad":

@@ -1,11 +1,11 @@
 """Per species and model, an IVF-PQ index on disk for galleries past :data:`VECTOR_INDEX_THRESHOLD` photos.
 
-Under the threshold match review embeds the gallery and searches it in memory (``db.matching``). Past it, loading
+Under the threshold match review embeds the gallery and searches it in memory (``db.identify.matching``). Past it, loading
 every embedding of a species at once is what breaks (FiftyOne's users hit that wall near a million samples), so:
 
 - the ``build_index`` job (:func:`build_vector_index`) reads the gallery's cached features
   :data:`CHUNK_IDS` photos at a time (``embed_images``, which computes the missing ones), trains one IVF-PQ on a
-  seeded sample and writes it as :data:`SHARDS` memory-mappable shards with :mod:`core.ondisk_index` under
+  seeded sample and writes it as :data:`SHARDS` memory-mappable shards with :mod:`core.identify.ondisk_index` under
   ``<data_dir>/cache/indexes/<species id>/<model fingerprint>/``, with the photo-id order as ``ids.npy`` (opened as
   a memmap) and recall@10 measured against exact streamed search on :data:`RECALL_QUERIES` gallery photos;
 - :func:`index_for` opens it (or says there is none) and reports how far the gallery moved since the build: photos
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from core.ondisk_index import (
+from core.identify.ondisk_index import (
     OnDiskIndex,
     OnDiskIndexInfo,
     build_ivfpq_on_disk,
@@ -38,12 +38,12 @@ from core.ondisk_index import (
     open_on_disk,
     read_info,
 )
-from core.retrieval import prepare_cosine
+from core.identify.retrieval import prepare_cosine
 from core.similarity import pairwise_scores
 from db.catalogue import CatalogueError
 from db.embeddings import all_image_ids, embed_images, gallery_image_ids, get_backbone
 from db.session import Catalogue
-from db.suggestions import Suggestion, store_suggestions
+from db.identify.suggestions import Suggestion, store_suggestions
 
 #: Gallery size (photos of one species) from which match review uses the on-disk index.
 VECTOR_INDEX_THRESHOLD: int = 100_000
@@ -52,7 +52,7 @@ THRESHOLD_ENV = "ROSETTE_INDEX_THRESHOLD"
 CHUNK_IDS: int = 20_000
 #: Shards of the on-disk index.
 SHARDS: int = 4
-#: IVF lists visited per query (of ``core.ondisk_index.default_nlist``: 4,096 at 1M photos). The scale benchmark
+#: IVF lists visited per query (of ``core.identify.ondisk_index.default_nlist``: 4,096 at 1M photos). The scale benchmark
 #: (tests/benchmarks/scale_faiss.py) measures recall@10 and latency at this setting.
 NPROBE: int = 32
 #: Gallery photos whose exact top-10 is kept during the build to measure recall@10.
@@ -256,7 +256,7 @@ def build_vector_index(cat: Catalogue, *, species_id: int, model_name: str, shar
 def store_top_matches(cat: Catalogue, *, species_id: int, model_name: str, backbone: Any, index: OnDiskIndex,
                       gallery: np.ndarray, chunk: int, should_cancel: Callable[[], bool] | None = None) -> int:
     """Every photo of the species gets its best gallery match by the index (itself excluded) stored in
-    ``match_suggestions`` (``db.suggestions``): the review queue past the on-the-fly limit reads those. Scores are
+    ``match_suggestions`` (``db.identify.suggestions``): the review queue past the on-the-fly limit reads those. Scores are
     the index's approximate (PQ) inner products: they order the queue; the match view re-scores exactly."""
     photo_ids = all_image_ids(cat, species_id=species_id)
 

@@ -16,25 +16,25 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.diagnostics import (
+from core.inspect.diagnostics import (
     DIAGNOSTIC_VARIANTS,
     INPAINTED_AT,
     diagnose_embeddings,
     own_variant_scores,
     photo_mirror_check,
 )
-from core.inpainting import create_inpainter, default_inpainter_name
-from core.masking import default_masker_name
-from core.variants import VARIANTS
-from db.benchmarks import load_benchmark, load_benchmark_fit_ids
+from core.inspect.inpainting import create_inpainter, default_inpainter_name
+from core.inspect.masking import default_masker_name
+from core.inspect.variants import VARIANTS
+from db.identify.benchmarks import load_benchmark, load_benchmark_fit_ids
 from db.catalogue import CatalogueError
 from db.embeddings import embed_images, get_backbone, sources_for, variant_loader
-from db.evaluation import store_evaluation
-from db.masks import diagnostic_masks
+from db.identify.evaluation import store_evaluation
+from db.inspect.masks import diagnostic_masks
 from db.models import Image, Individual
 from db.session import Catalogue
 
-__all__ = ["DIAGNOSTIC_VARIANTS", "PhotoDiagnosis", "diagnose_photo", "run_diagnose"]  # the variants: core.diagnostics
+__all__ = ["DIAGNOSTIC_VARIANTS", "PhotoDiagnosis", "diagnose_photo", "run_diagnose"]  # the variants: core.inspect.diagnostics
 
 
 def run_diagnose(cat: Catalogue, *, backbone: str, benchmark: str, masker: str | None = None,
@@ -43,8 +43,8 @@ def run_diagnose(cat: Catalogue, *, backbone: str, benchmark: str, masker: str |
                  should_cancel: Callable[[], bool] | None = None, store: bool = True,
                  keep_masks: bool = False) -> dict[str, Any]:
     """Diagnose ``backbone`` on ``benchmark``'s test photos. Photos without a catalogue mask are masked into the
-    diagnostic's cache, not the catalogue, unless ``keep_masks`` (see :func:`db.masks.diagnostic_masks`); the
-    figures come from :func:`core.diagnostics.diagnose_embeddings`."""
+    diagnostic's cache, not the catalogue, unless ``keep_masks`` (see :func:`db.inspect.masks.diagnostic_masks`); the
+    figures come from :func:`core.inspect.diagnostics.diagnose_embeddings`."""
 
     def report(frac: float, msg: str) -> None:
         if progress:
@@ -150,7 +150,7 @@ def diagnose_photo(cat: Catalogue, image_id: int, *, model: Any, inpainter: Any,
       ``other_cutouts`` so the panel can say how fair the comparison was).
     - danger_margin = nn_sim - mirror_sim (> 0: the mirrored photo looks more like another animal).
 
-    The scores come from :func:`core.diagnostics.own_variant_scores` and :func:`core.diagnostics.photo_mirror_check`.
+    The scores come from :func:`core.inspect.diagnostics.own_variant_scores` and :func:`core.inspect.diagnostics.photo_mirror_check`.
     """
     def report(frac: float, msg: str) -> None:
         if progress:

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.features import atomic_write
-from core.projection import project_2d
+from core.identify.features import atomic_write
+from core.inspect.projection import project_2d
 from db.embeddings import all_image_ids, embed_images, get_backbone
 from db.models import Image, Individual, MatchDecision, Species
 from db.session import Catalogue

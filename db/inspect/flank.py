@@ -1,4 +1,4 @@
-"""Flank suggestions for unlabelled photos from the active model's features (see :mod:`core.flank`)."""
+"""Flank suggestions for unlabelled photos from the active model's features (see :mod:`core.inspect.flank`)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.features import extract_features
-from core.flank import FlankClassifier, fit_flank_classifier, flank_class, orientation_features
-from core.variants import flip_horizontal
+from core.identify.features import extract_features
+from core.inspect.flank import FlankClassifier, fit_flank_classifier, flank_class, orientation_features
+from core.inspect.variants import flip_horizontal
 from db.embeddings import embed_images, get_backbone, load_photo, sources_for
-from db.masks import set_flanks
+from db.inspect.masks import set_flanks
 from db.models import Flank, Image
 from db.session import Catalogue
 from db.species import active_model_name, species_of_image

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import select
 
 from db.models import Evaluation, Model
-from db.sensitivity import SENSITIVITY_KIND
+from db.inspect.sensitivity import SENSITIVITY_KIND
 from db.session import Catalogue
 from db.species import model_status
 
@@ -87,7 +87,7 @@ def config_provenance(cfg: dict[str, Any], dg: Evaluation | None = None) -> str:
     """One line: which model, weights and preprocessing (for a fused pipeline: its global model, matcher,
     shortlist and calibration) produced an evaluation's numbers."""
     cfg = cfg or {}
-    if cfg.get("pipeline"):  # a fused pipeline (db.spots): its global model, matcher, shortlist and calibration
+    if cfg.get("pipeline"):  # a fused pipeline (db.identify.spots): its global model, matcher, shortlist and calibration
         st, mt, gc = cfg.get("settings") or {}, cfg.get("matcher") or {}, cfg.get("global_config") or {}
         cal = ", ".join(f"{k} on {v.get('n_outcomes')} pairs" for k, v in (cfg.get("calibration") or {}).items())
         return (f"{cfg['pipeline']}: global model {config_provenance(gc)} | top-{st.get('shortlist')} shortlist "

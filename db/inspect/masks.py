@@ -13,7 +13,7 @@ import numpy as np
 from sqlalchemy import select
 
 from core.annotations import box_prompt, crop_rect
-from core.masking import (
+from core.inspect.masking import (
     MaskResult,
     create_masker,
     decode_mask_png,

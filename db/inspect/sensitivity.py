@@ -1,5 +1,5 @@
 """Selective-sensitivity runner (docs/DESIGN.md section 4, "Selective sensitivity"; the edits and statistics are
-:mod:`core.sensitivity`): a model on a benchmark's masked test photos, stored in ``evaluations`` (kind
+:mod:`core.inspect.sensitivity`): a model on a benchmark's masked test photos, stored in ``evaluations`` (kind
 ``sensitivity``, variant ``edits``) with what it needs to be traced: model, weights fingerprint, edit settings,
 seed, benchmark and photo count.
 
@@ -23,11 +23,16 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.diagnostics import scores as model_scores
-from core.features import extract_features
-from core.inpainting import INPAINT_MODEL_ENV, InpainterNotConfiguredError, create_inpainter, default_inpainter_name
-from core.masking import default_masker_name
-from core.sensitivity import (
+from core.inspect.diagnostics import scores as model_scores
+from core.identify.features import extract_features
+from core.inspect.inpainting import (
+    INPAINT_MODEL_ENV,
+    InpainterNotConfiguredError,
+    create_inpainter,
+    default_inpainter_name,
+)
+from core.inspect.masking import default_masker_name
+from core.inspect.sensitivity import (
     DIMENSIONS,
     EDIT_VERSION,
     IDENTITY_PROMPT,
@@ -41,8 +46,8 @@ from core.sensitivity import (
     nearest_other_individual,
     photo_seed,
 )
-from core.sensitivity_stats import similarity_to_original, summarise_sensitivity
-from db.benchmarks import load_benchmark, load_benchmark_fit_ids
+from core.inspect.sensitivity_stats import similarity_to_original, summarise_sensitivity
+from db.identify.benchmarks import load_benchmark, load_benchmark_fit_ids
 from db.catalogue import CatalogueError
 from db.embeddings import (
     ImageSource,
@@ -54,8 +59,8 @@ from db.embeddings import (
     masked_content_key,
     sources_for,
 )
-from db.evaluation import store_evaluation
-from db.masks import empty_automatic_masks, mask_images, retry_empty_masks
+from db.identify.evaluation import store_evaluation
+from db.inspect.masks import empty_automatic_masks, mask_images, retry_empty_masks
 from db.models import Image, Species
 from db.session import Catalogue
 
@@ -72,7 +77,7 @@ SHOWN_MISSING = 5
 class MissingMasksError(CatalogueError):
     """Test photos without a usable mask (none, or an empty one): the edits need one, and none is skipped.
     ``missing`` and ``empty`` hold (id, name) pairs; ``automatic`` the ids of the empty masks a batch run made
-    (:func:`db.masks.made_automatically`), which ``--mask-missing`` makes again. With ``masked_first`` (the run
+    (:func:`db.inspect.masks.made_automatically`), which ``--mask-missing`` makes again. With ``masked_first`` (the run
     already masked what it could, ``--mask-missing``) the message says what to do by hand instead of naming that
     option again (issue 24, item 2)."""
 
@@ -139,7 +144,7 @@ def photos_without_mask(cat: Catalogue, image_ids: Sequence[int]) -> list[tuple[
 
 def identity_edit_in_use(requested: str | None = None) -> str:
     """``requested`` when given, else ``diffusion`` where a diffusers inpainting model is configured
-    (:func:`core.inpainting.default_inpainter_name`), else ``coat`` (the coat transfer)."""
+    (:func:`core.inspect.inpainting.default_inpainter_name`), else ``coat`` (the coat transfer)."""
     configured = default_inpainter_name() == "diffusers"
     if requested:
         if requested not in IDENTITY_EDITS:
@@ -216,7 +221,7 @@ def run_sensitivity(cat: Catalogue, *, backbone: str, benchmark: str, seed: int 
                     progress: Callable[[float, str], None] | None = None,
                     should_cancel: Callable[[], bool] | None = None, store: bool = True) -> dict[str, Any]:
     """Edit every test photo of ``benchmark`` along the four dimensions at the five strengths, read ``backbone``'s
-    similarity of each edit to the original, and summarise (:func:`core.sensitivity.summarise_sensitivity`).
+    similarity of each edit to the original, and summarise (:func:`core.inspect.sensitivity.summarise_sensitivity`).
 
     Test photos without a catalogue mask, or with an empty one, raise :class:`MissingMasksError` naming them; with
     ``mask_missing``, ``masker`` (default: SAM 2 if configured, else GrabCut) first masks those without one, and

@@ -21,9 +21,9 @@ from typing import Any
 from sqlalchemy import select
 
 from core.annotations import Box, crop_rect
-from core.csv_safety import defuse_cell
-from core.images import decode_image, make_thumbnail
-from core.privacy import DEFAULT_PEOPLE, blur_boxes, check_people_choice, person_boxes
+from core.io.csv_safety import defuse_cell
+from core.io.images import decode_image, make_thumbnail
+from core.io.privacy import DEFAULT_PEOPLE, blur_boxes, check_people_choice, person_boxes
 from db.export_rules import record_people_kept, refuse_unnamed_species
 from db.models import Image, Individual, MatchDecision, Photo, Sighting, Species
 from db.session import Catalogue

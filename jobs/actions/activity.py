@@ -2,7 +2,7 @@
 detection times with the bandwidth the overlap package chooses, per species, per individual or per sex, and how
 much two activity patterns overlap (Dhat1, Dhat4, Dhat5 with a smoothed-bootstrap 95% interval).
 
-The times are each event's local clock time in the catalogue (:func:`db.activity.activity_times`: one detection
+The times are each event's local clock time in the catalogue (:func:`db.field.activity.activity_times`: one detection
 per event, not per photo), or the rows of a camtrapR record table (``Species`` and ``DateTimeOriginal``, or
 ``Date`` and ``Time``, as ``rosette export capthist`` writes it) thinned to independent detections.
 
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from core.field.activity import MIN_DETECTIONS, fit_groups, overlap, read_record_table, times_to_radians
-from db.activity import activity_times
+from db.field.activity import activity_times
 from db.session import Catalogue
 from jobs.requests.density import ActivityRequest
 

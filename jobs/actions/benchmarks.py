@@ -12,15 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from core.evaluation import FLANK_SETTINGS, RERANK_METHODS
-from db.benchmarks import create_benchmark as store_benchmark
-from db.benchmarks import list_benchmarks
+from core.identify.evaluation import FLANK_SETTINGS, RERANK_METHODS
+from db.identify.benchmarks import create_benchmark as store_benchmark
+from db.identify.benchmarks import list_benchmarks
 from db.catalogue import CatalogueError
-from db.evaluation import list_evaluations, run_evaluation
-from db.leaderboard import config_provenance
+from db.identify.evaluation import list_evaluations, run_evaluation
+from db.inspect.leaderboard import config_provenance
 from db.models import Benchmark, Evaluation
 from db.session import Catalogue
-from db.spots import is_pipeline
+from db.identify.spots import is_pipeline
 from jobs.actions.common import curator_name
 from jobs.actions.match import utc_text
 from jobs.queue import submit

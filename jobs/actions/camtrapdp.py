@@ -3,7 +3,7 @@ package (``rosette export camtrap-dp OUT``, the Export tab), validated offline a
 
 The shell writes it in the foreground (:func:`export_camtrap_dp`); the Export tab queues it as a
 ``camtrap_dp_export`` job on the light queue (``jobs.actions.export.queue_camtrap_dp_export``); both write it with
-:func:`db.camtrapdp_export.export_package`."""
+:func:`db.field.camtrapdp_export.export_package`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from db import camtrapdp_export
+from db.field import camtrapdp_export
 from db.session import Catalogue
 from jobs.actions.common import curator_name
 from jobs.requests.camtrapdp import ExportCamtrapDPRequest
@@ -24,7 +24,7 @@ class CamtrapDPExported:
     path: str
     zip_path: str | None
     valid: bool
-    details: dict[str, Any]  # db.camtrapdp_export.CamtrapDPExport.to_dict(): counts, left out, problems
+    details: dict[str, Any]  # db.field.camtrapdp_export.CamtrapDPExport.to_dict(): counts, left out, problems
 
     @property
     def message(self) -> str:

@@ -19,8 +19,8 @@ from sqlalchemy import func, select
 
 from db import catalogue as store  # called through the module: a test stands in for one of its functions
 from db.catalogue import CatalogueError, ConflictError, NotFoundError
-from db.masks import FLANKS
-from db.masks import set_flanks as label_flanks  # this module's set_flanks is the request's action
+from db.inspect.masks import FLANKS
+from db.inspect.masks import set_flanks as label_flanks  # this module's set_flanks is the request's action
 from db.models import EventKind, IdentityEvent, Image, Individual, Photo, Sighting
 from db.session import Catalogue
 from jobs.actions.common import curator_name

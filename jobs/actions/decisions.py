@@ -15,8 +15,8 @@ from sqlalchemy import select
 
 from db import catalogue as ops
 from db.catalogue import CatalogueError
-from db.ingest import ingest_uploads
-from db.matching import record_decision, undo_decision
+from db.io.ingest import ingest_uploads
+from db.identify.matching import record_decision, undo_decision
 from db.models import Image, Individual, MatchDecision, Sighting
 from db.session import Catalogue
 from jobs.actions.common import curator_name

@@ -17,10 +17,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from core import capthist as ch
+from core.field import capthist as ch
 from core.field.scr_errors import FitNotConverged
 from db.catalogue import CatalogueError
-from db.density import density_answer
+from db.field.density import density_answer
 from db.models import JobStatus
 from db.session import Catalogue
 from jobs import queue

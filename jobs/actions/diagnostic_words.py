@@ -12,8 +12,8 @@ import math
 import os
 from typing import Any
 
-from core.inpainting import INPAINT_MODEL_ENV, list_inpainters
-from core.masking import SAM2_CHECKPOINT_ENV, default_masker_name, list_maskers, sam2_checkpoint_configured
+from core.inspect.inpainting import INPAINT_MODEL_ENV, list_inpainters
+from core.inspect.masking import SAM2_CHECKPOINT_ENV, default_masker_name, list_maskers, sam2_checkpoint_configured
 
 #: Curator words for each image variant (the registry name goes in the tooltip).
 VARIANT_WORDS: dict[str, str] = {

@@ -14,17 +14,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from core.backbones import DEFAULT_BACKBONE, list_backbones, weights_available
-from core.diagnostics import TIER_BANDS  # one definition of the tier bands and colours
-from core.sensitivity import DIMENSION_WORDS, DIMENSIONS
-from core.sensitivity_stats import sensitivity_figure
-from core.variants import VARIANTS
-from db.benchmarks import create_benchmark, list_benchmarks, load_benchmark
-from db.diagnostics import run_diagnose
-from db.masks import empty_automatic_masks
-from db.evaluation import list_evaluations
+from core.identify.backbones import DEFAULT_BACKBONE, list_backbones, weights_available
+from core.inspect.diagnostics import TIER_BANDS  # one definition of the tier bands and colours
+from core.inspect.sensitivity import DIMENSION_WORDS, DIMENSIONS
+from core.inspect.sensitivity_stats import sensitivity_figure
+from core.inspect.variants import VARIANTS
+from db.identify.benchmarks import create_benchmark, list_benchmarks, load_benchmark
+from db.inspect.diagnostics import run_diagnose
+from db.inspect.masks import empty_automatic_masks
+from db.identify.evaluation import list_evaluations
 from db.models import Evaluation, JobStatus
-from db.sensitivity import SENSITIVITY_KIND, MissingMasksError, identity_edit_in_use, run_sensitivity, unusable_masks
+from db.inspect.sensitivity import (
+    SENSITIVITY_KIND,
+    MissingMasksError,
+    identity_edit_in_use,
+    run_sensitivity,
+    unusable_masks,
+)
 from db.session import Catalogue
 from db.species import active_model_name
 from jobs import queue
@@ -55,7 +61,7 @@ def backbone_names(cat: Catalogue | None = None) -> list[str]:
                    key=lambda n: (n != DEFAULT_BACKBONE, n))
     if cat is None:
         return names
-    from db.training import trained_model_names  # lazy: db.training imports torch
+    from db.identify.training import trained_model_names  # lazy: db.identify.training imports torch
 
     ordered = names[:1] + trained_model_names(cat) + names[1:]
     active = active_model_name(cat)  # the active model first: the default pick

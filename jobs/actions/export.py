@@ -13,10 +13,10 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from core.kaggle import check_images_exist, distinct_images, read_test_csv
+from core.io.kaggle import check_images_exist, distinct_images, read_test_csv
 from core.readers import IngestError, ReadError, ZipTree
-from db import catalogue_export
-from db import export as kaggle
+from db.io import catalogue_export
+from db.identify import export as kaggle
 from db.catalogue import CatalogueError
 from db.models import JobStatus
 from db.session import Catalogue

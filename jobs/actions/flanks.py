@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from db.flank import accept_flank_suggestion, suggest_flanks
+from db.inspect.flank import accept_flank_suggestion, suggest_flanks
 from db.models import Flank, Image
 from db.session import Catalogue
 from jobs.actions.common import curator_name

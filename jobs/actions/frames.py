@@ -11,9 +11,9 @@ from PIL import Image as PILImage
 from sqlalchemy import select
 
 from core.annotations import Box, box_in_crop
-from core.box_drawing import draw_boxes, draw_legend
-from core.images import load_rgb
-from core.privacy import blur_boxes, person_boxes
+from core.io.box_drawing import draw_boxes, draw_legend
+from core.io.images import load_rgb
+from core.io.privacy import blur_boxes, person_boxes
 from db.catalogue import CatalogueError
 from db.embeddings import load_photo, sources_for
 from db.models import Image, Individual, Photo

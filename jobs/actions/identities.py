@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from core import population as pop
+from core.field import population as pop
 from core.field import identities as ids
 from db.identities import NoCalibration, confirmed_estimates, identity_study, imputation_input
 from db.identities import IdentityStudy  # noqa: F401 - the study type the screens read

@@ -4,7 +4,7 @@ and where it was first and last seen, how many sightings and stations, a timelin
 
 Every number says what produced it: times say whether they are the photo's time, the sighting's date or the EXIF
 time; stations say whether they are a deployment's location or a sighting's place; the home range says how many
-stations and which UTM zone (``db.individual_history`` holds the rules)."""
+stations and which UTM zone (``db.field.individual_history`` holds the rules)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from db import individual_history as store
-from db.individual_history import BEST_PHOTO_RULE, LIFE_STAGES, SEXES, IndividualHistory, SeenAt
+from db.field import individual_history as store
+from db.field.individual_history import BEST_PHOTO_RULE, LIFE_STAGES, SEXES, IndividualHistory, SeenAt
 from db.session import Catalogue
 from jobs.actions.common import attributed, curator_name
 from jobs.requests.individuals import IndividualHistoryRequest, SetTraitsRequest
@@ -109,7 +109,7 @@ class IndividualPage:
 
 
 def individual_history(cat: Catalogue, request: IndividualHistoryRequest) -> IndividualPage:
-    """One individual's page (see :mod:`db.individual_history` for where times and stations come from)."""
+    """One individual's page (see :mod:`db.field.individual_history` for where times and stations come from)."""
     with cat.unit_of_work() as s:
         history = store.individual_history(s, request.individual_id)
     pictures = []

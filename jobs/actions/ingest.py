@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from core.readers import FORMATS, IngestReport
 from core.readers.report import about_words
 from db.embeddings import annotation_ids_after, count_animals, last_annotation_id
-from db.ingest import KEEP_EMPTY_TAB, FolderPreview, ingest_path, ingest_uploads, upload_folders
+from db.io.ingest import KEEP_EMPTY_TAB, FolderPreview, ingest_path, ingest_uploads, upload_folders
 from db.models import JobStatus
 from db.session import Catalogue
 from db.species import active_model_name

@@ -14,7 +14,7 @@ import numpy as np
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from core.backbones import DEFAULT_BACKBONE
+from core.identify.backbones import DEFAULT_BACKBONE
 from core.readers import IngestReport
 from db import backup as store
 from db import catalogue_copy, doctor

@@ -15,8 +15,8 @@ from plotly.colors import qualitative
 from sqlalchemy import select
 
 from db import catalogue as ops
-from db.embedding_map import COLOUR_BY, load_map
-from db.embedding_map import compute_map as compute_projection
+from db.inspect.embedding_map import COLOUR_BY, load_map
+from db.inspect.embedding_map import compute_map as compute_projection
 from db.models import Image, Individual, JobStatus
 from db.session import Catalogue
 from jobs import queue

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.masking import mask_quality
+from core.inspect.masking import mask_quality
 from db.catalogue import CatalogueError
 from db.embeddings import load_mask, load_photo, sources_for
-from db.masks import MADE_BY, mask_images, predict_mask, set_flank, store_mask
+from db.inspect.masks import MADE_BY, mask_images, predict_mask, set_flank, store_mask
 from db.models import Image, Individual
 from db.session import Catalogue
 from jobs import queue

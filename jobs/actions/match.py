@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.backbones import DEFAULT_BACKBONE, list_backbones, weights_available
-from core.images import load_rgb
-from core.masking import decode_mask_png
-from core.spots.verify import STATUS_WORDS
-from db.calibration import calibrator_for, new_individual_threshold
+from core.identify.backbones import DEFAULT_BACKBONE, list_backbones, weights_available
+from core.io.images import load_rgb
+from core.inspect.masking import decode_mask_png
+from core.identify.spots.verify import STATUS_WORDS
+from db.identify.calibration import calibrator_for, new_individual_threshold
 from db.catalogue import CatalogueError, check_date
-from db.matching import MatchResult, rank_candidates
-from db.matching import review_queue as ranked_queue
+from db.identify.matching import MatchResult, rank_candidates
+from db.identify.matching import review_queue as ranked_queue
 from db.models import (
     DecisionKind,
     Evaluation,
@@ -38,9 +38,9 @@ from db.models import (
 )
 from db.session import Catalogue
 from db.species import active_model_name, species_of_image
-from db.spots import PIPELINE_HEAD
-from db.vector_index import build_vector_index as build_index_now
-from db.vector_index import index_state
+from db.identify.spots import PIPELINE_HEAD
+from db.identify.vector_index import build_vector_index as build_index_now
+from db.identify.vector_index import index_state
 from jobs.actions.frames import annotation_picture
 from jobs.actions.review_words import animal_places
 from jobs.actions.spots import MatchedSpotsRequest, matched_spots
@@ -108,7 +108,7 @@ def matcher_choices(cat: Catalogue | None = None) -> list[str]:
     trained: list[str] = []
     pipelines: list[str] = []
     if cat is not None:
-        from db.training import trained_model_names  # lazy: db.training imports torch (seconds)
+        from db.identify.training import trained_model_names  # lazy: db.identify.training imports torch (seconds)
 
         trained = trained_model_names(cat)
         pipelines = [n for n in pipeline_names(cat) if n not in trained]
@@ -227,7 +227,7 @@ class CandidateCard:
     # with a fused pipeline (then ``score`` is the fused probability): what it rests on
     global_score: float | None = None  # the global model's raw score (cosine)
     inliers: int | None = None  # verified matched spots with the query
-    spot_status: str | None = None  # a core.spots.verify.STATUS_WORDS key, or "outside_shortlist"
+    spot_status: str | None = None  # a core.identify.spots.verify.STATUS_WORDS key, or "outside_shortlist"
     spot_probability: float | None = None  # the inlier count's calibrated probability
     title: str | None = None  # of a photo holding several animals: "animal #7, the right one of 2 animals in f9.jpg"
 
@@ -430,7 +430,7 @@ SPOT_CARD_WORDS = {"cross_flank": "opposite flank: no spots to compare", "no_key
 
 
 def spot_status_words(status: str | None) -> str:
-    """A spot status key (``core.spots.verify.STATUS_WORDS`` or ``outside_shortlist``) in curator words."""
+    """A spot status key (``core.identify.spots.verify.STATUS_WORDS`` or ``outside_shortlist``) in curator words."""
     if status is None:
         return ""
     if status == "outside_shortlist":

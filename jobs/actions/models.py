@@ -9,11 +9,11 @@ import html
 from dataclasses import dataclass
 from typing import Any
 
-from core.diagnostics import tier_colour
-from db.calibration import calibration_report, new_individual_threshold
-from db.compare import compare as compare_on_benchmark
-from db.compare import difference_figure  # noqa: F401  (the Models tab's per-query differences)
-from db.leaderboard import SORT_KEYS, leaderboard  # noqa: F401  (SORT_KEYS: the tab's sort choices)
+from core.inspect.diagnostics import tier_colour
+from db.identify.calibration import calibration_report, new_individual_threshold
+from db.identify.compare import compare as compare_on_benchmark
+from db.identify.compare import difference_figure  # noqa: F401  (the Models tab's per-query differences)
+from db.inspect.leaderboard import SORT_KEYS, leaderboard  # noqa: F401  (SORT_KEYS: the tab's sort choices)
 from db.session import Catalogue
 from db.species import find_species, model_status
 from jobs.actions.benchmarks import benchmark_names  # noqa: F401  (the Models tab's benchmark picker)
@@ -145,7 +145,7 @@ def calibration_view(cat: Catalogue, model: str | None, species: str | None) -> 
 
 
 def _since_active(cat: Catalogue, sid: int) -> dict[str, Any]:
-    from db.training import decisions_since_active  # lazy: db.training imports torch (seconds)
+    from db.identify.training import decisions_since_active  # lazy: db.identify.training imports torch (seconds)
 
     return decisions_since_active(cat, sid)
 

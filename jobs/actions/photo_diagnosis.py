@@ -13,18 +13,18 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.backbones import DEFAULT_BACKBONE
-from core.inpainting import InpainterNotConfiguredError, create_inpainter, default_inpainter_name
+from core.identify.backbones import DEFAULT_BACKBONE
+from core.inspect.inpainting import InpainterNotConfiguredError, create_inpainter, default_inpainter_name
 from core.registry import UnknownComponentError
-from core.spots.pipeline import PipelineSettings
-from core.spots.verify import SpotStatus
-from core.variants import VARIANTS
-from db.diagnostics import diagnose_photo
+from core.identify.spots.pipeline import PipelineSettings
+from core.identify.spots.verify import SpotStatus
+from core.inspect.variants import VARIANTS
+from db.inspect.diagnostics import diagnose_photo
 from db.embeddings import get_backbone
-from db.matching import rank_candidates
+from db.identify.matching import rank_candidates
 from db.models import Image, Individual
 from db.session import Catalogue
-from db.spots import get_matcher, load_pipeline, verify_candidates
+from db.identify.spots import get_matcher, load_pipeline, verify_candidates
 from jobs.actions.diagnostic_words import (
     VARIANT_HELP,
     VARIANT_WORDS,
@@ -118,7 +118,7 @@ def diagnose_image(cat: Catalogue, image_id: int, *, backbone: str | Any = DEFAU
                    inpainter: str | None = None, seed: int = 0,
                    progress: Callable[[float, str], None] | None = None) -> ImageDiagnosis:
     """Variants, own-individual scores and the mirror check of one masked photo, in curators' words
-    (the numbers come from :func:`db.diagnostics.diagnose_photo`, where their formulas are)."""
+    (the numbers come from :func:`db.inspect.diagnostics.diagnose_photo`, where their formulas are)."""
     model = _backbone(cat, backbone)
     inp = _create_inpainter(inpainter)
 
@@ -208,7 +208,7 @@ class SpotCheckRow(SpotStatus):
     flank: str
     score: float  # the global model's score
     inliers: int
-    status: str  # core.spots.verify.STATUS_WORDS key (``words`` and ``has_evidence`` come from SpotStatus)
+    status: str  # core.identify.spots.verify.STATUS_WORDS key (``words`` and ``has_evidence`` come from SpotStatus)
 
 
 @dataclass

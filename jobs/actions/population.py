@@ -20,12 +20,12 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from core import capthist as ch
+from core.field import capthist as ch
 from db import species as species_store
 from db.catalogue import CatalogueError
 from db.export_rules import refuse_unnamed_species
-from db.population import LEFT_OUT_REASONS, LEFT_OUT_WORDS, PopulationStudy, population_study, secr_inputs
-from db.population import SpeciesNotChosen  # noqa: F401 - re-exported: each screen says where to choose a species
+from db.field.population import LEFT_OUT_REASONS, LEFT_OUT_WORDS, PopulationStudy, population_study, secr_inputs
+from db.field.population import SpeciesNotChosen  # noqa: F401 - re-exported: each screen says where to choose a species
 from db.session import Catalogue
 from jobs.requests.population import CapthistExportRequest, PopulationRequest
 

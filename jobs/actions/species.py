@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from db import calibration
+from db.identify import calibration
 from db import species as store
 from db.models import Individual, Species
 from db.session import Catalogue

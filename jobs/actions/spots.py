@@ -1,4 +1,4 @@
-"""Spot evidence actions, each one function taking one typed request (``core.spots.requests``, validated when
+"""Spot evidence actions, each one function taking one typed request (``core.identify.spots.requests``, validated when
 made): evaluate a fused pipeline, extract keypoints for a species (a light job), show the matched spots of a
 pair, list matchers. The CLI (``rosette eval --verify``, ``rosette spots ...``) and the Match review and Benchmarks
 tabs call these; the jobs rebuild the same requests."""
@@ -9,16 +9,23 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from core.spots import describe_matchers, matcher_available
-from core.spots.draw import draw_correspondences
-from core.spots.pipeline import PipelineSettings
-from core.spots.requests import KeypointsRequest, MatchedSpotsRequest, SpotEvaluationRequest, available_matchers  # noqa: F401
-from db.benchmarks import list_benchmarks
+from core.identify.spots import describe_matchers, matcher_available
+from core.identify.spots.draw import draw_correspondences
+from core.identify.spots.pipeline import PipelineSettings
+from core.identify.spots.requests import (  # noqa: F401
+    KeypointsRequest,
+    MatchedSpotsRequest,
+    SpotEvaluationRequest,
+    available_matchers,
+)
+from db.identify.benchmarks import list_benchmarks
 from db.catalogue import CatalogueError
 from db.embeddings import load_photo, sources_for
 from db.session import Catalogue
-from db.spots import evaluate_request as evaluate_spots  # noqa: F401  (the service: one request in, a result out)
-from db.spots import (
+from db.identify.spots import (  # noqa: F401  (the service: one request in, a result out)
+    evaluate_request as evaluate_spots,
+)
+from db.identify.spots import (
     extract_keypoints,  # noqa: F401
     get_matcher,
     load_pipeline,

@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from core.backbones import DEFAULT_BACKBONE
-from db.benchmarks import list_benchmarks
+from core.identify.backbones import DEFAULT_BACKBONE
+from db.identify.benchmarks import list_benchmarks
 from db.catalogue import CatalogueError
 from db.models import Evaluation, Job, JobStatus, Model, utcnow
 from db.session import Catalogue
@@ -29,7 +29,7 @@ BLOCK_CHOICES = [("head only, on cached features (minutes on a CPU)", "0"), ("la
                  ("whole backbone (GPU)", "all"),
                  ("LoRA adapters, rank 16 (peft; the backbone stays frozen, the model keeps only the adapters)",
                   "lora16")]
-DEFAULT_SAMPLER = "identity-aware"  # core.training.TrainConfig's default, named here without importing torch
+DEFAULT_SAMPLER = "identity-aware"  # core.identify.training.TrainConfig's default, named here without importing torch
 SAMPLER_CHOICES = [("identity-uniform (16 individuals x 4 photos, pml MPerClassSampler)", "m-per-class"),
                    ("identity-aware: pre-scheduled, with the curators' 'not the same' pairs as hard negatives",
                     "identity-aware")]
@@ -65,9 +65,9 @@ class TrainDefaults:
 def train_defaults(cat: Catalogue) -> TrainDefaults:
     """Form choices and the defaults the measured recipes suggest (SupCon; last 4 blocks on a GPU, head only on
     a CPU; 30 epochs; a benchmark's train split when there is one)."""
-    import torch  # lazy, as core.heads: torch takes seconds to import
+    import torch  # lazy, as core.identify.heads: torch takes seconds to import
 
-    from core.heads import list_heads  # lazy: imports torch
+    from core.identify.heads import list_heads  # lazy: imports torch
 
     with cat.unit_of_work() as s:
         benches = [b.name for b in list_benchmarks(s) if (b.config or {}).get("n_test", 0) < (b.config or {}).get(
@@ -86,7 +86,7 @@ def training_form(*, backbone: str, head: str, blocks: str, epochs: float | int 
                   device: str, user: str, sampler: str = DEFAULT_SAMPLER) -> TrainRequest:
     """The Jobs tab's form as a training request, refused in the form's words (a whole number of epochs from 1 to
     1000, a training set chosen, a backbone that can be trained here)."""
-    from core.training import parse_blocks  # lazy: core.training imports torch
+    from core.identify.training import parse_blocks  # lazy: core.identify.training imports torch
 
     if backbone not in TRAINABLE_BACKBONES:
         raise CatalogueError(f"{backbone!r} cannot be trained here; choose {', '.join(TRAINABLE_BACKBONES)}")
@@ -142,7 +142,7 @@ def check_training_request(cat: Catalogue, request: TrainRequest) -> None:
         return
     if ids_asked is not None and ids_asked < 2:
         raise CatalogueError(f"identities per batch must be at least 2 (a batch needs negatives), got {ids_asked}")
-    from db.training import training_set  # lazy: db.training imports torch
+    from db.identify.training import training_set  # lazy: db.identify.training imports torch
 
     tset = training_set(cat, source=request.source, benchmark=request.benchmark, species_id=request.species)
     n_ids = len(set(tset.labels))
@@ -167,7 +167,7 @@ def check_training_device(cat: Catalogue, request: TrainRequest) -> None:
 
     if torch.cuda.is_available() or ray_cluster_gpus(cat) >= 1:
         return
-    from core.training import resolve_device  # lazy: core.training imports torch
+    from core.identify.training import resolve_device  # lazy: core.identify.training imports torch
 
     try:
         resolve_device(request.device)
@@ -177,11 +177,11 @@ def check_training_device(cat: Catalogue, request: TrainRequest) -> None:
 
 def check_lora(request: TrainRequest) -> None:
     """Refuse a LoRA rank wider than the backbone's narrowest adapted layer, in the running job's words
-    (:func:`core.training_loop.check_lora_rank`, from the backbone's architecture, without training). A backbone
+    (:func:`core.identify.training_loop.check_lora_rank`, from the backbone's architecture, without training). A backbone
     whose architecture cannot be built here (unknown, weights elsewhere) is left to the job's own refusal."""
     if request.config.get("adapter") != "lora":
         return
-    from core.training_loop import backbone_adapted_widths, check_lora_rank  # lazy: imports torch
+    from core.identify.training_loop import backbone_adapted_widths, check_lora_rank  # lazy: imports torch
 
     rank = request.train_config().lora_rank
     try:
@@ -197,7 +197,7 @@ def check_lora(request: TrainRequest) -> None:
 def launch_training(cat: Catalogue, request: TrainRequest) -> tuple[int, str]:
     """The Jobs tab's Train button: queue the form's run (built by :func:`training_form`); returns (job id,
     message)."""
-    from core.training import ALL_BLOCKS  # lazy: core.training imports torch
+    from core.identify.training import ALL_BLOCKS  # lazy: core.identify.training imports torch
 
     job_id = train(cat, request)
     head, blocks = request.config["head"], request.config["blocks"]

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.backbones import DEFAULT_BACKBONE
-from core.evaluation import FLANK_SETTINGS, RERANK_METHODS
+from core.identify.backbones import DEFAULT_BACKBONE
+from core.identify.evaluation import FLANK_SETTINGS, RERANK_METHODS
 from core.requests import Request
-from core.splits import check_split_kind
-from core.variants import canonical_variant
+from core.identify.splits import check_split_kind
+from core.inspect.variants import canonical_variant
 from jobs.requests._values import as_id, settle
 
 RANDOM_SPLITS = ("identity", "sighting")  # the seeded splits, whose test share is chosen

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.camtrapdp_writer import SAMPLING_DESIGNS
-from core.privacy import DEFAULT_PEOPLE, check_people_choice
+from core.field.camtrapdp_writer import SAMPLING_DESIGNS
+from core.io.privacy import DEFAULT_PEOPLE, check_people_choice
 from core.requests import Request
 from jobs.requests._values import settle
 

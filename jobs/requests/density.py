@@ -86,7 +86,7 @@ class DensityRequest(PopulationRequest):
         return self.captures is not None
 
     def fit_options(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`db.density.density_answer`."""
+        """The keyword arguments of :func:`db.field.density.density_answer`."""
         return {"species": self.species, "occasion_days": self.occasion_days, "date_from": self.first_day,
                 "date_to": self.last_day, "captures": self.captures, "traps": self.traps, "detector": self.detector,
                 "detectfn": self.detectfn, "buffer_m": self.buffer_m, "spacing_m": self.spacing_m,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.requests import Request
-from core.stations import DeploymentSpec, deployment_spec
+from core.field.stations import DeploymentSpec, deployment_spec
 from jobs.requests._values import settle
 
 
@@ -72,7 +72,7 @@ class DeploymentFormRequest(Request):
         if self.start is None or self.end is None:
             raise ValueError(f"deployment {self.deployment_id!r}: give its start and its end "
                              "(like 2024-05-01T08:00:00-04:00)")
-        self.spec()  # checks every field (core.stations.StationError is a ValueError)
+        self.spec()  # checks every field (core.field.stations.StationError is a ValueError)
 
     def spec(self) -> DeploymentSpec:
         """The :class:`DeploymentSpec` this form states."""

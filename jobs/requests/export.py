@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.privacy import DEFAULT_PEOPLE, check_people_choice
+from core.io.privacy import DEFAULT_PEOPLE, check_people_choice
 from core.requests import Request
 
 KAGGLE_VARIANTS = ("full_rgb", "foreground_only")

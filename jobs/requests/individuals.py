@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.requests import Request
-from db.individual_history import LIFE_STAGES, SEXES, check_trait
+from db.field.individual_history import LIFE_STAGES, SEXES, check_trait
 from jobs.requests._values import as_id, settle
 
 

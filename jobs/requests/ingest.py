@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.annotations import DEFAULT_MIN_CONFIDENCE
-from core.detectors import check_detector_name
+from core.field.detectors import check_detector_name
 from core.readers.folder import FOLDER_MEANINGS
 from core.requests import Request
-from core.stations import EVENT_GAP_S
+from core.field.stations import EVENT_GAP_S
 
 
 def _check_detections(request: ImportUploadsRequest | ImportPathRequest) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.backbones import DEFAULT_BACKBONE
+from core.identify.backbones import DEFAULT_BACKBONE
 from core.requests import Request
 from jobs.requests._values import as_ids, settle
 

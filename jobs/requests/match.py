@@ -98,7 +98,7 @@ class IngestQueryRequest(Request):
 
 @dataclass(frozen=True)
 class IndexBuildRequest(Request):
-    """Build the on-disk IVF-PQ index of a species' gallery (``db.vector_index``) for ``model`` (None: the
+    """Build the on-disk IVF-PQ index of a species' gallery (``db.identify.vector_index``) for ``model`` (None: the
     species' active model); ``reason`` says why it was queued (match review past the threshold)."""
 
     species: int

@@ -1,12 +1,12 @@
 """The request of a training run (``rosette train``, the Jobs tab's form, ``rosette retrain`` / the Models tab's
 Retrain): what to train on, with which backbone and head, and the training settings.
 
-The settings are :class:`core.training.TrainConfig`'s fields; a request holds the ones that were given
+The settings are :class:`core.identify.training.TrainConfig`'s fields; a request holds the ones that were given
 (``config``) and the run's defaults fill in the rest. A job stores the request flat, the settings next to the run's
 own fields (``{"backbone": ..., "benchmark": ..., "head": "supcon", "epochs": 30, ...}``), as training jobs always
 have, so the Jobs tab shows them and a job queued before this request existed is rebuilt the same way.
 
-core.training imports torch, so it is imported only when a request is checked (``rosette train`` and the worker
+core.identify.training imports torch, so it is imported only when a request is checked (``rosette train`` and the worker
 load torch anyway; the other commands start without it)."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import TYPE_CHECKING, Any, Self
 
-from core.backbones import DEFAULT_BACKBONE
+from core.identify.backbones import DEFAULT_BACKBONE
 from core.requests import Request, RequestError, rebuild
 
 if TYPE_CHECKING:
-    from core.training import TrainConfig
+    from core.identify.training import TrainConfig
 
 SOURCES = ("benchmark", "catalogue")
 """Where the training photos come from: a benchmark's train split, or every confirmed individual of the catalogue
@@ -42,8 +42,8 @@ def benchmark_names(text: str) -> tuple[str, ...]:
 
 @cache
 def setting_names() -> frozenset[str]:
-    """The training settings a request may give: :class:`core.training.TrainConfig`'s fields."""
-    from core.training import TrainConfig  # lazy: core.training imports torch
+    """The training settings a request may give: :class:`core.identify.training.TrainConfig`'s fields."""
+    from core.identify.training import TrainConfig  # lazy: core.identify.training imports torch
 
     return frozenset(f.name for f in fields(TrainConfig))
 
@@ -52,8 +52,8 @@ def train_config(settings: Mapping[str, Any]) -> TrainConfig:
     """The training config of the given settings (None: the default), checked as a stored request is: an unknown
     setting or a value of the wrong type raises :class:`RequestError` naming it, a bad value ``ValueError`` in
     TrainConfig's own words ("epochs must be at least 1"), an unknown head the head registry's error."""
-    from core.heads import head_spec  # lazy, as core.training: imports torch
-    from core.training import TrainConfig  # lazy: imports torch
+    from core.identify.heads import head_spec  # lazy, as core.identify.training: imports torch
+    from core.identify.training import TrainConfig  # lazy: imports torch
 
     given = {k: v for k, v in settings.items() if v is not None}
     unknown = sorted(set(given) - setting_names())
@@ -102,7 +102,7 @@ class TrainRequest(Request):
         train_config(self.config)
 
     def train_config(self) -> TrainConfig:
-        """The run's :class:`core.training.TrainConfig`."""
+        """The run's :class:`core.identify.training.TrainConfig`."""
         return train_config(self.config)
 
     @property

@@ -7,11 +7,11 @@ folder under the system temp dir and reused by later runs.
 
 Paths, timed in the same run, cold (fresh feature cache), interleaved, best of ``ROSETTE_BENCH_REPEATS``:
 
-- **annotation path**: :func:`core.images.load_crop` per box with ``min_side = draft_size(input)`` (JPEG draft
+- **annotation path**: :func:`core.io.images.load_crop` per box with ``min_side = draft_size(input)`` (JPEG draft
   at the largest DCT reduction that keeps the crop's longer side >= 448 px), crops embedded in batches through
   the fast path of ``bench_embedding`` (ONNX Runtime, decode overlapped in ``workers`` threads); goal >= 50
   annotations/s on 2 cores;
-- the same with :func:`core.images.load_crops` (one decode per frame for both boxes);
+- the same with :func:`core.io.images.load_crops` (one decode per frame for both boxes);
 - **whole-frame path** (what Rosette did before annotations): the full 12 MP decode and one embedding of the
   whole frame; also with ``load_rgb(draft=)`` as the fast path of ``bench_embedding`` decodes.
 
@@ -126,7 +126,7 @@ def _frames(n: int) -> tuple[list[tuple[Path, list]], float]:
 
 
 def _crop_items(frames, min_side: int):
-    from core.images import load_crop
+    from core.io.images import load_crop
 
     return [(f"{p.stem}-{j}", (lambda p=p, b=b: load_crop(p, b, min_side=min_side).rgb))
             for p, boxes in frames for j, b in enumerate(boxes)]
@@ -135,7 +135,7 @@ def _crop_items(frames, min_side: int):
 def _shared_items(frames, min_side: int):
     """One loader per annotation, but the frame is decoded once: the first of its boxes to load decodes
     them all (:func:`load_crops`) and leaves the others' crops for their own loaders."""
-    from core.images import load_crops
+    from core.io.images import load_crops
 
     left: dict[tuple[str, int], object] = {}
     lock = threading.Lock()
@@ -155,7 +155,7 @@ def _shared_items(frames, min_side: int):
 
 
 def _frame_items(frames, draft: int | None):
-    from core.images import load_rgb
+    from core.io.images import load_rgb
 
     return [(p.stem, (lambda p=p: load_rgb(p, draft=draft))) for p, _ in frames]
 
@@ -175,7 +175,7 @@ def _catalogue_rows(frames, n_annot: int) -> list[dict]:
     import shutil
 
     from db.embeddings import all_image_ids, embed_images, get_backbone
-    from db.ingest import ingest_path
+    from db.io.ingest import ingest_path
     from db.session import open_catalogue
 
     root = Path(tempfile.mkdtemp(prefix="rosette-bench-annot-cat-"))
@@ -223,9 +223,9 @@ def _catalogue_rows(frames, n_annot: int) -> list[dict]:
 def run() -> list[dict]:
     import numpy as np
 
-    from core.backbones import create_backbone
-    from core.images import decode_key, draft_size, load_crop, load_crops, load_rgb
-    from core.onnx_runtime import build_onnx_forward
+    from core.identify.backbones import create_backbone
+    from core.io.images import decode_key, draft_size, load_crop, load_crops, load_rgb
+    from core.identify.onnx_runtime import build_onnx_forward
 
     n = int(os.environ.get("ROSETTE_BENCH_ANNOT_FRAMES", "40"))
     workers = int(os.environ.get("ROSETTE_BENCH_EMBED_WORKERS", "2"))

@@ -39,11 +39,11 @@ def _folder() -> tuple[Path, str]:
 
 
 def run() -> list[dict]:
-    from core.backbones import DEFAULT_BACKBONE
-    from core.calibration import fit_calibrator, fit_platt, reliability, spread
-    from db.benchmarks import create_benchmark
-    from db.calibration import top_k_outcomes
-    from db.compare import test_split_scores
+    from core.identify.backbones import DEFAULT_BACKBONE
+    from core.identify.calibration import fit_calibrator, fit_platt, reliability, spread
+    from db.identify.benchmarks import create_benchmark
+    from db.identify.calibration import top_k_outcomes
+    from db.identify.compare import test_split_scores
     from db.session import open_catalogue
 
     folder, data_note = _folder()

@@ -19,7 +19,7 @@ import json, resource, sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from tests.test_camtrapdp_report import big_member_zip
-from db.ingest import ingest_path
+from db.io.ingest import ingest_path
 from db.session import open_catalogue
 root = Path(sys.argv[2])
 archive, _ = big_member_zip(root, megabytes=int(sys.argv[3]))

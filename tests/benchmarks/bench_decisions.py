@@ -1,7 +1,7 @@
 """Decisions under load: 8 simulated curators decide on a shared catalogue for 2 minutes.
 
 Each curator repeatedly opens a random photo (reads the version it shows), thinks 0-50 ms, and decides
-(same / not / unsure) through ``db.matching.record_decision`` -- the function behind the web handlers and the
+(same / not / unsure) through ``db.identify.matching.record_decision`` -- the function behind the web handlers and the
 CLI -- in its own thread with its own connection. Reported: decisions made, conflicts told, decisions lost
 (recorded successes missing from the database; must be 0), versions consistent, p50 / p95 latency.
 This drives the database path in one process; it does not go through HTTP.
@@ -32,7 +32,7 @@ def run() -> list[dict]:
 
     from db import catalogue as ops
     from db.catalogue import ConflictError
-    from db.matching import current_decision_version, record_decision
+    from db.identify.matching import current_decision_version, record_decision
     from db.models import Image, MatchDecision
     from db.session import open_catalogue
 

@@ -44,7 +44,7 @@ def run() -> list[dict]:
     from sqlalchemy import func, select
 
     from db.audit import audit_rows, verify_chain
-    from db.ingest import ingest_path
+    from db.io.ingest import ingest_path
     from db.models import MatchDecision
     from db.session import open_catalogue
     from db.users import add_user

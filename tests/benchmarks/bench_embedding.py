@@ -47,7 +47,7 @@ def _paths(n: int) -> list[Path]:
 
 
 def _items(paths: list[Path], *, draft: int | None = None):
-    from core.features import load_rgb
+    from core.identify.features import load_rgb
 
     return [(p.stem, (lambda p=p: load_rgb(p, draft=draft))) for p in paths]
 
@@ -55,7 +55,7 @@ def _items(paths: list[Path], *, draft: int | None = None):
 def _cold(backbone, items_fn, **opts) -> tuple[float, float, object]:
     """(wall s, CPU s, features) of one cold extraction into a fresh, empty feature cache (a backbone keeps
     its ONNX session, and its export stays where it was first made: what every cold run after the first finds)."""
-    from core.features import extract_features
+    from core.identify.features import extract_features
 
     with tempfile.TemporaryDirectory() as cache:
         t0, c0 = time.perf_counter(), time.process_time()
@@ -73,10 +73,10 @@ def run() -> list[dict]:
     import numpy as np
     import torch
 
-    from core.backbones import create_backbone
-    from core.features import extract_features, load_rgb
-    from core.images import draft_size
-    from core.onnx_runtime import build_onnx_forward, usable_cores
+    from core.identify.backbones import create_backbone
+    from core.identify.features import extract_features, load_rgb
+    from core.io.images import draft_size
+    from core.identify.onnx_runtime import build_onnx_forward, usable_cores
 
     n = int(os.environ.get("ROSETTE_BENCH_EMBED_N", "300"))
     n_sift = int(os.environ.get("ROSETTE_BENCH_SIFT_N", "100"))

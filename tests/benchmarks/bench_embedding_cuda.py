@@ -1,5 +1,5 @@
 """Embedding on a GPU: images/s of the offline default backbone (efficientnet_lite0, torch runtime) through the
-real extraction path (``core.features.extract_features``: JPEG decode, resize, normalise, forward, cache write),
+real extraction path (``core.identify.features.extract_features``: JPEG decode, resize, normalise, forward, cache write),
 cold cache, and the forward pass alone on preloaded batches, each on CUDA and on the CPU of the same machine.
 
 Only meaningful where ``torch.cuda.is_available()`` (the lent GPU machine); elsewhere one row says so.
@@ -30,8 +30,8 @@ def _paths() -> list[Path]:
 
 def _extraction(device: str, paths: list[Path]) -> tuple[float, int]:
     """Seconds of one cold extraction of ``paths`` (best of 2) and the embedding width."""
-    from core.backbones import create_backbone
-    from core.features import extract_features, load_rgb
+    from core.identify.backbones import create_backbone
+    from core.identify.features import extract_features, load_rgb
 
     backbone = create_backbone("efficientnet_lite0", device=device, runtime="torch")
     backbone.embed([load_rgb(p) for p in paths[:8]])  # warm-up: cuDNN autotune / oneDNN primitives
@@ -52,7 +52,7 @@ def _forward_only(device: str, n: int) -> float:
     """Images/s of the model's forward pass alone on random preloaded batches (the ceiling for extraction)."""
     import torch
 
-    from core.backbones import create_backbone
+    from core.identify.backbones import create_backbone
 
     backbone = create_backbone("efficientnet_lite0", device=device, runtime="torch")
     height, width = backbone.config.input_size

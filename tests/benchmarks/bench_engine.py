@@ -35,7 +35,7 @@ def _best_of(fn, n: int = 5) -> float:
 
 
 def run() -> list[dict]:
-    from core.evaluation import evaluate_embeddings
+    from core.identify.evaluation import evaluate_embeddings
 
     labels, sightings, source = _labels()
     rng = np.random.default_rng(0)
@@ -84,7 +84,7 @@ def _kaggle_layout(root: Path, n_images: int = 371, n_pairs: int = 137_270) -> t
 def run_export() -> list[dict]:
     import tempfile
 
-    from db.export import export_kaggle
+    from db.identify.export import export_kaggle
     from db.session import open_catalogue
 
     with tempfile.TemporaryDirectory() as tmp:

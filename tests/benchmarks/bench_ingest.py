@@ -29,8 +29,8 @@ def _load() -> str:
 
 
 def run() -> list[dict]:
-    from core.images import decode_image, make_thumbnail
-    from db.ingest import ingest_path
+    from core.io.images import decode_image, make_thumbnail
+    from db.io.ingest import ingest_path
     from db.session import open_catalogue
 
     manifest = NYALA / "manifest.csv"

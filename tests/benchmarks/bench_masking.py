@@ -35,9 +35,9 @@ def _rate(count: int, seconds: float) -> float:
 
 
 def run() -> list[dict]:
-    from core.inpainting import create_inpainter
-    from core.masking import create_masker, mask_quality
-    from core.variants import VARIANTS, make_variant
+    from core.inspect.inpainting import create_inpainter
+    from core.inspect.masking import create_masker, mask_quality
+    from core.inspect.variants import VARIANTS, make_variant
 
     rows: list[dict] = []
     photos = _photos(12)

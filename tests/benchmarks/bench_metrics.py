@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from core.diagnostics import flank_protocols, laterality
+from core.inspect.diagnostics import flank_protocols, laterality
 from core.metrics import all_vs_all_metrics
-from core.stats import rank_correlation
+from core.identify.stats import rank_correlation
 
 NYALA_MANIFEST = Path(__file__).resolve().parents[3] / "shared" / "data" / "nyala" / "manifest.csv"
 

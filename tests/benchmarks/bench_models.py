@@ -32,7 +32,7 @@ def _clustered(n: int, dim: int = 256, clusters: int = 500, seed: int = 0):
 
 
 def _umap_rows() -> tuple[list[dict], dict]:
-    from core.projection import project_2d
+    from core.inspect.projection import project_2d
 
     rows, maps = [], {}
     for n in SIZES:
@@ -91,8 +91,8 @@ def _promotion_rows() -> list[dict]:
     if os.environ.get("ROSETTE_BENCH_PROMOTE", "1") == "0" or not (NYALA / "manifest.csv").exists():
         return [{"benchmark": "promotion on nyala", "value": "-", "unit": "",
                  "note": "skipped (ROSETTE_BENCH_PROMOTE=0 or ../shared/data/nyala missing)"}]
-    from db.benchmarks import create_benchmark
-    from db.matching import review_queue
+    from db.identify.benchmarks import create_benchmark
+    from db.identify.matching import review_queue
     from db.session import open_catalogue
     from jobs import queue
     from jobs.actions.promote import PromoteRequest, promote

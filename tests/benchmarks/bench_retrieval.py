@@ -3,7 +3,7 @@
 Rows (``make bench`` or ``.venv/bin/python tests/benchmarks/run.py retrieval``):
 
 - flat (exact) single-query latency p50/p95 at growing gallery sizes, to place
-  :data:`core.retrieval.APPROXIMATE_THRESHOLD`;
+  :data:`core.identify.retrieval.APPROXIMATE_THRESHOLD`;
 - approximate index (HNSW up to IVF_THRESHOLD, IVF above) build time,
   single-query latency p50/p95 and recall@10 against exact search at 10k, 100k
   and 1M vectors (256-d float32, clustered, L2-normalised), plus an efSearch /
@@ -29,10 +29,10 @@ from collections.abc import Sequence
 import faiss
 import numpy as np
 
-from core.kaggle import PairRow, score_pairs
+from core.io.kaggle import PairRow, score_pairs
 from core.metrics import all_vs_all_metrics, all_vs_all_valid
-from core.rerank import all_vs_all_rerank
-from core.retrieval import (
+from core.identify.rerank import all_vs_all_rerank
+from core.identify.retrieval import (
     APPROXIMATE_THRESHOLD,
     DEFAULT_EF_SEARCH,
     DEFAULT_NPROBE,

@@ -30,11 +30,11 @@ def run() -> list[dict]:
     if os.environ.get("ROSETTE_BENCH_SENSITIVITY", "1") == "0" or not (NYALA / "manifest.csv").exists():
         return [{"benchmark": "selective sensitivity on nyala", "value": "-", "unit": "",
                  "note": "skipped (ROSETTE_BENCH_SENSITIVITY=0 or ../shared/data/nyala missing)"}]
-    from core.masking import default_masker_name
-    from db.benchmarks import create_benchmark, load_benchmark
+    from core.inspect.masking import default_masker_name
+    from db.identify.benchmarks import create_benchmark, load_benchmark
     from db.embeddings import load_photo
-    from db.masks import image_source, mask_images, predict_mask, store_mask
-    from db.sensitivity import run_sensitivity, unusable_masks
+    from db.inspect.masks import image_source, mask_images, predict_mask, store_mask
+    from db.inspect.sensitivity import run_sensitivity, unusable_masks
     from db.session import open_catalogue
 
     rows: list[dict] = []

@@ -14,7 +14,7 @@ Rows:
    masked keypoints until N photos, so the timing is that of N masked photos without GrabCut-masking N photos
    here: exact for a flat index (its cost does not depend on what the descriptors hold), an estimate for the IVF
    index used above ``EXACT_UP_TO`` descriptors (its k-means sees repeated descriptors).
-4. A full fused evaluation of nyala (``db.spots.evaluate_pipeline``, ``sift`` pipeline on efficientnet_lite0):
+4. A full fused evaluation of nyala (``db.identify.spots.evaluate_pipeline``, ``sift`` pipeline on efficientnet_lite0):
    only with the full nyala set and ``ROSETTE_BENCH_FULL_SPOTS=1`` (about 10 minutes: GrabCut masks for ~700
    photos, then the evaluation); otherwise a row says it was skipped and how to run it.
 
@@ -92,7 +92,7 @@ def _ms(seconds: float) -> float:
 
 def _extraction_rows(photos, masks, sift, orb, *, note_data: str, t_mask: float, area: float):
     """Row 1: per-photo extraction time and keypoints, whole photo and on the mask; returns (rows, features)."""
-    from core.spots import MIN_KEYPOINTS
+    from core.identify.spots import MIN_KEYPOINTS
 
     rows: list[dict] = []
     feats: dict[tuple[str, bool], list] = {}
@@ -142,8 +142,8 @@ def _candidates(sample: list[dict[str, str]], q: int, k: int) -> list[int]:
 
 def _verify_rows(sample, feats, sift, orb, cache_dir: Path) -> list[dict]:
     """Row 2: one query's shortlist, matched and verified from cached keypoints."""
-    from core.spots import features_cache_path, load_features, save_features
-    from core.spots.pipeline import PipelineSettings, verify_one
+    from core.identify.spots import features_cache_path, load_features, save_features
+    from core.identify.spots.pipeline import PipelineSettings, verify_one
 
     rows: list[dict] = []
     queries = _queries(sample, QUERIES)
@@ -205,7 +205,7 @@ def _lnbnn_rows(sample, feats) -> list[dict]:
     """Row 3: LNBNN's descriptor index over a gallery of N masked photos and the per-query vote."""
     import faiss
 
-    from core.spots.lnbnn import (
+    from core.identify.spots.lnbnn import (
         DEFAULT_K,
         EXACT_UP_TO,
         build_descriptor_index,
@@ -284,12 +284,12 @@ def _full_evaluation_rows(folder: Path, n_photos: int) -> list[dict]:
                  "note": f"{FULL_ENV}=1 is set but the full nyala set is missing: {NYALA}/manifest.csv with at least "
                          f"{FULL_NYALA_MIN} photos is needed (found {n_photos}); point ROSETTE_BENCH_NYALA at it"}]
 
-    from core.backbones import DEFAULT_BACKBONE
-    from core.spots.pipeline import PipelineSettings
-    from db.benchmarks import create_benchmark, load_benchmark
-    from db.masks import mask_images
+    from core.identify.backbones import DEFAULT_BACKBONE
+    from core.identify.spots.pipeline import PipelineSettings
+    from db.identify.benchmarks import create_benchmark, load_benchmark
+    from db.inspect.masks import mask_images
     from db.session import open_catalogue
-    from db.spots import calibration_image_ids, evaluate_pipeline
+    from db.identify.spots import calibration_image_ids, evaluate_pipeline
 
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="rosette-bench-spots-") as tmp:
@@ -356,9 +356,9 @@ def _full_evaluation_rows(folder: Path, n_photos: int) -> list[dict]:
 def run() -> list[dict]:
     import cv2
 
-    from core.features import load_rgb
-    from core.masking import create_masker
-    from core.spots import create_matcher
+    from core.identify.features import load_rgb
+    from core.inspect.masking import create_masker
+    from core.identify.spots import create_matcher
 
     folder, all_rows, note_data = _source()
     sample = _sample(all_rows, SAMPLE)

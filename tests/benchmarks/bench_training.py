@@ -1,4 +1,4 @@
-"""Training speed and memory through the real path (``db.training.train_model``), one child process per
+"""Training speed and memory through the real path (``db.identify.training.train_model``), one child process per
 configuration so each peak RSS is its own.
 
 Rows: seconds per epoch for every head on cached frozen features (head only), partial fine-tuning of the
@@ -44,7 +44,7 @@ def _describe(spec: dict) -> str:
 
 
 def _setup(tmp: Path) -> tuple[Path, str]:
-    from db.benchmarks import create_benchmark
+    from db.identify.benchmarks import create_benchmark
     from db.session import open_catalogue
 
     data = tmp / "data"
@@ -69,8 +69,8 @@ def _setup(tmp: Path) -> tuple[Path, str]:
     cat = open_catalogue(data)
     create_benchmark(cat, "bench", manifest=manifest, split="identity", test_fraction=0.3, seed=0)
     if (NYALA / "manifest.csv").exists():  # NearID needs masks: GrabCut the training photos once
-        from db.benchmarks import load_benchmark
-        from db.masks import mask_images
+        from db.identify.benchmarks import load_benchmark
+        from db.inspect.masks import mask_images
 
         t0 = time.perf_counter()
         mask_images(cat, masker="grabcut", image_ids=load_benchmark(cat, "bench", split="train").image_ids,
@@ -82,10 +82,10 @@ def _setup(tmp: Path) -> tuple[Path, str]:
 
 def _one(data: str, spec: dict, device: str) -> dict:
     """Run in a child process: one training run; prints a JSON line."""
-    from core.training import TrainConfig
-    from core.training_loop import TrainingHooks
+    from core.identify.training import TrainConfig
+    from core.identify.training_loop import TrainingHooks
     from db.session import open_catalogue
-    from db.training import train_model
+    from db.identify.training import train_model
 
     cat = open_catalogue(data)
     t0 = time.perf_counter()

@@ -6,10 +6,10 @@ photo (``match_suggestions``, what the review queue reads past the on-the-fly li
 200 evaluations of 50 models on one benchmark. Rows go in through SQLAlchemy Core in chunks of 20,000.
 
 Timed, each through the function the web handlers and the CLI call:
-- review queue: ``db.suggestions.queue_from_suggestions`` (200 items), 20 runs;
+- review queue: ``db.identify.suggestions.queue_from_suggestions`` (200 items), 20 runs;
 - decision round trip: ``record_decision`` ("not the same") on a pending photo then ``standing_decision`` reading
   it back, 20 runs;
-- leaderboard: ``db.leaderboard.leaderboard``, 20 runs;
+- leaderboard: ``db.inspect.leaderboard.leaderboard``, 20 runs;
 - audit verify: ``db.audit.verify_chain`` over the whole chain, 3 runs.
 """
 
@@ -120,9 +120,9 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
 def measure(cat, n_photos: int, *, seed: int = 0) -> dict[str, tuple[float, float]]:
     """p50/p95 seconds of the four operations on a populated catalogue."""
     from db.audit import verify_chain
-    from db.leaderboard import leaderboard
-    from db.matching import record_decision, standing_decision
-    from db.suggestions import queue_from_suggestions
+    from db.inspect.leaderboard import leaderboard
+    from db.identify.matching import record_decision, standing_decision
+    from db.identify.suggestions import queue_from_suggestions
 
     rng = random.Random(seed + 1)
     out: dict[str, list[float]] = {"review queue": [], "decision round trip": [], "leaderboard": [],

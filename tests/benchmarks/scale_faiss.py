@@ -1,5 +1,5 @@
 """Scale benchmark, FAISS part: single-query latency, recall@10, build time and size at 100k / 1M (IVF in memory)
-and 10M (IVF-PQ on disk, 4 memory-mapped shards, as ``db.vector_index`` builds it for match review).
+and 10M (IVF-PQ on disk, 4 memory-mapped shards, as ``db.identify.vector_index`` builds it for match review).
 
 ``run(sizes=(100_000, 1_000_000)) -> list[dict]`` returns rows ``{benchmark, value, unit, note}``; the ``scale``
 section of ``make bench`` prints them. Run alone: ``.venv/bin/python tests/benchmarks/scale_faiss.py [SIZES...]``.
@@ -31,9 +31,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from core.ondisk_index import RunningTopK, build_ivfpq_on_disk, default_pq_m, open_on_disk, recall_at_k  # noqa: E402
-from core.ondisk_index import default_nlist as pq_nlist  # noqa: E402
-from core.retrieval import DEFAULT_NPROBE, build_index, default_nlist  # noqa: E402
+from core.identify.ondisk_index import (  # noqa: E402
+    RunningTopK,
+    build_ivfpq_on_disk,
+    default_pq_m,
+    open_on_disk,
+    recall_at_k,
+)
+from core.identify.ondisk_index import default_nlist as pq_nlist  # noqa: E402
+from core.identify.retrieval import DEFAULT_NPROBE, build_index, default_nlist  # noqa: E402
 
 DIM = 256
 CENTRES = 10_000
@@ -41,9 +47,9 @@ INTRINSIC = 8
 N_QUERIES = 200
 CHUNK = 20_000
 PQ_SHARDS = 4
-PQ_M = default_pq_m(DIM)  # as db.vector_index builds it: 64 sub-quantizers of 4 dimensions, 64 bytes per vector
-PQ_NLIST = 4096  # cap on core.ondisk_index.default_nlist (8,192 at 10M) to keep the 10M build near 15 min
-PQ_NPROBE = 32  # db.vector_index.NPROBE
+PQ_M = default_pq_m(DIM)  # as db.identify.vector_index builds it: 64 sub-quantizers of 4 dimensions, 64 bytes per vector
+PQ_NLIST = 4096  # cap on core.identify.ondisk_index.default_nlist (8,192 at 10M) to keep the 10M build near 15 min
+PQ_NPROBE = 32  # db.identify.vector_index.NPROBE
 PQ_TRAIN = 100_000
 DATA_NOTE = (f"synthetic {DIM}-d gaussian mixture, {CENTRES:,} clusters (own 8-d variation + 10% noise), "
              "L2-normalised, generated in seeded chunks")
@@ -96,7 +102,7 @@ def _peak_rss_gb() -> float:
 
 
 def ivf_rows(n: int, *, mix: Mixture, queries: np.ndarray) -> list[dict]:
-    """IVF (IVFFlat, in memory, ``core.retrieval.build_index``) at ``n`` vectors."""
+    """IVF (IVFFlat, in memory, ``core.identify.retrieval.build_index``) at ``n`` vectors."""
     gallery = mix.draw(n, GALLERY)
     exact = RunningTopK(queries, 10)
     for start in range(0, n, CHUNK):

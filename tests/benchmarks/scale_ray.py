@@ -67,7 +67,7 @@ def run() -> list[dict]:
     import ray
 
     from db.embeddings import all_image_ids
-    from db.ingest import ingest_path
+    from db.io.ingest import ingest_path
     from db.models import JobStatus
     from db.session import open_catalogue
     from jobs import queue, ray_engine, worker

@@ -20,7 +20,7 @@ TIMEOUT_MS = 45_000
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[RosetteServer]:
     require_chromium()
-    from db.ingest import ingest_path
+    from db.io.ingest import ingest_path
     from db.session import open_catalogue
     from db.users import add_user
 

@@ -40,7 +40,7 @@ def seed(data_dir: Path, work: Path) -> tuple[int, int]:
     from PIL import Image as PILImage
 
     from core.annotations import Box, crop_rect
-    from db.ingest import ingest_path
+    from db.io.ingest import ingest_path
     from db.session import open_catalogue
 
     (ana, bia) = _two_animals()

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 from sqlalchemy import select
 
-from db.ingest import ingest_path
+from db.io.ingest import ingest_path
 from db.models import Deployment, Species
 from db.session import open_catalogue
 from tests.browser.conftest import require_chromium, start_rosette

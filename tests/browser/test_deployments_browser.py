@@ -24,9 +24,9 @@ def stations_server(tmp_path_factory):
     import numpy as np
     from PIL import Image as PILImage
 
-    from core.stations import deployment_spec
-    from db.deployments import store_deployments
-    from db.ingest import ingest_path
+    from core.field.stations import deployment_spec
+    from db.field.deployments import store_deployments
+    from db.io.ingest import ingest_path
     from db.session import open_catalogue
 
     root = tmp_path_factory.mktemp("deployments")

@@ -27,7 +27,7 @@ TIMES = ["2024-05-01T06:12:00+02:00", "2024-05-20T21:30:00+02:00", "2024-06-03T0
 def seed(data_dir: Path, work: Path) -> int:
     """Four photos of one demo animal imported under NAME, the first three placed at the three stations with a
     time each; returns the individual's id."""
-    from db.ingest import ingest_path
+    from db.io.ingest import ingest_path
     from db.models import Deployment, Individual, Photo
     from db.session import open_catalogue
 

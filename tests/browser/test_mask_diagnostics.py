@@ -27,11 +27,11 @@ NUMBER = re.compile(r"-?\d\.\d{3}")
 
 @pytest.fixture(scope="module")
 def nyala_server(tmp_path_factory, nyala_dir, nyala_manifest) -> Iterator[RosetteServer]:
-    """A server on a catalogue of 9 nyala photos imported with db.ingest, plus one stored diagnose run
+    """A server on a catalogue of 9 nyala photos imported with db.io.ingest, plus one stored diagnose run
     with hand-made numbers (to check the benchmark charts render; the per-photo panel computes for real)."""
     require_chromium()
-    from db.evaluation import store_evaluation
-    from db.ingest import ingest_path
+    from db.identify.evaluation import store_evaluation
+    from db.io.ingest import ingest_path
     from db.session import open_catalogue
 
     rows = nyala_subset(nyala_manifest)

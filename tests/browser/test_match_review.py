@@ -24,7 +24,7 @@ PREFERRED = ("nyala_149", "nyala_85", "nyala_144")  # in the shared set; the shi
 
 def seed(data_dir: Path, nyala_dir: Path, manifest: list[dict[str, str]], work: Path) -> None:
     """Per animal: three assigned photos (two sightings) and one unassigned photo (a third sighting)."""
-    from db.ingest import ingest_path
+    from db.io.ingest import ingest_path
     from db.session import open_catalogue
     from tests.nyala_subset import animals_with_sightings
 

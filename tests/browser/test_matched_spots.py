@@ -27,7 +27,7 @@ PHOTOS = [("a0.png", "Amber", "left"), ("a1.png", "", "left"), ("b0.png", "Bruno
 @pytest.fixture(scope="module")
 def spots_server(tmp_path_factory) -> Iterator[RosetteServer]:
     require_chromium()
-    from db.ingest import ingest_path
+    from db.io.ingest import ingest_path
     from db.session import open_catalogue
     from db.species import promote_model
     from tests.test_match_spots_services import PIPELINE, make_photos, register_pipeline

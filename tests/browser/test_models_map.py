@@ -17,8 +17,8 @@ FLANKLESS = 3  # photos whose flank label is removed (they get a suggestion)
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[RosetteServer]:
     require_chromium()
-    from db.benchmarks import create_benchmark
-    from db.embedding_map import compute_map
+    from db.identify.benchmarks import create_benchmark
+    from db.inspect.embedding_map import compute_map
     from db.models import Flank, Image
     from db.session import open_catalogue
     from jobs import queue

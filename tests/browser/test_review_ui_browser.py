@@ -29,9 +29,9 @@ def seed(data_dir: Path, work: Path) -> tuple[int, int]:
     from PIL import Image as PILImage
 
     from core.annotations import Box, crop_rect
-    from core.stations import deployment_spec
-    from db.deployments import store_deployments
-    from db.ingest import ingest_path
+    from core.field.stations import deployment_spec
+    from db.field.deployments import store_deployments
+    from db.io.ingest import ingest_path
     from db.session import open_catalogue
 
     (ana, bia) = _two_animals()

@@ -19,7 +19,7 @@ TIMEOUT_MS = 60_000
 def species_server(tmp_path_factory):
     """A catalogue of two species: nyala (ny00, ny01) and lion (leo02, leo03), two photos each."""
     require_chromium()
-    from db.ingest import ingest_path
+    from db.io.ingest import ingest_path
     from db.session import open_catalogue
     from tests.synthetic_reid import make_reid_set
 

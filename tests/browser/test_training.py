@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from db.benchmarks import create_benchmark
+from db.identify.benchmarks import create_benchmark
 from db.session import open_catalogue
 from tests.browser.conftest import choose, start_rosette
 from tests.synthetic_reid import make_reid_set

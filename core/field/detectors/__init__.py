@@ -3,7 +3,7 @@
 Registry names (a box a detector made inside Rosette has the source ``detector:<name>``):
 
 - ``megadetector``: MegaDetector v5 (YOLOv5x6, 1280 px) on weights found in ``$ROSETTE_WEIGHTS_DIR``
-  (``md_v5a.0.0.pt`` ...; never downloaded), see :mod:`core.detectors.megadetector`. Without them it is listed
+  (``md_v5a.0.0.pt`` ...; never downloaded), see :mod:`core.field.detectors.megadetector`. Without them it is listed
   as unavailable with the reason, and boxes can still come from a MegaDetector batch JSON
   (``rosette import FOLDER --detections MD.json``).
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from core.detectors import megadetector
-from core.detectors.base import (  # noqa: F401  (the package's public names, defined there for its submodules)
+from core.field.detectors import megadetector
+from core.field.detectors.base import (  # noqa: F401  (the package's public names, defined there for its submodules)
     WEIGHTS_DIR_ENV,
     Detector,
     DetectorUnavailableError,

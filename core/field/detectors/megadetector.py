@@ -15,7 +15,7 @@ confidence to three), as in MegaDetector's batch output. The default threshold i
 (0.005), so a caller keeps boxes above ``core.annotations.DEFAULT_MIN_CONFIDENCE`` (0.2) exactly as it does for
 a MegaDetector batch JSON.
 
-The network is built by :mod:`core.detectors.yolov5` (plain torch), imported on first use.
+The network is built by :mod:`core.field.detectors.yolov5` (plain torch), imported on first use.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from core.annotations import DETECTION_CATEGORIES, Box, Detection, InvalidBoxError
-from core.backbones.weights import sha256_file
-from core.detectors.base import WEIGHTS_DIR_ENV, DetectorUnavailableError, weights_dir
-from core.masking.base import as_rgb_uint8
+from core.identify.backbones.weights import sha256_file
+from core.field.detectors.base import WEIGHTS_DIR_ENV, DetectorUnavailableError, weights_dir
+from core.inspect.masking.base import as_rgb_uint8
 
 NAME = "megadetector"
 #: MegaDetector v5 files, most preferred first (5a and 5b are equally good; 5a is MegaDetector's default).
@@ -276,10 +276,10 @@ class MegaDetector:
 
     @property
     def network(self) -> Any:
-        """The loaded, BN-fused network (``core.detectors.yolov5.YOLOv5``), loaded on first use."""
+        """The loaded, BN-fused network (``core.field.detectors.yolov5.YOLOv5``), loaded on first use."""
         if self._net is None:
-            # lazy: core.detectors.yolov5 imports torch (a heavy ML library), needed only when a detector runs
-            from core.detectors.yolov5 import CheckpointError, load_checkpoint
+            # lazy: core.field.detectors.yolov5 imports torch (a heavy ML library), needed only when a detector runs
+            from core.field.detectors.yolov5 import CheckpointError, load_checkpoint
 
             try:
                 net, info = load_checkpoint(self.weights.path, map_location=self.device)

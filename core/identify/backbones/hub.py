@@ -10,7 +10,7 @@ Weights are read only from this machine, in this order:
    ``huggingface_hub.try_to_load_from_cache`` -- a pure file lookup, no network.
 
 Nothing is downloaded here, whatever ``HF_HUB_OFFLINE`` says; when the files are
-missing, :class:`~core.backbones.WeightsNotFoundError` names the repo, the files
+missing, :class:`~core.identify.backbones.WeightsNotFoundError` names the repo, the files
 and where to put them. The architecture is always built by timm with random
 weights first and the checkpoint loaded with ``strict=True`` (only known
 classifier/ArcFace-head tensors are dropped, and named in the config).
@@ -48,9 +48,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.backbones.config import BackboneConfig, WeightsNotFoundError
-from core.backbones.torch_base import TorchBackbone, fold_batchnorm_
-from core.backbones.weights import find_local_config, find_local_file, sha256_file, weights_help
+from core.identify.backbones.config import BackboneConfig, WeightsNotFoundError
+from core.identify.backbones.torch_base import TorchBackbone, fold_batchnorm_
+from core.identify.backbones.weights import find_local_config, find_local_file, sha256_file, weights_help
 from core.registry import UnknownComponentError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -38,7 +38,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from core.backbones.config import BackboneConfig, BackboneNotFittedError
+from core.identify.backbones.config import BackboneConfig, BackboneNotFittedError
 
 DESCRIPTOR_DIM = 128
 _EPS = 1e-12

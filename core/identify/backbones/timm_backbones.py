@@ -1,10 +1,10 @@
-"""``timm:<architecture>`` backbones (the shared torch wrapper is :mod:`core.backbones.torch_base`).
+"""``timm:<architecture>`` backbones (the shared torch wrapper is :mod:`core.identify.backbones.torch_base`).
 
 ``timm:<architecture>`` builds any timm model with its own pretrained cfg
 (input size, mean/std, interpolation). With ``pretrained=True`` the weights must
 already be on this machine -- the Hugging Face cache (``timm/<arch>.<tag>``), the
 torch hub cache, ``ROSETTE_WEIGHTS_DIR`` or an explicit ``weights_path`` -- and
-nothing is downloaded; otherwise :class:`~core.backbones.WeightsNotFoundError`
+nothing is downloaded; otherwise :class:`~core.identify.backbones.WeightsNotFoundError`
 says how to provide them.
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.backbones.config import BackboneConfig, WeightsNotFoundError
-from core.backbones.torch_base import PIL_FILTERS, TorchBackbone, fold_batchnorm_
-from core.backbones.weights import find_local_file, sha256_file, weights_help
+from core.identify.backbones.config import BackboneConfig, WeightsNotFoundError
+from core.identify.backbones.torch_base import PIL_FILTERS, TorchBackbone, fold_batchnorm_
+from core.identify.backbones.weights import find_local_file, sha256_file, weights_help
 from core.registry import UnknownComponentError
 
 

@@ -2,7 +2,7 @@
 
 :class:`TorchBackbone` wraps any ``nn.Module`` whose ``forward(x)`` returns
 pooled N x D features. It owns the preprocessing declared in its
-:class:`~core.backbones.BackboneConfig`:
+:class:`~core.identify.backbones.BackboneConfig`:
 
 1. each HxWx3 uint8 RGB photo is resized to ``input_size`` with PIL and the
    config's interpolation (PIL filters antialias when shrinking). ``resize``
@@ -20,7 +20,7 @@ EfficientNet family, with BatchNorm folded into the preceding convolution
 which gives the same outputs up to float rounding and is ~1.5x faster on CPU.
 
 Runtime: ``runtime="auto"`` (default), ``"torch"`` or ``"onnx"``, or ``$ROSETTE_RUNTIME``
-(:func:`core.onnx_runtime.requested_runtime`). ``"auto"`` runs the forward pass through ONNX
+(:func:`core.identify.onnx_runtime.requested_runtime`). ``"auto"`` runs the forward pass through ONNX
 Runtime on CPU for backbones built with ``onnx_default=True`` (the embedded default,
 ``efficientnet_lite0``) and through torch otherwise; a failed export, a check that does not
 give torch's features to 1e-4, or a missing ``onnxruntime`` falls back to torch with a logged
@@ -43,8 +43,8 @@ from PIL import Image
 from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_weights
 
-from core.backbones.config import BackboneConfig
-from core.onnx_runtime import OnnxForward, build_onnx_forward, requested_runtime
+from core.identify.backbones.config import BackboneConfig
+from core.identify.onnx_runtime import OnnxForward, build_onnx_forward, requested_runtime
 
 log = logging.getLogger(__name__)
 

@@ -22,12 +22,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from core.adapters import LoraSpec, load_adapters
-from core.backbones import create_backbone
-from core.backbones.config import BackboneConfig
-from core.backbones.torch_base import embed_in_batches
-from core.heads import create_head
-from core.training import features_for
+from core.identify.adapters import LoraSpec, load_adapters
+from core.identify.backbones import create_backbone
+from core.identify.backbones.config import BackboneConfig
+from core.identify.backbones.torch_base import embed_in_batches
+from core.identify.heads import create_head
+from core.identify.training import features_for
 
 CHECKPOINT_FORMAT = "rosette-trained-1"
 

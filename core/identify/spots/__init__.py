@@ -1,7 +1,7 @@
 """Local ("spot") evidence: keypoint matchers, as a registry like the backbones.
 
 A *local matcher* finds keypoints on the animal and proposes correspondences between two photos; geometric
-verification (:mod:`core.spots.verify`) then keeps the ones a single plausible transform explains, and the
+verification (:mod:`core.identify.spots.verify`) then keeps the ones a single plausible transform explains, and the
 inlier count is the pair's spot evidence. HotSpotter (Wildbook) and WildFusion (wildlife-tools) get their
 accuracy on patterned species this way.
 
@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from core.features import atomic_write
+from core.identify.features import atomic_write
 from core.registry import Registry, UnknownComponentError
-from core.spots.base import (  # noqa: F401  (the package's public names, defined there for its submodules)
+from core.identify.spots.base import (  # noqa: F401  (the package's public names, defined there for its submodules)
     DEFAULT_MATCHER,
     MIN_KEYPOINTS,
     Correspondences,
@@ -43,8 +43,8 @@ from core.spots.base import (  # noqa: F401  (the package's public names, define
     MatcherConfig,
     MatcherUnavailableError,
 )
-from core.spots.classical import create_orb, create_sift
-from core.spots.learned import learned_weights_available
+from core.identify.spots.classical import create_orb, create_sift
+from core.identify.spots.learned import learned_weights_available
 
 __all__ = [
     "DEFAULT_MATCHER",
@@ -85,7 +85,7 @@ def _orb(**opts: Any) -> LocalMatcher:
 def _register_learned(name: str, description: str) -> None:
     @MATCHERS.register(name, description=description)
     def factory(**opts: Any) -> LocalMatcher:
-        from core.spots.learned import create_learned_matcher  # kornia / torch: heavy, imported on use
+        from core.identify.spots.learned import create_learned_matcher  # kornia / torch: heavy, imported on use
 
         return create_learned_matcher(name, **opts)
 

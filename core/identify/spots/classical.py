@@ -21,7 +21,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from core.spots.base import Correspondences, LocalFeatures, MatcherConfig
+from core.identify.spots.base import Correspondences, LocalFeatures, MatcherConfig
 
 MASK_ERODE_FRACTION = 0.01  # of the working image's longest side
 CROP_MARGIN = 0.02  # of the mask's bounding box, on each side, when describing the crop

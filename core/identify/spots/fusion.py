@@ -1,7 +1,7 @@
 """Calibrated fusion of scorers over the global model's shortlist (WildFusion, wildlife-tools).
 
 Each scorer (the global model's similarity, the verified inlier count, the LNBNN vote) speaks its own units.
-Each gets an isotonic calibration (:mod:`core.calibration`) into P(same individual), fitted on pairs from the
+Each gets an isotonic calibration (:mod:`core.identify.calibration`) into P(same individual), fitted on pairs from the
 benchmark's training photos (the curators' decisions replace them once there are enough). For a query, the
 global model's top-K (the *shortlist*, K default 50) is re-scored by the mean of the calibrated probabilities
 of the scorers that apply to the pair (local scorers do not apply to cross-flank pairs, or to photos without
@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from core.calibration import Calibrator, fit_calibrator
+from core.identify.calibration import Calibrator, fit_calibrator
 
 DEFAULT_SHORTLIST = 50
 GLOBAL = "global"
@@ -30,7 +30,7 @@ TIE_BREAK = 1e-4
 
 
 class ScoreFusion(Protocol):
-    """How calibrated probabilities are combined (:class:`core.spots.fusion_choice.Fusion`, chosen there)."""
+    """How calibrated probabilities are combined (:class:`core.identify.spots.fusion_choice.Fusion`, chosen there)."""
 
     scorers: tuple[str, ...]
     uses_ranks: bool
@@ -123,7 +123,7 @@ def fused_similarity(global_sim: np.ndarray, valid: np.ndarray, *, shortlist: in
     ``calibrators[name]`` their calibrations; only scorers with a calibrator take part. Shortlisted pairs get
     their fused probability (plus :data:`TIE_BREAK` x the global score's rank position within [0, 1));
     the rest get ``global_sim`` shifted below -1, so they keep the global order under every shortlisted pair.
-    Invalid pairs are -inf. ``fusion`` (:class:`core.spots.fusion_choice.Fusion`) combines the probabilities;
+    Invalid pairs are -inf. ``fusion`` (:class:`core.identify.spots.fusion_choice.Fusion`) combines the probabilities;
     None: their mean over the scorers that apply.
     """
     g = np.asarray(global_sim, dtype=np.float64)

@@ -1,7 +1,7 @@
 """How a pipeline's scorers are combined, chosen by cross-validation grouped by individual.
 
 Each scorer (global similarity, verified inliers, LNBNN votes) is first calibrated into P(same animal) by
-isotonic regression (:mod:`core.spots.fusion`). A :class:`Fusion` then turns the calibrated probabilities of
+isotonic regression (:mod:`core.identify.spots.fusion`). A :class:`Fusion` then turns the calibrated probabilities of
 one shortlisted pair into one score:
 
 - ``single``: one scorer's probability (the global one where that scorer does not apply to the pair);
@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from core.calibration import Calibrator
+from core.identify.calibration import Calibrator
 from core.metrics import retrieval_metrics
-from core.spots.fusion import (
+from core.identify.spots.fusion import (
     GLOBAL,
     fit_scorer_calibrations,
     fuse_probabilities,

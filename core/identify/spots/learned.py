@@ -1,6 +1,6 @@
 """Learned local matchers on kornia: ``disk-lightglue``, ``aliked-lightglue`` and ``loftr``.
 
-Per photo, as for the classical matchers (:func:`core.spots.classical.working_grey`): the longest side is resized to
+Per photo, as for the classical matchers (:func:`core.identify.spots.classical.working_grey`): the longest side is resized to
 ``max_side`` and, with a mask, a detection mask eroded by ``MASK_ERODE_FRACTION`` of the working size is built.
 
 - ``disk-lightglue``: ``kornia.feature.DISK`` (the ``depth`` checkpoint, 128-d descriptors) on the working RGB
@@ -32,7 +32,7 @@ Weights are only ever read from this machine -- nothing is downloaded, ever. Eac
 - ``loftr``: ``loftr_outdoor.ckpt`` / ``loftr_outdoor.ckpt`` (from huggingface.co/kornia/loftr).
 
 (A machine where kornia once downloaded them, e.g. ``DISK.from_pretrained("depth")``, already has the second
-names.) When a file is missing, :class:`~core.spots.MatcherUnavailableError` names the files, the folders and
+names.) When a file is missing, :class:`~core.identify.spots.MatcherUnavailableError` names the files, the folders and
 the URLs. ``pretrained=False`` builds the same networks with random weights (seeded, for tests); those find
 few or no matches. The networks run in eval mode under ``torch.inference_mode`` on ``device`` (default: CUDA
 when available, else CPU); on CPU the outputs are deterministic.
@@ -49,10 +49,10 @@ from typing import Any
 import cv2
 import numpy as np
 
-from core.backbones.weights import sha256_file
+from core.identify.backbones.weights import sha256_file
 from core.registry import UnknownComponentError
-from core.spots.base import Correspondences, LocalFeatures, MatcherConfig, MatcherUnavailableError
-from core.spots.classical import MASK_ERODE_FRACTION, working_grey
+from core.identify.spots.base import Correspondences, LocalFeatures, MatcherConfig, MatcherUnavailableError
+from core.identify.spots.classical import MASK_ERODE_FRACTION, working_grey
 
 __all__ = [
     "WEIGHT_FILES",
@@ -416,7 +416,7 @@ def create_learned_matcher(name: str, *, pretrained: bool = True, device: Any = 
     """Build ``disk-lightglue``, ``aliked-lightglue`` or ``loftr`` (see the module docstring).
 
     ``pretrained=True`` reads the weight files from this machine only and raises
-    :class:`~core.spots.MatcherUnavailableError` naming the files and folders when one is missing;
+    :class:`~core.identify.spots.MatcherUnavailableError` naming the files and folders when one is missing;
     ``pretrained=False`` uses seeded random weights (tests). ``device``: None = CUDA when available, else CPU.
     """
     _check_name(name)

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from core.features import ExtractionCancelled
-from core.retrieval import faiss_search
-from core.spots.base import LocalFeatures
+from core.identify.features import ExtractionCancelled
+from core.identify.retrieval import faiss_search
+from core.identify.spots.base import LocalFeatures
 
 DEFAULT_K = 4
 

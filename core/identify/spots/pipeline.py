@@ -1,5 +1,5 @@
 """The spot-evidence pipeline over arrays: which pairs to verify, their inlier counts, LNBNN votes, and the
-calibrated fused score matrix (pure functions; the catalogue side lives in ``db.spots``).
+calibrated fused score matrix (pure functions; the catalogue side lives in ``db.identify.spots``).
 
 A *pipeline* is a global model (the shortlist) + a local matcher + the scorers used + K + the calibration.
 :class:`PipelineSettings` holds everything but the calibration (fitted on data) and the global model's own
@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from core.features import ExtractionCancelled
-from core.spots.base import MIN_KEYPOINTS, Correspondences, LocalFeatures, LocalMatcher
-from core.spots.fusion import DEFAULT_SHORTLIST, GLOBAL, shortlist_mask
-from core.spots.lnbnn import DEFAULT_K, lnbnn_all_vs_all
-from core.spots.verify import VERIFY_MODELS, Verification, verify_pair
+from core.identify.features import ExtractionCancelled
+from core.identify.spots.base import MIN_KEYPOINTS, Correspondences, LocalFeatures, LocalMatcher
+from core.identify.spots.fusion import DEFAULT_SHORTLIST, GLOBAL, shortlist_mask
+from core.identify.spots.lnbnn import DEFAULT_K, lnbnn_all_vs_all
+from core.identify.spots.verify import VERIFY_MODELS, Verification, verify_pair
 
 VERIFICATION = "inliers"
 LNBNN = "lnbnn"

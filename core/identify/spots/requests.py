@@ -1,19 +1,19 @@
 """Typed requests for the spot-evidence actions, validated when made (pure: only the matcher registry is
 consulted). A job stores a request's ``to_dict()`` and the worker rebuilds it with ``from_dict()`` (unknown keys,
 wrong types and bad values are refused: :class:`core.requests.Request`). They live in core because the store's
-spot functions (``db.spots``) take them too."""
+spot functions (``db.identify.spots``) take them too."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.backbones import DEFAULT_BACKBONE
-from core.evaluation import check_flank
+from core.identify.backbones import DEFAULT_BACKBONE
+from core.identify.evaluation import check_flank
 from core.requests import Request
-from core.spots import list_matchers, matcher_available
-from core.spots.base import DEFAULT_MATCHER, MatcherUnavailableError
-from core.spots.fusion import DEFAULT_SHORTLIST
-from core.spots.pipeline import PipelineSettings
+from core.identify.spots import list_matchers, matcher_available
+from core.identify.spots.base import DEFAULT_MATCHER, MatcherUnavailableError
+from core.identify.spots.fusion import DEFAULT_SHORTLIST
+from core.identify.spots.pipeline import PipelineSettings
 
 
 def available_matchers() -> list[str]:

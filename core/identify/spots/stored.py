@@ -1,12 +1,12 @@
 """A fused pipeline as the catalogue stores it, and the work done with one that needs no catalogue.
 
 A *pipeline* is a global model's top-K shortlist re-scored with spot evidence: :class:`StoredPipeline` holds its
-:class:`~core.spots.pipeline.PipelineSettings`, the matcher's config and the fitted calibration of every scorer
+:class:`~core.identify.spots.pipeline.PipelineSettings`, the matcher's config and the fitted calibration of every scorer
 with what it rests on (stored in a ``models`` row's ``config``: :func:`pipeline_config` /
 :meth:`StoredPipeline.from_config`). Here: the pipeline's name, the calibration sample of a benchmark's train
 split, the metrics of each component on a scored set, the fused scores of given pairs (Kaggle export), the
 re-ranking of one query's shortlist (match review), and the calibration refitted on the curators' decided pairs.
-The catalogue side (storing, loading, embedding photos, extracting keypoints) lives in ``db.spots``.
+The catalogue side (storing, loading, embedding photos, extracting keypoints) lives in ``db.identify.spots``.
 """
 
 from __future__ import annotations
@@ -18,15 +18,21 @@ from typing import Any
 
 import numpy as np
 
-from core.calibration import Calibrator, fit_calibrator
-from core.images import decode_image
+from core.identify.calibration import Calibrator, fit_calibrator
+from core.io.images import decode_image
 from core.metrics import retrieval_metrics
-from core.spots import features_cache_path, load_features, save_features
-from core.spots.base import LocalFeatures, LocalMatcher
-from core.spots.fusion import GLOBAL, calibrator_from_dict, calibrator_to_dict, fused_similarity, shortlist_ranks
-from core.spots.fusion_choice import MEAN, Fusion
-from core.spots.pipeline import LNBNN, VERIFICATION, PipelineSettings, SpotScores, cross_flank, verify_one
-from core.spots.verify import STATUS_WORDS, Verification
+from core.identify.spots import features_cache_path, load_features, save_features
+from core.identify.spots.base import LocalFeatures, LocalMatcher
+from core.identify.spots.fusion import (
+    GLOBAL,
+    calibrator_from_dict,
+    calibrator_to_dict,
+    fused_similarity,
+    shortlist_ranks,
+)
+from core.identify.spots.fusion_choice import MEAN, Fusion
+from core.identify.spots.pipeline import LNBNN, VERIFICATION, PipelineSettings, SpotScores, cross_flank, verify_one
+from core.identify.spots.verify import STATUS_WORDS, Verification
 
 PIPELINE_HEAD = "pipeline"
 COMPONENTS = {  # what the evaluation reports besides the pipeline itself: name -> scorers fused
@@ -51,7 +57,7 @@ class StoredPipeline:
     calibration_source: dict[str, Any] = field(default_factory=dict)
     status: str = "candidate"
     #: how the calibrated scorers are combined, chosen by cross-validation when built, with its figures
-    #: (``fusion_choice``: :meth:`core.spots.fusion_choice.FusionChoice.to_dict`); a pipeline built before
+    #: (``fusion_choice``: :meth:`core.identify.spots.fusion_choice.FusionChoice.to_dict`); a pipeline built before
     #: fusions were chosen has none and uses the mean of its scorers' probabilities
     fusion_choice: dict[str, Any] = field(default_factory=dict)
 

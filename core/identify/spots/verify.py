@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from core.spots.base import MIN_KEYPOINTS, Correspondences, LocalFeatures
+from core.identify.spots.base import MIN_KEYPOINTS, Correspondences, LocalFeatures
 
 VERIFY_MODELS = ("homography", "affine")
 #: Statuses of pairs spot evidence cannot judge (the global model alone speaks for them).

@@ -4,9 +4,9 @@ Registry names (what the database stores as the image's mask source):
 
 - ``alpha``: the mask that came with the file: ``alpha > 127`` (threshold option).
 - ``grabcut``: OpenCV GrabCut from a box / click prompt; the classical, weight-free
-  fallback (see :mod:`core.masking.grabcut`).
+  fallback (see :mod:`core.inspect.masking.grabcut`).
 - ``sam2``: Segment Anything 2 image predictor driven by click / box prompts
-  (see :mod:`core.masking.sam2_masker`); needs a checkpoint.
+  (see :mod:`core.inspect.masking.sam2_masker`); needs a checkpoint.
 
 Every masker returns a :class:`MaskResult`: an HxW bool mask the size of the
 image, the registry name, and provenance details (prompt, checkpoint + sha256,
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from core.masking.base import (  # noqa: F401  (the package's public names, defined there for its submodules)
+from core.inspect.masking.base import (  # noqa: F401  (the package's public names, defined there for its submodules)
     ALPHA_THRESHOLD,
     DEFAULT_BOX_MARGIN,
     PARTIAL_EXTENT,
@@ -49,7 +49,7 @@ from core.masking.base import (  # noqa: F401  (the package's public names, defi
     solidity,
     validate_prompts,
 )
-from core.masking.grabcut import GrabCutMasker
+from core.inspect.masking.grabcut import GrabCutMasker
 from core.registry import Registry
 
 __all__ = [
@@ -124,7 +124,9 @@ def _make_grabcut(**opts: Any) -> Masker:
 
 @MASKERS.register("sam2", description="Segment Anything 2 with click / box prompts (needs a checkpoint)")
 def _make_sam2(**opts: Any) -> Masker:
-    from core.masking.sam2_masker import Sam2Masker  # lazy: core.masking.sam2_masker imports torch (start-up time)
+    from core.inspect.masking.sam2_masker import (
+        Sam2Masker,
+    )  # lazy: core.inspect.masking.sam2_masker imports torch (start-up time)
 
     return Sam2Masker(**opts)
 

@@ -24,7 +24,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from core.masking.base import DEFAULT_BOX_MARGIN, MaskResult, as_rgb_uint8, default_box, validate_prompts
+from core.inspect.masking.base import DEFAULT_BOX_MARGIN, MaskResult, as_rgb_uint8, default_box, validate_prompts
 
 __all__ = ["GrabCutMasker", "grabcut_mask"]
 
@@ -102,7 +102,7 @@ def grabcut_mask(
 
 
 class GrabCutMasker:
-    """GrabCut as a :class:`~core.masking.Masker` (registry name ``grabcut``)."""
+    """GrabCut as a :class:`~core.inspect.masking.Masker` (registry name ``grabcut``)."""
 
     name = "grabcut"
 

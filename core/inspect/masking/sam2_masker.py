@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.masking.base import (
+from core.inspect.masking.base import (
     DEFAULT_BOX_MARGIN,
     SAM2_CHECKPOINT_ENV,
     SAM2_CONFIG_ENV,
@@ -221,7 +221,7 @@ def load_sam2_model(
 
 
 class Sam2Masker:
-    """SAM 2 as a :class:`~core.masking.Masker` (registry name ``sam2``)."""
+    """SAM 2 as a :class:`~core.inspect.masking.Masker` (registry name ``sam2``)."""
 
     name = "sam2"
 
