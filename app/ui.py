@@ -224,7 +224,7 @@ label();
 
 # One message at a time per screen: when a status line of a tab (a ``*-status`` element) shows a new message, the
 # tab's other status lines that showed one earlier are folded away (class status-stale), so an old "Saved" never
-# reads as the answer to the latest click (issue 14, item 11). A line's first text (a standing hint) is not a
+# reads as the answer to the latest click. A line's first text (a standing hint) is not a
 # message and is left alone.
 STATUS_SWEEP_JS = """
 const LINES = '.status-line[id$="-status"]';  // the answers to clicks (summaries and notices are not swept)

@@ -322,7 +322,7 @@ def build(ctx: UIContext) -> None:
     # ------------------------------------------------------------------ wiring
 
     hidden = dict(show_progress="hidden", api_visibility="private")
-    # one progress line, in one place: over the candidates, not over every output of the screen (issue 24, item 3)
+    # one progress line, in one place: over the candidates, not over every output of the screen
     one_bar = dict(show_progress_on=[candidates])
     if tab is not None:
         tab.select(on_open_tab, inputs=[view_state, model, filters_state, outline],

@@ -1,4 +1,4 @@
-"""Capture histories for the field's own tools (issue 23, item 7; docs/DESIGN.md section 8): secr's text inputs,
+"""Capture histories for the field's own tools (docs/DESIGN.md section 8): secr's text inputs,
 camtrapR's record table and MARK's encounter histories.
 
 Pure writers over plain values; :mod:`jobs.actions.population` gathers what they write.

@@ -64,14 +64,14 @@ class TrainConfig:
     val_per_identity: int = 2
     val_min_photos: int = 4
     steps_per_epoch: int | None = None  # default ceil(n_train / batch)
-    # identity-focused learning (issue 16)
+    # identity-focused learning: adapters, the idsim patch term and the sampler
     adapter: str | None = None  # "lora": peft LoRA adapters on the backbone instead of unfreezing blocks
     lora_rank: int = 16
     lora_alpha: float = 32.0
     lora_dropout: float = 0.05
     patch_weight: float = 1.0  # lambda of the idsim head's patch-transport term
-    sampler: str = "identity-aware"  # identity-aware (pre-scheduled, hard negatives; the default since issue 16's
-    # nyala comparison) | m-per-class (pml MPerClassSampler)
+    sampler: str = "identity-aware"  # identity-aware (pre-scheduled, hard negatives; the default, so
+    # curators' rejections become hard negatives) | m-per-class (pml MPerClassSampler)
     sources_per_batch: int | None = None  # identity-aware: K sources per batch (default: every source, at most 2)
     hard_negatives: int = 2  # identity-aware: k hard-negative identities each anchor brings
     #: share of the benchmark's train identities kept out of training, for a spot pipeline's calibration (0: none)

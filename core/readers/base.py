@@ -47,7 +47,7 @@ class Entry:
     flank: str | None = None  # left, right, front or other (the catalogue's Flank values); None: not stated
     sighting: dict[str, Any] | None = None  # key, date, place, lat, lon, camera, observer
     species: str | None = None
-    # camera stations (issue 23): the deployment's id (Camtrap DP deploymentID, a manifest ``deployment`` column,
+    # camera stations: the deployment's id (Camtrap DP deploymentID, a manifest ``deployment`` column,
     # or the Station/... folder layout), when the photo was taken as given (ISO 8601, with or without offset),
     # and a Camtrap DP media row's mediaID and its other fields
     deployment: str | None = None

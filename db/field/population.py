@@ -1,5 +1,5 @@
-"""The catalogue's detections and camera stations as a capture-recapture study (issue 23, items 6-7;
-docs/DESIGN.md section 8).
+"""The catalogue's detections and camera stations as a capture-recapture study
+(docs/DESIGN.md section 8).
 
 A **detection** is an annotation of the species asked for, assigned to an active individual (an annotation of an
 individual merged away counts for the one it was merged into), whose photo has a deployment and a time

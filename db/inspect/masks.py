@@ -28,7 +28,7 @@ from db.models import EventKind, Flank, Image
 from db.session import Catalogue
 
 FLANKS = [f.value for f in Flank]
-#: The maskers a batch run uses; only their masks are ever made again by one (issue 24, item 2).
+#: The maskers a batch run uses; only their masks are ever made again by one.
 AUTOMATIC_MASKERS = ("grabcut", "sam2")
 #: Key of a mask's details saying who made it: ``automatic`` (a batch run) or ``curator`` (accepted in the Mask tab).
 MADE_BY = "made_by"
@@ -190,7 +190,7 @@ def diagnostic_masks(cat: Catalogue, image_ids: Sequence[int], *, masker: str | 
 
     A photo with a catalogue mask keeps it. The others get a mask made by ``masker`` that stays in the
     diagnostic's cache (``cache/masks/<masker>-<config>/<photo>/<png digest>.png``, made once, read again by
-    later runs), not in the catalogue: a diagnostic must not change what the curators keep (issue 14, item 9).
+    later runs), not in the catalogue: a diagnostic must not change what the curators keep.
     With ``keep_in_catalogue`` the masks are stored as catalogue masks instead, as ``rosette mask`` does."""
     name = masker or default_masker_name()
     if keep_in_catalogue:

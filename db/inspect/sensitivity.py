@@ -79,7 +79,7 @@ class MissingMasksError(CatalogueError):
     ``missing`` and ``empty`` hold (id, name) pairs; ``automatic`` the ids of the empty masks a batch run made
     (:func:`db.inspect.masks.made_automatically`), which ``--mask-missing`` makes again. With ``masked_first`` (the run
     already masked what it could, ``--mask-missing``) the message says what to do by hand instead of naming that
-    option again (issue 24, item 2)."""
+    option again."""
 
     def __init__(self, benchmark: str, missing: Sequence[tuple[int, str]], total: int, *,
                  empty: Sequence[tuple[int, str]] = (), errors: Sequence[dict[str, Any]] = (),

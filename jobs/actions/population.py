@@ -1,4 +1,4 @@
-"""Population answers (issue 23, items 6-7; docs/DESIGN.md section 8): how many animals of a species live in the
+"""Population answers (docs/DESIGN.md section 8): how many animals of a species live in the
 study area, from the catalogue's identified detections at its camera stations, and the capture histories written
 for secr, camtrapR and MARK.
 
