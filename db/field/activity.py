@@ -22,8 +22,8 @@ from datetime import datetime
 from sqlalchemy import select
 
 from core.field.stations import StationError, parse_timestamp
-from db.models import Image, Individual, Photo
 from db.field.population import _current_names, choose_species
+from db.models import Image, Individual, Photo
 from db.session import Catalogue
 
 SEXES = ("female", "male")
