@@ -1,23 +1,15 @@
 """Diel activity as a von Mises kernel density, and the overlap of two activity patterns, as the R package overlap
-computes them (Ridout & Linkie 2009, J. Agric. Biol. Environ. Stat. 14:322-337; Meredith & Ridout, overlap 0.3.5).
+computes them (Ridout & Linkie 2009; Meredith & Ridout, overlap 0.3.5). Formulas and sources: docs/activity.md.
 
-Times are clock times of day in radians, 0 at midnight, in [0, 2π). The caller gives one time per independent
-event (one detection per event, not one per photo: a burst of 30 frames is one visit); :func:`check_times` refuses
-fewer than :data:`MIN_DETECTIONS`. docs/activity.md gives the formulas; the functions below say which of overlap's
-they match:
-
-- :func:`density_fit` is ``densityFit``: f(θ) = Σ exp(κ cos(θ - xᵢ)) / (2π n I₀(κ));
-- :func:`bandwidth` is ``getBandWidth``: Taylor's (2008) rule κ = [3 n κ̂² I₂(2κ̂) / (4 √π I₀(κ̂)²)]^(2/5), with κ̂
-  the largest of the von Mises concentrations matched to the first ``kmax`` = 3 trigonometric moments, each root
-  found as R's ``uniroot`` finds it (Brent's zeroin, tolerance 2⁻¹³ on [1e-4, 345]) so the figures are overlap's;
-- :func:`overlap_estimates` is ``overlapEst`` (Δ̂₁, Δ̂₄, Δ̂₅ with the smoothing adjusted by 0.8, 1 and 4);
-- :func:`overlap_true` is ``overlapTrue``; :func:`boot_ci` is ``bootCI``;
-- :func:`bootstrap_overlap` is ``resample(smooth = TRUE)`` followed by ``bootEst``: each resample draws n times from
-  the fitted kernel density on overlap's 512-point grid and estimates the overlap again.
+Times are clock times of day in radians, 0 at midnight, in [0, 2π), one per independent event, not one per photo
+(a burst of 30 frames is one visit); :func:`check_times` refuses fewer than :data:`MIN_DETECTIONS`. Each function
+matches one of overlap's: :func:`density_fit` ``densityFit``, :func:`bandwidth` ``getBandWidth`` (each root found
+as R's ``uniroot`` finds it, so the figures are overlap's), :func:`overlap_estimates` ``overlapEst``,
+:func:`overlap_true` ``overlapTrue``, :func:`boot_ci` ``bootCI``, :func:`bootstrap_overlap` ``resample(smooth =
+TRUE)`` then ``bootEst``.
 
 :func:`fit_activity` and :func:`overlap` are the two calls a service makes; :func:`read_record_table` reads the
-times from a camtrapR record table (``Species`` with ``DateTimeOriginal``, or ``Date`` and ``Time``).
-"""
+times from a camtrapR record table (``Species`` with ``DateTimeOriginal``, or ``Date`` and ``Time``)."""
 
 from __future__ import annotations
 

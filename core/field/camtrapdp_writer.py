@@ -1,19 +1,10 @@
 """Camtrap DP 1.0 packages written and validated offline (docs/DESIGN.md section 8).
 
-Pure: rows (plain dicts keyed by the Camtrap DP column names) in, three CSV files and a ``datapackage.json`` out.
-The package names the official TDWG URLs of the profile and of each table schema, as Camtrap DP requires; the
-validation maps those URLs to the copies shipped in ``core/field/schemas/camtrap-dp/<version>/`` (MIT, github
-tdwg/camtrap-dp), so nothing is ever fetched:
-
-- the descriptor is checked against the Camtrap DP profile (JSON Schema, with ``jsonschema``). The profile builds
-  on two outside schemas: GeoJSON (for ``spatial``) resolves to the copy frictionless ships, and the generic
-  Frictionless Data Package schema is checked by frictionless itself (the package is loaded by it below);
-- every CSV is checked against its table schema with ``frictionless`` (types, formats, required cells, enums,
-  unique ids, and the foreign keys media -> deployments, observations -> media / deployments).
-
-Problems come back as :class:`PackageProblem` (resource, row, field, message). Cells are written exactly as they
-are (no spreadsheet defusing): a Camtrap DP package is data exchange, and an import must get the same values back.
-"""
+Pure: rows (plain dicts keyed by the Camtrap DP column names) in, three CSV files and a ``datapackage.json`` out,
+checked against the profile and table schemas shipped in ``core/field/schemas/camtrap-dp/<version>/`` so nothing
+is fetched. Problems come back as :class:`PackageProblem`. Cells are written as they are (no spreadsheet
+defusing): a package is data exchange, and an import must get the same values back. What is validated and how the
+schema URLs resolve offline: docs/camtrapdp.md."""
 
 from __future__ import annotations
 

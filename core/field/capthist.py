@@ -1,21 +1,8 @@
-"""Capture histories for the field's own tools (docs/DESIGN.md section 8): secr's text inputs,
-camtrapR's record table and MARK's encounter histories.
+"""Capture histories for the field's own tools (docs/DESIGN.md section 8): secr's text inputs, camtrapR's record
+table and MARK's encounter histories.
 
-Pure writers over plain values; :mod:`jobs.actions.population` gathers what they write.
-
-- **secr** (``read.capthist(captfile, trapfile, detector = "proximity", binary.usage = FALSE)``): the captures file
-  has one line ``Session ID Occasion Detector`` per individual x occasion x detector (occasions count from 1);
-  the traps file one line ``Detector X Y usage_1 ... usage_t`` per detector, X and Y in metres (UTM, WGS84), the
-  usage of a detector on an occasion its active days in that occasion (a number: ``binary.usage = FALSE``), or
-  with ``binary=True`` the DENSITY string of 0/1 codes (1: active at all in that occasion). secr reads both files
-  with ``read.table``: fields are separated by white space and ``#`` starts a comment, so names are written with
-  white space, ``#`` and ``/`` (secr's covariate separator) replaced by ``_`` (:func:`secr_token`).
-- **camtrapR**: the columns ``recordTableIndividual`` writes (Station, Species, Individual, DateTimeOriginal, Date,
-  Time, delta.time.secs/mins/hours/days, Directory, FileName); the delta is the time since the previous record of
-  the same individual at the same station (0 for its first), as camtrapR computes it with
-  ``deltaTimeComparedTo = "lastRecord"`` (minutes, hours and days rounded to 1 decimal, as camtrapR does).
-- **MARK**: one line ``/* name */ 0101001 1;`` per individual (its history over the occasions, then a group count).
-"""
+Pure writers over plain values; :mod:`jobs.actions.population` gathers what they write. Each format's columns and
+conventions, and why names pass through :func:`secr_token`: docs/population.md."""
 
 from __future__ import annotations
 

@@ -2,19 +2,11 @@
 
 :func:`fit_density` is the one entry point: captures and detectors in, a :class:`DensityFit` out (D per hectare,
 km^2 and 100 km^2, g0 or lambda0, sigma, each with its SE and 95% CI; N in the mask; log-likelihood, AIC, AICc;
-what was used; the buffer check). The likelihood is in :mod:`core.field.scr_likelihood`; docs/density.md gives
-it with its sources.
+what was used; the buffer check). The likelihood is in :mod:`core.field.scr_likelihood`.
 
-- Full likelihood (``conditional=False``, secr's default): N in the mask is Poisson with mean D x area; the link
-  parameters are (log D, logit g0 | log lambda0, log sigma).
-- Conditional likelihood (``conditional=True``): only (g0 | lambda0, sigma) are fitted; D is derived as
-  Horvitz-Thompson, n / (p. A), with variance n / (p. A)^2 (Poisson n) plus the delta-method term from the fitted
-  parameters, and a log-normal CI, as secr's ``derived()``.
-- SEs come from the Hessian of the log-likelihood on the link scale (central differences); CIs are Wald on the link
-  scale (log for D and sigma, logit for g0, log for lambda0).
-- Buffer check: the fit is repeated with twice the buffer; a change of D by more than 1% says the buffer was too
-  narrow (animals beyond it were being detected).
-"""
+The full and conditional likelihoods (secr's default and ``CL = TRUE``), the link scales, SEs and intervals, and the
+buffer check (a fit again with twice the buffer; D changing by more than 1% says it was too narrow):
+docs/density.md."""
 
 from __future__ import annotations
 

@@ -1,41 +1,12 @@
 """Identification uncertainty carried into the population estimates: where each identity comes from, multiple
 imputation of the identities nobody has confirmed, and which reviews would narrow the answer most.
 
-Pure numpy over arrays and dataclasses; no catalogue, no UI.
+Pure numpy over arrays and dataclasses; no catalogue, no UI. An identity's provenance is ``curator``, ``machine``
+or ``unreviewed``; the estimates' bases are ``decided``, ``confirmed`` and ``uncertain`` (:func:`impute`).
+:func:`combine_draws` mixes the draws into one interval that holds both sampling and identification error;
+:func:`review_priority` ranks the detections whose review would narrow it most.
 
-**Provenance.** Every detection's identity is ``curator`` (a standing human decision, or a Camtrap DP
-``classificationMethod`` of human), ``machine`` (a machine classification, with its ``classificationProbability``
-when given) or ``unreviewed`` (no individual yet).
-
-**Bases.** ``decided``: every assigned annotation as assigned; ``confirmed``: curator identities only;
-``uncertain``: multiple imputation (:func:`impute`).
-
-**Imputation.** The non-curator detections come as :class:`UncertainUnit` s (an event's detections share one
-individual). Each unit has a distribution over the catalogue's individuals (calibrated match probabilities turned
-into one distribution by :func:`match_distribution`, Bayes' rule with a Good-Turing prior of
-"new") plus "an animal not in the catalogue". In each draw:
-
-1. every unit draws a catalogue individual or "new" from its distribution;
-2. the units that drew "new" are clustered in a fixed order, Chinese-restaurant style: unit i joins the draw's
-   new animal c with probability p_c prod_{c' != c} (1 - p_c'), or starts one with prod_c (1 - p_c), p_c the
-   largest calibrated probability that unit i and a member of c are one animal (``pairwise``); so two photos of
-   one newcomer are not always two animals;
-3. the capture histories are rebuilt and M0, Mt and Mh-Chao computed (:mod:`core.field.population`).
-
-**Combining the draws** (:func:`combine_draws`): a draw mixture. Each draw's sampling distribution of N is taken as
-a split log-normal on f0 = N - M that reproduces that draw's own 95% interval exactly (log-scale spread
-ln((N-M)/(low-M))/1.96 below N and ln((high-M)/(N-M))/1.96 above); the combined 95% interval is the 2.5% and 97.5%
-quantiles of the equal-weight mixture of the draws' distributions, so it holds both each estimate's sampling error
-and the identification error. N is the median of the draws' N. The share of the width from identification is
-1 - (mean width of the draws' own intervals) / (the combined width), at least 0.
-
-**Review priority** (:func:`review_priority`): for each unit, the between-draw variance of N explained by the
-unit's identity, Var(E[N | unit]) (law of total variance, estimated from the draws with the one-way ANOVA
-correction; the values a unit took in under 2% of the draws are pooled as one, so a unit spread thinly over many
-candidates is not read as unimportant), i.e. how much the identification part of the variance is expected to
-shrink once a curator fixes it; given also as the expected narrowing of the interval, 3.92 (sqrt(V) - sqrt(V - dV)),
-V the combined variance.
-"""
+The imputation's steps, how draws are combined and the review priority's formula: docs/population.md."""
 
 from __future__ import annotations
 

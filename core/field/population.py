@@ -1,55 +1,12 @@
-"""Occasions, capture histories and closed-population size estimates (issue 23, item 6; docs/DESIGN.md section 8).
+"""Occasions, capture histories and closed-population size estimates (M0, Mt, Mh-Chao) from a species' detections.
 
-Pure functions over detections, arrays and dataclasses; no catalogue, no UI.
+Pure functions over detections, arrays and dataclasses; no catalogue, no UI. Times are naive local datetimes or day
+numbers, one kind per call; occasion k covers days [k*N, (k+1)*N) from ``start``; deployments' active intervals
+give each occasion its effort, and a detection outside them is still counted and listed in ``outside_effort``.
+Each :class:`Estimate` states its assumption in one sentence.
 
-**Time.** Inputs are either naive *local* datetimes (the deployments' local wall-clock time, as the camera wrote it)
-or plain day numbers on one axis; a call uses one kind throughout (``start``, detection times and effort intervals
-alike). A ``date`` is read as its local midnight. Time-zone-aware datetimes are refused: convert them to the
-deployment's local time first (the importer does, and warns). A day is 24 h of local wall-clock time, so a
-daylight-saving change shifts nothing: a detection at 23:30 local time is on that local day.
-
-**Occasions.** Occasion k covers days [k*N, (k+1)*N) counted from ``start`` (the earliest deployment start), N =
-``occasion_days``. An individual's capture count is the number of occasions on which it was detected anywhere
-(several detections in one occasion count once).
-
-**Effort.** Optional deployment active intervals [begin, end) give each occasion its effort in deployment-days
-(overlaps of two deployments add). Days outside every interval carry no effort; an occasion with no effort and no
-detection is left out of the estimates (:meth:`CaptureHistories.surveyed`). A detection outside every active
-interval (end taken inclusively, since a deployment's end is usually its last photo) is still counted and is
-listed in ``outside_effort`` so the caller can warn; nothing is dropped.
-
-**Estimates** (each an :class:`Estimate` with its assumption in one sentence), M = individuals detected, t =
-occasions, n_j = individuals caught on occasion j, n. = sum_j n_j, f_k = individuals caught on exactly k occasions:
-
-- **M0** (Otis, Burnham, White & Anderson 1978, Wildl. Monogr. 62, p. 105): constant p. Profile log-likelihood
-  l(N) = ln N!/(N-M)! + n. ln n. + (tN - n.) ln(tN - n.) - tN ln(tN) (p profiled out as n./(tN)); N is the integer
-  N >= M that maximises it (the real-valued maximiser, as MARK reports it, is ``details["N_continuous"]``).
-- **Mt** (Darroch 1958, Biometrika 45:343-359; Otis et al. 1978 pp. 106-107): p varies by occasion. N is the root
-  N > M of prod_j (1 - n_j/N) = 1 - M/N (real-valued, as Darroch and Otis et al. give it; for t = 2 it is Petersen's
-  n1 n2 / m2). Its variance is Darroch's, var = [1/(N-M) + (t-1)/N - sum_j 1/(N-n_j)]^-1 (for t = 2 Petersen's
-  n1 n2 (n1-m2)(n2-m2)/m2^3), and its 95% CI Chao's (1987) log-normal interval on f0 = N - M, as CAPTURE and MARK
-  give closed-population intervals: [M + f0/C, M + f0*C], C = exp(1.96 sqrt(ln(1 + var/f0^2))), so N always lies
-  inside it; f0 = 0 (an occasion caught every animal seen) gives [M, M]. The binomial likelihood of Otis et al.'s model
-  Mt, p_j profiled out as n_j/N, l(N) = ln N!/(N-M)! + sum_j [n_j ln n_j + (N - n_j) ln(N - n_j) - N ln N], peaks a
-  little below Darroch's root (n = (40, 30), M = 60: at 117, root 120): its integer maximiser is
-  ``details["N_profile"]`` and its real maximiser, the N MARK reports, ``details["N_mle"]``. (An interval from that
-  likelihood around Darroch's N could leave N outside it: N 8.08 with the interval 8-8.)
-- The M0 CI is a profile-likelihood interval: the smallest and largest integer N >= M with
-  2 (l_max - l(N)) <= chi2_1(0.95) = 3.8415, l_max the maximum over integers (MARK gives instead a log-normal
-  interval from an asymptotic SE). Without recaptures (n. = M) M0's and Mt's likelihoods rise towards
-  N -> infinity: N = ci_high = inf, ci_low from the supremum.
-- **Mh-Chao** (Chao 1987, Biometrics 43:783-791; bias-corrected form): f0 = f1(f1 - 1)/(2(f2 + 1)),
-  N = M + f0, var = f1(f1-1)/(2(f2+1)) + f1(2f1-1)^2/(4(f2+1)^2) + f1^2 f2 (f1-1)^2/(4(f2+1)^4) (Chao's
-  bias-corrected variance, as in Chao 2005 Encycl. Stat. Sci. and EstimateS), 95% CI Chao's (1987) log-normal
-  [M + f0/C, M + f0*C], C = exp(1.96 sqrt(ln(1 + var/f0^2))), whose lower end is >= M. When f0 = 0 (f1 <= 1) the
-  interval is [M, M]: it is the limit of Chao's interval as f0 -> 0 (f0*C -> 0), and it is what EstimateS reports
-  without singletons. No (t-1)/t factor is applied (the form in DESIGN section 8). Chao's original
-  M + f1^2/(2 f2) (what CAPTURE and secr call "chao") is ``details["N_uncorrected"]``.
-
-No estimate (N = nan, the reason in one sentence as ``details["note"]``) when no individual was detected (M = 0), or
-when the study has fewer than two occasions: then no animal can be caught twice, and Mh-Chao's formula would turn
-every animal seen into a singleton (f0 = M(M-1)/2).
-"""
+Time, occasions, effort, each estimator's formulas and intervals, and their sources: docs/population.md
+(docs/DESIGN.md section 8 places them in the product)."""
 
 from __future__ import annotations
 

@@ -1,28 +1,9 @@
 """The spatial capture-recapture likelihood (Borchers & Efford 2008; Efford, Borchers & Byrom 2009), with secr's
-conventions, vectorised over the mask.
+conventions, vectorised over the mask: half-normal, exponential and hazard half-normal detection; proximity, count
+and multi-catch detectors; the conditional and the full likelihood.
 
-An animal's activity centre lies at one of the M mask points, each equally likely (homogeneous density). Detector
-k at distance d from it has a hazard h_k per unit of usage on an occasion:
-
-- HN (half-normal): g = g0 exp(-d^2 / 2 sigma^2), h = -log(1 - g);
-- EX (exponential): g = g0 exp(-d / sigma), h = -log(1 - g);
-- HHN (hazard half-normal): h = lambda0 exp(-d^2 / 2 sigma^2).
-
-With usage T_ks of detector k on occasion s, the probability of an animal's history given its centre is
-
-- proximity (0/1 per occasion): a Bernoulli per detector and occasion with p = 1 - exp(-T_ks h_k);
-- count: a Poisson count with mean T_ks h_k;
-- multi (multi-catch traps, competing hazards): on occasion s the total hazard is H_s = sum_k T_ks h_k; the
-  animal is not caught with probability exp(-H_s), caught at k with probability (1 - exp(-H_s)) T_ks h_k / H_s.
-
-In all three the probability of never being detected is exp(-sum_ks T_ks h_k), and p. = 1 - the mask mean of it.
-The log-likelihood, as secr computes it, is
-
-    sum_i log( mean_m Pr(w_i | x_m) ) - n log p. + log( n! / prod_w n_w! )          (conditional, CL)
-    + log Poisson(n; D A p.)                                                      (full: N ~ Poisson(D A))
-
-with A the mask area (M cells of spacing^2) and n_w the number of animals sharing the history w.
-"""
+The hazards, each detector kind's history probability and the log-likelihood as secr computes it, with sources:
+docs/density.md."""
 
 from __future__ import annotations
 

@@ -1,22 +1,12 @@
 """``megadetector``: MegaDetector v5 (a YOLOv5x6 network, 1280 px) run inside Rosette, when its weights are here.
 
-Weights are looked for, never downloaded, in ``$ROSETTE_WEIGHTS_DIR`` and ``$ROSETTE_WEIGHTS_DIR/megadetector/``:
-``md_v5a.0.0.pt``, ``md_v5a.0.1.pt``, ``md_v5b.0.0.pt``, ``md_v5b.0.1.pt`` in that order, then any other
-``md_v5*.pt``, then MDv1000 files (``md_v1000.0.0-<name>.pt``) whose embedded ``megadetector_info.json`` says they
-are YOLOv5 models (the others are YOLOv9 / YOLO11 networks, which need libraries Rosette does not install).
-``weights_path=`` names a file directly.
+Weights are looked for, never downloaded, in ``$ROSETTE_WEIGHTS_DIR`` (and its ``megadetector/`` folder);
+``weights_path=`` names a file directly. Inference is MegaDetector's "classic" mode, the one MDv5's published
+thresholds are for, and its boxes are rounded as in MegaDetector's batch output, so a caller filters them exactly
+as it filters a MegaDetector batch JSON. The file names looked for, in order, and each inference step:
+docs/detectors.md.
 
-Inference is MegaDetector's "classic" mode (what MDv5's published thresholds are for): the RGB photo is
-letterboxed to 1280 on the long side (YOLOv5 ``letterbox``: linear resize, grey 114 padding to a multiple of the
-network's largest stride, 64), scaled to [0, 1], run through the network, and filtered by per-class non-maximum
-suppression (IoU 0.45, at most 300 boxes, objectness x class score above the threshold); boxes go back to the
-photo's pixels, are rounded, clipped and normalised to [x, y, w, h] (origin top-left; four decimals truncated, the
-confidence to three), as in MegaDetector's batch output. The default threshold is MegaDetector's output threshold
-(0.005), so a caller keeps boxes above ``core.annotations.DEFAULT_MIN_CONFIDENCE`` (0.2) exactly as it does for
-a MegaDetector batch JSON.
-
-The network is built by :mod:`core.field.detectors.yolov5` (plain torch), imported on first use.
-"""
+The network is built by :mod:`core.field.detectors.yolov5` (plain torch), imported on first use."""
 
 from __future__ import annotations
 

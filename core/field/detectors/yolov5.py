@@ -1,25 +1,12 @@
-"""The YOLOv5 network MegaDetector v5 is (YOLOv5x6: P3-P6 heads, 1280 px), built from its model config, in plain
+"""The YOLOv5 network MegaDetector v5 is (YOLOv5x6: P3-P6 heads, 1280 px), built from its model config in plain
 torch, and a loader for YOLOv5 training checkpoints (how ``md_v5a.0.0.pt`` / ``md_v5b.0.0.pt`` are stored).
 
-Why not the ``megadetector`` / ``yolov5`` / ``ultralytics`` packages: the ``megadetector`` package pins
-``ultralytics-yolov5==0.1.1``, an sdist whose ``setup.py`` reads a README from GitHub while building (it cannot
-be installed offline) and pulls tensorboard, ``protobuf<=3.20.1``, ipython, seaborn and ``opencv-python`` (which
-clashes with ``opencv-python-headless``: both own the ``cv2`` folder); ``yolov5`` pulls ultralytics, boto3, sahi,
-roboflow and ``huggingface-hub<0.25``; ``ultralytics`` only has the anchor-free YOLOv5u heads, not MDv5's. The
-network is small enough to write down: the modules below mirror YOLOv5's ``models/common.py`` / ``models/yolo.py``
-(Conv = Conv2d + BatchNorm2d(eps 1e-3) + SiLU, Bottleneck, C3, SPPF, SPP, Focus, Concat, nn.Upsample, the
-anchor-based Detect head) with the same state-dict names, so a checkpoint's weights load with ``strict=True``.
+The packages that ship it cannot be installed offline or clash with Rosette's; the modules below mirror YOLOv5's
+with the same state-dict names, so weights load with ``strict=True``. :func:`load_checkpoint` unpickles through an
+allow-list, so nothing from the file is executed and a file that is not this architecture is refused by name.
+Which packages and why, and how the loader works: docs/detectors.md.
 
-Loading a checkpoint (:func:`load_checkpoint`): YOLOv5 saves the whole pickled model (``models.yolo.Model``,
-``models.common.Conv`` ...), so ``torch.load`` normally needs the YOLOv5 source tree importable and runs whatever
-the pickle names. Here the unpickler resolves only an allow-list (torch's tensor rebuild functions, ``torch.nn``
-module classes, ``collections.OrderedDict`` and plain builtins); every other global (the YOLOv5 classes, numpy
-arrays in the training options, anything else) becomes an inert stand-in that just keeps its pickled state. The
-network is then rebuilt from the checkpoint's own config (``model.yaml``) and its ``state_dict`` loaded strictly,
-so nothing from the file is executed and a file that is not this architecture is refused by name.
-
-Imported only when a detector runs (it imports torch).
-"""
+Imported only when a detector runs (it imports torch)."""
 
 from __future__ import annotations
 
