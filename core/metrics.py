@@ -1,33 +1,12 @@
 """Retrieval metrics over a query x gallery score matrix (docs/DESIGN.md section 4).
 
-Everything here reads only a score matrix ``similarity`` (higher = more alike,
-as returned by :func:`core.similarity.pairwise_scores`), a relevance matrix or
-identity labels, and an optional ``valid`` mask that removes gallery items from
-a query's ranking (self matches, same-sighting photos, the other flank, ...).
+Everything here reads only a score matrix ``similarity`` (higher = more alike, as returned by
+:func:`core.similarity.pairwise_scores`), a relevance matrix or identity labels, and an optional ``valid`` mask
+that removes gallery items from a query's ranking (self matches, same-sighting photos, the other flank, ...).
+AP, first-hit rank, CMC@K, micro and identity-balanced macro averages; ties are order-invariant (permuting gallery
+columns never changes a result), and NaN scores rank last.
 
-Definitions
------------
-For one query q with valid gallery G_q and positives P_q = {g in G_q : id(g) == id(q)}:
-
-- **AP(q)** = (1/|P_q|) * sum_{g in P_q} precision@rank(g). Queries with
-  |P_q| = 0 are excluded (AP is NaN and they are not counted anywhere).
-- **first-hit rank(q)** = 1-based rank of the first correct match.
-- **micro** = mean over included queries; **macro** (identity-balanced) = mean
-  over identities of the mean over that identity's included queries.
-- **CMC@K** = share of included queries whose first-hit rank <= K (micro), and
-  its identity-balanced version (macro) built exactly like macro mAP.
-
-Ties (order-invariant conventions: permuting gallery columns never changes a result)
------------------------------------------------------------------------------------
-- AP follows ``sklearn.metrics.average_precision_score``: a block of tied scores
-  is one threshold, so every positive in the block gets the precision measured
-  at the *end* of the block, AP = (1/|P|) * sum_blocks pos(block) * cum_pos(end)/cum_count(end).
-  Without ties this is the usual AP.
-- First-hit rank is *pessimistic*: rank = 1 + #{valid negatives n : s(n) >= s(best positive)},
-  i.e. every negative tied with the best positive is ranked before it (tied
-  positives do not count). A constant scorer therefore never gets credit for CMC@1.
-- NaN scores are treated as -inf (ranked last).
-"""
+The definitions and the tie conventions: docs/retrieval.md."""
 
 from __future__ import annotations
 

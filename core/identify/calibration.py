@@ -1,19 +1,12 @@
 """Calibrated confidence: raw match scores -> "probability this is the same animal".
 
-Two fits, each monotone in the score, so the ranking never changes, only how a score reads:
+Two fits, each monotone in the score, so the ranking never changes, only how a score reads: Platt scaling
+(:func:`fit_platt`, smooth, usable from a handful of outcomes; match review uses it while outcomes are fewer than
+:data:`ISOTONIC_FROM`) and isotonic regression (:func:`fit_calibrator`, whose thresholds the spot-evidence fusion
+reads). :func:`reliability` gives the reliability diagram and ECE; :func:`spread` says how well one query's
+candidates' probabilities are told apart.
 
-- **Platt scaling** (:func:`fit_platt`): a logistic regression (scikit-learn) of same (1) / not-same (0) on the
-  standardised score and, where known, the log of the candidate's rank. Smooth, so six candidates scored 0.860 to
-  0.778 read as six different probabilities, and it is usable from a handful of outcomes (a weak L2 prior keeps
-  it from overreaching). What match review uses while outcomes are fewer than :data:`ISOTONIC_FROM`.
-- **Isotonic regression** (:func:`fit_calibrator`, increasing, clipped to [0, 1]): free-form but step-wise, so
-  it reads whole score ranges as one probability until it rests on many outcomes; the spot-evidence fusion
-  reads its thresholds (``core.identify.spots.fusion``).
-
-:func:`reliability` bins predictions and reports the observed rate per bin (the reliability diagram) and the
-expected calibration error ECE = sum_b (n_b / n) |observed_b - predicted_b|; :func:`spread` says how well the
-probabilities of one query's candidates are told apart.
-"""
+Why each fit is used where it is, and the ECE formula: docs/retrieval.md."""
 
 from __future__ import annotations
 

@@ -1,33 +1,12 @@
 """Batched feature extraction with progress, cancellation and a content-addressed disk cache.
 
-:func:`extract_features` embeds a list of ``(content_key, loader)`` items with a
-backbone. ``content_key`` identifies the pixels (the image content hash; callers
-append a mask hash for mask-dependent variants); ``loader()`` returns the
-prepared HxWx3 uint8 RGB array and is only called on a cache miss.
+:func:`extract_features` embeds a list of ``(content_key, loader)`` items with a backbone. ``content_key``
+identifies the pixels (callers append a mask hash for mask-dependent variants); ``loader()`` returns the prepared
+HxWx3 uint8 RGB array and is only called on a cache miss. An entry is keyed by (content_key, the backbone config's
+fingerprint, variant), so a different model never reads another's features; writes are atomic and a damaged entry
+is recomputed. Torch backbones may run through ONNX Runtime (not in the key: both give the same features to 1e-4).
 
-Cache layout (one small ``.npy`` per embedding)::
-
-    <cache_dir>/<config fingerprint>/<variant>/<key[:2]>/<key>.npy
-    <cache_dir>/<config fingerprint>/config.json      # the backbone config, for provenance
-
-so an entry is keyed by (content_key, backbone.config.fingerprint(), variant):
-a different model, weights, preprocessing or codebook never reads another's
-features. Writes go to a temporary file in the same folder followed by
-``os.replace`` (atomic on POSIX and Windows), so a killed process or two workers
-writing the same entry never leave a half-written file under the final name;
-an entry that still fails to load, has the wrong shape or non-finite values is
-treated as a miss and recomputed.
-
-:func:`load_rgb` (from :mod:`core.io.images`) decodes photos fast: JPEG draft mode
-when ``max_side`` or ``draft`` is given, EXIF orientation applied, 8-bit RGB out.
-
-Speed: torch backbones run their forward pass through ONNX Runtime where that is
-their default (``efficientnet_lite0`` on CPU; ``runtime=`` or ``$ROSETTE_RUNTIME``
-choose, see :mod:`core.identify.onnx_runtime`); the export is kept beside the features, in
-``<cache_dir>/<config fingerprint>/onnx-runtime/``. The runtime is not in the cache
-key: both give the same features to 1e-4. ``workers=`` prepares several batches
-at once while the current one runs through the model.
-"""
+The cache layout, why writes are atomic, and the runtime and worker options: docs/retrieval.md."""
 
 from __future__ import annotations
 

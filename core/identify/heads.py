@@ -1,24 +1,12 @@
 """Trainable heads on a (frozen or partly fine-tuned) backbone, as a registry.
 
-A head maps backbone output to the embedding that retrieval reads. Each
-registered head declares what it eats (``input_kind``: ``"pooled"`` N x C
-vectors, or ``"tokens"`` N x T x C patch tokens), the metric its output is
-compared with, and its default loss (names stored in the ``models`` table):
+A head maps backbone output to the embedding that retrieval reads. Each registered head declares what it eats
+(``input_kind``: ``"pooled"`` N x C vectors, or ``"tokens"`` N x T x C patch tokens), the metric its output is
+compared with, and its default loss (names stored in the ``models`` table): ``supcon``, ``triplet``, ``arcface``,
+``lorentz``, ``nearid``, ``idsim``. The Euclidean heads' projection starts as a scaled random orthogonal map, so
+epoch 0 equals the frozen features up to a rotation.
 
-| head      | input  | output                          | metric  | default loss |
-|-----------|--------|---------------------------------|---------|--------------|
-| supcon    | pooled | linear projection, L2-normalised | cosine  | supcon       |
-| triplet   | pooled | linear projection, L2-normalised | cosine  | triplet      |
-| arcface   | pooled | linear projection, L2-normalised | cosine  | arcface      |
-| lorentz   | tokens | GeM -> MLP (hidden 1024) -> 256-d tangent -> expmap0 on the hyperboloid | lorentz | lorentz |
-| nearid    | tokens | multi-head attention pooling (learned query) -> projection, L2-normalised | cosine | nearid |
-| idsim     | tokens | mean-pooled tokens -> residual 2-layer projection (global); each token -> residual 2-layer projection (patches) | cosine | idsim |
-
-GeM pooling: g = (mean_t clamp(x_t, eps)^p)^(1/p), p learned (init 3).
-The projection of the Euclidean heads starts as a seeded random orthogonal map
-scaled to keep the frozen features' geometry (so epoch 0 equals the frozen
-features up to a rotation into the lower dimension).
-"""
+Each head's input, output, metric and loss, and GeM pooling: docs/training.md."""
 
 from __future__ import annotations
 

@@ -1,36 +1,10 @@
 """Metric-learning losses as ``nn.Module``s with ``forward(embeddings, labels, **extra)``.
 
-Registry (the name is what the database stores): ``supcon``, ``triplet``,
-``arcface`` (sub-center), ``lorentz``, ``nearid``, ``idsim``. Built on
-pytorch-metric-learning (pml) and geoopt wherever they have the piece; the
-formulas (docs/DESIGN.md section 4):
+Registry (the name is what the database stores): ``supcon``, ``triplet``, ``arcface`` (sub-center), ``lorentz``,
+``nearid``, ``idsim``, plus an anti-symmetry term for the first three. Built on pytorch-metric-learning (pml) and
+geoopt wherever they have the piece.
 
-- ``supcon``: pml ``SupConLoss``, temperature tau = 0.1:
-  L = mean_i  -1/|P(i)| sum_{p in P(i)} log( exp(s_ip/tau) / sum_{a != i} exp(s_ia/tau) ), s = cosine.
-- ``triplet``: pml ``TripletMarginLoss``, margin 0.4, all triplets of the batch:
-  L = mean over triplets with positive loss of max(0, d(a,p) - d(a,n) + 0.4), d = Euclidean on the unit sphere.
-- ``arcface``: pml ``SubCenterArcFaceLoss``: k = 3 sub-centres per class, additive angular
-  margin m = 0.5 rad (pml takes degrees: 28.65), scale 51.5:
-  logit_c = 51.5 cos(theta_c + m [c = y]), theta_c = angle to the nearest of class c's sub-centres.
-- anti-symmetry term (any of the three, ``anti_symmetry=lambda``):
-  + lambda * mean_i max(0, cos(f(I_i), f(flip I_i)) - tau), tau 0.3 -- needs ``mirror_embeddings``.
-- ``lorentz``: points on the unit hyperboloid; probabilistic SupCon + 0.15 radius prior + 0.1 mirror hinge:
-  * per-sample variance from mask solidity s: sigma^2(s) = smin^2 + (smax^2 - smin^2)(1 - s)^1.5,
-    smin 0.25, smax 0.9;
-  * pair temperature tau_ij = tau (sigma_i^2 + sigma_j^2) / (2 smin^2) (tau = 0.1 for two perfect masks,
-    softer -- less pull -- for uncertain ones); logits l_ij = -d(z_i, z_j) / tau_ij, d the geodesic
-    distance; SupCon over those logits;
-  * radius prior: mean (kappa/2)(r_i - r*_i)^2, r_i = d(o, z_i), r*_i = 0.2 + 1.8 s_i, kappa 2;
-  * mirror-negative hinge: mean max(0, 0.5 - d(z_i, z(flip I_i))).
-- ``nearid``: two-tier loss, temperature T = 0.07, cosine s:
-  tier 1: for every anchor i and positive p: -log( e^{s_ip/T} / (sum_{p' in P(i)} e^{s_ip'/T}
-  + sum_{d in D(i)} e^{s_id/T}) ) -- the positive against the batch positives plus the anchor's
-  near-identity distractors D(i);
-  tier 2: 0.5 * softplus( logsumexp_{n in N(i)} s_in/T - s_id/T ) for each distractor d (the distractor,
-  which shares the anchor's background, must still rank above ordinary batch negatives N(i)).
-- ``idsim`` (ID-Sim): SupCon (tau 0.1) on the global embedding + lambda * SupCon-form InfoNCE over the logits
-  l_ij = -S(P_i, P_j) / 0.1, S the debiased Sinkhorn divergence between the patch sets (core.identify.patch_transport).
-"""
+Each loss's formula and constants: docs/training.md (docs/DESIGN.md section 4)."""
 
 from __future__ import annotations
 

@@ -1,21 +1,12 @@
 """A FAISS IVF-PQ index kept on disk, split into shards and memory-mapped when searched.
 
-Past a few hundred thousand photos a gallery's embeddings no longer belong in one process's memory (1M x 1280-d
-float32 is 5 GB). :func:`build_ivfpq_on_disk` trains one IVF-PQ on a sample, then adds the vectors chunk by chunk
-(never all at once) into ``shards`` IVF-PQ indexes that share the trained coarse quantizer and PQ codebooks; shard
-``s`` holds the contiguous global id range ``[bounds[s], bounds[s+1])`` (``add_with_ids``), and is written with
-``faiss.write_index`` as soon as its range is full. :func:`open_on_disk` reads every shard with
-``IO_FLAG_MMAP | IO_FLAG_READ_ONLY`` (the inverted lists stay in the page cache, not in the heap) and joins them in
-one ``faiss.IndexShards`` (``successive_ids=False``: the ids already are global).
+Past a few hundred thousand photos a gallery's embeddings do not fit in one process's memory (1M x 1280-d float32
+is 5 GB). :func:`build_ivfpq_on_disk` trains on a sample and adds vectors chunk by chunk into shards;
+:func:`open_on_disk` memory-maps them as one index. Recall@10 against exact search is measured in the same pass
+(:class:`RunningTopK`). ``index.json`` is written last and atomically: a folder without it is never opened.
+Scores are PQ approximations; callers that show scores re-score the hits exactly.
 
-During the same pass a running exact top-k of a sample of queries is kept (:class:`RunningTopK`), so recall@10 of
-the finished index against exact search is measured without a second pass over the data and without the whole
-matrix in memory. Everything known about the index goes into ``index.json`` in its folder, written last and
-atomically: a folder without it is a half-built index and is never opened.
-
-Metric: ``"ip"`` (inner product; cosine on L2-normalised rows, what Rosette's cosine models use) or ``"l2"``.
-Scores returned by the index are PQ approximations; callers that show scores re-score the hits exactly.
-"""
+How shards, ids and memory-mapping fit together, and the metrics: docs/retrieval.md."""
 
 from __future__ import annotations
 

@@ -1,25 +1,13 @@
 """The forward pass of a torch backbone through ONNX Runtime (CPU), with a checked, cached export.
 
-:func:`build_onnx_forward` exports ``model`` (BatchNorm already folded, pooled output
-followed by the same L2 normalisation as :meth:`TorchBackbone.forward_embed`) with
-``torch.onnx.export(dynamo=False)`` and opens it in an ``onnxruntime.InferenceSession``
-(``CPUExecutionProvider``, ``intra_op_num_threads`` = usable cores, ``ORT_ENABLE_ALL``).
+:func:`build_onnx_forward` exports ``model`` (BatchNorm folded, the same L2 normalisation as
+:meth:`TorchBackbone.forward_embed`) and opens it in an ``onnxruntime.InferenceSession``. The export lives in the
+feature cache beside a SHA-256 sidecar: a file that does not match it is exported again, never opened. Every
+session is checked on a seeded batch against torch to :data:`TOLERANCE`, else the caller falls back to torch.
+The runtime is not part of the feature fingerprint (both give the same features to 1e-4).
+``ROSETTE_RUNTIME`` chooses the runtime when no keyword option does (:func:`requested_runtime`).
 
-The export lives in the feature cache, keyed by the backbone config's fingerprint::
-
-    <cache_dir>/<fingerprint>/onnx-runtime/model.onnx   # written atomically (temporary file + os.replace)
-    <cache_dir>/<fingerprint>/onnx-runtime/model.json   # sha256 and size of model.onnx, written after it
-
-A model file whose sidecar is missing or whose bytes do not match the sidecar's
-SHA-256 (a half-written or stale file) is never opened: it is exported again.
-Every session, new or reused, is checked on a seeded batch: its features must
-equal torch's to :data:`TOLERANCE`; otherwise the caller falls back to torch and
-logs the reason. The runtime is not part of the feature fingerprint: both
-runtimes give the same features to 1e-4, so cached features stay valid.
-
-``ROSETTE_RUNTIME`` (``auto``, ``torch`` or ``onnx``) chooses the runtime when no
-keyword option does (:func:`requested_runtime`).
-"""
+The export's settings and cache layout: docs/backbones.md."""
 
 from __future__ import annotations
 

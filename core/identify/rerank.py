@@ -1,42 +1,12 @@
 """Optional re-ranking of retrieval scores (all switches off by default).
 
-Every function returns a new similarity matrix (higher = better) with the
-shape of the input ranking, so metrics and the match view read it exactly like
-a plain :func:`core.similarity.pairwise_scores` matrix.
+Every function returns a new similarity matrix (higher = better) with the shape of the input ranking, so metrics
+and the match view read it exactly like a plain :func:`core.similarity.pairwise_scores` matrix: average query
+expansion (Chum et al. 2007), k-reciprocal re-ranking (Zhong et al. 2017) and ID-Sim patch transport
+(``patch_ot``). Nothing is on by default because none raised macro mAP on nyala with frozen features; re-measure
+on a trained head before enabling one.
 
-- **Average query expansion** (AQE, Chum et al. 2007): the query is replaced
-  by the mean of itself and its ``top_k`` best gallery matches, then re-scored:
-  cosine: q' = normalise(q + sum_{j<=top_k} g_j); Lorentz: q' = Lorentzian
-  centroid of {q, g_1..g_k}, i.e. s / sqrt(-<s, s>_L) with s = q + sum g_j
-  (the point on the hyperboloid minimising the summed squared Lorentzian
-  distance, Law et al. 2019). ``top_k=0`` returns the plain scores.
-  ``top_k=1`` queries with the midpoint of q and its best match g_1: for cosine
-  g_1 stays at rank 1 (<q+g_1, g_1> = s_1 + 1 >= s_j + <g_1, g_j>) and the
-  rest is re-ordered by closeness to that midpoint.
-- **k-reciprocal re-ranking** (Zhong et al., CVPR 2017): the distance
-  d = 1 - s (for unit vectors, half the squared Euclidean distance, as in the
-  paper), row-normalised by its maximum, is mixed with a Jaccard distance
-  between k-reciprocal neighbour sets:
-  R(p, k) = {g in N(p, k) : p in N(g, k)} (N(p, k) = p and its k nearest);
-  R*(p) = R(p, k1) united with R(g, round(k1/2)) for each g in R(p, k1) with
-  |R(g, k1/2) & R(p, k1)| > 2/3 |R(g, k1/2)|;
-  V[p, g] = exp(-d(p, g)) / sum_{h in R*(p)} exp(-d(p, h)) on R*(p), 0 elsewhere;
-  local query expansion V[p] <- mean of V over the k2 nearest of p (k2=1: off);
-  d_J(p, g) = 1 - sum_h min(V[p,h], V[g,h]) / sum_h max(V[p,h], V[g,h]);
-  d* = (1 - lambda) d_J + lambda d; returned similarity = 1 - d* in [0, 1].
-  Queries and gallery are pooled for the neighbourhoods, as in the paper.
-
-- **Patch transport** (``patch_ot``, ID-Sim): on each query's 20 best photos by the global score, the score
-  becomes (1 - w) cos + w (1 + s_patch), w = 0.5, s_patch = -S(P_q, P_g) the Sinkhorn patch similarity of the
-  idsim head (:mod:`core.identify.patch_transport`); the shortlist stays above the rest of the row.
-
-Measured (``tests/benchmarks/bench_retrieval.py``, all-vs-all, same sighting
-excluded): on nyala with frozen EfficientNet-Lite0 features (1,213 photos)
-every method *lowered* macro mAP (0.036 plain; 0.033 with AQE top_k 1-3 or
-k-reciprocal at k1 5-20), while on a synthetic nyala-sized set AQE gained
-+0.025..0.030 and k-reciprocal -0.01..+0.003. Hence nothing is switched on by
-default; re-measure on a trained head before enabling one.
-"""
+The formulas, their sources and the measurements: docs/retrieval.md."""
 
 from __future__ import annotations
 

@@ -1,42 +1,12 @@
 """Top-k retrieval over a gallery of embeddings with FAISS.
 
-Scores follow :mod:`core.similarity`: higher = better, ``cosine`` = <q, g> on
-L2-normalised rows, ``lorentz`` = exp(-d(q, g)) with the geodesic distance on
-the unit hyperboloid, d = arccosh(-<q, g>_L).
+Scores follow :mod:`core.similarity` (higher = better): ``cosine`` on L2-normalised rows, ``lorentz`` = exp(-d)
+with d the geodesic distance on the hyperboloid, each turned into an inner-product or nearest-neighbour search and
+re-sorted exactly. Index kinds: ``flat`` (exact) up to :data:`APPROXIMATE_THRESHOLD`, ``hnsw`` up to
+:data:`IVF_THRESHOLD`, ``ivf`` above. Results are sorted by decreasing score, ties by increasing gallery index,
+and k is clamped to the gallery size.
 
-How each metric becomes an inner-product search:
-
-- ``cosine``: rows are L2-normalised (non-normalised input is normalised, a
-  zero or non-finite row is an error), then max <q, g> by ``IndexFlatIP``
-  (exact) or ``IndexHNSWFlat`` / ``IndexIVFFlat`` with ``METRIC_INNER_PRODUCT``
-  (approximate).
-- ``lorentz``: rows are (x0, x1..xn) on the hyperboloid. The gallery is stored
-  as is and the query as (-x0, x1..xn), so the plain inner product equals the
-  Minkowski product <q, g>_L = -q0 g0 + sum qi gi. Since arccosh is increasing,
-  max <q, g>_L = min d(q, g). FAISS works in float32, where -<q, g>_L for close
-  points far from the origin loses digits, so a few more candidates than asked
-  are fetched and their distances recomputed in float64 (exact re-sort), and
-  score = exp(-arccosh(max(-<q, g>_L, 1))).
-  The approximate (HNSW, IVF) Lorentz indexes cannot use that trick, because HNSW
-  links gallery points by the index metric *between stored vectors* (plain
-  inner product there, not Minkowski; measured HNSW recall@10 0.18-0.91).
-  It uses the MIPS-to-nearest-neighbour reduction instead (Bachrach et al.
-  2014): gallery b = (g0, g1..gn, sqrt(R^2 - |g|^2)) with R = max |g|, query
-  a = (-q0, q1..qn, 0), so ||a - b||^2 = |q|^2 + R^2 - 2 <q, g>_L is smallest
-  for the geodesically nearest g, and the graph links points that are close in
-  the ambient space (hence on the hyperboloid). Candidates are re-sorted exactly.
-
-Index kinds: ``flat`` (exact) up to :data:`APPROXIMATE_THRESHOLD`; ``hnsw``
-up to :data:`IVF_THRESHOLD`; ``ivf`` (k-means lists, ``nprobe`` visited) above,
-because an HNSW build of 1M x 256-d took ~15 min on the shared 2 cores
-(M=32, efConstruction=40) while IVF2048 builds in ~2.5 min. Measured at 1M
-(clustered synthetic data, see the benchmark): IVF nlist 2048, nprobe 48:
-p50 2.9 ms, p95 7.0 ms, recall@10 0.965 (flat: 312 ms).
-
-Results are sorted by decreasing score, ties by increasing gallery index; when
-k exceeds the gallery size, k is clamped to the gallery size (the result has
-``min(k, len(index))`` columns).
-"""
+How each metric becomes a search, why the thresholds are where they are, and the measurements: docs/retrieval.md."""
 
 from __future__ import annotations
 

@@ -1,32 +1,12 @@
 """Identity-aware batches with hard negatives (VisME), pre-scheduled for a whole training run -- pure numpy.
 
 A *source* is the per-photo string in ``sources`` (a benchmark, or a species); an *identity* is a code of
-``codes`` (one source per identity). A *group* is ``per_identity`` photos of one identity (drawn without
-replacement when the identity has that many photos, else with replacement).
+``codes``; a *group* is ``per_identity`` photos of one identity. :func:`identity_aware_schedule` mixes K sources
+per batch, draws anchor identities in proportion to their photo counts, and lets each anchor bring up to k hard
+negatives (:class:`HardNegatives`: curators' "not the same" decisions first, then the frozen model's closest
+wrong identities). An identity is at most one group per batch, and the same seed gives the same schedule.
 
-Each batch of :func:`identity_aware_schedule`:
-
-1. mixes K sources (K = ``sources_per_batch``, or min(2, number of sources) when None), drawn one after another
-   without replacement with probability proportional to their photo count;
-2. gives each of its K sources the same number of groups, g = min(identities_per_batch // K, the fewest
-   identities among the batch's sources), so every source of the batch contributes M = g x per_identity photos
-   and the batch holds g x K groups (min(identities_per_batch, identities) groups with a single source);
-3. within a source, draws *anchor* identities without replacement within the batch, each with probability
-   proportional to its photo count among the identities not yet in the batch; each anchor brings, as groups
-   of their own, up to k of its hard negatives (:class:`HardNegatives`: the curators' "not the same"
-   decisions first, then the frozen model's highest-ranked wrong identities) that belong to the same source
-   and are not yet in the batch, while the source has room.
-
-So (a) an identity appears at most once as a group per batch, (b) every batch has exactly K sources with M
-photos each, (c) the first anchor of a batch is identity i with probability photo_count(i) / all photos
-(the source is drawn proportional to its photos, then the identity proportional to its photos within the
-source; later anchors follow the same rule among the identities left), and (d) the same seed gives the same
-schedule (each epoch has its own generator derived from (seed, epoch)), another seed another one.
-
-A batch lists its rows source by source in the order the sources were drawn, and within a source group by
-group in the order they joined (an anchor, its hard negatives, the next anchor...): the first ``per_identity``
-rows are the first anchor's photos.
-"""
+The drawing rules, what they guarantee and the order of a batch's rows: docs/training.md."""
 
 from __future__ import annotations
 

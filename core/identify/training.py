@@ -1,26 +1,12 @@
 """Training heads (and the last blocks of a backbone) from identity labels -- pure torch, no DB.
 
-Two modes (``TrainConfig.blocks``):
+Two modes (``TrainConfig.blocks``): 0 trains the head only on cached frozen features (seconds per epoch on a
+CPU); N > 0 (or -1 for all) also fine-tunes the backbone's last N blocks on freshly augmented photos. Both use
+no horizontal flips anywhere (a flip turns a left flank into a right one), a fixed validation set from the
+training animals (:func:`validation_split`), early stopping on validation macro mAP, and per-epoch seeds, so a
+resumed run draws the same batches as an uninterrupted one.
 
-- ``blocks == 0``, head only on cached frozen features: every training photo is
-  embedded once as ``views`` versions (view 0 the plain photo, the others
-  augmented), pooled vectors or patch tokens depending on the head; each step
-  draws one cached view per photo. Seconds per epoch on a CPU.
-- ``blocks = N > 0`` (or -1 for all), partial fine-tuning: the last N blocks of
-  the backbone (plus its final layers) train with the head on freshly augmented
-  photos every step; everything before them stays frozen.
-
-Common to both: identity-uniform batches (pytorch-metric-learning's
-``MPerClassSampler``: ``identities_per_batch`` x ``per_identity`` photos), **no
-horizontal flips anywhere** (a flip turns a left flank into a right one), a
-fixed identity-covering validation set taken from the training animals (see
-:func:`validation_split`), early stopping on validation macro mAP (all-vs-all,
-same-sighting pairs excluded), per-epoch seeds derived from ``seed`` (so a run
-resumed from a checkpoint draws the same batches as an uninterrupted one).
-
-Augmentation (:func:`augment`): random resized crop (area 0.6-1, aspect 3/4-4/3),
-brightness / contrast / saturation jitter (+-0.25), rotation (+-10 degrees).
-"""
+The two modes, the batches and the augmentation (:func:`augment`): docs/training.md."""
 
 from __future__ import annotations
 

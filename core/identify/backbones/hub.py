@@ -1,41 +1,13 @@
 """Hub backbones: MegaDescriptor, MiewID, DINOv2 and any timm-format ``hf-hub:<owner>/<repo>``.
 
-Weights are read only from this machine, in this order:
+Weights are read only from this machine: ``weights_path=``, then ``$ROSETTE_WEIGHTS_DIR/<owner>/<repo>/``, then
+the Hugging Face cache (a file lookup, no network). Nothing is downloaded here, whatever ``HF_HUB_OFFLINE`` says;
+missing files raise :class:`~core.identify.backbones.WeightsNotFoundError` naming the repo, the files and where
+to put them. The architecture is built by timm with random weights and the checkpoint loaded with
+``strict=True`` (only known classifier heads are dropped, and named in the config).
 
-1. ``weights_path=`` (a weight file, or a folder holding the repo files);
-2. ``$ROSETTE_WEIGHTS_DIR/<owner>/<repo>/`` (e.g. filled with
-   ``huggingface-cli download BVRA/MegaDescriptor-T-224 --local-dir $ROSETTE_WEIGHTS_DIR/BVRA/MegaDescriptor-T-224``),
-   also ``<owner>--<repo>/`` and ``<repo>/``;
-3. the Hugging Face cache (``$HF_HOME/hub``, ``~/.cache/huggingface/hub``) via
-   ``huggingface_hub.try_to_load_from_cache`` -- a pure file lookup, no network.
-
-Nothing is downloaded here, whatever ``HF_HUB_OFFLINE`` says; when the files are
-missing, :class:`~core.identify.backbones.WeightsNotFoundError` names the repo, the files
-and where to put them. The architecture is always built by timm with random
-weights first and the checkpoint loaded with ``strict=True`` (only known
-classifier/ArcFace-head tensors are dropped, and named in the config).
-
-Entries (preprocessing as in each model card; ``resize="stretch"`` everywhere):
-
-================  ===================================  ========  ===========  ==============  =====
-name              architecture                          input     mean / std   pooling         dim
-================  ===================================  ========  ===========  ==============  =====
-megadescriptor-   swin_tiny_patch4_window7_224          224x224   0.5 / 0.5    avg             768
-t-224
-megadescriptor-   swin_large_patch4_window12_384        384x384   0.5 / 0.5    avg             1536
-l-384
-miewid-msv3       efficientnetv2_rw_m + GeM(p=3) + BN1d 440x440   ImageNet     gem+bn          2152
-dinov2-vits14     vit_small_patch14_dinov2.lvd142m      224x224*  ImageNet     CLS token       384
-dinov2-vitb14     vit_base_patch14_dinov2.lvd142m       224x224*  ImageNet     CLS token       768
-dinov2-vitl14     vit_large_patch14_dinov2.lvd142m      224x224*  ImageNet     CLS token       1024
-================  ===================================  ========  ===========  ==============  =====
-
-(*) DINOv2 was trained at 518 px; 224 (16 x 16 patches of 14 px) keeps CPU time
-sane and the position embeddings are resampled by timm on load. Pass
-``image_size=518`` for the native size. MiewID follows the MiewIdNet code
-(WildMeOrg/wbia-plugin-miew-id): ``backbone.forward_features`` -> GeM
-(x.clamp(eps)^p averaged, then ^(1/p), p learned, init 3) -> BatchNorm1d.
-"""
+The lookup order, each entry's architecture and preprocessing, and DINOv2's and MiewID's details:
+docs/backbones.md."""
 
 from __future__ import annotations
 

@@ -1,28 +1,11 @@
 """``sift_vlad``: RootSIFT local descriptors aggregated with VLAD -- the weight-free classical baseline.
 
-Per photo:
+Per photo: SIFT descriptors at one working scale, RootSIFT, VLAD over a K = 64 word codebook, intra- and power
+normalisation, global L2 (8192-d). A photo with no keypoints gets the constant unit vector, so rows stay
+L2-normalised. The codebook is learned with :meth:`SiftVladBackbone.fit` and saved with the model; its SHA-256 is
+in the config, so the feature-cache key changes with the codebook.
 
-1. greyscale, longest edge resized to ``max_side`` (default 512; up or down, so
-   every photo is described at the same scale; cv2 INTER_AREA when shrinking,
-   INTER_LINEAR when enlarging);
-2. OpenCV SIFT keypoints and 128-d descriptors (at most ``max_keypoints``,
-   strongest first);
-3. RootSIFT (Arandjelovic & Zisserman 2012): d <- sqrt(d / max(|d|_1, eps));
-4. VLAD (Jegou et al. 2010) with a K-word codebook c_1..c_K (K=64):
-   v_k = sum over descriptors d assigned to their nearest word k of (d - c_k);
-5. intra-normalisation (Arandjelovic & Zisserman 2013): v_k <- v_k / max(|v_k|_2, eps);
-6. signed square root (power normalisation): v <- sign(v) sqrt(|v|);
-7. global L2: v <- v / |v|_2.  Dimension K * 128 = 8192.
-
-A photo with no keypoints (e.g. a blank image) gets the constant unit vector
-1/sqrt(D) so the rows stay L2-normalised (its cosine to real VLADs is ~0).
-
-The codebook is learned with :meth:`SiftVladBackbone.fit` (scikit-learn
-MiniBatchKMeans, seeded) on descriptors of a chosen set of photos, and saved /
-loaded with the model (``save(path)``, ``SiftVladBackbone.load(path)`` or
-``create_backbone("sift_vlad", codebook_path=...)``). The codebook's SHA-256 goes
-into the config, so the fingerprint (feature-cache key) changes with the codebook.
-"""
+Each step with its formula and source: docs/backbones.md."""
 
 from __future__ import annotations
 

@@ -1,31 +1,13 @@
 """Torch backbones: the shared inference wrapper every torch backbone (EfficientNet, timm, hub, trained) uses.
 
-:class:`TorchBackbone` wraps any ``nn.Module`` whose ``forward(x)`` returns
-pooled N x D features. It owns the preprocessing declared in its
-:class:`~core.identify.backbones.BackboneConfig`:
+:class:`TorchBackbone` wraps any ``nn.Module`` whose ``forward(x)`` returns pooled N x D features and owns the
+preprocessing its :class:`~core.identify.backbones.BackboneConfig` declares (resize, normalise, L2-normalised
+output). It uses the GPU when there is one; on CPU, convolutional nets run channels-last and EfficientNets with
+BatchNorm folded (same outputs up to rounding, ~1.5x faster). ``runtime`` (``auto``, ``torch``, ``onnx`` or
+``$ROSETTE_RUNTIME``) may run the forward pass through ONNX Runtime, falling back to torch with a logged reason
+(:attr:`TorchBackbone.runtime_reason`); the feature fingerprint does not depend on it.
 
-1. each HxWx3 uint8 RGB photo is resized to ``input_size`` with PIL and the
-   config's interpolation (PIL filters antialias when shrinking). ``resize``
-   ``"stretch"`` resizes the whole photo to H x W (aspect ratio not kept, nothing
-   cropped -- the animal is never cut off); ``"letterbox"`` keeps the aspect and
-   pads with the mean colour;
-2. x = (pixel / 255 - mean) / std, channel-wise, float32 NCHW;
-3. the model runs in eval mode under ``torch.inference_mode``; the output is
-   L2-normalised: e = f / max(|f|_2, 1e-12).
-
-GPU is used when ``torch.cuda.is_available()`` (unless ``device`` says otherwise).
-Convolutional nets run in channels-last memory format on CPU and, for the
-EfficientNet family, with BatchNorm folded into the preceding convolution
-(w' = w * gamma / sqrt(var + eps), b' = (b - mean) * gamma / sqrt(var + eps) + beta),
-which gives the same outputs up to float rounding and is ~1.5x faster on CPU.
-
-Runtime: ``runtime="auto"`` (default), ``"torch"`` or ``"onnx"``, or ``$ROSETTE_RUNTIME``
-(:func:`core.identify.onnx_runtime.requested_runtime`). ``"auto"`` runs the forward pass through ONNX
-Runtime on CPU for backbones built with ``onnx_default=True`` (the embedded default,
-``efficientnet_lite0``) and through torch otherwise; a failed export, a check that does not
-give torch's features to 1e-4, or a missing ``onnxruntime`` falls back to torch with a logged
-reason (:attr:`TorchBackbone.runtime_reason`). The feature fingerprint does not depend on it.
-"""
+The preprocessing steps, the BatchNorm folding formula and when ``auto`` picks ONNX: docs/backbones.md."""
 
 from __future__ import annotations
 

@@ -1,27 +1,13 @@
 """Local ("spot") evidence: keypoint matchers, as a registry like the backbones.
 
-A *local matcher* finds keypoints on the animal and proposes correspondences between two photos; geometric
-verification (:mod:`core.identify.spots.verify`) then keeps the ones a single plausible transform explains, and the
-inlier count is the pair's spot evidence. HotSpotter (Wildbook) and WildFusion (wildlife-tools) get their
-accuracy on patterned species this way.
+A *local matcher* finds keypoints on the animal (``extract``) and proposes correspondences between two photos
+(``match``); geometric verification (:mod:`core.identify.spots.verify`) keeps the ones a single plausible
+transform explains, and the inlier count is the pair's spot evidence, as in HotSpotter and WildFusion. Each
+matcher carries one frozen :class:`MatcherConfig` whose fingerprint keys the feature cache
+(:func:`features_cache_path`). Registered: ``sift`` (the offline default), ``orb``, and the learned
+``disk-lightglue``, ``aliked-lightglue`` and ``loftr`` when their weights are here (:func:`matcher_available`).
 
-Fixed interfaces:
-
-- ``matcher.extract(rgb, mask) -> LocalFeatures``: keypoints in the *original* photo's pixel coordinates
-  (x, y), descriptors (float32 rows, or uint8 packed bits for binary descriptors) and the working scale;
-  with a mask, only keypoints on the animal are kept. Deterministic for the same input.
-- ``matcher.match(a, b) -> Correspondences``: tentative point pairs (ratio test, or a learned matcher),
-  in each photo's original coordinates.
-
-Each matcher carries one frozen :class:`MatcherConfig` (like a backbone's config): its fingerprint keys the
-feature cache, so features are cached content-addressed per (photo, mask, matcher config)
-(:func:`features_cache_path`). Registered names (the name is what the database stores):
-
-- ``sift`` -- OpenCV SIFT with RootSIFT descriptors on the masked animal (the offline default).
-- ``orb`` -- OpenCV ORB, binary descriptors matched by Hamming distance (fast).
-- ``disk-lightglue``, ``aliked-lightglue``, ``loftr`` -- learned (kornia), used when their weights are on this
-  machine (:func:`matcher_available`); built with random weights in tests.
-"""
+The interfaces' contracts and what each matcher is: docs/spots.md."""
 
 from __future__ import annotations
 

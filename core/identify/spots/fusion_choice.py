@@ -1,22 +1,12 @@
 """How a pipeline's scorers are combined, chosen by cross-validation grouped by individual.
 
-Each scorer (global similarity, verified inliers, LNBNN votes) is first calibrated into P(same animal) by
-isotonic regression (:mod:`core.identify.spots.fusion`). A :class:`Fusion` then turns the calibrated probabilities of
-one shortlisted pair into one score:
+Each scorer is first calibrated into P(same animal) (:mod:`core.identify.spots.fusion`); a :class:`Fusion`
+(``single``, ``mean`` or ``logistic``) turns one pair's calibrated probabilities into one score.
+:func:`choose_fusion` keeps the candidate with the best out-of-fold macro mAP and CMC@1, folds being whole
+individuals so no animal is scored by a fit that saw it; a logistic fit that does not converge is not trusted and
+the best single scorer is kept instead.
 
-- ``single``: one scorer's probability (the global one where that scorer does not apply to the pair);
-- ``mean``: the mean of the probabilities of the scorers that apply (the fusion every pipeline used before);
-- ``logistic``: a logistic regression (scikit-learn) on each scorer's calibrated log-odds, whether it applies,
-  and optionally the log of the pair's rank within the query's shortlist by that scorer.
-
-:func:`choose_fusion` scores every candidate on the calibration photos by K-fold cross-validation whose folds
-are whole individuals: the isotonic curves and the logistic weights of a fold are fitted only on pairs of two
-photos of the other folds' individuals, and the fold's own photos are then ranked as queries against the whole
-calibration set. The out-of-fold rankings of all queries give each candidate's macro mAP and CMC@1; the
-candidate with the best mean of the two is kept (ties: the simpler one), refitted on every calibration pair.
-A logistic fit that does not converge is not trusted: the best single scorer is kept instead, and the choice
-says so.
-"""
+The candidates and the cross-validation protocol: docs/spots.md."""
 
 from __future__ import annotations
 

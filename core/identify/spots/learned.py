@@ -1,42 +1,13 @@
 """Learned local matchers on kornia: ``disk-lightglue``, ``aliked-lightglue`` and ``loftr``.
 
-Per photo, as for the classical matchers (:func:`core.identify.spots.classical.working_grey`): the longest side is resized to
-``max_side`` and, with a mask, a detection mask eroded by ``MASK_ERODE_FRACTION`` of the working size is built.
+Per photo, as for the classical matchers, the longest side is resized to ``max_side`` and a mask keeps only the
+animal's keypoints (eroded by ``MASK_ERODE_FRACTION``). Keypoints and correspondences are (x, y) in each original
+photo's pixels. Weights are only read from this machine, never downloaded: ``$ROSETTE_WEIGHTS_DIR`` first, then
+torch hub's checkpoint folder under kornia's own names; a missing file raises
+:class:`~core.identify.spots.MatcherUnavailableError` naming files, folders and URLs. ``pretrained=False`` builds
+seeded random networks for tests.
 
-- ``disk-lightglue``: ``kornia.feature.DISK`` (the ``depth`` checkpoint, 128-d descriptors) on the working RGB
-  image in [0, 1], every strict heatmap maximum above 0 (NMS window 5); then the keypoints inside the detection
-  mask, the ``max_keypoints`` highest scores of them. Matched by ``kornia.feature.LightGlue`` configured for DISK
-  (filter threshold 0.1); confidence = LightGlue's matching score.
-- ``aliked-lightglue``: ``kornia.feature.ALIKED`` (``aliked-n16``, 128-d, detection threshold 0.2, NMS radius 2),
-  then the same mask / strongest-``max_keypoints`` selection, matched by LightGlue configured for ALIKED.
-- ``loftr``: ``kornia.feature.LoFTR`` (``outdoor``), detector-free. ``extract`` only keeps the working-scale grey
-  image in :attr:`LocalFeatures.image` (keypoints ``(0, 2)``, descriptors ``(0, 0)`` float32). With a mask, the
-  background (outside the eroded detection mask) is set to 0 and the animal's pixels are clipped to at least 1,
-  so the stored image carries its mask (``image > 0``, also through the feature cache): LoFTR sees a black
-  background, and ``match`` drops every correspondence whose point falls outside the mask on either side. Without
-  a mask the image is stored unchanged and nothing is dropped. ``match`` runs LoFTR on the two images and keeps
-  at most ``max_keypoints`` correspondences, the most confident ones.
-
-Keypoints and correspondences are (x, y) in each *original* photo's pixels (working coordinates / ``scale``,
-pixel centres on integer coordinates like OpenCV's, clipped to the photo), inside the mask when there is one.
-
-Weights are only ever read from this machine -- nothing is downloaded, ever. Each file is looked for first in
-``$ROSETTE_WEIGHTS_DIR`` under the first name below, then in torch hub's checkpoint folder
-(``torch.hub.get_dir()/checkpoints``, i.e. ``$TORCH_HOME/hub/checkpoints``, by default
-``~/.cache/torch/hub/checkpoints``) under the second name, the one kornia itself caches it as:
-
-- ``disk-lightglue``: ``disk_depth.pth`` / ``depth-save.pth`` (DISK, from huggingface.co/kornia/disk) and
-  ``lightglue_disk.pth`` / ``disk_lightglue_v0-1_arxiv-pth`` (LightGlue, from huggingface.co/kornia/lightglue);
-- ``aliked-lightglue``: ``aliked_n16.pth`` / ``aliked-n16.pth`` (ALIKED, from huggingface.co/kornia/aliked) and
-  ``lightglue_aliked.pth`` / ``aliked_lightglue_v0-1_arxiv-pth`` (LightGlue, from huggingface.co/kornia/lightglue);
-- ``loftr``: ``loftr_outdoor.ckpt`` / ``loftr_outdoor.ckpt`` (from huggingface.co/kornia/loftr).
-
-(A machine where kornia once downloaded them, e.g. ``DISK.from_pretrained("depth")``, already has the second
-names.) When a file is missing, :class:`~core.identify.spots.MatcherUnavailableError` names the files, the folders and
-the URLs. ``pretrained=False`` builds the same networks with random weights (seeded, for tests); those find
-few or no matches. The networks run in eval mode under ``torch.inference_mode`` on ``device`` (default: CUDA
-when available, else CPU); on CPU the outputs are deterministic.
-"""
+Each matcher's settings, how LoFTR carries the mask, and the weight files' names: docs/spots.md."""
 
 from __future__ import annotations
 
