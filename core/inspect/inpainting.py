@@ -1,25 +1,11 @@
 """Inpainters: remove the animal from a photo and fill the hole (the ``background_inpainted`` variant).
 
-Registry names (what the database stores with every inpainted image):
+Registry names (what the database stores with every inpainted image): ``opencv`` (``cv2.inpaint``, no weights,
+deterministic; the offline default) and ``diffusers`` (a FLUX.1-Fill or Stable Diffusion inpainting pipeline with
+the paper's settings, weights only from local files). Both take the *animal* mask and fill only
+:func:`inpainting_mask` (its convex hull, dilated by ``dilate_px``), so every pixel outside it is the original.
 
-- ``opencv``: ``cv2.inpaint`` with ``INPAINT_TELEA`` (radius 3) on the convex-hull
-  mask; photos whose longest side exceeds ``work_max_side`` (default 512 px)
-  are inpainted on a downscaled copy and the fill is upscaled back. No weights,
-  deterministic (the seed is ignored); the offline default.
-- ``diffusers``: a diffusers inpainting pipeline (FLUX.1-Fill via
-  ``FluxFillPipeline``, or ``StableDiffusionInpaintPipeline``) with the paper's
-  setting: 50 steps, guidance 30 for FLUX.1-Fill (7.5 for Stable Diffusion,
-  where 30 would burn the image), longest edge <= 1024 with sides multiple of
-  8, convex-hull mask, a vegetation prompt, one ``torch.Generator('cpu')``
-  seed per call (the benchmark runner uses seeds 0, 1, 2). Weights are loaded
-  from a local folder or the Hugging Face cache only (``local_files_only``).
-
-Both inpainters share the same contract: the input mask is the *animal*
-mask; the region actually filled is :func:`inpainting_mask` (convex hull of
-the animal, dilated by ``dilate_px``), and every pixel outside that region is
-the original pixel, so the output differs from the photo only where the
-animal (and its immediate surroundings) was.
-"""
+Each inpainter's settings: docs/inspect.md."""
 
 from __future__ import annotations
 

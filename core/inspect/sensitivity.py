@@ -1,38 +1,13 @@
 """Selective sensitivity (ID-Sim; docs/DESIGN.md section 4, "Selective sensitivity"): pure edits and statistics.
 
 A selective matcher keeps its similarity when the *context* of a photo changes and drops it when the *identity*
-changes. Each test photo x (HxWx3 uint8) with its animal mask M (HxW bool) is edited along four dimensions at the
-strengths ``STRENGTHS`` = 0, 0.25, 0.5, 0.75, 1, and the model's similarity s(e(edit(x)), e(x)) is read per strength:
+changes. Each test photo with its animal mask is edited along four dimensions (``background``, ``lighting``,
+``viewpoint``, ``identity``) at the strengths ``STRENGTHS`` = 0 to 1, and the model's similarity of each edit to
+the original is read per strength. At t = 0 every edit returns the photo unchanged (bit-identical), so its
+similarity is exactly 1. :mod:`core.inspect.sensitivity_stats` turns the points into slopes with bootstrap
+intervals, a selectivity ratio and a verdict.
 
-- ``background``: outside M, the photo is blended with a *new* background B at strength t:
-  out = x inside M, round((1 - t) x + t B) outside. B is the inpainted background (animal painted out) of another
-  photo, resized to x: another place with no animal in it. (x's own inpainted background differs from x only in the
-  ring around the animal, so it would barely change anything.)
-- ``lighting``: gamma, exposure and colour temperature, their deviation scaled by t. With the photo's draw of a
-  brightness direction b in {-1, +1} and a temperature direction c in {-1, +1}, per channel on v = x / 255:
-  v' = v ** (gamma ** (-b t)) * 2 ** (b t ev) * (1 + c t T) for red, (1 - c t T) for blue. Gamma and exposure
-  push the same way (both brighter or both darker) and ev * ln 2 > T / (1 - T), so every pixel moves one way only
-  as t grows.
-- ``viewpoint``: a homography H = A(t) P(t): P turns the camera about its vertical axis by t * 30 degrees
-  (K R_y K^-1 with focal length max(H, W), re-centred so the photo's centre stays put), A rotates in the image
-  plane by t * 30 degrees, zooms by (1 + scale) ** (+-t) and shifts the crop window by t * crop * (dx, dy) of
-  the photo's size; reflected borders. Directions are drawn once per photo (seeded).
-- ``identity``: inside M, the coat of another animal is blended in at strength t: the donor's masked pixels,
-  cropped to the donor mask's bounding box, the box filled with the nearest coat pixel where the donor's mask is
-  off, resized onto M's bounding box: out = round((1 - t) x + t coat) inside M, x outside. The donor is the
-  nearest *other* individual of the same species by the model's own ranking (:func:`nearest_other_individual`).
-  Where a diffusers inpainting model is configured, :class:`DiffusionIdentityEditor` repaints the animal instead,
-  with the pipeline's noise strength = t (as in the paper).
-
-At t = 0 every edit returns the photo unchanged (bit-identical), so its similarity to the original is exactly 1.
-
-Statistics (:func:`core.inspect.sensitivity_stats.summarise_sensitivity`): per dimension, the least-squares slope of similarity against strength
-over all photos' points (every photo has all five strengths, so it equals the mean of the per-photo slopes), a
-percentile bootstrap CI over photos (``scipy.stats.bootstrap``, seeded), the mean curve with a CI per strength;
-selectivity = |identity slope| / max(|background slope|, |lighting slope|, |viewpoint slope|), with a paired
-bootstrap CI; and the verdict in plain words. :func:`core.inspect.sensitivity_stats.sensitivity_figure` draws the four curves
-(plotly).
-"""
+Each edit's formula, the donor of a new coat, and the statistics: docs/inspect.md."""
 
 from __future__ import annotations
 

@@ -1,24 +1,12 @@
 """Maskers (animal vs background), mask quality and mask PNG storage.
 
-Registry names (what the database stores as the image's mask source):
+Registry names (what the database stores as the image's mask source): ``alpha`` (the mask that came with the
+file), ``grabcut`` (the weight-free fallback, :mod:`core.inspect.masking.grabcut`) and ``sam2``
+(:mod:`core.inspect.masking.sam2_masker`, needs a checkpoint). Every masker returns a :class:`MaskResult` with
+provenance, so any mask in the app can be traced to what made it. Mask quality is the solidity |M| / |hull(M)|
+in (0, 1] (0.0 for an empty mask); the Lorentz head trusts a low-solidity mask less.
 
-- ``alpha``: the mask that came with the file: ``alpha > 127`` (threshold option).
-- ``grabcut``: OpenCV GrabCut from a box / click prompt; the classical, weight-free
-  fallback (see :mod:`core.inspect.masking.grabcut`).
-- ``sam2``: Segment Anything 2 image predictor driven by click / box prompts
-  (see :mod:`core.inspect.masking.sam2_masker`); needs a checkpoint.
-
-Every masker returns a :class:`MaskResult`: an HxW bool mask the size of the
-image, the registry name, and provenance details (prompt, checkpoint + sha256,
-config, score) so any mask in the app can be traced to what made it.
-
-Mask quality: ``solidity = |M| / |hull(M)|`` where ``|hull(M)|`` is the number of
-pixels of the rasterised convex hull (``cv2.convexHull`` over all foreground
-pixels, filled with ``cv2.fillConvexPoly``, boundary included), so a filled
-rectangle has solidity exactly 1 and the value lies in (0, 1]; 0.0 for an empty
-mask. The Lorentz head turns solidity into a per-sample variance, so a low value
-means "less trusted mask".
-"""
+How solidity is rasterised: docs/inspect.md."""
 
 from __future__ import annotations
 

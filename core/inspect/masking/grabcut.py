@@ -1,20 +1,10 @@
 """GrabCut masker: OpenCV's graph-cut segmentation, the weight-free fallback.
 
-Procedure (deterministic: OpenCV's RNG is re-seeded before every call):
+Deterministic (OpenCV's RNG is re-seeded before every call). The photo is worked on at ``work_max_side`` (about
+1 s per photo on one core); the box, or the frame minus ``margin``, seeds probable foreground, clicks paint
+definite foreground or background, and the mask is upsampled with smooth edges.
 
-1. Work copy: if the longest side exceeds ``work_max_side`` (default 256 px, ~1 s per photo on one CPU core),
-   the photo and prompts are downscaled (``cv2.INTER_AREA``) to that size.
-2. Initial labels: outside the box = definite background (``GC_BGD``), inside =
-   probable foreground (``GC_PR_FGD``). Without a box the default box is the
-   frame minus ``margin`` (default 5 %) of width / height on each side. If the
-   box leaves no background at all, the 1-px frame border becomes probable
-   background so GrabCut has pixels for its background model.
-3. Clicks: positive points paint a disc of ``GC_FGD``, negative points a disc
-   of ``GC_BGD`` (radius ``point_radius_fraction`` * longest work side, >= 2 px).
-4. ``cv2.grabCut(..., GC_INIT_WITH_MASK)`` for ``iterations`` (default 5) rounds.
-5. Foreground = ``GC_FGD | GC_PR_FGD``; upsampled to the photo size with
-   bilinear interpolation of the 0/255 mask and a 127 cut (smooth edges).
-"""
+The procedure step by step: docs/inspect.md."""
 
 from __future__ import annotations
 

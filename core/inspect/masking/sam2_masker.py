@@ -1,35 +1,12 @@
 """SAM 2 masker: the ``sam2`` package's image predictor driven by clicks and boxes.
 
-Settings (keyword options, with environment fallbacks):
+Settings: ``checkpoint`` (or ``ROSETTE_SAM2_CHECKPOINT``; without one :class:`Sam2NotConfiguredError` says how to
+get one, unless ``random_init=True`` for tests), ``config`` (or ``ROSETTE_SAM2_CONFIG``, default Hiera-tiny) and
+``device``. The model is built once per process and shared by all maskers, and each masker keeps the last photo's
+image embedding, so more clicks on the same photo only re-run the light prompt decoder. Batch mode (no prompt)
+uses the centred default box, one encoder pass per photo, so it costs the same as a click.
 
-- ``checkpoint``: a SAM 2 ``.pt`` file (``{"model": state_dict}``, as released
-  by Meta), else env ``ROSETTE_SAM2_CHECKPOINT``. Without one, building the
-  masker raises :class:`Sam2NotConfiguredError` explaining how to get one,
-  unless ``random_init=True`` (random weights: tests and benchmarks only).
-- ``config``: a config shipped inside the sam2 package, else env
-  ``ROSETTE_SAM2_CONFIG``, default ``configs/sam2.1/sam2.1_hiera_t.yaml``
-  (Hiera-tiny, the smallest; it matches ``sam2.1_hiera_tiny.pt``). Short names
-  such as ``sam2.1_hiera_s`` are resolved inside the package.
-- ``device``: ``"cuda"`` when available, else ``"cpu"``.
-
-The model is built ONCE per process and shared by all maskers: the cache key is
-(config, checkpoint path or ``random-init:<seed>``, device). The image
-embedding of the last photo is kept per masker, so refining a mask with more
-clicks on the same photo only re-runs the light prompt decoder.
-
-Prompt rules (pixel coordinates of the photo):
-
-- one click, no box: ``multimask_output=True`` and the mask with the highest
-  predicted IoU is kept (SAM's advice for ambiguous single clicks);
-- a box and/or several clicks: ``multimask_output=False``;
-- batch mode (no prompt at all): the centred default box (the frame minus 5 %
-  of each side, as for GrabCut) with ``multimask_output=True``, keeping the mask
-  with the highest predicted IoU. One image-encoder pass per photo, no
-  automatic-mask-generator grid, so it costs the same as a click.
-
-SAM 2 resizes every photo to 1024 x 1024 internally; on a CPU the Hiera-tiny
-image encoder takes about 2 s per photo, the prompt decoder about 0.06 s.
-"""
+Each setting, the prompt rules and the timings: docs/inspect.md."""
 
 from __future__ import annotations
 
