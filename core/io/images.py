@@ -1,19 +1,12 @@
 """Decoding photos safely: bytes in, 8-bit RGB (+ alpha) and metadata out.
 
-Pure functions over bytes and PIL images (no database). What a curator's photo
-goes through on import:
+Pure functions over bytes and PIL images (no database). A photo is refused before its pixels are decoded when it
+is empty, not an image, or announces more than ``MAX_PIXELS`` pixels (a decompression bomb), with an
+:class:`ImageDecodeError` in curator words; then it is decoded fully, converted to 8-bit RGB (:func:`to_rgb8`,
+alpha kept apart: in Kaggle-style cut-outs it is the mask), turned by its EXIF orientation, and its EXIF
+date/time and GPS are read.
 
-1. **Refuse before decoding pixels**: an empty file, bytes that are not an image,
-   or a header announcing more than ``MAX_PIXELS`` pixels (a *decompression
-   bomb*: a small file that would expand to gigabytes in memory) raise
-   :class:`ImageDecodeError` with a message in curator words.
-2. **Decode fully** (a truncated or damaged file fails here, not later).
-3. **Convert to 8-bit RGB** with :func:`to_rgb8` (every PIL mode, 16-bit scaled).
-   An alpha channel (RGBA, LA, PA, P with transparency) is kept separately: in
-   Kaggle-style cut-outs it *is* the animal mask.
-4. **Apply the EXIF orientation** so width/height are as a person sees the photo.
-5. **Read EXIF date/time and GPS** when present.
-"""
+The steps in order: docs/io.md."""
 
 from __future__ import annotations
 

@@ -1,20 +1,10 @@
 """Kaggle re-identification format: read train/test CSVs, score pairs, write the submission.
 
-Input (as in the Kaggle jaguar re-ID challenge):
+Input as in the Kaggle jaguar re-ID challenge (``train.csv``, ``test.csv`` of pairs, RGBA PNGs whose alpha is the
+mask); output ``submission.csv`` with ``row_id,similarity`` in ``test.csv``'s order. Parsing is strict: every
+error is a :class:`KaggleFormatError` naming the file, the line and the problem.
 
-- ``train.csv``: ``filename,ground_truth`` (one row per training image);
-- ``test.csv``: ``row_id,query_image,gallery_image`` (one row per pair to score);
-- images (RGBA PNGs whose alpha is the mask) in an images directory.
-
-Output: ``submission.csv`` with ``row_id,similarity`` in the order of
-``test.csv``, every row_id exactly once, higher = more similar: the cosine of
-L2-normalised embeddings, or exp(-d) of the Lorentz geodesic distance d.
-
-Parsing is strict and every error is a :class:`KaggleFormatError` whose message
-names the file, the line (1-based, header = line 1) and the problem. Header
-names and cells are stripped of surrounding whitespace, a UTF-8 byte-order mark
-is ignored, blank lines are skipped, extra columns are ignored.
-"""
+The columns, the similarity written, and what the parser tolerates: docs/io.md."""
 
 from __future__ import annotations
 

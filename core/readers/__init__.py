@@ -1,30 +1,13 @@
 """Reading what an import brings: files, folders, zips, CSV manifests, Kaggle layouts (pure: files in, entries out).
 
-Formats (:func:`detect_format` picks one; ``--format`` overrides):
+Formats (:func:`detect_format` picks one; ``--format`` overrides): ``file``, ``folder`` (its first-level
+sub-folders mean what :data:`FOLDER_MEANINGS` allows), ``zip``, ``manifest``, ``camtrap-dp``
+(:mod:`core.readers.camtrapdp`) and ``kaggle``. Each reader turns its source into :class:`Entry` objects (a
+name, how to read the bytes, and the facts the source states), and :func:`prepare_entry` reads, hashes and
+decodes one. Client paths are never trusted: zip members with ``..`` or absolute paths, links leaving the folder
+and manifest rows pointing outside it are refused. Storing the photos is the store's part (``db.io.ingest``).
 
-- ``file``: one photo.
-- ``folder``: every photo under a folder. What its *first-level* sub-folders mean is chosen
-  (:data:`FOLDER_MEANINGS`, :func:`give_folders_meaning`): camera stations, one individual each
-  (folder-per-identity layout), or nothing; photos at the top level stay unassigned (flat layout).
-- ``zip``: the same inside a zip archive. A single wrapper folder enclosing
-  everything is ignored (what "compress folder" makes). A zip holding ``train.csv`` (Kaggle) or ``manifest.csv``
-  is read as that layout.
-- ``manifest``: a CSV ``filename[,identity,flank,sighting,date,lat,lon,camera,observer]``
-  (extra columns ignored; ``file``/``image`` and ``individual``/``ground_truth``
-  accepted as column aliases). Files are looked up next to the CSV, then in its
-  ``images/`` folder, then by unique file name anywhere below it. Photos the
-  manifest does not list are not imported.
-- ``camtrap-dp``: a Camtrap DP 1.x package (``datapackage.json``, its folder or a zip of it): deployments, media
-  and their observations (:mod:`core.readers.camtrapdp`).
-- ``kaggle``: ``train.csv`` (``filename,ground_truth``) and optional ``test.csv``
-  (``row_id,query_image,gallery_image`` or ``filename``); images next to the CSVs or in
-  ``train/``, ``test/`` or ``images/``. RGBA PNGs keep their alpha as the mask.
-
-Each reader turns its source into :class:`Entry` objects (a name, how to read the bytes, and the facts the source
-states: identity, flank, sighting, species), and :func:`prepare_entry` reads, hashes and decodes one. Client paths
-are never trusted: zip members with ``..`` or absolute paths, links leaving the folder and manifest rows pointing
-outside it are refused. Storing the photos is the store's part (``db.io.ingest``).
-"""
+Each format's layout and columns: docs/io.md."""
 
 from __future__ import annotations
 

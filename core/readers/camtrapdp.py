@@ -1,29 +1,13 @@
 """Camtrap DP 1.x packages (TDWG's camera-trap data package): ``datapackage.json`` with the ``deployments``,
 ``media`` and ``observations`` CSV resources, read from the JSON itself, its folder or a zip.
 
-:func:`read_camtrapdp` checks the profile (a ``tdwg/camtrap-dp`` 1.x profile URL), the resources and their
-columns, and the ids (duplicate ``deploymentID`` / ``mediaID`` / ``observationID`` refuse the package, named), and
-turns the package into what an import needs (pure: files in, dataclasses out):
+:func:`read_camtrapdp` checks the profile, the resources, their columns and the ids, and turns the package into
+what an import needs (pure: files in, dataclasses out): the deployments, one :class:`Entry` per media row, each
+media row's observations (:class:`MediaObservations`) and the species' common names. Bad input gets a message
+naming what was found and loses nothing: unreadable media and observations are report lines (the rest imports);
+a package Rosette cannot read at all is a :class:`CamtrapDPError`.
 
-- the deployments (:class:`core.field.stations.DeploymentSpec`);
-- one :class:`Entry` per media row: ``name`` = its ``filePath`` (relative to the package), ``deployment`` =
-  ``deploymentID``, ``taken_at`` = its ``timestamp`` with a UTC offset (a timestamp written without one takes the
-  deployment's, with a warning), ``media_key`` = ``mediaID``, ``media_details`` = its other columns, and, when it
-  belongs to an event, ``sighting`` = ``{"key": "camtrap-dp:<eventID>", "event_key": <eventID>, ...}``;
-- per media row, its observations (:class:`MediaObservations`): the animals (one annotation each, with the box,
-  scientific name, individualID, life stage and sex), the person boxes to blur, and the other observations
-  (blank, vehicle, ...) kept as they came;
-- the species' common names: each ``taxonomic`` entry's English ``vernacularNames`` (``eng``), by scientific name.
-
-An event-level observation (``observationLevel`` ``event``) applies to every media row of its event: the media
-whose ``eventID`` (a media column, or that of the media's own media-level observations) is the observation's, or,
-when neither names one, the media of its deployment taken between its ``eventStart`` and ``eventEnd``. Its
-annotation on each media row is keyed ``<observationID>@<mediaID>`` (a media-level one: ``<observationID>``).
-
-Bad input gets a message naming what was found and loses nothing: media given only as URLs, media whose file is
-missing, observations pointing to missing media and media outside their deployment's active period are report
-lines (the rest imports); a package Rosette cannot read at all is a :class:`CamtrapDPError`.
-"""
+How rows map to entries and annotations, and how event-level observations apply: docs/camtrapdp.md."""
 
 from __future__ import annotations
 
