@@ -1,31 +1,14 @@
 """The catalogue as a Camtrap DP 1.0 package (``rosette export camtrap-dp OUT``, the Export tab; docs/DESIGN.md
 section 8): this module gathers the rows, :mod:`core.field.camtrapdp_writer` writes and validates them.
 
-- ``deployments``: every deployment with coordinates (Camtrap DP requires latitude and longitude); the fields
-  Rosette has no column for come back from ``Deployment.details``.
-- ``media``: every photo linked to such a deployment and with a time (``taken_at``, else its EXIF time in the
-  deployment's time zone); ``mediaID`` is the Camtrap DP id it came with, else ``photo-<id>`` (made unique
-  with the file's hash when an imported photo already has that id). Its file is
-  copied to ``media/<deploymentID>/<its name>`` inside the package. Photos without a deployment cannot be
-  Camtrap DP media (``deploymentID`` is required): they are left out and counted, as are photos of a deployment
-  without coordinates, without a time, or whose stored file is gone.
-- ``observations``: one per annotation (``observationLevel`` media; ``observationID`` the one it came with, else
-  ``ann-<id>``), with its box unless it is the whole photo. An event-level observation that came in (one
-  annotation per photo of its event) goes out as the one event-level observation it was (no mediaID, no box),
-  one per individual the curators have since put its animals under; ``eventID`` is the sighting's Camtrap DP eventID,
-  else its key. ``individualID`` is the individual the catalogue holds it under now (a merged-away individual
-  leads to the one it was merged into). ``classificationMethod`` / ``classifiedBy`` / ``classificationTimestamp``
-  come from the standing identity event that put it there (a curator's assignment, match decision, merge or
-  split, or an import's assignment: all ``human``, by that person). Without an individual, a detector's box is a
-  ``machine`` classification (by the detector, with its confidence). A photo without annotations gets one
-  ``blank`` observation, and each person box a ``human`` one.
-- ``taxonomic`` (in datapackage.json): each species observed, with its common name as the English
-  ``vernacularNames`` when it has one.
+Deployments with coordinates, their photos with a time (copied into ``media/<deploymentID>/``), one observation
+per annotation (event-level ones go out as the one observation they came in as), each with the identity event
+that classified it, and the species' common names. What Camtrap DP cannot hold (photos without a deployment,
+coordinates, time or file) is left out and counted. People stay private (:mod:`db.export_rules`): person boxes
+are blurred by default, or the photo left out, or kept as it is (audited first). An export that would write the
+species ``default`` is refused before anything is written.
 
-People stay private (:mod:`db.export_rules`): a photo showing people is copied with its person boxes blurred
-(``people="blur"``, the default), left out (``omit``, counted), or copied as it is (``keep``, audited first). An
-export that would write the species ``default`` is refused before anything is written.
-"""
+Each resource's rows and ids: docs/camtrapdp.md."""
 
 from __future__ import annotations
 
