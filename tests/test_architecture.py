@@ -1,4 +1,4 @@
-"""The shape of the code (issue 15): no import circle anywhere (a package and its own modules included, which
+"""The shape of the code: no import circle anywhere (a package and its own modules included, which
 import-linter's sibling contract does not look at), and every import of a project module inside a function says
 why it is lazy."""
 
