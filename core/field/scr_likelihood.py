@@ -112,7 +112,7 @@ def link_parameters(model: ScrModel, real: dict[str, float]) -> np.ndarray:
 
 
 def detection_hazard(detectfn: str, first: float, sigma: float, d2: np.ndarray) -> np.ndarray:
-    """Hazard per unit usage at squared distance d2 (see the module's docstring)."""
+    """Hazard per unit usage at squared distance d2 (the hazards: docs/density.md)."""
     if detectfn == "HHN":
         return first * np.exp(-d2 / (2 * sigma * sigma))
     g = first * (np.exp(-d2 / (2 * sigma * sigma)) if detectfn == "HN" else np.exp(-np.sqrt(d2) / sigma))

@@ -117,7 +117,7 @@ def supcon_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tens
 
 
 class LorentzLoss(nn.Module):
-    """Probabilistic SupCon on the hyperboloid + radius prior + mirror-negative hinge (module docstring)."""
+    """Probabilistic SupCon on the hyperboloid + radius prior + mirror-negative hinge (formulas: docs/training.md)."""
 
     needs_mirror = True
 
@@ -161,7 +161,7 @@ def _lorentz(**opts: Any) -> nn.Module:
 
 
 class NearIDLoss(nn.Module):
-    """Two-tier NearID loss (module docstring); ``distractors`` is N x K x D (K per anchor) or N x D."""
+    """Two-tier NearID loss (formula: docs/training.md); ``distractors`` is N x K x D (K per anchor) or N x D."""
 
     needs_distractors = True
 

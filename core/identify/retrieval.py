@@ -285,7 +285,7 @@ def build_index(
     kind = approximate_kind if approximate_kind != "auto" else ("hnsw" if n <= IVF_THRESHOLD else "ivf")
     if metric == "cosine":
         stored, faiss_metric = g, faiss.METRIC_INNER_PRODUCT
-    else:  # MIPS -> L2 reduction, see the module docstring
+    else:  # MIPS -> L2 reduction, see docs/retrieval.md
         assert g64 is not None
         sq_norms = np.sum(g64 * g64, axis=1)
         extra = np.sqrt(np.maximum(sq_norms.max() - sq_norms, 0.0))[:, None]

@@ -160,7 +160,7 @@ def edit_background(rgb: np.ndarray, mask: np.ndarray, strength: float, *, backg
 
 def edit_lighting(rgb: np.ndarray, strength: float, *, directions: EditDirections,
                   settings: EditSettings = EditSettings()) -> np.ndarray:
-    """Gamma, exposure and colour temperature moved ``strength`` of the way (module docstring)."""
+    """Gamma, exposure and colour temperature moved ``strength`` of the way (formula: docs/inspect.md)."""
     img = as_rgb_uint8(rgb)
     t = _check_strength(strength)
     if t == 0.0:
@@ -244,7 +244,7 @@ def coat_canvas(shape: tuple[int, int], target_mask: np.ndarray, donor_rgb: np.n
 
 def edit_identity(rgb: np.ndarray, mask: np.ndarray, strength: float, *, donor_rgb: np.ndarray | None = None,
                   donor_mask: np.ndarray | None = None, coat: np.ndarray | None = None) -> np.ndarray:
-    """Inside the mask, the photo blended towards another animal's coat at ``strength`` (module docstring);
+    """Inside the mask, the photo blended towards another animal's coat at ``strength`` (docs/inspect.md);
     ``coat`` (from :func:`coat_canvas`) may be passed instead of the donor, to make it once for all strengths."""
     img = as_rgb_uint8(rgb)
     t = _check_strength(strength)

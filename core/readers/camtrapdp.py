@@ -372,7 +372,7 @@ def _time(text: str, spec: DeploymentSpec | None, *, what: str) -> datetime | No
 
 
 def read_camtrapdp(path: Path | str) -> CamtrapPackage:
-    """Read a Camtrap DP 1.x package (its datapackage.json, its folder or a zip); see the module's docstring.
+    """Read a Camtrap DP 1.x package (its datapackage.json, its folder or a zip); docs/camtrapdp.md says how it maps.
 
     Raises CamtrapDPError (nothing imported) for a package it cannot read at all, FileNotFoundError for a path
     that is not there. The caller closes ``package.tree``.

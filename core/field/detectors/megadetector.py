@@ -233,8 +233,9 @@ def postprocess(pred: Any, input_hw: tuple[int, int], image_hw: tuple[int, int],
 
 
 class MegaDetector:
-    """MegaDetector v5 on this machine's weights (see the module docstring). The network loads on first
-    :meth:`detect`; creating one without weights raises :class:`DetectorUnavailableError` with the reason."""
+    """MegaDetector v5 on this machine's weights (where they are looked for: docs/detectors.md). The network
+    loads on first :meth:`detect`; creating one without weights raises :class:`DetectorUnavailableError` with the
+    reason."""
 
     name = NAME
 

@@ -74,7 +74,7 @@ def codebook_sha256(centroids: np.ndarray) -> str:
 
 
 class SiftVladBackbone:
-    """RootSIFT + VLAD; see the module docstring for every step."""
+    """RootSIFT + VLAD; docs/backbones.md gives every step."""
 
     metric = "cosine"
 

@@ -88,7 +88,7 @@ TokenFn = Callable[[nn.Module, torch.Tensor], torch.Tensor]
 
 
 class TorchBackbone:
-    """Frozen torch model + its preprocessing; see the module docstring for the exact steps."""
+    """Frozen torch model + its preprocessing; docs/backbones.md gives the exact steps."""
 
     metric = "cosine"
 

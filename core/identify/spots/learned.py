@@ -384,7 +384,7 @@ def _lightglue(features: str, path: Path | None) -> Any:
 
 def create_learned_matcher(name: str, *, pretrained: bool = True, device: Any = None, max_side: int = 512,
                            max_keypoints: int = 1000, **opts: Any) -> LightGlueMatcher | LoFTRMatcher:
-    """Build ``disk-lightglue``, ``aliked-lightglue`` or ``loftr`` (see the module docstring).
+    """Build ``disk-lightglue``, ``aliked-lightglue`` or ``loftr`` (each described in docs/spots.md).
 
     ``pretrained=True`` reads the weight files from this machine only and raises
     :class:`~core.identify.spots.MatcherUnavailableError` naming the files and folders when one is missing;
