@@ -271,7 +271,8 @@ def build_app(cat: Catalogue, *, single_user: str | None = None) -> gr.Blocks:
         version = gr.State(0)
         ctx = UIContext(catalogue=cat, user=user_state, version=version, demo=demo)
         demo.load(guarded_viewer(identity_line), outputs=[who], show_progress="hidden", api_visibility="private")
-        with gr.Tabs(elem_id="rosette-tabs"):
+        # every tab in sight: a menu hid the last ones (People, Species) behind "..." on a laptop screen
+        with gr.Tabs(elem_id="rosette-tabs", overflow_behavior="wrap"):
             for spec in discover_tabs():
                 with gr.Tab(spec.title, id=spec.name, elem_id=f"tab-{spec.name}") as tab:
                     ctx.tab = tab
