@@ -162,3 +162,14 @@ def test_uncertain_and_review_priority_through_the_model_and_its_calibration(stu
         cat.close()
     rc, out, _ = _cli(data_dir, capsys, "review-priority", "--occasion-days", "1", "--top", "3", "--draws", "40")
     assert rc == 0 and "Review these first" in out and "Expected narrowing" in out
+
+
+def test_rosette_calibration_shows_how_well_p_new_is_calibrated(study, capsys):
+    _, _, data_dir = study  # after the decisions of the test above, the model has a calibration
+    rc, out, err = _cli(data_dir, capsys, "calibration", MODEL, "--species", "Panthera onca", "--json")
+    assert rc == 0, err
+    new = json.loads(out)["new_animal"]
+    assert new is not None and 0.0 <= new["ece"] <= 1.0 and new["n_queries"] > 0 and new["n_new"] > 0
+    rc, out, _ = _cli(data_dir, capsys, "calibration", MODEL, "--species", "Panthera onca")
+    assert rc == 0 and f"p(new), the probability that a photo's animal is not in the catalogue: expected " \
+        f"calibration error {new['ece']:.3f}" in out

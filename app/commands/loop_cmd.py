@@ -56,6 +56,12 @@ def run_calibration(args, ctx) -> int:
     rel = rep["reliability_on_decisions"]
     if rel:
         print(f"expected calibration error on the decisions: {rel['ece']:.3f}")
+    new = rep.get("new_animal")
+    if new:
+        print(f"p(new), the probability that a photo's animal is not in the catalogue: expected calibration error "
+              f"{new['ece']:.3f} over {new['n_queries']} queries ({new['method']})")
+    else:
+        print("p(new) is not measured: it needs identified photos of at least 4 animals, some with a second photo")
     return 0
 
 

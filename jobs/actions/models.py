@@ -13,6 +13,7 @@ from core.inspect.diagnostics import tier_colour
 from db.identify.calibration import calibration_report, new_individual_threshold
 from db.identify.compare import compare as compare_on_benchmark
 from db.identify.compare import difference_figure  # noqa: F401  (the Models tab's per-query differences)
+from db.identities import new_animal_report
 from db.inspect.leaderboard import SORT_KEYS, leaderboard  # noqa: F401  (SORT_KEYS: the tab's sort choices)
 from db.session import Catalogue
 from db.species import find_species, model_status
@@ -109,11 +110,13 @@ def compare_markdown(res: dict[str, Any]) -> str:
 
 def calibration(cat: Catalogue, model: str, species: str | int | None = None) -> dict[str, Any] | None:
     """How ``model``'s scores read as "probability this is the same animal" for a species (None: not enough
-    outcomes yet), with the species' new-individual threshold (``rosette calibration``)."""
+    outcomes yet), with the species' new-individual threshold and how well p(new), the probability that a query's
+    animal is not in the catalogue, is calibrated (``new_animal``: its cross-fitted ECE; ``rosette calibration``)."""
     sid = species_id(cat, species)
     rep = calibration_report(cat, model, species_id=sid)
     if rep is not None:
         rep["new_individual_threshold"] = new_individual_threshold(cat, sid)
+        rep["new_animal"] = new_animal_report(cat, model, species_id=sid)
     return rep
 
 
