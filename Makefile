@@ -45,7 +45,7 @@ postgres:
 
 test: $(STAMP) browser postgres
 	$(VENV)/bin/lint-imports
-	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
+	HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) tests/benchmarks/run.py
