@@ -23,9 +23,12 @@ calibrated probability of their best pair of photos.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from datetime import date
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 from sqlalchemy import select
@@ -40,6 +43,7 @@ from db.catalogue import CatalogueError, current_individual
 from db.embeddings import embed_images, gallery_image_ids, get_backbone
 from db.models import DecisionKind, Image, Individual, MatchDecision, Photo
 from db.field.population import PopulationStudy, _local
+from db.field.population import population_study as _population_study
 from db.session import Catalogue
 from db.species import active_model_name, find_species
 
@@ -325,3 +329,60 @@ def imputation_input(cat: Catalogue, ident: IdentityStudy, *,
     return ids.ImputationInput(n_occasions=n_occ, individuals=tuple(individuals), fixed=fixed,
                                units=tuple(out_units), pairwise=pairwise)
 
+
+
+def combined_dict(c: ids.CombinedEstimate) -> dict[str, Any]:
+    """A combined estimate as JSON, with the model's assumption and the combination stated."""
+    d = c.to_dict()
+    d["assumption"] = pop.ASSUMPTIONS[c.model]
+    d["ci_method"] = c.method
+    d["estimable"] = not math.isnan(c.N)
+    return d
+
+
+def uncertain_answer(cat: Catalogue, *, species: str | int | None = None, occasion_days: float = 1.0,
+                     date_from: date | None = None, date_to: date | None = None, draws: int = ids.DEFAULT_DRAWS,
+                     seed: int = 0, top: int = 20, progress: Callable[[int, int], None] | None = None,
+                     should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """The study's estimates with identification uncertainty (JSON-ready): the combined estimates, the share of
+    each interval from identification, the provenance counts, and the ``top`` annotations (by event) whose review
+    is expected to narrow Mh-Chao's interval most. Nothing is stored; a stop raises
+    :class:`core.field.identities.ImputationCancelled` (or the feature extraction's own cancel) with nothing kept.
+    ``progress(done, total)``: the photos embedded, then the draws."""
+    study = _population_study(cat, species=species, occasion_days=occasion_days, date_from=date_from,
+                              date_to=date_to)
+    ident = identity_study(cat, study)
+
+    def embedding_progress(done: int, total: int) -> None:
+        if progress is not None:
+            progress(done, 2 * total)
+
+    def draw_progress(done: int, total: int) -> None:
+        if progress is not None:
+            progress(total + done, 2 * total)
+
+    inp = imputation_input(cat, ident, progress=embedding_progress, should_cancel=should_stop)
+    result = ids.impute(inp, draws=draws, seed=seed, progress=draw_progress, should_stop=should_stop)
+    rows = []
+    for p in ids.review_priority(inp, result)[:top]:
+        unit = inp.units[p.unit]
+        best = max(range(len(unit.probabilities)), key=lambda k: unit.probabilities[k], default=None)
+        rows.append({"annotation_ids": list(unit.annotation_ids), "provenance": unit.provenance,
+                     "occasions": [k + 1 for k in unit.occasions],
+                     "expected_narrowing": round(p.expected_narrowing, 3),
+                     "variance_explained": round(p.variance_explained, 3),
+                     "most_likely": str(inp.individuals[unit.candidates[best]]) if best is not None else None,
+                     "probability": round(unit.probabilities[best], 4) if best is not None else None,
+                     "p_new": round(unit.p_new, 4)})
+    notes = [*ident.notes, *result.notes]
+    if result.units:
+        notes.append(f"With identification uncertainty: {result.units} event(s) of unreviewed or machine-identified "
+                     f"annotations imputed in {result.draws} draws (seed {seed}); {ids.COMBINE_METHOD}.")
+    else:
+        notes.append(f"No {study.species} annotation in the study is unreviewed or machine-identified: there is "
+                     "nothing to review for the estimate.")
+    return {"species": study.species, "estimates": [combined_dict(c) for c in result.estimates],
+            "share_from_identification": {c.model: c.share_from_identification for c in result.estimates},
+            "draws": result.draws if result.units else 0, "seed": seed, "uncertain_units": result.units,
+            "provenance_counts": ident.provenance_counts, "combination_method": ids.COMBINE_METHOD,
+            "priority": rows, "notes": notes}

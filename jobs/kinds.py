@@ -9,12 +9,15 @@ from typing import Any
 
 from sqlalchemy import select
 
+from core.field.identities import ImputationCancelled
 from core.identify.backbones import DEFAULT_BACKBONE
+from core.identify.features import ExtractionCancelled
 from core.identify.spots.requests import KeypointsRequest, SpotEvaluationRequest
 from db.catalogue import CatalogueError
 from db.field.camtrapdp_export import export_package
 from db.identify.compare import compare
 from db.field.density import density_answer
+from db.identities import uncertain_answer
 from db.inspect.diagnostics import run_diagnose
 from db.inspect.embedding_map import compute_map
 from db.embeddings import all_image_ids, count_animals, embed_images, get_backbone
@@ -28,11 +31,12 @@ from db.species import active_model_name
 from db.identify.spots import evaluate_request as evaluate_spots
 from db.identify.spots import extract_keypoints
 from db.identify.vector_index import build_vector_index
-from jobs.context import JobContext
+from jobs.context import JobCancelled, JobContext
 from jobs.registry import HEAVY, register_job_kind
 from jobs.requests.benchmarks import EvaluateRequest
 from jobs.requests.camtrapdp import ExportCamtrapDPRequest
 from jobs.requests.density import DensityRequest
+from jobs.requests.identities import PopulationIdentitiesRequest
 from jobs.requests.diagnostics import DiagnoseRequest, SensitivityRequest
 from jobs.requests.export import KaggleExportRequest
 from jobs.requests.map import EmbedRequest, MapRequest
@@ -254,6 +258,29 @@ def density_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict
     :class:`jobs.requests.density.DensityRequest`; progress follows the fit's steps (the fit, the buffer check)."""
     request = DensityRequest.from_dict(params)
     return density_answer(cat, **request.fit_options(), progress=lambda f, m: ctx.progress(f, m))
+
+
+@register_job_kind("population_uncertain")  # one embedding pass (cached) and numpy draws: never waits for training
+def population_uncertain_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """The population estimates with identification uncertainty and the reviews that would narrow them most (the
+    Population tab): params are a stored :class:`jobs.requests.identities.PopulationIdentitiesRequest`; progress
+    follows the photos embedded, then the draws; a cancel stops between draws and keeps nothing."""
+    request = PopulationIdentitiesRequest.from_dict(params)
+    asked = {"n": 0}
+
+    def should_stop() -> bool:  # the flag is a query: read it every tenth call
+        asked["n"] += 1
+        return asked["n"] % 10 == 1 and ctx.cancelled()
+
+    def progress(done: int, total: int) -> None:
+        ctx.progress(done / max(total, 1), "embedding the photos" if 2 * done < total else "imputing the identities")
+
+    try:
+        return uncertain_answer(cat, species=request.species, occasion_days=request.occasion_days,
+                                date_from=request.first_day, date_to=request.last_day, draws=request.draws,
+                                seed=request.seed, progress=progress, should_stop=should_stop)
+    except (ImputationCancelled, ExtractionCancelled):
+        raise JobCancelled() from None
 
 
 @register_job_kind("map")  # short (features are cached, UMAP takes seconds): never waits behind a training run

@@ -173,3 +173,30 @@ def test_rosette_calibration_shows_how_well_p_new_is_calibrated(study, capsys):
     rc, out, _ = _cli(data_dir, capsys, "calibration", MODEL, "--species", "Panthera onca")
     assert rc == 0 and f"p(new), the probability that a photo's animal is not in the catalogue: expected " \
         f"calibration error {new['ece']:.3f}" in out
+
+
+def test_the_imputation_runs_as_a_background_job_and_a_cancel_keeps_nothing(study):
+    from jobs import queue
+    from jobs.actions.identities import queue_uncertain
+    from jobs.requests.identities import PopulationIdentitiesRequest
+
+    _, _, data_dir = study
+    cat = open_catalogue(data_dir)
+    try:
+        request = PopulationIdentitiesRequest(occasion_days=1, identities="uncertain", draws=30, seed=2)
+        with cat.unit_of_work() as s:
+            before = [(i.id, i.individual_id) for i in s.scalars(select(Image).order_by(Image.id))]
+        jid = queue_uncertain(cat, request)
+        assert queue.execute(cat, queue.claim_next(cat)) == queue.JobStatus.succeeded
+        result = queue.get_job(cat, jid).result
+        assert result["draws"] == 30 and {e["model"] for e in result["estimates"]} == {"M0", "Mt", "Mh-Chao"}
+        assert len(result["priority"]) == min(20, result["uncertain_units"])
+        jid = queue_uncertain(cat, request)
+        assert queue.claim_next(cat) == jid
+        queue.request_cancel(cat, jid)
+        assert queue.execute(cat, jid) == queue.JobStatus.cancelled
+        assert not queue.get_job(cat, jid).result
+        with cat.unit_of_work() as s:
+            assert [(i.id, i.individual_id) for i in s.scalars(select(Image).order_by(Image.id))] == before
+    finally:
+        cat.close()

@@ -11,14 +11,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from core.field import population as pop
-from core.field import identities as ids
-from db.identities import NoCalibration, confirmed_estimates, identity_study, imputation_input
-from db.identities import IdentityStudy  # noqa: F401 - the study type the screens read
+from db.identities import NoCalibration, confirmed_estimates, identity_study, uncertain_answer
 from db.session import Catalogue
+from jobs import queue
 from jobs.actions import population as ps
 from jobs.requests.identities import PopulationIdentitiesRequest, ReviewPriorityRequest
 
-__all__ = ["NoCalibration", "population_on_basis", "review_priority", "basis_lines", "priority_rows",
+__all__ = ["NoCalibration", "population_on_basis", "review_priority", "queue_uncertain", "basis_lines", "priority_rows",
            "SIDE_BY_SIDE_HEADERS", "PRIORITY_HEADERS", "side_by_side_rows"]
 
 Progress = Callable[[int, int], None]
@@ -39,31 +38,6 @@ def _estimate_dict(est: pop.Estimate) -> dict[str, Any]:
     return d
 
 
-def _combined_dict(c: ids.CombinedEstimate) -> dict[str, Any]:
-    d = c.to_dict()
-    d["assumption"] = pop.ASSUMPTIONS[c.model]
-    d["ci_method"] = c.method
-    d["estimable"] = not math.isnan(c.N)
-    return d
-
-
-def _uncertain(cat: Catalogue, ident: IdentityStudy, request: PopulationIdentitiesRequest, *,
-               progress: Progress | None, should_stop: Callable[[], bool] | None,
-               ) -> tuple[ids.ImputationInput, ids.ImputationResult]:
-    def embedding_progress(done: int, total: int) -> None:
-        if progress is not None:
-            progress(done, 2 * total)
-
-    def draw_progress(done: int, total: int) -> None:
-        if progress is not None:
-            progress(total + done, 2 * total)
-
-    inp = imputation_input(cat, ident, progress=embedding_progress, should_cancel=should_stop)
-    result = ids.impute(inp, draws=request.draws, seed=request.seed, progress=draw_progress,
-                        should_stop=should_stop)
-    return inp, result
-
-
 def population_on_basis(cat: Catalogue, request: PopulationIdentitiesRequest, *, progress: Progress | None = None,
                         should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The population answer of :func:`jobs.actions.population.population_summary` on the request's basis, with
@@ -80,18 +54,13 @@ def population_on_basis(cat: Catalogue, request: PopulationIdentitiesRequest, *,
         summary["notes"].append(f"Confirmed: the {ident.provenance_counts['curator']} detection(s) a curator "
                                 "identified; the capture histories and frequencies shown are those as decided.")
     elif request.identities == "uncertain":
-        _, result = _uncertain(cat, ident, request, progress=progress, should_stop=should_stop)
-        summary["estimates"] = [_combined_dict(c) for c in result.estimates]
-        summary["draws"] = result.draws if result.units else 0
-        summary["seed"] = request.seed
-        summary["uncertain_units"] = result.units
-        summary["share_from_identification"] = {c.model: c.share_from_identification for c in result.estimates}
-        summary["combination_method"] = ids.COMBINE_METHOD
-        summary["notes"] += list(result.notes)
-        if result.units:
-            summary["notes"].append(
-                f"With identification uncertainty: {result.units} event(s) of unreviewed or machine-identified "
-                f"annotations imputed in {result.draws} draws (seed {request.seed}); {ids.COMBINE_METHOD}.")
+        answer = uncertain_answer(cat, species=request.species, occasion_days=request.occasion_days,
+                                  date_from=request.first_day, date_to=request.last_day, draws=request.draws,
+                                  seed=request.seed, progress=progress, should_stop=should_stop)
+        summary.update({k: answer[k] for k in ("estimates", "draws", "seed", "uncertain_units",
+                                               "share_from_identification", "combination_method")})
+        summary["review_first"] = answer["priority"]
+        summary["notes"] += [n for n in answer["notes"] if n not in summary["notes"]]
     return summary
 
 
@@ -99,29 +68,19 @@ def review_priority(cat: Catalogue, request: ReviewPriorityRequest, *, progress:
                     should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The ``request.top`` unreviewed and machine annotations (by event) whose review is expected to narrow the
     ``uncertain`` interval of Mh-Chao most, with what is known of each."""
-    study = ps._study(cat, request)
-    ident = identity_study(cat, study)
-    inp, result = _uncertain(cat, ident, request, progress=progress, should_stop=should_stop)
-    ranked = ids.review_priority(inp, result)
-    comb = result.estimate("Mh-Chao")
-    rows = []
-    for p in ranked[:request.top]:
-        unit = inp.units[p.unit]
-        best = max(range(len(unit.probabilities)), key=lambda k: unit.probabilities[k], default=None)
-        rows.append({"annotation_ids": list(unit.annotation_ids), "provenance": unit.provenance,
-                     "occasions": [k + 1 for k in unit.occasions],
-                     "expected_narrowing": round(p.expected_narrowing, 3),
-                     "variance_explained": round(p.variance_explained, 3),
-                     "most_likely": str(inp.individuals[unit.candidates[best]]) if best is not None else None,
-                     "probability": round(unit.probabilities[best], 4) if best is not None else None,
-                     "p_new": round(unit.p_new, 4)})
-    notes = list(ident.notes) + list(result.notes)
-    if not inp.units:
-        notes.append(f"No {study.species} annotation in the study is unreviewed or machine-identified: there is "
-                     "nothing to review for the estimate.")
-    return {"species": study.species, "model": "Mh-Chao", "draws": result.draws if inp.units else 0,
-            "seed": request.seed, "provenance_counts": ident.provenance_counts, "uncertain_units": len(inp.units),
-            "estimate": _combined_dict(comb), "priority": rows, "notes": notes}
+    answer = uncertain_answer(cat, species=request.species, occasion_days=request.occasion_days,
+                              date_from=request.first_day, date_to=request.last_day, draws=request.draws,
+                              seed=request.seed, top=request.top, progress=progress, should_stop=should_stop)
+    chao = next(e for e in answer["estimates"] if e["model"] == "Mh-Chao")
+    return {"species": answer["species"], "model": "Mh-Chao", "draws": answer["draws"], "seed": request.seed,
+            "provenance_counts": answer["provenance_counts"], "uncertain_units": answer["uncertain_units"],
+            "estimate": chao, "priority": answer["priority"], "notes": answer["notes"]}
+
+
+def queue_uncertain(cat: Catalogue, request: PopulationIdentitiesRequest) -> int:
+    """Queue the estimates with identification uncertainty as a background job (the Population tab): its result
+    is :func:`db.identities.uncertain_answer`'s; returns the job's id."""
+    return queue.submit(cat, "population_uncertain", request.to_dict())
 
 
 # --------------------------------------------------------------------------- words and tables
