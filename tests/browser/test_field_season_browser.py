@@ -173,6 +173,14 @@ def season_server(tmp_path_factory):
         server.stop()
 
 
+@pytest.fixture(autouse=True)
+def patient_page(page):
+    """The season's screens are long (a full-page screenshot of the individual page is 3,600 px tall): on a loaded
+    2-core machine an action or a screenshot gets more than the default 20 s."""
+    page.set_default_timeout(45_000)
+    return page
+
+
 def _open_catalogue(server):
     from db.session import open_catalogue
 
@@ -280,12 +288,26 @@ def test_1_deployments_then_the_station_folder_zip_with_megadetector(season_serv
     assert len(linked) == 13 and all(dep == f"{name.split('/')[-2]}-2024" for name, dep in linked.items()), linked
 
 
-def _open_in_review(page, annotation_id: int) -> None:
-    from playwright.sync_api import expect
+def _shown(page) -> str | None:
+    facts = page.locator("#match-facts .rz-facts")
+    return facts.get_attribute("data-image-id") if facts.count() else None
 
-    choose(page, "match-open", f"#{annotation_id} ·")
-    expect(page.locator("#match-facts .rz-facts")).to_have_attribute("data-image-id", str(annotation_id),
-                                                                    timeout=TIMEOUT_MS)
+
+def _open_in_review(page, annotation_id: int) -> None:
+    """Pick the animal in "Open a photo". The picker's options are rebuilt while the queue moves on after a
+    decision, so a pick that lands on a list being replaced is made again (at most three tries)."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    for attempt in range(3):
+        try:
+            choose(page, "match-open", f"#{annotation_id} ·")
+            wait_for(lambda: _shown(page) == str(annotation_id), timeout_s=TIMEOUT_MS / 1000,
+                     what=f"animal #{annotation_id} to be shown")
+            return
+        except (AssertionError, PlaywrightError):
+            if attempt == 2:
+                raise
+            page.keyboard.press("Escape")
 
 
 def test_2_match_review_names_individuals_and_recaptures_them(season_server, page, shot):
@@ -325,6 +347,7 @@ def test_2_match_review_names_individuals_and_recaptures_them(season_server, pag
             expect(status).to_contain_text(f"photo #{annotation} is {name}", timeout=TIMEOUT_MS)
         wait_for(lambda: _individual_of(season_server, annotation) == name, timeout_s=30,
                  what=f"decision {n + 1} ({decision}) to be stored")
+        wait_for(lambda: _shown(page) != str(annotation), timeout_s=30, what="the queue to move on")
     shot("6-review-done")
 
 
