@@ -53,6 +53,7 @@ def test_upload_with_manifest_then_browse_rename_and_undo(rosette_server, page, 
     # --- upload two photos and the manifest, import
     upload(page, "ingest-files", two_photos["paths"])
     upload(page, "ingest-manifest", [two_photos["manifest"]])
+    _textbox(page, "ingest-species").fill("Tragelaphus angasii")  # named, so the catalogue export below may leave
     page.locator("#ingest-import").click()
     expect(page.locator("#ingest-summary")).to_contain_text("2 imported", timeout=TIMEOUT_MS)
     report = page.locator("#ingest-report")
