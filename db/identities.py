@@ -16,9 +16,9 @@ among the individuals the candidate's rank, and the model's calibrator (:func:`d
 turns (score, rank) into the probability of the same animal. "New" gets its own calibrated p(new)
 (:mod:`core.field.new_animal`, fitted on the gallery's photos) and the individuals share the rest by their
 likelihood ratios (:func:`core.field.identities.distribution_with_p_new`); when the gallery cannot support that fit,
-:func:`core.field.identities.match_distribution` uses a Good-Turing prior of "new". Unreviewed annotations of one event (sighting)
-whose photos each hold one annotation of the species are one unit; two unreviewed units are one new animal with the
-calibrated probability of their best pair of photos.
+:func:`core.field.identities.match_distribution` uses a Good-Turing prior of "new". Unreviewed annotations of one
+event (sighting) whose photos each hold one annotation of the species are one unit; two unreviewed units are one new
+animal with the calibrated probability of their best pair of photos.
 """
 
 from __future__ import annotations

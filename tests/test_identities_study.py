@@ -200,3 +200,36 @@ def test_the_imputation_runs_as_a_background_job_and_a_cancel_keeps_nothing(stud
             assert [(i.id, i.individual_id) for i in s.scalars(select(Image).order_by(Image.id))] == before
     finally:
         cat.close()
+
+
+def test_the_population_tab_shows_both_columns_and_the_review_list(study):
+    """The tab's section through its handlers (no browser): a confirmed basis at once, the uncertain one as a job
+    whose answer the timer puts beside the decided estimates, with the list to review first."""
+    from app.ui import build_app
+    from jobs import queue
+
+    _, _, data_dir = study
+    cat = open_catalogue(data_dir)
+    try:
+        demo = build_app(cat, single_user="tester")
+        fns = {f.api_name: f.fn for f in demo.fns.values() if getattr(f, "api_name", None)}
+        ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
+        assert {"pop-identities", "pop-provenance", "pop-side-by-side", "pop-review-first",
+                "pop-identities-cancel"} <= ids
+        start = fns["population_identities"]
+        out = start(None, "", 1, "", "", "confirmed", 50, 0)
+        assert out[0] is None and "identified by a curator" in out[4]
+        assert list(out[5].columns)[3] == "Confirmed only: N" and len(out[5]) == 3
+        out = start(None, "", 1, "", "", "uncertain", 20, 1)
+        job_id, decided = out[0], out[2]
+        assert job_id and "queued as job" in out[3]
+        assert queue.execute(cat, queue.claim_next(cat)) == queue.JobStatus.succeeded
+        poll = next(f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "poll"
+                    and getattr(f.fn, "__module__", "") == "app.tabs._identities")
+        shown, words, side, review = poll(None, job_id, None, decided)  # the guard takes the request first
+        assert shown == job_id and "20 draws" in words
+        assert list(side.columns)[:4] == ["Model", "As decided: N", "95% interval", "With identification "
+                                                                                    "uncertainty: N"]
+        assert len(side) == 3 and len(review) > 0 and review.iloc[0, 0].startswith("#")
+    finally:
+        cat.close()

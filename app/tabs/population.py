@@ -9,6 +9,7 @@ import gradio as gr
 import pandas as pd
 
 from app.tabs._density import build_activity, build_density
+from app.tabs._identities import build_identities
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text, refreshed_choices
 from db.models import Role
 from jobs.actions import population as ps
@@ -112,6 +113,9 @@ def build(ctx: UIContext) -> None:
     download.click(write_files, inputs=[species, days, first, last], outputs=[files, download_status],
                    api_name="population_files")
 
+    with gr.Accordion("Whose identities: as decided, confirmed, with identification uncertainty", open=False,
+                      elem_id="pop-identities-panel"):
+        build_identities(ctx, species, days, first, last, gr.Timer(2.0))
     with gr.Accordion("Density (spatial capture-recapture)", open=False, elem_id="dens-panel"):
         build_density(ctx, species, days, first, last, gr.Timer(2.0))
     with gr.Accordion("Activity over the day", open=False, elem_id="act-panel"):

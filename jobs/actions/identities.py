@@ -14,8 +14,11 @@ from core.field import population as pop
 from db.identities import NoCalibration, confirmed_estimates, identity_study, uncertain_answer
 from db.session import Catalogue
 from jobs import queue
+from db.models import JobStatus
 from jobs.actions import population as ps
+from jobs.actions.jobs import cancel_job
 from jobs.requests.identities import PopulationIdentitiesRequest, ReviewPriorityRequest
+from jobs.requests.jobs import CancelJobRequest
 
 __all__ = ["NoCalibration", "population_on_basis", "review_priority", "queue_uncertain", "basis_lines", "priority_rows",
            "SIDE_BY_SIDE_HEADERS", "PRIORITY_HEADERS", "side_by_side_rows"]
@@ -83,6 +86,44 @@ def queue_uncertain(cat: Catalogue, request: PopulationIdentitiesRequest) -> int
     return queue.submit(cat, "population_uncertain", request.to_dict())
 
 
+UNCERTAIN_JOB = "population_uncertain"
+
+
+def latest_uncertain_job(cat: Catalogue) -> int | None:
+    """The newest imputation job, so a reloaded page shows its answer again."""
+    jobs = queue.list_jobs(cat, limit=1, kind=UNCERTAIN_JOB)
+    return jobs[0].id if jobs else None
+
+
+def uncertain_status(cat: Catalogue, job_id: int | None) -> tuple[dict[str, Any] | None, str]:
+    """(the answer once the imputation job succeeded, else None; what the curator reads meanwhile, or why it
+    stopped)."""
+    if not job_id:
+        return None, ""
+    job = queue.get_job(cat, int(job_id))
+    if job.kind != UNCERTAIN_JOB:
+        raise ValueError(f"job #{job.id} is a {job.kind} job, not an imputation of identities")
+    if job.status == JobStatus.succeeded:
+        return dict(job.result or {}), ""
+    if job.status in (JobStatus.failed, JobStatus.cancelled):
+        why = (job.message or "").removeprefix("failed: ")
+        return None, f"Imputation job #{job.id} {job.status.value}: {why} Nothing of it was kept."
+    return None, f"Imputation job #{job.id} {job.status.value}: {job.progress:.0%} {job.message or ''}".rstrip()
+
+
+def cancel_uncertain(cat: Catalogue, job_id: int, *, user: str) -> str:
+    """Cancel the imputation job (nothing of it is stored); what happened, in words."""
+    return cancel_job(cat, CancelJobRequest(job_id=job_id, user=user)).message
+
+
+def with_answer(decided: Mapping[str, Any], answer: Mapping[str, Any]) -> dict[str, Any]:
+    """The decided summary with an imputation job's answer as its ``uncertain`` basis (for the tables below)."""
+    return {**decided, "identities": "uncertain", "estimates_decided": decided["estimates"],
+            "estimates": answer["estimates"], "share_from_identification": answer["share_from_identification"],
+            "provenance_counts": answer["provenance_counts"], "draws": answer["draws"],
+            "review_first": answer["priority"]}
+
+
 # --------------------------------------------------------------------------- words and tables
 
 
@@ -129,3 +170,10 @@ def priority_rows(report: Mapping[str, Any]) -> list[list[str]]:
              ", ".join(map(str, r["occasions"])), f"{r['expected_narrowing']:.2f}", r["most_likely"] or "—",
              f"{100 * r['probability']:.0f}%" if r["probability"] is not None else "—", f"{100 * r['p_new']:.0f}%"]
             for r in report["priority"]]
+
+
+def provenance_text(summary: Mapping[str, Any]) -> str:
+    """One sentence: how many detections each kind of identity has."""
+    c = summary["provenance_counts"]
+    return (f"Identities: {c['curator']} detection(s) identified by a curator, {c['machine']} by a machine, "
+            f"{c['unreviewed']} unreviewed.")

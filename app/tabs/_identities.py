@@ -1,0 +1,116 @@
+"""The Population tab's identification-uncertainty section (built by :mod:`app.tabs.population` under its form):
+the basis of the estimates (as decided, confirmed only, with identification uncertainty), where the identities come
+from, each estimate as decided beside the chosen basis, and the annotations to review first. The imputation runs
+as a background job with its progress here and a cancel that keeps nothing."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text
+from db.models import Role
+from jobs.actions import identities as ident
+from jobs.requests.identities import PopulationIdentitiesRequest
+
+HELP = """\
+**Whose identities.** Each detection's individual comes from a *curator* (a match decision or a label a person
+gave), a *machine* (a machine classification), or nobody yet (*unreviewed*). **As decided** counts every assigned
+annotation as assigned; **confirmed** only the curators'; **with identification uncertainty** gives every other
+detection an individual at random from the species' calibrated model, many times over (one of the catalogue's
+animals, or a new one), and combines the draws into one interval holding both errors. Review the annotations listed
+under it first in **Match review** (Open a photo: its number): they narrow that interval most.
+"""
+BASES = [("as decided", "decided"), ("confirmed only", "confirmed"), ("with identification uncertainty",
+                                                                        "uncertain")]
+
+
+def _side_by_side(summary) -> pd.DataFrame:
+    headers = list(ident.SIDE_BY_SIDE_HEADERS)
+    if summary["identities"] == "confirmed":
+        headers[3] = "Confirmed only: N"
+    return pd.DataFrame(ident.side_by_side_rows(summary), columns=headers)
+
+
+def _review_first(summary) -> pd.DataFrame:
+    rows = ident.priority_rows({"priority": summary.get("review_first", [])})
+    return pd.DataFrame(rows, columns=ident.PRIORITY_HEADERS)
+
+
+def build_identities(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: gr.Textbox, last: gr.Textbox,
+                     timer: gr.Timer) -> None:
+    """The section, reading the study from the Population form's fields."""
+    cat = ctx.catalogue
+    gr.Markdown(HELP, elem_classes=["help-text"])
+    with gr.Row(equal_height=True):
+        basis = gr.Radio(BASES, value="uncertain", label="Identities", elem_id="pop-identities", scale=3)
+        draws = gr.Number(value=200, minimum=1, maximum=10_000, precision=0, label="Draws", elem_id="pop-draws",
+                          scale=1)
+        seed = gr.Number(value=0, minimum=0, precision=0, label="Seed", elem_id="pop-seed", scale=1)
+        compute = gr.Button("Estimate on this basis", variant="primary", elem_id="pop-identities-compute", scale=0,
+                            min_width=200)
+        cancel = gr.Button("Cancel", elem_id="pop-identities-cancel", scale=0, min_width=100)
+    job = gr.State(None)
+    shown = gr.State(None)  # the job whose answer is on screen: polled no further
+    asked = gr.State(None)  # the decided summary the job's answer is shown beside
+    status = gr.Markdown(elem_id="pop-identities-status", elem_classes=["status-line"])
+    provenance = gr.Markdown(elem_id="pop-provenance", elem_classes=["status-line"])
+    side = gr.Dataframe(headers=ident.SIDE_BY_SIDE_HEADERS, value=[], interactive=False, wrap=True,
+                        label="Each estimate as decided and on the chosen basis (95% intervals)",
+                        elem_id="pop-side-by-side")
+    review = gr.Dataframe(headers=ident.PRIORITY_HEADERS, value=[], interactive=False, wrap=True,
+                          label="Review these first (in Match review): most informative for the estimate first",
+                          elem_id="pop-review-first")
+
+    def empty(words: str = "") -> tuple:
+        return (None, None, None, words, "", pd.DataFrame([], columns=ident.SIDE_BY_SIDE_HEADERS),
+                pd.DataFrame([], columns=ident.PRIORITY_HEADERS))
+
+    outputs = [job, shown, asked, status, provenance, side, review]
+
+    @curator_action(role=Role.viewer)
+    def start(sp, n_days, d_from, d_to, chosen, n_draws, n_seed):
+        request = PopulationIdentitiesRequest(species=sp or None,
+                                              occasion_days=n_days if n_days is not None else 1.0,
+                                              date_from=d_from or None, date_to=d_to or None, identities=chosen,
+                                              draws=n_draws if n_draws is not None else 200,
+                                              seed=n_seed if n_seed is not None else 0)
+        decided = ident.population_on_basis(cat, PopulationIdentitiesRequest(**{**request.to_dict(),
+                                                                                 "identities": "decided"}))
+        if request.identities != "uncertain":
+            summary = ident.population_on_basis(cat, request)
+            return (None, None, None, "", markdown_text(ident.provenance_text(summary)), _side_by_side(summary),
+                    _review_first(summary))
+        job_id = ident.queue_uncertain(cat, request)
+        return (job_id, None, decided, markdown_text(f"Imputation queued as job #{job_id}; its progress shows here "
+                                                     "and in the Jobs tab."),
+                markdown_text(ident.provenance_text(decided)), pd.DataFrame([], columns=ident.SIDE_BY_SIDE_HEADERS),
+                pd.DataFrame([], columns=ident.PRIORITY_HEADERS))
+
+    compute.click(start, inputs=[species, days, first, last, basis, draws, seed], outputs=outputs,
+                  api_name="population_identities")
+
+    @curator_action(role=Role.viewer)
+    def stop(job_id, user):
+        if not job_id:
+            return gr.skip(), "No imputation is running."
+        return gr.skip(), markdown_text(ident.cancel_uncertain(cat, int(job_id), user=user))
+
+    cancel.click(stop, inputs=[job, ctx.user], outputs=[job, status], api_name="population_identities_cancel")
+
+    for field in (species, days, first, last, basis, draws, seed):  # a changed form: the answer shown is put away
+        field.input(guarded_viewer(empty), outputs=outputs, api_visibility="private", queue=False)
+
+    def poll(job_id, shown_id, decided):
+        if not job_id or job_id == shown_id or decided is None:
+            return (gr.skip(),) * 4
+        answer, words = ident.uncertain_status(cat, job_id)
+        if answer is None:
+            finished = " failed" in words or " cancelled" in words
+            return (job_id if finished else gr.skip(), markdown_text(words), gr.skip(), gr.skip())
+        summary = ident.with_answer(decided, answer)
+        done = f"Imputation job #{job_id} done: {answer['draws']} draws."
+        return job_id, markdown_text(" ".join([done, *answer["notes"][-1:]])), _side_by_side(summary), \
+            _review_first(summary)
+
+    timer.tick(guarded_viewer(poll), [job, shown, asked], [shown, status, side, review], show_progress="hidden")
