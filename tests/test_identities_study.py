@@ -25,9 +25,9 @@ from tests.sim_study import simulate_study
 MODEL = "efficientnet_lite0"
 
 
-@pytest.fixture(scope="module")
-def study(tmp_path_factory):
-    root = tmp_path_factory.mktemp("identities-study")
+def write_uncertain_study(root: Path) -> tuple:
+    """The simulated study's package with a seeded 30% of identities removed, 10% machine (0.8) and 10% human,
+    imported into ``root / "data"``; returns (simulation, kind of each observation, data folder)."""
     sim = simulate_study(root / "package", n_animals=30, seed=5)
     path = root / "package" / "observations.csv"
     with path.open(newline="") as f:
@@ -54,6 +54,33 @@ def study(tmp_path_factory):
     finally:
         cat.close()
     return sim, kinds, root / "data"
+
+
+def add_decisions(data_dir: Path) -> None:
+    """Sixty decided pairs whose outcomes rise with the score: the model's calibration rests on them."""
+    cat = open_catalogue(data_dir)
+    try:
+        with cat.unit_of_work() as s:
+            anns = list(s.scalars(select(Image.id).where(Image.individual_id.is_not(None))
+                                  .order_by(Image.id)))[:60]
+            rng = np.random.default_rng(1)
+            for k, a in enumerate(anns):
+                same = k % 2 == 0
+                s.add(MatchDecision(query_image_id=a, decision=DecisionKind.unsure if same else DecisionKind.not_same,
+                                    score=float(rng.normal(0.5, 0.1)), rank=1, model_name=MODEL, user="tester"))
+                s.add(MatchDecision(query_image_id=a, decision=DecisionKind.not_same,
+                                    score=float(rng.normal(0.3, 0.1)), rank=2, model_name=MODEL, user="tester"))
+                if same:
+                    s.add(MatchDecision(query_image_id=a, decision=DecisionKind.same,
+                                        score=float(rng.normal(0.8, 0.1)), rank=1, model_name=MODEL, user="tester"))
+            s.commit()
+    finally:
+        cat.close()
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    return write_uncertain_study(tmp_path_factory.mktemp("identities-study"))
 
 
 def _cli(data_dir: Path, capsys, *args: str) -> tuple[int, str, str]:
@@ -112,24 +139,7 @@ def test_draws_out_of_range_are_refused(study, capsys, draws):
 
 def test_uncertain_and_review_priority_through_the_model_and_its_calibration(study, capsys):
     sim, kinds, data_dir = study
-    cat = open_catalogue(data_dir)
-    try:  # sixty decided pairs whose outcomes rise with the score: the model's calibration rests on them
-        with cat.unit_of_work() as s:
-            anns = list(s.scalars(select(Image.id).where(Image.individual_id.is_not(None))
-                                  .order_by(Image.id)))[:60]
-            rng = np.random.default_rng(1)
-            for k, a in enumerate(anns):
-                same = k % 2 == 0
-                s.add(MatchDecision(query_image_id=a, decision=DecisionKind.unsure if same else DecisionKind.not_same,
-                                    score=float(rng.normal(0.5, 0.1)), rank=1, model_name=MODEL, user="tester"))
-                s.add(MatchDecision(query_image_id=a, decision=DecisionKind.not_same,
-                                    score=float(rng.normal(0.3, 0.1)), rank=2, model_name=MODEL, user="tester"))
-                if same:
-                    s.add(MatchDecision(query_image_id=a, decision=DecisionKind.same,
-                                        score=float(rng.normal(0.8, 0.1)), rank=1, model_name=MODEL, user="tester"))
-            s.commit()
-    finally:
-        cat.close()
+    add_decisions(data_dir)
     unc = _population(data_dir, capsys, "--identities", "uncertain", "--draws", "40", "--seed", "3")
     assert unc["identities"] == "uncertain" and unc["draws"] == 40
     assert set(unc["share_from_identification"]) == {"M0", "Mt", "Mh-Chao"}

@@ -1,0 +1,55 @@
+"""The Population tab's identities section in a real browser, on the simulated jaguar study with a third of its
+identities removed and the model calibrated on decided pairs (tests/test_identities_study.py): the imputation runs
+as a background job, then each estimate shows as decided beside "with identification uncertainty", with the
+provenance counts and the annotations to review first."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import require_chromium, start_rosette
+from tests.sim_study import SPECIES
+from tests.test_identities_study import add_decisions, write_uncertain_study
+
+TIMEOUT_MS = 30_000
+JOB_TIMEOUT_MS = 240_000  # the job's process starts, embeds the study's photos, and draws
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    require_chromium()
+    root = tmp_path_factory.mktemp("identities-browser")
+    _, _, data_dir = write_uncertain_study(root)
+    add_decisions(data_dir)
+    running = start_rosette(data_dir)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_both_columns_and_the_review_list(server, page, shot):
+    page.goto(server.url)
+    expect(page.get_by_role("tab", name="Ingest")).to_be_visible(timeout=TIMEOUT_MS)
+    page.get_by_role("tab", name="Population").click()
+    box = page.locator("#pop-species input").first
+    box.click()
+    box.fill(SPECIES)
+    page.locator("#pop-species [role='option']", has_text=SPECIES).first.click()
+    page.locator("#pop-days input").fill("1")
+    page.locator("#pop-identities-panel").get_by_text("Whose identities").first.click()
+    page.locator("#pop-draws input").fill("30")
+    page.locator("#pop-identities-compute").click()
+    status = page.locator("#pop-identities-status")
+    expect(status).to_contain_text("Imputation queued as job #", timeout=TIMEOUT_MS)
+    expect(page.locator("#pop-provenance")).to_contain_text("identified by a curator", timeout=TIMEOUT_MS)
+    expect(status).to_contain_text("done: 30 draws", timeout=JOB_TIMEOUT_MS)
+    side = page.locator("#pop-side-by-side")
+    expect(side).to_contain_text("As decided: N")
+    expect(side).to_contain_text("With identification uncertainty: N")
+    expect(side).to_contain_text("Mh-Chao")
+    review = page.locator("#pop-review-first")
+    expect(review).to_contain_text("Expected narrowing")
+    expect(review).to_contain_text("#")
+    shot("identities")
