@@ -2,8 +2,9 @@
 
 - ``rosette_server`` (session): ``rosette --data-dir <tmp> serve --port <free> --no-demo``
   started with this interpreter; yields a :class:`RosetteServer` (``.url``, ``.data_dir``,
-  ``.log``). ``start_rosette(...)`` starts more servers (e.g. with the demo) when a test needs one.
-- ``page`` (per test): a fresh chromium profile (new user-data-dir), headless, that
+  ``.log``). ``start_rosette(...)`` starts more servers (e.g. with the demo) when a test needs one, forked from
+  a process that has imported the app once (tests/browser/serve_fork.py; ``ROSETTE_TEST_SERVE_FORK=0`` to not).
+- ``page`` (per test): a fresh context (profile) in the session's headless chromium, that
   refuses every request leaving this machine (recorded in ``page.external_requests``,
   so a test can assert the app works offline).
 - ``shot(name)``: saves a full-page screenshot under ``test-output/browser/``.
@@ -15,11 +16,14 @@ tests fail with a clear message; they are skipped only when ``CI`` is unset AND
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -85,6 +89,87 @@ class RosetteServer:
                 self.process.wait(timeout=10)
 
 
+class ForkedProcess:
+    """A server forked by tests/browser/serve_fork.py: the parts of ``subprocess.Popen`` that tests use. It is the
+    fork server's child, not ours, so its end is seen through a pidfd and its status read from ``<log>.rc``."""
+
+    def __init__(self, pid: int, log: Path) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._status = Path(f"{log}.rc")
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except ProcessLookupError:  # it has already ended and been reaped
+            self._pidfd = None
+
+    def _ended(self) -> int:
+        deadline = time.monotonic() + 5.0  # the fork server writes the status once it has reaped the child
+        while not self._status.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        try:
+            self.returncode = int(self._status.read_text())
+        except (OSError, ValueError):
+            self.returncode = -1
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is not None:
+            return self.returncode
+        if self._pidfd is not None and not select.select([self._pidfd], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired(f"rosette serve (pid {self.pid})", timeout)
+        return self._ended()
+
+    def poll(self) -> int | None:
+        try:
+            return self.wait(timeout=0)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def _signal(self, signum: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+
+_fork_server: subprocess.Popen | None = None
+
+
+def _stop_fork_server() -> None:
+    if _fork_server is not None and _fork_server.poll() is None:
+        _fork_server.stdin.close()  # its loop ends with its input
+        try:
+            _fork_server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            _fork_server.kill()
+
+
+def _fork_rosette(argv: list[str], *, env: dict[str, str], log: Path) -> ForkedProcess:
+    """``rosette <argv>`` forked from a process that has imported the app and Gradio once for the session (see
+    tests/browser/serve_fork.py); ``ROSETTE_TEST_SERVE_FORK=0`` starts each server from scratch instead."""
+    global _fork_server
+    if _fork_server is None or _fork_server.poll() is not None:
+        _fork_server = subprocess.Popen([sys.executable, "-m", "tests.browser.serve_fork"], cwd=REPO_ROOT, env=env,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        atexit.register(_stop_fork_server)
+    _fork_server.stdin.write(json.dumps({"argv": argv, "log": str(log), "env": env}) + "\n")
+    _fork_server.stdin.flush()
+    answer = _fork_server.stdout.readline()
+    if not answer:
+        raise RuntimeError(f"the fork server for rosette serve ended (code {_fork_server.wait()})")
+    return ForkedProcess(json.loads(answer)["pid"], log)
+
+
 def start_rosette(data_dir: Path, *, demo: bool = False, extra_args: list[str] | None = None,
                   timeout: float = SERVER_START_TIMEOUT_S, user: str = "curator", sign_in: bool = False,
                   env_extra: dict[str, str] | None = None) -> RosetteServer:
@@ -101,8 +186,12 @@ def start_rosette(data_dir: Path, *, demo: bool = False, extra_args: list[str] |
            *([] if sign_in else ["--single-user"]), *(extra_args or [])]
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env_extra or {}),
            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    if env_extra is None and os.environ.get("ROSETTE_TEST_SERVE_FORK", "1") != "0":
+        log.write_bytes(b"")
+        proc = _fork_rosette(cmd[3:], env=env, log=log)
+    else:
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
     server = RosetteServer(url=f"http://127.0.0.1:{port}/", data_dir=data_dir, log=log, process=proc)
     deadline = time.monotonic() + timeout
     while True:
@@ -145,33 +234,41 @@ def _is_local(url: str) -> bool:
     return parsed.scheme in ("data", "blob", "about") or parsed.hostname in ("127.0.0.1", "localhost", "::1")
 
 
+@pytest.fixture(scope="session")
+def chromium_browser(playwright_driver) -> Iterator[object]:
+    """One headless chromium for the session; each test gets its own context in it (a fresh profile)."""
+    browser = playwright_driver.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    try:
+        yield browser
+    finally:
+        browser.close()
+
+
 @pytest.fixture()
-def page(playwright_driver) -> Iterator[object]:
-    """A page in a fresh headless chromium profile; requests leaving this machine are refused and recorded."""
-    with tempfile.TemporaryDirectory(prefix="rosette-chromium-") as profile:
-        context = playwright_driver.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, viewport=VIEWPORT,
-            accept_downloads=False)
-        external: list[str] = []
+def page(chromium_browser) -> Iterator[object]:
+    """A page in a fresh browser context (its own cookies, storage and cache: a new profile, without starting
+    chromium again); requests leaving this machine are refused and recorded."""
+    context = chromium_browser.new_context(viewport=VIEWPORT, accept_downloads=False)
+    external: list[str] = []
 
-        def guard(route) -> None:
-            if _is_local(route.request.url):
-                route.continue_()
-            else:
-                external.append(route.request.url)
-                route.abort()
+    def guard(route) -> None:
+        if _is_local(route.request.url):
+            route.continue_()
+        else:
+            external.append(route.request.url)
+            route.abort()
 
-        context.route("**/*", guard)
-        context.set_default_timeout(20_000)
-        # a first page load fetches Gradio's assets while a server may still be warming up (or, under
-        # pytest-xdist, while the other worker holds a core): navigation gets longer than an element wait
-        context.set_default_navigation_timeout(60_000)
-        pg = context.pages[0] if context.pages else context.new_page()
-        pg.external_requests = external
-        try:
-            yield pg
-        finally:
-            context.close()
+    context.route("**/*", guard)
+    context.set_default_timeout(20_000)
+    # a first page load fetches Gradio's assets while a server may still be warming up (or, under
+    # pytest-xdist, while the other worker holds a core): navigation gets longer than an element wait
+    context.set_default_navigation_timeout(60_000)
+    pg = context.new_page()
+    pg.external_requests = external
+    try:
+        yield pg
+    finally:
+        context.close()
 
 
 @pytest.fixture()
