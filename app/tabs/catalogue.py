@@ -77,7 +77,7 @@ def build(ctx: UIContext) -> None:
             # wrapped in fixed shares: a camera trap's event id is long and pushed Place off the table's edge
             sightings = gr.Dataframe(headers=services.SIGHTING_HEADERS, value=[], interactive=False,
                                      label="Sightings (photos taken in the same encounter)", wrap=True,
-                                     column_widths=["22%", "31%", "15%", "10%", "12%", "10%"],
+                                     column_widths=["27%", "24%", "17%", "10%", "12%", "10%"],
                                      elem_id="catalogue-sightings", max_height=220)
             with gr.Row(equal_height=False):
                 with gr.Column(min_width=200, elem_id="catalogue-rename-box"):
