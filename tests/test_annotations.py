@@ -484,3 +484,16 @@ def test_frame_crops_decode_once_under_threads_and_keep_a_bounded_number_of_phot
     assert list(lone._decoding) == [srcs[0].blob_path]
     lone.load(other)  # ... until the next photo comes: then the oldest is let go, and nothing piles up
     assert not lone._decoding
+
+
+def test_the_other_animal_of_the_same_frame_is_never_a_candidate(imported):
+    """Two animals in one photo are two individuals: once one is identified, the other's candidates leave it out
+    (it would otherwise come first, the same background and light)."""
+    from jobs.actions.match import ranked_candidates
+
+    cat, _ = imported
+    a, b = (r.id for r in _pair_annotations(cat))
+    assert {r.individual for r in _pair_annotations(cat)} >= {"Ana"}  # A is identified: in the gallery
+    for query, other in ((a, b), (b, a)):
+        found = [c.image_id for c in ranked_candidates(cat, query, k=10).candidates]
+        assert found and other not in found

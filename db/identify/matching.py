@@ -96,12 +96,23 @@ def passes_place_and_date(place: str | None, day: str | None, *, place_filter: s
     return True
 
 
+def frame_siblings(cat: Catalogue, annotation_id: int) -> set[int]:
+    """The other annotations of ``annotation_id``'s photo: animals seen beside it, never the same individual."""
+    with cat.unit_of_work() as s:
+        photo_id = s.scalar(select(Image.photo_id).where(Image.id == annotation_id))
+        if photo_id is None:
+            return set()
+        return {int(i) for i in s.scalars(select(Image.id).where(Image.photo_id == photo_id,
+                                                                  Image.id != annotation_id))}
+
+
 def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = DEFAULT_BACKBONE, k: int = 12,
                     flank_filter: str = "any", place: str | None = None, date_from: str | None = None,
                     date_to: str | None = None, per_individual: bool = True, progress=None) -> MatchResult:
     """Top-``k`` gallery candidates for a query photo, scored by ``model_name``.
 
-    The gallery is every photo of the query's species assigned to an active individual, except the query.
+    The gallery is every photo of the query's species assigned to an active individual, except the query and the
+    other animals of the query's own photo (two animals in one frame are never the same individual).
     ``flank_filter``: ``any``, ``same`` (same flank as the query) or ``cross``.
     ``place`` / ``date_from`` / ``date_to`` keep gallery photos whose sighting place contains
     the text and whose date (sighting date, else EXIF time) lies in the range.
@@ -114,7 +125,8 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = DE
 
     species_id = species_of_image(cat, query_image_id)
     whole = gallery_for(cat, species_id=species_id)
-    gallery = [i for i in whole if i != query_image_id]
+    same_photo = frame_siblings(cat, query_image_id)
+    gallery = [i for i in whole if i != query_image_id and i not in same_photo]
     if len(gallery) >= index_threshold():  # past the threshold: never every embedding of the species at once
         return _rank_large_gallery(cat, query_image_id, whole, gallery, species_id=species_id, model_name=model_name,
                                    k=k, flank_filter=flank_filter, place=place, date_from=date_from,
@@ -229,6 +241,7 @@ def _rank_large_gallery(cat: Catalogue, query_image_id: int, whole: list[int], g
                          model_provenance=pipeline.provenance() if pipeline else provenance(backbone.config),
                          pipeline=pipeline is not None)
     emb_q = embed_images(cat, [query_image_id], backbone=backbone)
+    siblings = frame_siblings(cat, query_image_id)  # the index holds the whole gallery, the query's frame included
     gi = index_for(cat, species_id, backbone, gallery=whole)
     build = {"kind": "build_index", "params": {"species": int(species_id), "model": model_name,
                                                "reason": "match review past the vector-index threshold"}}
@@ -258,7 +271,8 @@ def _rank_large_gallery(cat: Catalogue, query_image_id: int, whole: list[int], g
             else:
                 result.index_used = f"{streamed}: the on-disk IVF-PQ index serves cosine models only"
         rows = image_rows(cat, found.tolist())
-        kept = [(float(sc), int(i)) for sc, i in zip(scores, found) if int(i) in rows and passes(rows[int(i)])]
+        kept = [(float(sc), int(i)) for sc, i in zip(scores, found)
+                if int(i) in rows and int(i) not in siblings and passes(rows[int(i)])]
         if not filtered or len(kept) >= want or depth >= min(len(gallery), MAX_FILTERED_DEPTH) or gi is None:
             break
         depth = min(len(gallery), MAX_FILTERED_DEPTH, depth * 4)
