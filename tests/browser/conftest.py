@@ -186,7 +186,8 @@ def start_rosette(data_dir: Path, *, demo: bool = False, extra_args: list[str] |
            *([] if sign_in else ["--single-user"]), *(extra_args or [])]
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env_extra or {}),
            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    if env_extra is None and os.environ.get("ROSETTE_TEST_SERVE_FORK", "1") != "0":
+    # forked where Linux's pidfd lets us watch another process's child; env_extra may be read by an import
+    if env_extra is None and hasattr(os, "pidfd_open") and os.environ.get("ROSETTE_TEST_SERVE_FORK", "1") != "0":
         log.write_bytes(b"")
         proc = _fork_rosette(cmd[3:], env=env, log=log)
     else:
