@@ -182,7 +182,7 @@ def catalogue_summary(cat: Catalogue) -> str:
     text = (f"{st['individuals']} individuals · {st['images']} photos · {st['sightings']} sightings · "
             f"{st['masks']} masks · {st['decisions']} match decisions")
     if unassigned:
-        text += f" · **{unassigned} photo{'s' if unassigned != 1 else ''} not yet assigned to an individual**"
+        text += f" · **{unassigned} animal{'s' if unassigned != 1 else ''} not yet assigned to an individual**"
     return text
 
 

@@ -121,7 +121,7 @@ def decide(cat: Catalogue, request: DecideRequest) -> DecisionOutcome:
                           seen_decision_id=request.seen_decision_id, seen_version=request.seen_version,
                           new_name=request.new_name)
     name = _individual_name(cat, dec.candidate_individual_id)
-    photo = f"photo #{request.query_image_id}"
+    photo = f"animal #{request.query_image_id}"  # an annotation: one animal of a photo, as the title names it
     shown = ", ".join(part for part in (f"candidate {request.rank}" if request.rank is not None else "",
                                         f"score {request.score:.3f}" if request.score is not None else "") if part)
     if request.decision == "same":

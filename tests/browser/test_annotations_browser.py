@@ -142,7 +142,7 @@ def test_review_two_animals_of_one_frame_with_whole_frame(trap_server, page, sho
     # --- decide A: the same as the top candidate
     name = page.locator("#match-candidates .rz-card[data-rank='1'] .rz-name").inner_text().strip()
     page.locator("#match-same").click()
-    expect(page.locator("#match-status")).to_contain_text(f"photo #{a} is {name}", timeout=TIMEOUT_MS)
+    expect(page.locator("#match-status")).to_contain_text(f"animal #{a} is {name}", timeout=TIMEOUT_MS)
 
     # --- annotation B of the same photo: still whole frames while the box is ticked; a new individual
     _open(page, b)

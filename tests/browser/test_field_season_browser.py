@@ -344,7 +344,7 @@ def test_2_match_review_names_individuals_and_recaptures_them(season_server, pag
             if frame == PERSON_FRAME:
                 shot("5-review-person-frame")
             page.locator("#match-same").click()
-            expect(status).to_contain_text(f"photo #{annotation} is {name}", timeout=TIMEOUT_MS)
+            expect(status).to_contain_text(f"animal #{annotation} is {name}", timeout=TIMEOUT_MS)
         wait_for(lambda: _individual_of(season_server, annotation) == name, timeout_s=30,
                  what=f"decision {n + 1} ({decision}) to be stored")
         wait_for(lambda: _shown(page) != str(annotation), timeout_s=30, what="the queue to move on")

@@ -132,7 +132,7 @@ def test_confirm_top_candidate_by_button_and_key_then_undo(match_server, page, s
     _, first_name = top_candidate(page)
     page.locator("#match-same").click()
     status = page.locator("#match-status")
-    expect(status).to_contain_text(f"photo #{first_query} is {first_name}", timeout=TIMEOUT_MS)
+    expect(status).to_contain_text(f"animal #{first_query} is {first_name}", timeout=TIMEOUT_MS)
     assert assignment(data, first_query) == first_name
     # the next photo loaded at once
     expect(page.locator("#match-facts .rz-facts")).not_to_have_attribute("data-image-id", str(first_query))
@@ -144,7 +144,7 @@ def test_confirm_top_candidate_by_button_and_key_then_undo(match_server, page, s
     assert assignment(data, second_query) is None
     page.locator("#match-facts").click()
     page.keyboard.press("m")
-    expect(status).to_contain_text(f"photo #{second_query} is {second_name}", timeout=TIMEOUT_MS)
+    expect(status).to_contain_text(f"animal #{second_query} is {second_name}", timeout=TIMEOUT_MS)
     assert assignment(data, second_query) == second_name
     # typing an M into a text box is not a decision
     third_query = shown_query(page)
@@ -221,7 +221,7 @@ def test_two_curators_on_one_photo_the_second_is_told_not_overwritten(match_serv
         _, ana_choice = top_candidate(page)
 
         page.locator("#match-same").click()  # ana decides first
-        expect(page.locator("#match-status")).to_contain_text(f"photo #{query} is {ana_choice}", timeout=TIMEOUT_MS)
+        expect(page.locator("#match-status")).to_contain_text(f"animal #{query} is {ana_choice}", timeout=TIMEOUT_MS)
         ben.locator("#match-not").click()  # ben still sees the photo as unassigned
         expect(ben.locator("#match-status")).to_contain_text("Not recorded", timeout=TIMEOUT_MS)
         expect(ben.locator("#match-status")).to_contain_text("decided by ana")
