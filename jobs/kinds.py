@@ -36,7 +36,7 @@ from jobs.registry import HEAVY, register_job_kind
 from jobs.requests.benchmarks import EvaluateRequest
 from jobs.requests.camtrapdp import ExportCamtrapDPRequest
 from jobs.requests.density import DensityRequest
-from jobs.requests.identities import PopulationIdentitiesRequest
+from jobs.requests.identities import MAX_TOP, PopulationIdentitiesRequest
 from jobs.requests.diagnostics import DiagnoseRequest, SensitivityRequest
 from jobs.requests.export import KaggleExportRequest
 from jobs.requests.map import EmbedRequest, MapRequest
@@ -278,7 +278,7 @@ def population_uncertain_job(cat: Catalogue, params: dict[str, Any], ctx: JobCon
     try:
         return uncertain_answer(cat, species=request.species, occasion_days=request.occasion_days,
                                 date_from=request.first_day, date_to=request.last_day, draws=request.draws,
-                                seed=request.seed, progress=progress, should_stop=should_stop)
+                                seed=request.seed, top=MAX_TOP, progress=progress, should_stop=should_stop)
     except (ImputationCancelled, ExtractionCancelled):
         raise JobCancelled() from None
 

@@ -200,7 +200,7 @@ def test_the_imputation_runs_as_a_background_job_and_a_cancel_keeps_nothing(stud
         assert queue.execute(cat, queue.claim_next(cat)) == queue.JobStatus.succeeded
         result = queue.get_job(cat, jid).result
         assert result["draws"] == 30 and {e["model"] for e in result["estimates"]} == {"M0", "Mt", "Mh-Chao"}
-        assert len(result["priority"]) == min(20, result["uncertain_units"])
+        assert len(result["priority"]) == result["uncertain_units"]  # every one ranked, for Match review's order
         jid = queue_uncertain(cat, request)
         assert queue.claim_next(cat) == jid
         queue.request_cancel(cat, jid)
@@ -217,6 +217,7 @@ def test_the_population_tab_shows_both_columns_and_the_review_list(study):
     whose answer the timer puts beside the decided estimates, with the list to review first."""
     from app.ui import build_app
     from jobs import queue
+    from jobs.actions.identities import informative_first
 
     _, _, data_dir = study
     cat = open_catalogue(data_dir)
@@ -241,5 +242,13 @@ def test_the_population_tab_shows_both_columns_and_the_review_list(study):
         assert list(side.columns)[:4] == ["Model", "As decided: N", "95% interval", "With identification "
                                                                                     "uncertainty: N"]
         assert len(side) == 3 and len(review) > 0 and review.iloc[0, 0].startswith("#")
+        # Match review's order "most informative for the population estimate first" reads that job's ranking
+        assert "match-informative-first" in ids and "review_informative_first" in fns
+        ranked = [a for row in queue.get_job(cat, job_id).result["priority"] for a in row["annotation_ids"]]
+        with cat.unit_of_work() as s:
+            every = list(s.scalars(select(Image.id).order_by(Image.id.desc())))
+        ordered, words = informative_first(cat, every)
+        assert ordered[:len(ranked)] == list(dict.fromkeys(ranked)) and sorted(ordered) == sorted(every)
+        assert "Most informative for the Panthera onca population estimate first" in words
     finally:
         cat.close()

@@ -19,8 +19,10 @@ gave), a *machine* (a machine classification), or nobody yet (*unreviewed*). **A
 annotation as assigned; **confirmed** only the curators'; **with identification uncertainty** gives every other
 detection an individual at random from the species' calibrated model, many times over (one of the catalogue's
 animals, or a new one), and combines the draws into one interval holding both errors. Review the annotations listed
-under it first in **Match review** (Open a photo: its number): they narrow that interval most.
+under it first in **Match review** (its order *Most informative for the population estimate first*, or Open a
+photo: its number): they narrow that interval most.
 """
+REVIEW_ROWS = 20
 BASES = [("as decided", "decided"), ("confirmed only", "confirmed"), ("with identification uncertainty",
                                                                         "uncertain")]
 
@@ -33,7 +35,7 @@ def _side_by_side(summary) -> pd.DataFrame:
 
 
 def _review_first(summary) -> pd.DataFrame:
-    rows = ident.priority_rows({"priority": summary.get("review_first", [])})
+    rows = ident.priority_rows({"priority": summary.get("review_first", [])[:REVIEW_ROWS]})
     return pd.DataFrame(rows, columns=ident.PRIORITY_HEADERS)
 
 

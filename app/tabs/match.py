@@ -24,6 +24,7 @@ from db.models import Role
 from jobs.actions import decisions as ds
 from jobs.actions import flanks as fs
 from jobs.actions import frames as fr
+from jobs.actions import identities as ident
 from jobs.actions import match as ms
 from jobs.actions import review_words as rw
 from jobs.actions import species as sa
@@ -78,6 +79,8 @@ def build(ctx: UIContext) -> None:
         photo_pick = gr.Dropdown([], value=None, label="Open a photo", elem_id="match-open", filterable=True, scale=3,
                                  info="Any photo by number, name or individual.")
         reload_button = gr.Button("Reload queue", elem_id="match-reload", scale=1, min_width=120)
+        informative_button = gr.Button("Most informative for the population estimate first",
+                                       elem_id="match-informative-first", scale=1, min_width=200)
     with gr.Accordion("Only candidates from a place or date range", open=False, elem_id="match-more-filters"):
         with gr.Row():
             place_filter = gr.Textbox(label="Place contains", max_lines=1, elem_id="match-place",
@@ -203,6 +206,16 @@ def build(ctx: UIContext) -> None:
     @curator_action(role=Role.viewer)
     def on_reload(model_name, flank, show_outline, progress=gr.Progress()):
         return (*load_queue(model_name, flank, show_outline, progress), "Review queue reloaded.")
+
+    @curator_action(role=Role.viewer)
+    def on_informative_first(model_name, flank, show_outline, progress=gr.Progress()):
+        def step(done, total):
+            progress((done, total), desc="Computing photo features for the review queue", unit="photos")
+
+        entries = ms.review_queue(cat, model_name=model_name or ms.DEFAULT_MODEL, progress=step)
+        ordered, words = ident.informative_first(cat, [e.image_id for e in entries])
+        first = ordered[0] if ordered else None
+        return (ordered, 0, *show(first, model_name, flank, show_outline, ordered, 0, progress), words)
 
     @curator_action(role=Role.viewer)
     def on_move(delta, queue, pos, model_name, flank, show_outline, progress=gr.Progress()):
@@ -404,6 +417,9 @@ def build(ctx: UIContext) -> None:
     reload_button.click(on_reload, inputs=[model, filters_state, outline],
                         outputs=[queue_state, pos_state, *screen, status], api_name="reload_review_queue",
                         **one_bar)
+    informative_button.click(on_informative_first, inputs=[model, filters_state, outline],
+                             outputs=[queue_state, pos_state, *screen, status], api_name="review_informative_first",
+                             **one_bar)
     for button, delta in ((prev_button, -1), (next_button, 1)):
         button.click(guarded_viewer(lambda *a, _d=delta: on_move(_d, *a)),
                      inputs=[queue_state, pos_state, model, filters_state, outline],

@@ -124,6 +124,26 @@ def with_answer(decided: Mapping[str, Any], answer: Mapping[str, Any]) -> dict[s
             "review_first": answer["priority"]}
 
 
+def informative_first(cat: Catalogue, queue_ids: list[int]) -> tuple[list[int], str]:
+    """A Match review queue with the annotations the newest finished imputation job ranked most informative for
+    the population estimate first (in its order, each event's annotations together), the rest after as they were;
+    and what the curator reads about it."""
+    answer = None
+    for job in queue.list_jobs(cat, limit=20, kind=UNCERTAIN_JOB):
+        if job.status == JobStatus.succeeded:
+            answer = dict(job.result or {})
+            break
+    if not answer or not answer.get("priority"):
+        return list(queue_ids), ("No estimate with identification uncertainty has been computed yet: run it in the "
+                                 "Population tab (Whose identities), then choose this order again.")
+    pending = set(queue_ids)
+    first = [a for row in answer["priority"] for a in row["annotation_ids"] if a in pending]
+    first = list(dict.fromkeys(first))
+    rest = [i for i in queue_ids if i not in set(first)]
+    return first + rest, (f"Most informative for the {answer['species']} population estimate first: {len(first)} "
+                          "photo(s) ranked by how much their review would narrow its interval, then the rest.")
+
+
 # --------------------------------------------------------------------------- words and tables
 
 
