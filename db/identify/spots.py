@@ -351,7 +351,9 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
     tagged = (lambda part: (lambda what, d, t: progress(f"{part}: {what}", d, t))) if progress else (lambda part: None)
     source = f"benchmark {cal_bench} train photos, top-{settings.shortlist} pairs"
     limit = CALIBRATION_PHOTOS
+    cal_ids: list[int] = []
     while True:  # grow the sample until every scorer has enough same-animal pairs, or the train split runs out
+        before = len(cal_ids)
         cal_ids = calibration_image_ids(cat, cal_bench, limit=limit, exclude=exclude)
         cal_labels, cal_sightings, cal_flanks = _set_of(cat, cal_ids, cal_bench)
         cal = _score_set(cat, cal_ids, cal_labels, cal_sightings, cal_flanks, backbone=backbone, matcher=matcher,
@@ -360,7 +362,7 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
         same_cal = np.asarray(cal_labels)[:, None] == np.asarray(cal_labels)[None, :]
         n_same = same_pairs_per_scorer(cal.spots, cal.valid, same_cal)
         fewest = min(n_same[s] for s in settings.scorers)
-        if fewest >= ENOUGH_SAME_PAIRS or len(cal_ids) >= n_available:
+        if fewest >= ENOUGH_SAME_PAIRS or len(cal_ids) >= n_available or len(cal_ids) <= before:
             break
         limit = min(n_available, int(np.ceil(len(cal_ids) * 1.15 * ENOUGH_SAME_PAIRS / max(fewest, 1))))
     grown = {"same_pairs": {s: int(n_same[s]) for s in settings.scorers}, "photos": len(cal_ids),

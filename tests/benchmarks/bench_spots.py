@@ -5,6 +5,9 @@ Rows:
 1. Keypoints per photo: ``sift`` (RootSIFT, default settings: 512 px, <= 1,000 keypoints) and ``orb`` extraction
    time per photo (``matcher.extract``, JPEG decode excluded) on the whole photo and on its GrabCut mask, and the
    mean number of keypoints for each. The sample is whole identities (seeded), so it also holds true matches.
+   Then keypoints per masked photo and extraction time of each SIFT setting measured for the default
+   (:data:`SIFT_VARIANTS`: the mask's bounding crop at 512 / 768 / 1024 px, contrast threshold 0.02, the mask
+   dilated by 4 px), each time also as a multiple of the plain matcher's.
 2. Verifying one query's 50-candidate shortlist once keypoints are cached: ``verify_one`` (ratio-test matching +
    USAC/MAGSAC++ homography) on 50 pairs, median over the queries (goal < 1 s), per-pair ms, and the time to read
    the 51 photos' keypoints back from the on-disk cache. Every candidate is matched and verified, also the
@@ -123,6 +126,42 @@ def _extraction_rows(photos, masks, sift, orb, *, note_data: str, t_mask: float,
                                  f"{int((kp < MIN_KEYPOINTS).sum())} photos below {MIN_KEYPOINTS} "
                                  "(no spot evidence)"})
     return rows, feats
+
+
+#: SIFT settings measured beside the default on the masked photos (keypoints per photo and extraction time):
+#: today's plain matcher first, every other one's time given as a multiple of it
+SIFT_VARIANTS = {
+    "512 px, whole photo (the plain matcher)": {"crop": False, "max_side": 512},
+    "mask's crop at 512 px": {"crop": True, "max_side": 512},
+    "mask's crop at 768 px": {"crop": True, "max_side": 768},
+    "mask's crop at 1024 px": {"crop": True, "max_side": 1024},
+    "512 px, contrast threshold 0.02": {"crop": False, "max_side": 512, "contrast_threshold": 0.02},
+    "512 px, mask dilated 4 px": {"crop": False, "max_side": 512, "mask_dilate": 4},
+}
+
+
+def _sift_variant_rows(photos, masks, *, note_data: str) -> list[dict]:
+    """Keypoints per masked photo and extraction time of each :data:`SIFT_VARIANTS` setting."""
+    from core.identify.spots import create_matcher
+
+    rows: list[dict] = []
+    base = None
+    for name, opts in SIFT_VARIANTS.items():
+        matcher = create_matcher("sift", **opts)
+        matcher.extract(photos[0][:64, :64])  # warm-up
+        times, kps = [], []
+        for rgb, m in zip(photos, masks):
+            t0 = time.perf_counter()
+            kps.append(matcher.extract(rgb, m if m.any() else None).n)
+            times.append(time.perf_counter() - t0)
+        ms = _ms(float(np.mean(times)))
+        base = ms if base is None else base
+        rows.append({"benchmark": f"sift {name}, GrabCut mask: extraction per photo", "value": ms, "unit": "ms",
+                     "note": f"{ms / base:.2f}x the plain matcher's; mean over {len(photos)} photos, decode "
+                             f"excluded; {note_data}"})
+        rows.append({"benchmark": f"sift {name}, GrabCut mask: keypoints per photo", "value": float(np.mean(kps)),
+                     "unit": "keypoints", "note": f"median {np.median(kps):.0f}; <= {matcher.config.max_keypoints}"})
+    return rows
 
 
 def _queries(sample: list[dict[str, str]], k: int) -> list[int]:
@@ -376,6 +415,7 @@ def run() -> list[dict]:
             f"JPEG decode {_ms(t_decode):.0f} ms/photo")
 
     rows, feats = _extraction_rows(photos, masks, sift, orb, note_data=data, t_mask=t_mask, area=area)
+    rows += _sift_variant_rows(photos, masks, note_data=data)
     with tempfile.TemporaryDirectory(prefix="rosette-bench-spots-cache-") as cache:
         rows += _verify_rows(sample, feats, sift, orb, Path(cache))
     rows += _lnbnn_rows(sample, feats)
