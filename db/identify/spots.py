@@ -369,7 +369,8 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
              "photos_available": n_available, "goal": ENOUGH_SAME_PAIRS,
              "stopped": "enough" if fewest >= ENOUGH_SAME_PAIRS else "train split ran out"}
     grown["words"] = (f"every scorer has at least {ENOUGH_SAME_PAIRS} same-animal pairs"
-                      if grown["stopped"] == "enough" else f"the train split ran out ({len(cal_ids)} photos, every one usable) before every scorer "
+                      if grown["stopped"] == "enough"
+                      else f"the train split ran out ({len(cal_ids)} photos, every one usable) before every scorer "
                            f"had {ENOUGH_SAME_PAIRS} same-animal pairs: "
                            + ", ".join(f"{s} {n_same[s]}" for s in settings.scorers))
     short_of = [s for s in settings.scorers if n_same[s] < MIN_SAME_PAIRS]
