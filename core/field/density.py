@@ -213,7 +213,7 @@ def numerical_hessian(fn, x: np.ndarray, *, step: float = _HESSIAN_STEP) -> np.n
     return hess
 
 
-def _rpsv(history: CaptureHistory) -> float:
+def root_pooled_spatial_variance(history: CaptureHistory) -> float:
     """Root pooled spatial variance of each animal's detections, as secr's RPSV: a start for sigma."""
     ss, df = 0.0, 0
     per_animal = history.counts.sum(axis=1)  # (n, K)
@@ -239,7 +239,7 @@ def start_values(model: ScrModel) -> list[dict[str, float]]:
     from p. at each (n / p. A); the best first."""
     history = model.history
     spacing = summarise_spacing(history.xy)
-    rpsv = _rpsv(history) or spacing / 2
+    rpsv = root_pooled_spatial_variance(history) or spacing / 2
     cl_model = prepare_like(model, conditional=True)
     candidates = []
     for sigma in (rpsv * f for f in (0.6, 0.9, 1.3, 2.0)):

@@ -22,7 +22,7 @@ from datetime import datetime
 from sqlalchemy import select
 
 from core.field.stations import StationError, parse_timestamp
-from db.field.population import _current_names, choose_species
+from db.field.population import choose_species, current_individual_names
 from db.models import Image, Individual, Photo
 from db.session import Catalogue
 
@@ -58,7 +58,7 @@ def activity_times(cat: Catalogue, *, species: str | int | None, by: str | None 
         raise ValueError(f"activity can be split by individual or sex, not {by!r}")
     with cat.unit_of_work() as s:
         sp = choose_species(s, species)
-        names = _current_names(s)
+        names = current_individual_names(s)
         sex_of = dict(s.execute(select(Individual.name, Individual.sex)).all())  # names are unique
         rows = s.execute(select(Image.id, Image.individual_id, Image.sex, Image.sighting_id, Photo.id,
                                 Photo.sighting_id, Photo.taken_at)

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from core.field.capthist import Trap
-from core.field.density import _rpsv, fit_density  # RPSV: secr's starting sigma, the default buffer's unit
+# RPSV: secr's starting sigma, the default buffer's unit
+from core.field.density import fit_density, root_pooled_spatial_variance
 from core.field.scr_data import Capture, build_capture_history, read_secr_captures, read_secr_traps
 from core.field.scr_errors import DensityInputError, DetectorLayoutError
 from db.field.population import population_study, secr_inputs
@@ -45,7 +46,7 @@ def _existing(path: str, what: str, *, give: str) -> Path:
 def default_buffer(captures: Sequence[Capture | Sequence], traps: Sequence[Trap], *, detector: str) -> float:
     """4 x RPSV of the captures, rounded up to 10 m: a buffer about 4 sigma wide, as secr advises."""
     history = build_capture_history(captures, traps, detector_type=detector)
-    rpsv = _rpsv(history)
+    rpsv = root_pooled_spatial_variance(history)
     if not rpsv > 0:
         raise DensityInputError("no animal was detected at two places, so no buffer can be suggested; give --buffer "
                                 "(about 4 times the distance over which an animal is detected)")

@@ -122,7 +122,7 @@ def choose_species(session: Session, species: str | int | None) -> Species:
     return session.get(Species, ids[0] if ids else DEFAULT_SPECIES_ID) or find_species(session, DEFAULT_SPECIES_ID)
 
 
-def _current_names(session: Session) -> dict[int, str | None]:
+def current_individual_names(session: Session) -> dict[int, str | None]:
     """individual id -> the name of the active individual it is (or was merged into), None when there is none."""
     individuals = {i.id: i for i in session.scalars(select(Individual))}
     names: dict[int, str | None] = {}
@@ -168,7 +168,7 @@ def population_study(cat: Catalogue, *, species: str | int | None = None, occasi
             raise CatalogueError(f"no deployment was active in the window from {start} to "
                                  f"{(end_dt - timedelta(days=1)).date()}")
         by_id = {d.id: d for d in deployments}
-        current_names = _current_names(s)
+        current_names = current_individual_names(s)
         rows = s.execute(select(Image.id, Image.individual_id, Photo.id, Photo.deployment_id, Photo.taken_at,
                                 Photo.original_name)
                          .join(Photo, Image.photo_id == Photo.id)
