@@ -81,3 +81,19 @@ def synthetic_catalogue(root: Path, *, individuals: int, photos_each: int, seed:
     cat = open_catalogue(root / "data")
     create_benchmark(cat, benchmark, manifest=manifest, split="identity", test_fraction=test_fraction, seed=0)
     return cat, manifest
+
+
+def make_two_species_manifest(folder: Path, *, seed: int) -> Path:
+    """4 individuals x 2 photos as two species: ny00, ny01 (nyala) and leo02, leo03 (lion); the manifest's path."""
+    manifest = make_reid_set(folder, individuals=4, photos_each=2, seed=seed, size=64)
+    with open(manifest, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        lion = r["identity"] in ("ind02", "ind03")
+        r["species"] = "lion" if lion else "nyala"
+        r["identity"] = ("leo" if lion else "ny") + r["identity"][3:]
+    with open(manifest, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return manifest

@@ -5,7 +5,6 @@ the taxon's English ``vernacularNames`` and read back by the import."""
 
 from __future__ import annotations
 
-import csv
 import json
 from datetime import datetime, timezone
 
@@ -26,23 +25,14 @@ from jobs.actions.camtrapdp import export_camtrap_dp
 from jobs.requests.camtrapdp import ExportCamtrapDPRequest
 from jobs.requests.catalogue import MergeSpeciesRequest, RenameSpeciesRequest, UndoRequest
 from tests.camtrapdp_package import write_package
-from tests.synthetic_reid import make_reid_set
+from tests.synthetic_reid import make_two_species_manifest
 
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory):
     """A manifest of 4 individuals x 2 photos: ny00, ny01 (nyala) and leo02, leo03 (lion)."""
     root = tmp_path_factory.mktemp("species-common-name")
-    manifest = make_reid_set(root / "photos", individuals=4, photos_each=2, seed=5, size=64)
-    rows = list(csv.DictReader(open(manifest)))
-    for r in rows:
-        lion = r["identity"] in ("ind02", "ind03")
-        r["species"] = "lion" if lion else "nyala"
-        r["identity"] = ("leo" if lion else "ny") + r["identity"][3:]
-    with open(manifest, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    manifest = make_two_species_manifest(root / "photos", seed=5)
     return manifest
 
 

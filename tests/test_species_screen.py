@@ -5,7 +5,6 @@ Catalogue's recent changes say "moved X to species Y" and list flank, sex and li
 
 from __future__ import annotations
 
-import csv
 
 import pytest
 from sqlalchemy import func, select
@@ -29,23 +28,14 @@ from jobs.requests.catalogue import (
     UndoRequest,
 )
 from jobs.requests.individuals import SetTraitsRequest
-from tests.synthetic_reid import make_reid_set
+from tests.synthetic_reid import make_two_species_manifest
 
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory):
     """A manifest of 4 individuals x 2 photos: ny00, ny01 (nyala) and leo02, leo03 (lion)."""
     root = tmp_path_factory.mktemp("species-screen")
-    manifest = make_reid_set(root / "photos", individuals=4, photos_each=2, seed=3, size=64)
-    rows = list(csv.DictReader(open(manifest)))
-    for r in rows:
-        lion = r["identity"] in ("ind02", "ind03")
-        r["species"] = "lion" if lion else "nyala"
-        r["identity"] = ("leo" if lion else "ny") + r["identity"][3:]
-    with open(manifest, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    manifest = make_two_species_manifest(root / "photos", seed=3)
     return manifest
 
 

@@ -4,7 +4,6 @@ merge from the tab."""
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
@@ -21,19 +20,10 @@ def species_server(tmp_path_factory):
     require_chromium()
     from db.io.ingest import ingest_path
     from db.session import open_catalogue
-    from tests.synthetic_reid import make_reid_set
+    from tests.synthetic_reid import make_two_species_manifest
 
     root = tmp_path_factory.mktemp("species-tab")
-    manifest = make_reid_set(root / "photos", individuals=4, photos_each=2, seed=3, size=64)
-    rows = list(csv.DictReader(open(manifest)))
-    for r in rows:
-        lion = r["identity"] in ("ind02", "ind03")
-        r["species"] = "lion" if lion else "nyala"
-        r["identity"] = ("leo" if lion else "ny") + r["identity"][3:]
-    with open(manifest, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    manifest = make_two_species_manifest(root / "photos", seed=3)
     data = root / "rosette-data"
     cat = open_catalogue(data)
     try:
