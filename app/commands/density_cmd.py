@@ -8,10 +8,17 @@ import json
 import sys
 
 from app.commands.population_cmd import CHOOSE_SPECIES
+from core.field.identities import BASES, MAX_DRAWS
 from jobs.actions import activity as act
 from jobs.actions import density as ds
 from jobs.actions import population as ps
-from jobs.requests.density import ACTIVITY_GROUPINGS, DEFAULT_RESAMPLES, ActivityRequest, DensityRequest
+from jobs.requests.density import (
+    ACTIVITY_GROUPINGS,
+    DEFAULT_DENSITY_DRAWS,
+    DEFAULT_RESAMPLES,
+    ActivityRequest,
+    DensityRequest,
+)
 
 
 def register(sub) -> None:
@@ -34,6 +41,14 @@ def register(sub) -> None:
     p.add_argument("--mask", default=None, metavar="FILE",
                    help="habitat as a CSV of x,y points or a GeoJSON polygon, in the detectors' metres")
     p.add_argument("--cl", action="store_true", help="conditional likelihood, D derived (Horvitz-Thompson)")
+    p.add_argument("--identities", choices=BASES, default="decided",
+                   help="decided: every assigned annotation as assigned (default); confirmed: curator identities "
+                        "only; uncertain: the others imputed from the calibrated match probabilities, each draw "
+                        "fitted")
+    p.add_argument("--draws", type=int, default=DEFAULT_DENSITY_DRAWS,
+                   help=f"imputation draws with --identities uncertain, each a whole fit (default: "
+                        f"{DEFAULT_DENSITY_DRAWS}, at most {MAX_DRAWS:,})")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the draws (default: 0)")
     p.add_argument("--json", action="store_true", help="every figure as JSON")
     p.set_defaults(func=run)
 
@@ -57,7 +72,8 @@ def run(args, ctx) -> int:
     request = DensityRequest(species=args.species, occasion_days=args.occasion_days, date_from=args.date_from,
                              date_to=args.date_to, captures=args.captures, traps=args.traps, detector=args.detector,
                              detectfn=args.detectfn, buffer_m=args.buffer_m, spacing_m=args.spacing_m,
-                             mask=args.mask, conditional=args.cl)
+                             mask=args.mask, conditional=args.cl, identities=args.identities, draws=args.draws,
+                             seed=args.seed)
 
     def progress(fraction: float, message: str) -> None:
         if not args.json:
@@ -67,6 +83,8 @@ def run(args, ctx) -> int:
         answer = ds.density_summary(None if request.from_files else ctx.catalogue, request, progress=progress)
     except ps.SpeciesNotChosen as exc:
         raise ValueError(f"{exc} {CHOOSE_SPECIES}") from None
+    except ds.NoCalibration as exc:
+        raise ValueError(f"--identities uncertain refused: {exc}") from None
     print(json.dumps(ds.plain_answer(answer), indent=2) if args.json else ds.summary_text(answer))
     return 0
 

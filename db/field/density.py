@@ -14,18 +14,21 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sqlalchemy import select
 
 from core.field.capthist import Trap
 # RPSV: secr's starting sigma, the default buffer's unit
-from core.field.density import fit_density, root_pooled_spatial_variance
+from core.field.density import DensityFit, fit_density, root_pooled_spatial_variance
 from core.field.scr_data import Capture, build_capture_history, read_secr_captures, read_secr_traps
 from core.field.scr_errors import DensityInputError, DetectorLayoutError
-from db.field.population import population_study, secr_inputs
+from db.field.population import PopulationStudy, SecrInputs, population_study, secr_inputs
+from db.models import Deployment, Image, Photo
 from db.session import Catalogue
 
 #: The default buffer in units of RPSV (the spread of each animal's detections, secr's first guess at sigma):
@@ -76,6 +79,64 @@ def _map_data(fit) -> dict[str, Any]:
                       "probability": [float(p) for p in fit.detection_curve(distance)]}}
 
 
+@dataclass(frozen=True)
+class CatalogueDensityStudy:
+    """The catalogue's study as the density fit reads it: the population study (species, window, occasions),
+    secr's detectors and captures as ``rosette export capthist`` writes them, the answer's ``study`` fields and
+    what was left out, in words."""
+
+    population: PopulationStudy
+    secr: SecrInputs
+    study: dict[str, Any]
+    notes: tuple[str, ...]
+
+    @property
+    def located(self) -> frozenset[str]:
+        """The stations with coordinates: the detectors."""
+        return frozenset(t.name for t in self.secr.traps)
+
+
+def catalogue_density_study(cat: Catalogue, *, species: str | None = None, occasion_days: float = 1.0,
+                            date_from: date | None = None, date_to: date | None = None) -> CatalogueDensityStudy:
+    """The study of ``species`` with its located stations and captures; refused in words when no station has
+    coordinates or no identified animal was detected at one."""
+    pop_study = population_study(cat, species=species, occasion_days=occasion_days, date_from=date_from,
+                                 date_to=date_to)
+    secr = secr_inputs(pop_study)
+    if not secr.traps:
+        raise DetectorLayoutError(f"no station of the {pop_study.species} study has coordinates: give the "
+                                  "deployments their latitude and longitude (import them with coordinates), "
+                                  "then fit again")
+    if not secr.captures:
+        raise DensityInputError(f"no identified {pop_study.species} was detected at a station with coordinates "
+                                "in the window: there is nothing to fit")
+    notes = (f"{secr.left_out_words}.",) if secr.stations_without_coordinates else ()
+    h = pop_study.histories
+    study = {"source": "catalogue", "species": pop_study.species, "occasion_days": pop_study.occasion_days,
+             "from": date_from.isoformat() if date_from else None,
+             "to": date_to.isoformat() if date_to else None, "start": pop_study.start.isoformat(),
+             "last_day": (pop_study.end - timedelta(days=1)).date().isoformat(),
+             "individuals": h.n_individuals, "occasions": h.n_occasions, "epsg": secr.epsg,
+             "stations_without_coordinates": list(secr.stations_without_coordinates),
+             "detections_without_coordinates": len(secr.detections_without_coordinates),
+             "annotations": len(pop_study.detections)}
+    return CatalogueDensityStudy(population=pop_study, secr=secr, study=study, notes=notes)
+
+
+def annotation_stations(cat: Catalogue, annotation_ids: Sequence[int]) -> dict[int, str]:
+    """annotation id -> the station of its photo's deployment (annotations without a deployment are absent): where
+    an annotation nobody identified was seen, for the draws that give it an individual."""
+    wanted = sorted({int(a) for a in annotation_ids})
+    out: dict[int, str] = {}
+    with cat.unit_of_work() as s:
+        for lo in range(0, len(wanted), 500):
+            rows = s.execute(select(Image.id, Deployment).join(Photo, Image.photo_id == Photo.id)
+                             .join(Deployment, Photo.deployment_id == Deployment.id)
+                             .where(Image.id.in_(wanted[lo:lo + 500]))).all()
+            out.update({ann_id: dep.station for ann_id, dep in rows})
+    return out
+
+
 def density_answer(cat: Catalogue | None, *, species: str | None = None, occasion_days: float = 1.0,
                    date_from: date | None = None, date_to: date | None = None, captures: str | None = None,
                    traps: str | None = None, detector: str = "proximity", detectfn: str = "HN",
@@ -85,41 +146,54 @@ def density_answer(cat: Catalogue | None, *, species: str | None = None, occasio
     return the JSON-ready answer (see the module's notes). Every input fault raises a ``ValueError`` (or
     ``FileNotFoundError``) that says what to do; a fit that finds no maximum raises
     :class:`core.field.scr_errors.FitNotConverged` naming the start values tried."""
+    return density_answer_and_fit(cat, species=species, occasion_days=occasion_days, date_from=date_from,
+                                  date_to=date_to, captures=captures, traps=traps, detector=detector,
+                                  detectfn=detectfn, buffer_m=buffer_m, spacing_m=spacing_m, mask=mask,
+                                  conditional=conditional, progress=progress)[0]
+
+
+def density_answer_and_fit(cat: Catalogue | None, *, species: str | None = None, occasion_days: float = 1.0,
+                           date_from: date | None = None, date_to: date | None = None, captures: str | None = None,
+                           traps: str | None = None, detector: str = "proximity", detectfn: str = "HN",
+                           buffer_m: float | None = None, spacing_m: float | None = None, mask: str | None = None,
+                           conditional: bool = False, progress: Progress | None = None,
+                           prepared: CatalogueDensityStudy | None = None) -> tuple[dict[str, Any], DensityFit]:
+    """:func:`density_answer` and the fit itself (its mask and estimates start the draws of the answer with
+    identification uncertainty); ``prepared``: the catalogue's study when the caller has gathered it already."""
     report = progress or (lambda fraction, message: None)
     began = time.perf_counter()
     mask_path = _existing(mask, "mask", give="a CSV of x,y points or a GeoJSON polygon") if mask else None
-    notes: list[str] = []
     if captures is not None and traps is not None:
         trap_rows = read_secr_traps(_existing(traps, "traps", give="secr's traps file"))
         capture_rows = read_secr_captures(_existing(captures, "captures", give="secr's captures file"),
                                           traps=trap_rows)
         study: dict[str, Any] = {"source": "files", "captures": str(captures), "traps": str(traps)}
+        notes: list[str] = []
     else:
-        if cat is None:
+        if cat is None and prepared is None:
             raise ValueError("give secr's captures and traps files, or a catalogue to fit its study")
-        report(0.0, "gathering the study's detections and stations")
-        pop_study = population_study(cat, species=species, occasion_days=occasion_days, date_from=date_from,
-                                     date_to=date_to)
-        secr = secr_inputs(pop_study)
-        if not secr.traps:
-            raise DetectorLayoutError(f"no station of the {pop_study.species} study has coordinates: give the "
-                                      "deployments their latitude and longitude (import them with coordinates), "
-                                      "then fit again")
-        if not secr.captures:
-            raise DensityInputError(f"no identified {pop_study.species} was detected at a station with coordinates "
-                                    "in the window: there is nothing to fit")
-        if secr.stations_without_coordinates:
-            notes.append(f"{secr.left_out_words}.")
-        trap_rows, capture_rows = list(secr.traps), list(secr.captures)
-        h = pop_study.histories
-        study = {"source": "catalogue", "species": pop_study.species, "occasion_days": pop_study.occasion_days,
-                 "from": date_from.isoformat() if date_from else None,
-                 "to": date_to.isoformat() if date_to else None, "start": pop_study.start.isoformat(),
-                 "last_day": (pop_study.end - timedelta(days=1)).date().isoformat(),
-                 "individuals": h.n_individuals, "occasions": h.n_occasions, "epsg": secr.epsg,
-                 "stations_without_coordinates": list(secr.stations_without_coordinates),
-                 "detections_without_coordinates": len(secr.detections_without_coordinates),
-                 "annotations": len(pop_study.detections)}
+        if prepared is None:
+            report(0.0, "gathering the study's detections and stations")
+            prepared = catalogue_density_study(cat, species=species, occasion_days=occasion_days,
+                                               date_from=date_from, date_to=date_to)
+        trap_rows, capture_rows = list(prepared.secr.traps), list(prepared.secr.captures)
+        study, notes = dict(prepared.study), list(prepared.notes)
+    return fit_answer(capture_rows, trap_rows, study=study, notes=notes, detector=detector, detectfn=detectfn,
+                      buffer_m=buffer_m, spacing_m=spacing_m, mask=mask, mask_path=mask_path,
+                      conditional=conditional, progress=report, began=began)
+
+
+def fit_answer(capture_rows: Sequence[Capture | Sequence], trap_rows: Sequence[Trap], *, study: dict[str, Any],
+               notes: Sequence[str] = (), detector: str = "proximity", detectfn: str = "HN",
+               buffer_m: float | None = None, spacing_m: float | None = None, mask: str | None = None,
+               mask_path: Path | None = None, conditional: bool = False, progress: Progress | None = None,
+               began: float | None = None) -> tuple[dict[str, Any], DensityFit]:
+    """Fit ``capture_rows`` at ``trap_rows`` (the default buffer: 4 x their RPSV) and return the JSON-ready answer
+    with the fit; ``study`` and ``notes`` say what they rest on."""
+    report = progress or (lambda fraction, message: None)
+    began = time.perf_counter() if began is None else began
+    if mask and mask_path is None:
+        mask_path = _existing(mask, "mask", give="a CSV of x,y points or a GeoJSON polygon")
     buffer_default = buffer_m is None
     if buffer_default:
         buffer_m = default_buffer(capture_rows, trap_rows, detector=detector)
@@ -134,8 +208,13 @@ def density_answer(cat: Catalogue | None, *, species: str | None = None, occasio
     answer["study"] = study
     answer.update(_map_data(fit))
     answer["seconds"] = round(time.perf_counter() - began, 3)
+    answer["summary"] = summary_line(answer)
+    return answer, fit
+
+
+def summary_line(answer: dict[str, Any]) -> str:
+    """One line: D with its 95% interval, and the animals and detectors it rests on."""
     d, lo, hi = answer["D_per_100km2"], answer["ci_low"], answer["ci_high"]
-    answer["summary"] = (f"D = {d:.1f} animals per 100 km²" if d is not None else "D not estimable") + (
+    return (f"D = {d:.1f} animals per 100 km²" if d is not None else "D not estimable") + (
         f" (95% interval {lo:.1f} – {hi:.1f})" if lo is not None and hi is not None else "") + \
         f" from {answer['n_animals']} animals at {answer['n_detectors']} detectors"
-    return answer

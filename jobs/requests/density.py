@@ -7,10 +7,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from core.field.identities import check_draws
 from core.field.scr_data import DETECTOR_TYPES
 from core.field.scr_likelihood import DETECTION_FUNCTIONS
 from core.requests import Request
 from jobs.requests._values import settle
+from jobs.requests.identities import identity_basis, whole_number
 from jobs.requests.population import PopulationRequest, optional_species
 
 #: How activity can be split within one species.
@@ -18,6 +20,9 @@ ACTIVITY_GROUPINGS = ("individual", "sex")
 #: Bootstrap resamples of an overlap interval by default (overlap's authors advise 1,000 or more).
 DEFAULT_RESAMPLES = 1000
 MAX_RESAMPLES = 100_000
+#: Imputation draws of the density with identification uncertainty by default: each draw is a whole SCR fit (about
+#: a second on a camera-trap study), so fewer than the population's 200; 50 take under two minutes.
+DEFAULT_DENSITY_DRAWS = 50
 
 
 def optional_path(value: object) -> str | None:
@@ -51,7 +56,12 @@ class DensityRequest(PopulationRequest):
     ``detector``: proximity (camera traps), count or multi; ``detectfn``: HN, HHN or EX; ``buffer_m``: the mask's
     buffer round the detectors (None: 4 x the spread of the animals' detections, secr's starting sigma);
     ``spacing_m``: the mask's cell size (None: 64 points across); ``mask``: a CSV of x,y points or a GeoJSON
-    polygon of the habitat, in the detectors' metres; ``conditional``: the conditional likelihood, D derived."""
+    polygon of the habitat, in the detectors' metres; ``conditional``: the conditional likelihood, D derived.
+
+    ``identities``: the basis, as ``rosette population --identities`` has it: ``decided`` (every assigned
+    annotation as assigned), ``confirmed`` (curator identities only) or ``uncertain`` (the identities nobody
+    confirmed imputed ``draws`` times from ``seed``, each draw fitted); secr's files carry no provenance, so they
+    are fitted as decided only."""
 
     captures: str | None = None
     traps: str | None = None
@@ -61,6 +71,9 @@ class DensityRequest(PopulationRequest):
     spacing_m: float | None = None
     mask: str | None = None
     conditional: bool = False
+    identities: str = "decided"
+    draws: int = DEFAULT_DENSITY_DRAWS
+    seed: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -75,18 +88,26 @@ class DensityRequest(PopulationRequest):
         settle(self, captures=optional_path(self.captures), traps=optional_path(self.traps), detector=detector,
                detectfn=detectfn, buffer_m=optional_metres(self.buffer_m, "buffer"),
                spacing_m=optional_metres(self.spacing_m, "mask spacing"), mask=optional_path(self.mask),
-               conditional=bool(self.conditional))
+               conditional=bool(self.conditional), identities=identity_basis(self.identities),
+               draws=check_draws(self.draws), seed=whole_number(self.seed, "seed"))
+        if self.seed < 0:
+            raise ValueError(f"the seed must be 0 or more, got {self.seed}")
         if (self.captures is None) != (self.traps is None):
             given, missing = ("captures", "traps") if self.captures else ("traps", "captures")
             raise ValueError(f"the {given} file was given without the {missing} file: give both secr files "
                              "(--captures FILE --traps FILE), or neither to fit the catalogue's study")
+        if self.captures is not None and self.identities != "decided":
+            raise ValueError(f"density on {self.identities} identities needs the catalogue's study: secr's files "
+                             "do not say who identified each animal; fit them as decided (the default), or fit the "
+                             "catalogue's study instead of the files")
 
     @property
     def from_files(self) -> bool:
         return self.captures is not None
 
     def fit_options(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`db.field.density.density_answer`."""
+        """The keyword arguments of :func:`db.field.density.density_answer` (the fit as decided; the basis of
+        identities is :func:`jobs.actions.density.density_summary`'s)."""
         return {"species": self.species, "occasion_days": self.occasion_days, "date_from": self.first_day,
                 "date_to": self.last_day, "captures": self.captures, "traps": self.traps, "detector": self.detector,
                 "detectfn": self.detectfn, "buffer_m": self.buffer_m, "spacing_m": self.spacing_m,
