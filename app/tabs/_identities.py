@@ -1,13 +1,17 @@
 """The Population tab's identification-uncertainty section (built by :mod:`app.tabs.population` under its form):
 the basis of the estimates (as decided, confirmed only, with identification uncertainty), where the identities come
-from, each estimate as decided beside the chosen basis, and the annotations to review first. The imputation runs
-as a background job with its progress here and a cancel that keeps nothing."""
+from, each estimate as decided beside the chosen basis, and the annotations to review first, each row opening its
+photo in Match review (:func:`app.tabs.match.photo_link`). The imputation runs as a background job with its progress
+here and a cancel that keeps nothing."""
 
 from __future__ import annotations
+
+import re
 
 import gradio as gr
 import pandas as pd
 
+from app.tabs.match import photo_link
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text
 from db.models import Role
 from jobs.actions import identities as ident
@@ -19,8 +23,8 @@ gave), a *machine* (a machine classification), or nobody yet (*unreviewed*). **A
 annotation as assigned; **confirmed** only the curators'; **with identification uncertainty** gives every other
 detection an individual at random from the species' calibrated model, many times over (one of the catalogue's
 animals, or a new one), and combines the draws into one interval holding both errors. Review the annotations listed
-under it first in **Match review** (its order *Most informative for the population estimate first*, or Open a
-photo: its number): they narrow that interval most.
+under it first: they narrow that interval most. A click on a row opens its photo in **Match review**, ready to
+decide, with the queue in the order *Most informative for the population estimate first*.
 """
 REVIEW_ROWS = 20
 BASES = [("as decided", "decided"), ("confirmed only", "confirmed"), ("with identification uncertainty",
@@ -37,6 +41,14 @@ def _side_by_side(summary) -> pd.DataFrame:
 def _review_first(summary) -> pd.DataFrame:
     rows = ident.priority_rows({"priority": summary.get("review_first", [])[:REVIEW_ROWS]})
     return pd.DataFrame(rows, columns=ident.PRIORITY_HEADERS)
+
+
+def linked_annotation(first_cell: object) -> int | None:
+    """The annotation a click on a row of the review list opens: the first of its event, read from the row's
+    first cell ("#12, #13", as :func:`jobs.actions.identities.priority_rows` writes it), so a row is found the same
+    however the table is sorted on screen; None for anything else."""
+    found = re.match(r"\s*#(\d+)\b", str(first_cell or ""))
+    return int(found.group(1)) if found else None
 
 
 def build_identities(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: gr.Textbox, last: gr.Textbox,
@@ -60,9 +72,12 @@ def build_identities(ctx: UIContext, species: gr.Dropdown, days: gr.Number, firs
     side = gr.Dataframe(headers=ident.SIDE_BY_SIDE_HEADERS, value=[], interactive=False, wrap=True,
                         label="Each estimate as decided and on the chosen basis (95% intervals)",
                         elem_id="pop-side-by-side")
+    link = photo_link(ctx)
     review = gr.Dataframe(headers=ident.PRIORITY_HEADERS, value=[], interactive=False, wrap=True,
-                          label="Review these first (in Match review): most informative for the estimate first",
-                          elem_id="pop-review-first")
+                          label=("Review these first, most informative for the estimate first: click a row to "
+                                 "decide its photo in Match review" if link is not None else
+                                 "Review these first (in Match review): most informative for the estimate first"),
+                          elem_id="pop-review-first", elem_classes=["rz-linked"] if link is not None else None)
 
     def empty(words: str = "") -> tuple:
         return (None, None, None, words, "", pd.DataFrame([], columns=ident.SIDE_BY_SIDE_HEADERS),
@@ -116,3 +131,15 @@ def build_identities(ctx: UIContext, species: gr.Dropdown, days: gr.Number, firs
             _review_first(summary)
 
     timer.tick(guarded_viewer(poll), [job, shown, asked], [shown, status, side, review], show_progress="hidden")
+    if link is None:  # Match review did not build: the list stays a list
+        return
+
+    @curator_action(role=Role.viewer)
+    def follow(evt: gr.SelectData):
+        chosen = linked_annotation((evt.row_value or [None])[0])
+        if chosen is None:
+            return gr.skip(), gr.skip()
+        return chosen, link.switch()
+
+    link.open_after(review.select(follow, outputs=[link.request, link.tabs], api_visibility="private",
+                                  show_progress="hidden"), progress_on=review)

@@ -9,12 +9,17 @@ photo of the review queue loads at once. Every decision records who decided,
 with which model, and the score and rank that were shown.
 
 This module holds the layout and the handlers; what the grid, the facts line and the header look like is drawn by
-:mod:`app.tabs.match_cards`, the decisions are :mod:`jobs.actions.decisions`.
+:mod:`app.tabs.match_cards`, the decisions are :mod:`jobs.actions.decisions`. Other tabs open a photo here through
+:func:`photo_link`.
 """
 
 from __future__ import annotations
 
 import base64
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
@@ -59,6 +64,37 @@ LOADING_QUEUE = ("<div class='rz-empty' id='match-loading'>Loading the review qu
                  "background, so it is usually ready.</div>")
 
 
+@dataclass(frozen=True)
+class PhotoLink:
+    """A way into Match review from another tab, so a list elsewhere (the Population tab's "review these first")
+    opens an annotation here as the query, ready to decide.
+
+    The other tab's event returns ``(annotation id, link.switch())`` into ``[link.request, link.tabs]``; then
+    ``link.open_after(that event)`` opens the photo, with the review queue most informative for the population
+    estimate first, so each decision moves on to the next most useful photo."""
+
+    request: gr.State  # the annotation to open: set by the other tab, emptied once it is on screen
+    tabs: gr.Tabs  # the app's tabs, switched to Match review
+    tab_id: str
+    opener: Callable[[Any, Any], Any]  # (event, progress component) -> the chained opening event
+
+    def switch(self) -> gr.Tabs:
+        """The update that shows the Match review tab."""
+        return gr.Tabs(selected=self.tab_id)
+
+    def open_after(self, event: Any, *, progress_on: Any = None) -> Any:
+        """Chain the opening after ``event`` (when it succeeds); its progress shows on ``progress_on`` too."""
+        return self.opener(event, progress_on)
+
+
+_LINKS: weakref.WeakKeyDictionary[gr.Blocks, PhotoLink] = weakref.WeakKeyDictionary()
+
+
+def photo_link(ctx: UIContext) -> PhotoLink | None:
+    """The way into this app's Match review tab, or None where it is not built (it failed, or is built later)."""
+    return _LINKS.get(ctx.demo)
+
+
 def build(ctx: UIContext) -> None:
     cat = ctx.catalogue
     tab = ctx.tab
@@ -66,6 +102,7 @@ def build(ctx: UIContext) -> None:
     queue_state = gr.State([])  # image ids of the review queue, in order
     pos_state = gr.State(0)  # position of the shown photo in the queue
     selected_state = gr.State(1)  # rank of the chosen candidate
+    link_state = gr.State(None)  # an annotation another tab asked to open here (see PhotoLink), until it is shown
 
     with gr.Row(equal_height=True, elem_id="match-controls"):
         flank_filter = gr.Radio(ms.FLANK_FILTERS, value="any", label="Candidates", elem_id="match-flank-filter",
@@ -198,10 +235,28 @@ def build(ctx: UIContext) -> None:
     # ------------------------------------------------------------------ handlers
 
     @curator_action(role=Role.viewer)
-    def on_open_tab(view, model_name, flank, show_outline, progress=gr.Progress()):
-        if view is not None:  # keep the curator's place when coming back to the tab
+    def on_open_tab(view, linked, model_name, flank, show_outline, progress=gr.Progress()):
+        # keep the curator's place when coming back to the tab; a photo opened from another tab loads by itself
+        if view is not None or linked is not None:
             return (gr.skip(),) * (2 + len(screen))
         return load_queue(model_name, flank, show_outline, progress)
+
+    @curator_action(role=Role.viewer)
+    def on_follow_link(image_id, model_name, flank, show_outline, progress=gr.Progress()):
+        """Open the annotation another tab linked to, at its place in the queue most informative first."""
+        if image_id is None:
+            return (gr.skip(),) * (5 + len(screen))
+
+        def step(done, total):
+            progress((done, total), desc="Computing photo features for the review queue", unit="photos")
+
+        entries = ms.review_queue(cat, model_name=model_name or ms.DEFAULT_MODEL, progress=step)
+        ordered, words = ident.informative_first(cat, [e.image_id for e in entries])
+        pos = ordered.index(int(image_id)) if int(image_id) in ordered else -1
+        where = f"Photo #{int(image_id)}, opened from the Population tab's review list. " + (
+            words if pos >= 0 else "It is not in the review queue: what was decided on it shows under the photo.")
+        return (ordered, max(pos, 0), *show(int(image_id), model_name, flank, show_outline, ordered, pos, progress),
+                int(image_id), where, None)
 
     @curator_action(role=Role.viewer)
     def on_reload(model_name, flank, show_outline, progress=gr.Progress()):
@@ -338,8 +393,19 @@ def build(ctx: UIContext) -> None:
     # one progress line, in one place: over the candidates, not over every output of the screen
     one_bar = dict(show_progress_on=[candidates])
     if tab is not None:
-        tab.select(on_open_tab, inputs=[view_state, model, filters_state, outline],
+        tab.select(on_open_tab, inputs=[view_state, link_state, model, filters_state, outline],
                    outputs=[queue_state, pos_state, *screen], show_progress="full", api_visibility="private", **one_bar)
+
+        def opener(event, progress_on):
+            # the request is emptied last, once the photo is stored as on screen: the tab's opening, reading
+            # both meanwhile, sees one or the other and leaves the screen to this
+            return event.success(on_follow_link, inputs=[link_state, model, filters_state, outline],
+                                 outputs=[queue_state, pos_state, *screen, photo_pick, status, link_state],
+                                 api_visibility="private", show_progress="full",
+                                 show_progress_on=[candidates, *([progress_on] if progress_on is not None else [])])
+
+        if isinstance(tab.parent, gr.Tabs):
+            _LINKS[ctx.demo] = PhotoLink(request=link_state, tabs=tab.parent, tab_id=str(tab.id), opener=opener)
     ctx.on_refresh(photo_list, inputs=[photo_pick], outputs=[photo_pick], on_tab_select=False)
     # flank suggestion for the photo on screen (when its flank is not labelled), accepted with F
     @curator_action(role=Role.viewer)
@@ -439,6 +505,17 @@ def build(ctx: UIContext) -> None:
                      **hidden)
     photo_pick.input(on_open_photo, inputs=[photo_pick, model, filters_state, outline, queue_state],
                      outputs=[pos_state, *screen], api_visibility="private", **one_bar)
+
+    @curator_action(role=Role.viewer)
+    def picker_follows(view, picked):
+        # the picker names the photo on screen or nothing: after a decision moved on, it named the previous animal
+        if picked is None or (view is not None and view.query.image_id == int(picked)):
+            return gr.skip()
+        return None
+
+    # unqueued: a click on it must not wait behind the refreshes every decision sets off
+    view_state.change(picker_follows, inputs=[view_state, photo_pick], outputs=[photo_pick], queue=False, **hidden)
+
     @curator_action(role=Role.viewer)
     def set_filters(flank, place, start, end):
         # a malformed date is refused here, before anything changes: the screen and the filters stay as they were
