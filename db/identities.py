@@ -14,8 +14,11 @@
 curator-identified annotation of the species (the gallery); an individual's score is its best photo's, its rank
 among the individuals the candidate's rank, and the model's calibrator (:func:`db.identify.calibration.calibrator_for`)
 turns (score, rank) into the probability of the same animal. "New" gets its own calibrated p(new)
-(:mod:`core.field.new_animal`, fitted on the gallery's photos) and the individuals share the rest by their
-likelihood ratios (:func:`core.field.identities.distribution_with_p_new`); when the gallery cannot support that fit,
+(:mod:`core.field.new_animal`, fitted on the gallery's photos), read at the study's Good-Turing share of new
+animals (:func:`core.field.identities.shift_p_new`; each draw redraws that share from its own uncertainty), and the
+individuals share the rest by their likelihood ratios times their share of the study's curator detections
+(:func:`core.field.identities.capture_prior`: an animal caught often is the likelier owner of a photo;
+:func:`core.field.identities.unit_distribution`); when the gallery cannot support that fit,
 :func:`core.field.identities.match_distribution` uses a Good-Turing prior of "new". Unreviewed annotations of one
 event (sighting) whose photos each hold one annotation of the species are one unit; two unreviewed units are one new
 animal with the calibrated probability of their best pair of photos.
@@ -48,7 +51,6 @@ from db.session import Catalogue
 from db.species import active_model_name, find_species
 
 CURATOR, MACHINE, UNREVIEWED = ids.PROVENANCES
-CANDIDATE_FLOOR = 1e-4  # an individual less likely than this for a detection is not listed as its candidate
 
 
 class NoCalibration(CatalogueError):
@@ -299,25 +301,22 @@ def imputation_input(cat: Catalogue, ident: IdentityStudy, *,
         if new_cal is not None and best.shape[1]:
             top1, gap = na.top_two(best)
             p_new_of_unit = new_cal.probability(top1, gap)
+            if 0.0 < prior_new < 1.0:  # read at the study's share of new animals, not the fit's
+                p_new_of_unit = ids.shift_p_new(p_new_of_unit, fitted_rate=new_cal.n_new / new_cal.n_queries,
+                                                study_rate=prior_new)
     g_index = np.array([index[n] for n in gallery_names], dtype=np.int64)
+    prior = ids.capture_prior(counts[g_index]) if counts.size else None
     out_units = []
     for j, u in enumerate(units):
         cands: tuple[int, ...] = ()
         probs: tuple[float, ...] = ()
         p_new = 1.0
         if best.shape[1]:
-            scores = best[j]
-            ranks = np.empty(scores.size)
-            ranks[np.argsort(-scores, kind="stable")] = np.arange(1, scores.size + 1)
-            p_same = cal.probability(scores, ranks)
-            if new_cal is not None:  # "new" has its own calibrated probability
-                dist, p_new = ids.distribution_with_p_new(p_same, p_new=float(p_new_of_unit[j]),
-                                                          pair_base_rate=base_rate)
-            else:
-                dist, p_new = ids.match_distribution(p_same, prior_new=prior_new, pair_base_rate=base_rate)
-            keep = np.flatnonzero(dist >= CANDIDATE_FLOOR)
+            keep, dist, p_new = ids.unit_distribution(
+                best[j], same_probability=cal.probability, pair_base_rate=base_rate, prior_new=prior_new,
+                p_new=float(p_new_of_unit[j]) if new_cal is not None else None, prior=prior)
             cands = tuple(int(g_index[k]) for k in keep)
-            probs = tuple(float(dist[k]) for k in keep)
+            probs = tuple(float(x) for x in dist)
         d0 = u[0]
         if d0.provenance == MACHINE and d0.weight is not None:
             cands, probs = ids.machine_distribution(index[d0.individual], d0.weight, cands, probs, p_new)
@@ -326,8 +325,9 @@ def imputation_input(cat: Catalogue, ident: IdentityStudy, *,
                                            annotation_ids=tuple(d.annotation_id for d in u)))
     pairwise = cal.probability(pair.reshape(-1), np.ones(pair.size)).reshape(pair.shape)
     np.fill_diagonal(pairwise, 0.0)
+    share = (float(np.sum(counts == 1)), float(counts.sum())) if counts.sum() > 0 else None
     return ids.ImputationInput(n_occasions=n_occ, individuals=tuple(individuals), fixed=fixed,
-                               units=tuple(out_units), pairwise=pairwise)
+                               units=tuple(out_units), pairwise=pairwise, new_share=share)
 
 
 

@@ -30,6 +30,8 @@ COMBINE_METHOD = ("draw mixture: each draw's N as a split log-normal on N - M ma
                   "2.5% and 97.5% quantiles of the equal-weight mixture of the draws; N the median of the draws")
 _Z = pop.Z_975
 _P_CLIP = 1e-9
+CANDIDATE_FLOOR = 1e-4  # an individual less likely than this for a detection is not listed as its candidate
+PRIOR_PSEUDO = 1.0  # capture_prior: one detection more for each individual (Laplace's rule)
 RARE_SHARE = 0.02  # review priority: a unit's values drawn in fewer than this share of the draws are pooled
 
 
@@ -60,14 +62,53 @@ def good_turing_new(counts: Sequence[int] | np.ndarray) -> float:
     return float(min(1.0, max(np.sum(c == 1), 0.5) / n))
 
 
-def match_distribution(p_same: Sequence[float] | np.ndarray, *, prior_new: float,
-                       pair_base_rate: float) -> tuple[np.ndarray, float]:
+def capture_prior(counts: Sequence[float] | np.ndarray, *, pseudo: float = PRIOR_PSEUDO) -> np.ndarray:
+    """Each catalogue individual's prior share of an unidentified detection, before its photo is looked at:
+    proportional to its detections in the study plus ``pseudo``. An animal caught often is the likelier owner of
+    the next photo; with n curator detections and each detection as likely to be left unidentified, a flat prior on
+    an animal's total gives it (n + 1) times a common factor of unidentified ones expected (Laplace), so an animal of
+    the catalogue not caught in the study keeps a share. An even prior sends ambiguous photos to animals caught
+    once far too often, lowering f1 and with it Chao's estimate."""
+    c = np.asarray(counts, dtype=np.float64).reshape(-1)
+    if c.size and (np.any(~np.isfinite(c)) or np.any(c < 0)):
+        raise ValueError("detection counts must be >= 0")
+    w = c + float(pseudo)
+    return w / w.sum() if c.size else w
+
+
+def shift_p_new(p_new: float | np.ndarray, *, fitted_rate: float, study_rate: float) -> float | np.ndarray:
+    """p(new) fitted where a share ``fitted_rate`` of the queries were new, read for a study where a share
+    ``study_rate`` of the unidentified detections are expected to be (Bayes' rule on a change of prior: the odds
+    scaled by odds(study_rate) / odds(fitted_rate)). p(new) is fitted on the gallery's own photos, where every
+    animal photographed once counts as new; among a study's unidentified photos new animals are rarer (the
+    Good-Turing share f1 / n, :func:`good_turing_new`), and an unshifted p(new) makes ghosts of known animals."""
+    for name, rate in (("fitted", fitted_rate), ("study", study_rate)):
+        if not 0.0 < rate < 1.0:
+            raise ValueError(f"the {name} share of new animals must be between 0 and 1, got {rate!r}")
+    p = np.clip(np.asarray(p_new, dtype=np.float64), _P_CLIP, 1.0 - _P_CLIP)
+    odds = p / (1.0 - p) * (study_rate / (1.0 - study_rate)) / (fitted_rate / (1.0 - fitted_rate))
+    out = odds / (1.0 + odds)
+    return float(out) if out.ndim == 0 else out
+
+
+def _prior_shares(prior: Sequence[float] | np.ndarray | None, n: int) -> np.ndarray:
+    if prior is None:
+        return np.full(n, 1.0 / n)
+    w = np.asarray(prior, dtype=np.float64).reshape(-1)
+    if w.size != n or np.any(~np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+        raise ValueError(f"the prior must give {n} shares >= 0 with a positive sum")
+    return w / w.sum()
+
+
+def match_distribution(p_same: Sequence[float] | np.ndarray, *, prior_new: float, pair_base_rate: float,
+                       prior: Sequence[float] | np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """One distribution over the catalogue's individuals and "new" from each individual's calibrated probability
     of being the query's animal. A calibrated p_k is the base rate of "same" among the pairs it was fitted on
     (``pair_base_rate``) updated by the score's likelihood ratio, so LR_k = odds(p_k) / odds(base rate); with the
     prior ``prior_new`` that the animal is not in the catalogue (:func:`good_turing_new`) and the rest shared
-    evenly, P(k) is proportional to (1 - prior_new) / K LR_k and P(new) to prior_new (Bayes' rule over the
-    mutually exclusive answers). Returns (probabilities of the individuals, probability of new)."""
+    by ``prior`` (each individual's share, :func:`capture_prior`; evenly when None), P(k) is proportional to
+    (1 - prior_new) prior_k LR_k and P(new) to prior_new (Bayes' rule over the mutually exclusive answers).
+    Returns (probabilities of the individuals, probability of new)."""
     if not 0.0 < pair_base_rate < 1.0:
         raise ValueError(f"the pairs' base rate must be between 0 and 1, got {pair_base_rate!r}")
     if not 0.0 <= prior_new <= 1.0:
@@ -76,15 +117,15 @@ def match_distribution(p_same: Sequence[float] | np.ndarray, *, prior_new: float
     if p.size == 0:
         return p, 1.0
     lr = (p / (1.0 - p)) / (pair_base_rate / (1.0 - pair_base_rate))
-    w = (1.0 - prior_new) / p.size * lr
+    w = (1.0 - prior_new) * _prior_shares(prior, p.size) * lr
     total = float(w.sum()) + prior_new
     return w / total, prior_new / total
 
 
-def distribution_with_p_new(p_same: Sequence[float] | np.ndarray, *, p_new: float,
-                            pair_base_rate: float) -> tuple[np.ndarray, float]:
+def distribution_with_p_new(p_same: Sequence[float] | np.ndarray, *, p_new: float, pair_base_rate: float,
+                            prior: Sequence[float] | np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """As :func:`match_distribution`, with "new" given its own calibrated probability ``p_new``
-    (:mod:`core.field.new_animal`): the individuals share 1 - p_new in proportion to their likelihood ratios."""
+    (:mod:`core.field.new_animal`): the individuals share 1 - p_new in proportion to prior_k LR_k."""
     if not 0.0 <= p_new <= 1.0:
         raise ValueError(f"p(new) must be between 0 and 1, got {p_new!r}")
     if not 0.0 < pair_base_rate < 1.0:
@@ -92,8 +133,33 @@ def distribution_with_p_new(p_same: Sequence[float] | np.ndarray, *, p_new: floa
     p = np.clip(np.asarray(p_same, dtype=np.float64).reshape(-1), _P_CLIP, 1.0 - _P_CLIP)
     if p.size == 0:
         return p, 1.0
-    lr = (p / (1.0 - p)) / (pair_base_rate / (1.0 - pair_base_rate))
+    lr = (p / (1.0 - p)) / (pair_base_rate / (1.0 - pair_base_rate)) * _prior_shares(prior, p.size)
     return (1.0 - p_new) * lr / lr.sum(), float(p_new)
+
+
+def unit_distribution(best_scores: Sequence[float] | np.ndarray, *,
+                      same_probability: Callable[[np.ndarray, np.ndarray], np.ndarray], pair_base_rate: float,
+                      p_new: float | None = None, prior_new: float = 1.0,
+                      prior: Sequence[float] | np.ndarray | None = None,
+                      floor: float = CANDIDATE_FLOOR) -> tuple[np.ndarray, np.ndarray, float]:
+    """One detection's distribution from its best score against each catalogue individual, as the catalogue and
+    the simulated studies both build it: each individual's rank among them, its calibrated probability of the same
+    animal (``same_probability(scores, ranks)``), then :func:`distribution_with_p_new` when "new" has its own
+    calibrated ``p_new``, else :func:`match_distribution` with ``prior_new``; ``prior`` shares the catalogue
+    (:func:`capture_prior`). Individuals under ``floor`` are dropped, their probability left to "new". Returns (the
+    columns kept, their probabilities, p(new) before the floor)."""
+    scores = np.asarray(best_scores, dtype=np.float64).reshape(-1)
+    if scores.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0), 1.0
+    ranks = np.empty(scores.size)
+    ranks[np.argsort(-scores, kind="stable")] = np.arange(1, scores.size + 1)
+    p_same = same_probability(scores, ranks)
+    if p_new is not None:
+        dist, pn = distribution_with_p_new(p_same, p_new=float(p_new), pair_base_rate=pair_base_rate, prior=prior)
+    else:
+        dist, pn = match_distribution(p_same, prior_new=prior_new, pair_base_rate=pair_base_rate, prior=prior)
+    keep = np.flatnonzero(dist >= floor)
+    return keep, dist[keep], pn
 
 
 def machine_distribution(assigned: int, weight: float, candidates: Sequence[int], probabilities: Sequence[float],
@@ -145,13 +211,16 @@ class UncertainUnit:
 class ImputationInput:
     """A study for imputation: ``n_occasions``; the catalogue's ``individuals``; the curator-fixed detections as
     (individual index, occasion) rows of ``fixed``; the uncertain ``units``; ``pairwise`` (units x units, optional)
-    the calibrated probability that two units are one animal, used when both draw "new"."""
+    the calibrated probability that two units are one animal, used when both draw "new"; ``new_share`` (optional)
+    the Good-Turing counts (f1, n) at whose share of new animals the unreviewed units' p(new) was read
+    (:func:`shift_p_new`), so that each draw can read it at a share drawn from that share's own uncertainty."""
 
     n_occasions: int
     individuals: tuple[Hashable, ...]
     fixed: np.ndarray
     units: tuple[UncertainUnit, ...] = ()
     pairwise: np.ndarray | None = None
+    new_share: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         f = np.asarray(self.fixed, dtype=np.int64).reshape(-1, 2)
@@ -162,6 +231,8 @@ class ImputationInput:
         for u in self.units:
             if any(not 0 <= c < K for c in u.candidates) or any(not 0 <= t < T for t in u.occasions):
                 raise ValueError(f"unit {u.key!r} names an individual or occasion outside the study")
+        if self.new_share is not None and not (self.new_share[0] >= 0 and self.new_share[1] > 0):
+            raise ValueError(f"new_share must be (singletons >= 0, detections > 0), got {self.new_share!r}")
         if self.pairwise is not None:
             pw = np.asarray(self.pairwise, dtype=np.float64)
             if pw.shape != (len(self.units), len(self.units)):
@@ -172,14 +243,32 @@ class ImputationInput:
 # --------------------------------------------------------------------------- sampling
 
 
+def new_share_odds(new_share: tuple[float, float], draws: int, rng: np.random.Generator) -> np.ndarray:
+    """Per draw, the factor on the odds of "new": the study's share of new animals is f1 / n by Good and Turing,
+    f1 itself a count with its own error; each draw takes f1 from its Jeffreys posterior Gamma(f1 + 1/2) and
+    returns odds(f1* / n) / odds(max(f1, 1/2) / n). Proper multiple imputation draws the parameters as well as
+    the identities: at one fixed share, every draw would hold about the same number of new animals, and an
+    interval so narrow misses the truth whenever the study's share is not the one estimated."""
+    f1, n = float(new_share[0]), float(new_share[1])
+    at = min(max(f1, 0.5) / n, 1.0 - _P_CLIP)
+    share = np.clip(rng.gamma(f1 + 0.5, size=draws) / n, _P_CLIP, 1.0 - _P_CLIP)
+    return (share / (1.0 - share)) / (at / (1.0 - at))
+
+
 def sample_identities(inp: ImputationInput, draws: int, rng: np.random.Generator) -> np.ndarray:
     """Draws x units: each unit's individual in each draw, catalogue individuals as their index, new animals as
-    K + (the index of the draw's first unit of that new animal)."""
+    K + (the index of the draw's first unit of that new animal). With ``inp.new_share`` each draw first draws the
+    study's share of new animals (:func:`new_share_odds`) and reads every unreviewed unit's p(new) at it."""
     K, n = len(inp.individuals), len(inp.units)
     out = np.empty((draws, n), dtype=np.int64)
+    odds = new_share_odds(inp.new_share, draws, rng) if inp.new_share is not None and n else None
     for j, u in enumerate(inp.units):
         cum = np.cumsum(np.asarray(u.probabilities, dtype=np.float64))
         r = rng.random(draws)
+        q = u.p_new
+        if odds is not None and u.provenance == "unreviewed" and 0.0 < q < 1.0:
+            q_d = odds * q / (1.0 - q + odds * q)
+            r = r * (1.0 - q) / (1.0 - q_d)  # the individuals' shares scaled by (1 - q_d) / (1 - q)
         idx = np.searchsorted(cum, r, side="right")
         cand = np.asarray(u.candidates + (NEW,), dtype=np.int64)
         out[:, j] = cand[np.minimum(idx, len(u.candidates))]
@@ -446,7 +535,8 @@ class Priority:
 
 def review_priority(inp: ImputationInput, result: ImputationResult, *, model: str = "Mh-Chao") -> list[Priority]:
     """Units ranked by the variance of ``model``'s N that fixing their identity is expected to remove (largest
-    first; ties by the unit's order)."""
+    first; ties by the unit's order). With calibrated draws a review leaves the draws' own widths unchanged on
+    average, so this between-draw part is what a review is expected to narrow (docs/population.md)."""
     N = result.per_draw.N[model]
     ok = np.isfinite(N)
     labels = result.labels[ok]
