@@ -2,7 +2,12 @@
 (tests/sim_study.py, 30 animals) as a Camtrap DP package in which a seeded 30% of the observations lost their
 individualID, 10% are machine classifications (classificationProbability 0.8) and 10% say human; then
 ``rosette population --identities decided|confirmed|uncertain`` and ``rosette review-priority`` through the
-importer, the catalogue, the species' model and its calibration."""
+importer, the catalogue, the species' model and its calibration.
+
+Then the issue's two checks over many simulated studies with known truth (tests/identity_sim.py): the uncertain
+interval's coverage of the oracle estimate on studies whose photos are real nyala photos (Rosette's own match
+probabilities: the default backbone's scores, the calibrator, p(new)), and the review priority against random
+reviews."""
 
 from __future__ import annotations
 
@@ -12,14 +17,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 from sqlalchemy import select
 
 from app.cli import main as cli_main
+from core.field import identities as ids
 from core.field import population as pop
 from db import identities as db_ids
 from db.io.ingest import ingest_path
 from db.models import DecisionKind, Image, MatchDecision
 from db.session import open_catalogue
+from tests import identity_sim
+from tests.conftest import SHARED_NYALA_DIR, shared_nyala_present
 from tests.sim_study import simulate_study
 
 MODEL = "efficientnet_lite0"
@@ -252,3 +261,94 @@ def test_the_population_tab_shows_both_columns_and_the_review_list(study):
         assert "Most informative for the Panthera onca population estimate first" in words
     finally:
         cat.close()
+
+
+@pytest.fixture(scope="module")
+def nyala_bank(request) -> identity_sim.PhotoBank:
+    """The shared nyala photos embedded once by the default backbone (in the feature cache the p(new) test of
+    tests/test_new_animal.py fills too), with their all-vs-all scores and the model's calibrator."""
+    if not shared_nyala_present():
+        pytest.skip("../shared/data/nyala is absent here (CI has it): the studies on real photos are not simulated")
+    return identity_sim.nyala_bank(SHARED_NYALA_DIR, cache_dir=request.config.cache.mkdir("nyala-features"))
+
+
+def _coverage(bank: identity_sim.PhotoBank, first_seed: int) -> tuple[dict[str, int], dict[str, float]]:
+    """Over 40 studies of real photos from ``first_seed``: how often each basis's Mh-Chao interval holds the
+    oracle, and its mean bias."""
+    held = {"uncertain": 0, "confirmed": 0, "top-1": 0}
+    bias: dict[str, list[float]] = {k: [] for k in held}
+    for s in range(40):
+        st = identity_sim.simulate_photos(first_seed + s, bank, removed=0.3)
+        inp = st.input()
+        oracle = st.oracle().N
+        for basis, e in (("uncertain", ids.impute(inp, draws=200, seed=s).estimate("Mh-Chao")),
+                         ("confirmed", st.confirmed()), ("top-1", st.top1(inp=inp))):
+            held[basis] += e.ci_low <= oracle <= e.ci_high
+            bias[basis].append(e.N - oracle)
+    return held, {k: float(np.mean(v)) for k, v in bias.items()}
+
+
+def test_uncertain_interval_holds_the_oracle_in_at_least_90_percent_of_40_studies_of_real_photos(nyala_bank,
+                                                                                                    capsys):
+    """40 studies of 60 animals over 10 occasions whose every detection is a real nyala photo, 30% of them without
+    an individual; the oracle is Mh-Chao with every identity right. Seeds 1000-1039 hold it 36 times; the seed
+    sets from 3000, 5000 and 7000 hold it 38, 40 and 39 times (checked when written). Confirmed-only and top-1 are
+    reported beside it: top-1 makes a new animal of nearly every photo the default backbone cannot place."""
+    held, bias = _coverage(nyala_bank, 1000)
+    with capsys.disabled():
+        print("\nMh-Chao 95% interval holding the oracle estimate over 40 studies of real nyala photos, 30% of "
+              "identities removed: " + "; ".join(f"{k} {held[k]}/40, mean bias {bias[k]:+.1f}" for k in held))
+    assert held["uncertain"] >= 36
+
+
+def _paired(first_seed: int) -> dict[str, float]:
+    """Over 20 studies from ``first_seed``: the interval's width after the 20 top-priority reviews and after 20
+    random ones (the mean of 4 random sets), and the paired Wilcoxon p-values of the narrowing and of the
+    identification part left."""
+    top_narrow, rand_narrow, top_ident, rand_ident, top_width, rand_width = [], [], [], [], [], []
+    for s in range(20):
+        st = identity_sim.simulate(first_seed + s, removed=0.3)
+        inp = st.input()
+        before = ids.impute(inp, draws=200, seed=s)
+        e0 = before.estimate("Mh-Chao")
+        ranked = ids.review_priority(inp, before)
+        assert [p.variance_explained for p in ranked] == sorted((p.variance_explained for p in ranked), reverse=True)
+        rng = np.random.default_rng(s)
+        keys = [u.key for u in inp.units]
+        sides = [("top", [inp.units[p.unit].key for p in ranked[:20]])]
+        sides += [("random", list(rng.choice(keys, size=20, replace=False))) for _ in range(4)]
+        width: dict[str, list[float]] = {"top": [], "random": []}
+        ident: dict[str, list[float]] = {"top": [], "random": []}
+        for side, chosen in sides:
+            after = ids.impute(st.input(chosen), draws=200, seed=99).estimate("Mh-Chao")
+            width[side].append(after.ci_high - after.ci_low)
+            ident[side].append(width[side][-1] * (after.share_from_identification or 0.0))
+        top_width.append(width["top"][0])
+        rand_width.append(float(np.mean(width["random"])))
+        top_narrow.append((e0.ci_high - e0.ci_low) - top_width[-1])
+        rand_narrow.append((e0.ci_high - e0.ci_low) - rand_width[-1])
+        top_ident.append(ident["top"][0])
+        rand_ident.append(float(np.mean(ident["random"])))
+    return {"top_width": float(np.mean(top_width)), "random_width": float(np.mean(rand_width)),
+            "top_narrow": float(np.mean(top_narrow)), "random_narrow": float(np.mean(rand_narrow)),
+            "top_ident": float(np.mean(top_ident)), "random_ident": float(np.mean(rand_ident)),
+            "p_narrow": float(stats.wilcoxon(top_narrow, rand_narrow, alternative="greater").pvalue),
+            "p_ident": float(stats.wilcoxon(rand_ident, top_ident, alternative="greater").pvalue)}
+
+
+def test_reviewing_the_20_top_priority_annotations_narrows_the_interval_more_than_20_random(capsys):
+    """20 studies (synthetic scores of varied photo quality, tests/identity_sim.py); a simulated curator answers
+    the 20 top-priority reviews, or 20 random ones, with the truth. The random side is the mean over 4 random sets
+    of 20, so that which 20 happen to be drawn does not drown the comparison; the whole interval's width is
+    compared, paired. Seeds 2000-2019 are committed (p ~ 2e-5); checked when written on the sets from 3000, 4000,
+    6000, 7000 and 8000 (p = 0.009, 0.035, 0.012, 0.035, 5e-5) and from 5000 (p = 0.15: there the reviews reveal
+    studies whose true N lies well above the draws', and a truer interval is a wider one). On real nyala photos
+    the default backbone scores every photo about alike, so no ranking can choose much better than chance there."""
+    r = _paired(2000)
+    with capsys.disabled():
+        print(f"\n20 studies, 20 reviews answered with the truth: interval width after {r['top_width']:.1f} "
+              f"(top priority) vs {r['random_width']:.1f} (random), narrowed {r['top_narrow']:.1f} vs "
+              f"{r['random_narrow']:.1f}, paired Wilcoxon p = {r['p_narrow']:.2g}; identification part left "
+              f"{r['top_ident']:.1f} vs {r['random_ident']:.1f}, p = {r['p_ident']:.2g}")
+    assert r["p_narrow"] < 0.05
+    assert r["p_ident"] < 0.05
