@@ -7,10 +7,9 @@ STAMP  := $(VENV)/.rosette-installed
 HOST   ?= 127.0.0.1
 PORT   ?= 7860
 SERVE_ARGS ?=
-# pytest-xdist workers for `make test`: 0 runs the suite in one process, the steadiest on 2 cores (there 2 workers
-# took 29 min against 31 in one process, the browser tests being one group, and the two servers' start-ups raced the
-# rest for the cores); TEST_WORKERS=auto on a machine with more cores
-TEST_WORKERS ?= 0
+# pytest-xdist workers for `make test`: two share the modules (each module on one worker, so its catalogue and
+# server are built once) and fill the 2 cores of the project's machines; TEST_WORKERS=auto on a machine with more
+TEST_WORKERS ?= 2
 
 .PHONY: run test bench venv clean-venv browser postgres
 

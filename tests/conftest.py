@@ -17,6 +17,11 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 # the queue tests' own job kinds (sleep, sleep_heavy): registered in this process by the fixture below, and in
 # the worker's child processes, which inherit this variable
 os.environ["ROSETTE_JOB_KINDS"] = "tests.job_kinds"
+# under pytest-xdist each worker (and the servers and jobs it starts, which inherit this) computes on one thread:
+# the workers already fill the cores, and two thread pools per core only trade places
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_threads, "1")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_NYALA_DIR = REPO_ROOT.parent / "shared" / "data" / "nyala"
@@ -32,12 +37,10 @@ def shared_nyala_present() -> bool:
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Groups for ``pytest -n 2 --dist loadgroup`` (``make test``): each module stays on one worker, so its
-    module-scoped catalogue is built once; every browser test shares one group, so one browser and one Rosette
-    server start at a time while the other worker runs the rest of the suite."""
+    module-scoped catalogue (and, in the browser modules, its Rosette server) is built once, while the two workers
+    share the modules between them."""
     for item in items:
-        path = str(item.fspath).replace(os.sep, "/")
-        group = "browser" if "/tests/browser/" in path else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
 def pytest_report_header(config) -> str:
