@@ -7,9 +7,11 @@ STAMP  := $(VENV)/.rosette-installed
 HOST   ?= 127.0.0.1
 PORT   ?= 7860
 SERVE_ARGS ?=
-# pytest-xdist workers for `make test`: two share the modules (each module on one worker, so its catalogue and
-# server are built once) and fill the 2 cores of the project's machines; TEST_WORKERS=auto on a machine with more
-TEST_WORKERS ?= 2
+# pytest-xdist workers for `make test`: 0 runs the suite in one process, the steadiest on 2 cores. The suite is
+# bound by CPU there (a browser test keeps 1.3 cores busy: chromium, the server, pytest): two workers gained about
+# 2 minutes of 30 with the browser tests in one group, and with the browser modules spread over both, two servers
+# and two chromiums at once slowed tests past their timeouts. TEST_WORKERS=auto on a machine with more cores.
+TEST_WORKERS ?= 0
 
 .PHONY: run test bench venv clean-venv browser postgres
 

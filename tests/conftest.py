@@ -36,11 +36,13 @@ def shared_nyala_present() -> bool:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Groups for ``pytest -n 2 --dist loadgroup`` (``make test``): each module stays on one worker, so its
-    module-scoped catalogue (and, in the browser modules, its Rosette server) is built once, while the two workers
-    share the modules between them."""
+    """Groups for ``pytest -n N --dist loadgroup``: each module stays on one worker, so its module-scoped catalogue
+    is built once; every browser test shares one group, so one browser and one Rosette server run at a time (two
+    browser modules at once on 2 cores slowed each other past their timeouts)."""
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+        path = str(item.fspath).replace(os.sep, "/")
+        group = "browser" if "/tests/browser/" in path else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_report_header(config) -> str:

@@ -529,11 +529,13 @@ def build(ctx: UIContext) -> None:
     model.input(on_rerank, inputs=[view_state, model, filters_state, outline, queue_state, pos_state],
                 outputs=screen, api_visibility="private", **one_bar)
     outline.input(on_outline, inputs=[view_state, outline, whole_frame], outputs=[query_image], **hidden)
+    # one queue for the box and the redraws that follow a new photo: run in the order they were asked, a redraw
+    # asked while the box was ticked can no longer land after the untick and leave whole frames under an empty box
     whole_frame.input(on_whole_frame, inputs=[view_state, selected_state, whole_frame, outline],
-                      outputs=[query_image, compare_image, candidates], **hidden)
+                      outputs=[query_image, compare_image, candidates], concurrency_id="match-whole-frame", **hidden)
     gr.on([view_state.change, selected_state.change], follow_whole_frame,
           inputs=[view_state, selected_state, whole_frame, outline],
-          outputs=[query_image, compare_image, candidates], **hidden)
+          outputs=[query_image, compare_image, candidates], concurrency_id="match-whole-frame", **hidden)
     spots_button.click(on_show_spots, inputs=[view_state, selected_state], outputs=[spots_image, spots_text],
                        api_name="show_matched_spots", concurrency_limit=2)
     # another photo or candidate on screen: the matched spots shown belong to the previous pair
