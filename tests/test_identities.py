@@ -158,3 +158,21 @@ def test_combined_interval_lies_between_the_draws_and_holds_both_errors():
     assert 0 < c.share_from_identification < 1
     one = ids.combine_draws("Mh-Chao", N[:1], low[:1], high[:1], M[:1])
     assert (one.ci_low, one.ci_high) == (33.0, 60.0)
+
+
+def test_the_basis_words_name_the_provenance_and_line_up_the_side_by_side_table():
+    from jobs.actions.identities import SIDE_BY_SIDE_HEADERS, basis_table_lines
+
+    counts = {"curator": 7, "machine": 2, "unreviewed": 3}
+    decided = basis_table_lines({"identities": "decided", "provenance_counts": counts}, headers=SIDE_BY_SIDE_HEADERS,
+                                confirmed_header="Confirmed only: N", rows=[["M0", "12"] + [""] * 4])
+    assert decided == ["Identities as decided (every assigned annotation as assigned): 7 detection(s) identified by "
+                       "a curator, 2 by a machine, 3 unreviewed."]
+    rows = [["M0", "12", "10–15", "11", "9–16", "40%"], ["Mh-Chao", "14", "11–22", "13", "10–25", "35%"]]
+    lines = basis_table_lines({"identities": "confirmed", "provenance_counts": counts}, headers=SIDE_BY_SIDE_HEADERS,
+                              confirmed_header="Confirmed only: N", rows=rows)
+    assert "Confirmed only: N" in lines[1] and "With identification uncertainty" not in lines[1]
+    # the columns line up: each row's second cell starts where the header's does
+    start = lines[1].index("As decided: N")
+    assert lines[2][start:].startswith("12") and lines[3][start:].startswith("14")
+    assert all(line == line.rstrip() for line in lines)

@@ -40,7 +40,7 @@ from db.identities import NoCalibration  # noqa: F401 - re-exported: the screens
 from db.models import JobStatus
 from db.session import Catalogue
 from jobs import queue
-from jobs.actions.identities import BASIS_WORDS
+from jobs.actions.identities import basis_table_lines
 from jobs.requests.density import DensityRequest
 
 #: The job kind of a density fit run in the background (jobs.kinds).
@@ -340,18 +340,8 @@ def identity_rows(answer: Mapping[str, Any]) -> list[list[str]]:
 
 def identity_lines(answer: Mapping[str, Any]) -> list[str]:
     """Where the identities come from and, on the confirmed or uncertain basis, the estimates side by side."""
-    c = answer["provenance_counts"]
-    lines = [f"Identities {BASIS_WORDS[answer['identities']]}: {c['curator']} detection(s) identified by a "
-             f"curator, {c['machine']} by a machine, {c['unreviewed']} unreviewed."]
-    if answer["identities"] == "decided":
-        return lines
-    headers = list(SIDE_BY_SIDE_HEADERS)
-    if answer["identities"] == "confirmed":
-        headers[3] = "Confirmed only"
-    rows = identity_rows(answer)
-    widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
-    lines += ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
+    lines = basis_table_lines(answer, headers=SIDE_BY_SIDE_HEADERS, confirmed_header="Confirmed only",
+                              rows=identity_rows(answer) if answer["identities"] != "decided" else [])
     if answer["identities"] == "uncertain" and answer.get("draws"):
         lines.append(f"{answer['draws']} draws of the identities (seed {answer['seed']}), {answer['draws_used']} "
                      "fitted; how they are combined is in the notes above.")

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from core.field import population as pop
@@ -169,11 +169,26 @@ def side_by_side_rows(summary: Mapping[str, Any]) -> list[list[str]]:
 
 def basis_lines(summary: Mapping[str, Any]) -> list[str]:
     """The CLI's words on the basis: where the identities come from and the estimates side by side."""
-    c = summary["provenance_counts"]
-    lines = [f"Identities {BASIS_WORDS[summary['identities']]}: {c['curator']} detection(s) identified by a "
+    return basis_table_lines(summary, headers=SIDE_BY_SIDE_HEADERS, confirmed_header="Confirmed only: N",
+                             rows=side_by_side_rows(summary) if summary["identities"] != "decided" else [])
+
+
+def basis_table_lines(answer: Mapping[str, Any], *, headers: Sequence[str], confirmed_header: str,
+                      rows: list[list[str]]) -> list[str]:
+    """Where the identities come from, then (on the confirmed or uncertain basis) ``rows`` as a plain-text table:
+    the words the population and density commands share."""
+    c = answer["provenance_counts"]
+    lines = [f"Identities {BASIS_WORDS[answer['identities']]}: {c['curator']} detection(s) identified by a "
              f"curator, {c['machine']} by a machine, {c['unreviewed']} unreviewed."]
-    if summary["identities"] == "decided":
+    if answer["identities"] == "decided":
         return lines
+    headers = list(headers)
+    if answer["identities"] == "confirmed":
+        headers[3] = confirmed_header
+    widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
+    lines += ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
+    return lines
     headers = list(SIDE_BY_SIDE_HEADERS)
     if summary["identities"] == "confirmed":
         headers[3] = "Confirmed only: N"
