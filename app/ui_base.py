@@ -195,6 +195,15 @@ class UIContext:
     demo: gr.Blocks
     tab: gr.Tab | None = None  # the tab currently being built
     tabs: dict[str, gr.Tab] = field(default_factory=dict)
+    timers: list[tuple[str, gr.Timer]] = field(default_factory=list)  # (owning tab's name, timer)
+
+    def tab_timer(self, seconds: float) -> gr.Timer:
+        """A poll that ticks every ``seconds`` only while the tab being built is the one shown (see
+        :func:`tab_timers_switch`): a timer left running polls the server from every open page all day."""
+        timer = gr.Timer(seconds, active=False)
+        owner = next((name for name, tab in self.tabs.items() if tab is self.tab), "")
+        self.timers.append((owner, timer))
+        return timer
 
     def changed(self, event: Any) -> Any:
         """Chain after ``event``: when it succeeds, tell every tab the catalogue changed."""
@@ -209,6 +218,11 @@ class UIContext:
             triggers.append(self.tab.select)
         return gr.on(triggers, guarded_viewer(fn), inputs=list(inputs or []), outputs=list(outputs or []),
                      show_progress="hidden", api_visibility="private")
+
+
+def tab_timers_switch(shown: str, owners: Sequence[str]) -> list[Any]:
+    """For the tab ``shown``: its own timers started, every other tab's stopped (one update per timer, in order)."""
+    return [gr.Timer(active=owner == shown) for owner in owners]
 
 
 _MARKDOWN_SPECIALS = "\\`*_{}[]()#+-.!|~>"

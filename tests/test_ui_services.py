@@ -216,6 +216,14 @@ def test_build_app_constructs_with_all_tabs(cat, two_animals):
     ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
     assert {"rosette-identity", "ingest-files", "ingest-import", "ingest-report", "catalogue-individuals",
             "catalogue-open", "catalogue-undo", "catalogue-history", "rosette-provenance"} <= ids
+    # every poll starts stopped and belongs to a tab: selecting that tab starts its own polls and stops the rest
+    timers = [b for b in demo.blocks.values() if isinstance(b, gr.Timer)]
+    assert len(timers) >= 5 and not any(t.active for t in timers)
+    from app.ui_base import tab_timers_switch
+
+    owners = ["jobs", "export", "population", "population"]
+    assert [u.active for u in tab_timers_switch("population", owners)] == [False, False, True, True]
+    assert [u.active for u in tab_timers_switch("match", owners)] == [False] * 4
 
 
 def test_a_broken_tab_becomes_an_error_tab(cat, monkeypatch):

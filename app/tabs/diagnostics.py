@@ -143,7 +143,7 @@ def build(ctx: UIContext) -> None:
                                       elem_id="diag-sens-table")
             gr.Markdown(ds.SENSITIVITY_HELP, elem_classes=["help-text"])
             sens_job = gr.State(None)
-            sens_timer = gr.Timer(SENSITIVITY_POLL_S)
+            sens_timer = ctx.tab_timer(SENSITIVITY_POLL_S)
 
     # ---------------------------------------------------------------------- handlers
 

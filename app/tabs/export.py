@@ -67,7 +67,7 @@ def _models(cat) -> list[str]:
 
 
 def build(ctx: UIContext) -> None:
-    timer = gr.Timer(2.0)  # one timer polls both background jobs
+    timer = ctx.tab_timer(2.0)  # one timer polls both background jobs
     _camtrap_block(ctx, timer)
     _kaggle_block(ctx, timer)
 

@@ -177,7 +177,7 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
 
 def build(ctx: UIContext) -> None:
     cat = ctx.catalogue
-    timer = gr.Timer(REFRESH_EVERY_S)
+    timer = ctx.tab_timer(REFRESH_EVERY_S)
     build_training(ctx, timer=timer)
     with gr.Row(equal_height=True):
         worker = gr.Markdown(worker_line(), elem_id="jobs-worker", elem_classes=["status-line"])

@@ -115,8 +115,8 @@ def build(ctx: UIContext) -> None:
 
     with gr.Accordion("Whose identities: as decided, confirmed, with identification uncertainty", open=False,
                       elem_id="pop-identities-panel"):
-        build_identities(ctx, species, days, first, last, gr.Timer(2.0))
+        build_identities(ctx, species, days, first, last, ctx.tab_timer(2.0))
     with gr.Accordion("Density (spatial capture-recapture)", open=False, elem_id="dens-panel"):
-        build_density(ctx, species, days, first, last, gr.Timer(2.0))
+        build_density(ctx, species, days, first, last, ctx.tab_timer(2.0))
     with gr.Accordion("Activity over the day", open=False, elem_id="act-panel"):
         build_activity(ctx, species)
