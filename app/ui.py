@@ -295,7 +295,7 @@ def build_app(cat: Catalogue, *, single_user: str | None = None) -> gr.Blocks:
         if ctx.timers:  # each tab's polls tick only while it is shown
             owners = [owner for owner, _ in ctx.timers]
             for name, tab in ctx.tabs.items():
-                tab.select(functools.partial(ui_base.tab_timers_switch, name, owners),
+                tab.select(ui_base.guarded_viewer(functools.partial(ui_base.tab_timers_switch, name, owners)),
                            outputs=[timer for _, timer in ctx.timers], queue=False, show_progress="hidden",
                            api_visibility="private")
         gr.Markdown(provenance_line(cat), elem_id="rosette-provenance", elem_classes=["provenance"])
