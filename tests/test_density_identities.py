@@ -29,7 +29,7 @@ from db.session import open_catalogue
 from jobs.actions import density as ds
 from jobs.requests.density import DensityRequest
 from tests.sim_study import simulate_study
-from tests.test_identities_study import MODEL, add_decisions
+from tests.test_identities_study import MODEL, add_decisions, rewrite_and_import
 
 FIGURES = ("D_per_100km2", "ci_low", "ci_high", "g0", "g0_ci", "sigma_m", "sigma_ci_m", "N_in_mask", "loglik",
            "n_animals", "n_detections")
@@ -46,17 +46,7 @@ def _import_study(root: Path, *, machine_share: float) -> Path:
     for r in rows:
         if rng.random() < machine_share:
             r.update(classificationMethod="machine", classificationProbability="0.5")
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=[*rows[0].keys(), "classificationMethod", "classificationProbability"],
-                           restval="")
-        w.writeheader()
-        w.writerows(rows)
-    cat = open_catalogue(root / "data")
-    try:
-        ingest_path(cat, sim.package, format="camtrap-dp", user="tester")
-    finally:
-        cat.close()
-    return root / "data"
+    return rewrite_and_import(root, sim, rows)
 
 
 @pytest.fixture(scope="module")

@@ -53,8 +53,15 @@ def write_uncertain_study(root: Path) -> tuple:
         elif kind == "human":
             r.update(classificationMethod="human")
         kinds.append(kind)
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=[*rows[0].keys(), "classificationMethod", "classificationProbability"])
+    return sim, kinds, rewrite_and_import(root, sim, rows)
+
+
+def rewrite_and_import(root: Path, sim, rows: list[dict[str, str]]) -> Path:
+    """``rows`` written back as the package's observations (with the classification columns) and the package
+    imported into ``root / "data"``; returns that data folder."""
+    with (root / "package" / "observations.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[*rows[0].keys(), "classificationMethod", "classificationProbability"],
+                           restval="")
         w.writeheader()
         w.writerows(rows)
     cat = open_catalogue(root / "data")
@@ -62,7 +69,7 @@ def write_uncertain_study(root: Path) -> tuple:
         ingest_path(cat, sim.package, format="camtrap-dp", user="tester")
     finally:
         cat.close()
-    return sim, kinds, root / "data"
+    return root / "data"
 
 
 def add_decisions(data_dir: Path) -> None:
