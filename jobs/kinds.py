@@ -16,7 +16,7 @@ from core.identify.spots.requests import KeypointsRequest, SpotEvaluationRequest
 from db.catalogue import CatalogueError
 from db.field.camtrapdp_export import export_package
 from db.identify.compare import compare
-from db.field.density import density_answer
+from db.density_identities import density_on_basis
 from db.identities import uncertain_answer
 from db.inspect.diagnostics import run_diagnose
 from db.inspect.embedding_map import compute_map
@@ -252,12 +252,23 @@ def camtrap_dp_export_job(cat: Catalogue, params: dict[str, Any], ctx: JobContex
     return {**done.to_dict(), "zip": zip_path}
 
 
-@register_job_kind("density")  # seconds to a minute or two, numpy only: never waits behind a training run
+@register_job_kind("density")  # seconds to a few minutes, numpy only: never waits behind a training run
 def density_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    """A density fit by spatial capture-recapture (the Population tab): params are a stored
-    :class:`jobs.requests.density.DensityRequest`; progress follows the fit's steps (the fit, the buffer check)."""
+    """A density fit by spatial capture-recapture on a basis of identities (the Population tab): params are a
+    stored :class:`jobs.requests.density.DensityRequest`; the same answer as ``rosette density`` on that request.
+    Progress follows the fit's steps (on ``uncertain``: the photos scored, the fit as decided, the draws); a cancel
+    stops before the next photo batch or draw and keeps nothing."""
     request = DensityRequest.from_dict(params)
-    return density_answer(cat, **request.fit_options(), progress=lambda f, m: ctx.progress(f, m))
+
+    def should_stop() -> bool:  # asked once per photo batch or per draw (a whole SCR fit): one query each is cheap
+        return ctx.cancelled()
+
+    try:
+        return density_on_basis(None if request.from_files else cat, **request.fit_options(),
+                                identities=request.identities, draws=request.draws, seed=request.seed,
+                                progress=ctx.progress, should_stop=should_stop)
+    except (ImputationCancelled, ExtractionCancelled):
+        raise JobCancelled() from None
 
 
 @register_job_kind("population_uncertain")  # one embedding pass (cached) and numpy draws: never waits for training

@@ -24,10 +24,14 @@ from core.field import identities as ids
 from core.field.density import fit_density
 from core.field.scr_simulate import grid_traps, simulate_study as simulate_scr
 from db import identities as db_ids
+from db.models import JobStatus
 from db.io.ingest import ingest_path
 from db.session import open_catalogue
 from jobs.actions import density as ds
+from jobs.context import JobContext
+from jobs.queue import get_job, request_cancel
 from jobs.requests.density import DensityRequest
+from jobs.worker import run_one
 from tests.sim_study import simulate_study
 from tests.test_identities_study import MODEL, add_decisions, rewrite_and_import
 
@@ -100,15 +104,11 @@ def test_uncertain_without_a_calibration_is_refused_naming_the_command(machine_i
     assert "--identities uncertain refused" in err and f"rosette calibration {MODEL}" in err
 
 
-def test_secr_files_and_the_background_job_take_decided_identities_only(machine_identified):
-    with pytest.raises(ValueError, match="secr's files do not say who identified each animal"):
-        DensityRequest(captures="c.txt", traps="t.txt", identities="confirmed")
-    cat = open_catalogue(machine_identified)
-    try:
-        with pytest.raises(ValueError, match="rosette density --identities uncertain"):
-            ds.queue_density(cat, DensityRequest(identities="uncertain"))
-    finally:
-        cat.close()
+def test_secr_files_take_decided_identities_only():
+    for basis in ("confirmed", "uncertain"):
+        with pytest.raises(ValueError, match="secr's files do not say who identified each animal"):
+            DensityRequest(captures="c.txt", traps="t.txt", identities=basis)
+    assert DensityRequest(captures="c.txt", traps="t.txt").identities == "decided"
 
 
 def _kept_or_new(cat, ident, **_) -> ids.ImputationInput:
@@ -152,6 +152,91 @@ def test_uncertain_carries_the_machine_identities_error_into_a_wider_interval(ma
     assert "draw mixture" in uncertain["combination_method"] and "split log-normal" in uncertain["combination_method"]
     text = ds.summary_text(uncertain)
     assert "With identification uncertainty" in text and f"{100 * share['D']:.0f}%" in text
+
+
+def test_the_tab_s_background_job_on_uncertain_identities_gives_the_foreground_answer(machine_identified,
+                                                                                     monkeypatch):
+    """The Population tab queues the fit with identification uncertainty: the job (run here in this process) gives
+    the figures ``rosette density --identities uncertain`` gives for the same request."""
+    monkeypatch.setattr(db_ids, "imputation_input", _kept_or_new)
+    request = DensityRequest(spacing_m=500, identities="uncertain", draws=3, seed=1)
+    cat = open_catalogue(machine_identified)
+    try:
+        foreground = ds.density_summary(cat, request)
+        job_id, words = ds.queue_density(cat, request)
+        assert f"job #{job_id} with identification uncertainty (3 draws, seed 1)" in words
+        assert run_one(cat, isolate=False) == job_id
+        answer, words = ds.density_status(cat, job_id)
+        assert words == "" and answer is not None
+    finally:
+        cat.close()
+    assert answer["identities"] == "uncertain" and answer["draws"] == 3 and answer["uncertain_units"] > 0
+    same = json.loads(json.dumps(foreground))  # the job's result is stored as JSON
+    keys = (*FIGURES, "estimates_decided", "share_from_identification", "provenance_counts", "animals_per_draw")
+    assert {k: answer[k] for k in keys} == {k: same[k] for k in keys}
+    assert ds.identity_rows(answer)[0][0] == "D (per 100 km²)"
+    assert ds.identity_lines(answer, table=False)[-1].startswith("3 draws of the identities (seed 1)")
+
+
+def test_a_cancel_during_the_draws_leaves_the_job_cancelled_with_nothing_stored(machine_identified, monkeypatch):
+    monkeypatch.setattr(db_ids, "imputation_input", _kept_or_new)
+    report = JobContext.progress
+
+    def cancel_at_the_first_draw(ctx, fraction, message=None):
+        report(ctx, fraction, message)
+        if message == "density draw 1 of 5":
+            request_cancel(ctx.cat, ctx.job_id, by="tester")
+
+    monkeypatch.setattr(JobContext, "progress", cancel_at_the_first_draw)
+    cat = open_catalogue(machine_identified)
+    try:
+        job_id, _ = ds.queue_density(cat, DensityRequest(spacing_m=500, identities="uncertain", draws=5))
+        assert run_one(cat, isolate=False) == job_id
+        job = get_job(cat, job_id)
+        assert job.status == JobStatus.cancelled and job.result is None and "tester" in job.message
+        answer, words = ds.density_status(cat, job_id)
+        assert answer is None and words == f"Density fit job #{job_id} cancelled: cancelled by tester"
+    finally:
+        cat.close()
+
+
+def test_the_density_section_fits_on_the_chosen_identities_and_shows_them_beside_decided(machine_identified,
+                                                                                         monkeypatch):
+    """The section through its handlers (no browser): the basis and draws go into the job, and the answer on
+    another basis than decided comes with the side-by-side table and where the identities come from."""
+    import gradio as gr
+
+    from app import ui_base
+    from app.tabs._density import build_density
+
+    monkeypatch.setattr(db_ids, "imputation_input", _kept_or_new)
+    cat = open_catalogue(machine_identified)
+    monkeypatch.setattr(ui_base, "_POLICY", ui_base.AccessPolicy(catalogue=cat, single_user="tester"))
+    try:
+        with gr.Blocks() as demo:  # the section alone, under a stand-in for the Population form
+            ctx = ui_base.UIContext(catalogue=cat, user=gr.State("tester"), version=gr.State(0), demo=demo)
+            build_density(ctx, gr.Dropdown([]), gr.Number(1), gr.Textbox(), gr.Textbox(), gr.Timer(active=False))
+        ids_shown = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
+        assert {"dens-identities-basis", "dens-draws", "dens-identities", "dens-provenance"} <= ids_shown
+        start = next(f.fn for f in demo.fns.values() if getattr(f, "api_name", None) == "density")
+        poll = next(f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "poll"
+                    and getattr(f.fn, "__module__", "") == "app.tabs._density")
+        # species, days, first, last, detector, curve, buffer, spacing, conditional, mask, identities, draws
+        out = start(None, "", 1, "", "", "proximity", "HN", "", "500", False, None, "uncertain", 2)
+        job_id = out[0]
+        assert "2 draws, seed 0" in out[3] and out[6]["visible"] is False
+        assert run_one(cat, isolate=False) == job_id
+        shown, answer, words, _, _, side, provenance, _, _ = poll(None, job_id, None)  # the guard takes the request
+        assert shown == job_id and answer["identities"] == "uncertain" and answer["draws"] == 2
+        assert "with identification uncertainty" in words
+        assert side["visible"] is True and list(side["value"].columns) == ds.SIDE_BY_SIDE_HEADERS
+        assert len(side["value"]) == 3 and "identified by a curator" in provenance and "2 draws" in provenance
+        out = start(None, "", 1, "", "", "proximity", "HN", "", "500", False, None, "decided", 2)
+        assert run_one(cat, isolate=False) == out[0]
+        *_, side, provenance, _, _ = poll(None, out[0], job_id)
+        assert side["visible"] is False and provenance == ""
+    finally:
+        cat.close()
 
 
 # --------------------------------------------------------------------------- the draws' machinery

@@ -1,7 +1,9 @@
 """The Population tab's density section and activity panel (built by :mod:`app.tabs.population` under its form).
 
-Density: spatial capture-recapture fitted as secr fits it to the study the form describes, by a background job
-(a fit and its buffer check take seconds to a minute): the estimates with what each assumes, a map of the
+Density: spatial capture-recapture fitted as secr fits it to the study the form describes, on a basis of identities
+(as decided, confirmed only, with identification uncertainty: the bases of the population's identities section), by
+a background job (a fit and its buffer check take seconds to a minute, each draw of the identities under a second):
+the estimates with what each assumes, on another basis than decided beside the estimates as decided, a map of the
 stations, mask and detections, the fitted detection curve and a report to download. Activity: each group's curve
 over the day (one detection per event) and the overlap of two species (or sexes) with its 95% interval.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
+from app.tabs._identities import BASES
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text, refreshed_choices
 from core.field.scr_data import DETECTOR_TYPES
 from core.field.scr_likelihood import DETECTION_FUNCTIONS
@@ -19,7 +22,7 @@ from jobs.actions import activity as act
 from jobs.actions import density as ds
 from jobs.actions import population as ps
 from jobs.actions.common import upload_path
-from jobs.requests.density import ActivityRequest, DensityRequest
+from jobs.requests.density import DEFAULT_DENSITY_DRAWS, ActivityRequest, DensityRequest
 
 DENSITY_HELP = """\
 **Density** (animals per 100 km²) by spatial capture-recapture, as secr fits it: each animal has a centre of
@@ -28,6 +31,10 @@ the one above (species, occasions, window); the cameras are placed by their coor
 *mask* is the area round the cameras where a detected animal's centre may lie: a *buffer* of about 4 times sigma
 (empty: 4 × the spread of the animals' detections), or your own habitat as a GeoJSON polygon or a CSV of x,y points
 in the same metres. The fit runs in the background and is checked by fitting again with twice the buffer.
+**Identities**: as decided (every assigned annotation as assigned), confirmed only (the curators'), or with
+identification uncertainty (the unreviewed and machine-identified annotations given an animal at random by the
+species' calibrated model, each of the *draws* fitted, under a second each); the last two are shown beside the
+density as decided.
 """
 ACTIVITY_HELP = """\
 **Activity over the day**: when the species is photographed, one time per event (a burst of photos counts once),
@@ -38,9 +45,26 @@ same pattern) is given three ways with a 95% interval from a smoothed bootstrap 
 SPLITS = [("the species as a whole", ""), ("each individual", "individual"), ("each sex", "sex")]
 
 
+def _side_by_side(answer) -> tuple:
+    """The estimates as decided beside the answer's basis, and where its identities come from: shown only when the
+    basis is another than decided (the estimates table above is then the basis's)."""
+    if not answer or answer.get("identities", "decided") == "decided":
+        return gr.update(visible=False, value=pd.DataFrame([], columns=ds.SIDE_BY_SIDE_HEADERS)), ""
+    headers = list(ds.SIDE_BY_SIDE_HEADERS)
+    if answer["identities"] == "confirmed":
+        headers[3] = "Confirmed only"
+    return (gr.update(visible=True, value=pd.DataFrame(ds.identity_rows(answer), columns=headers)),
+            markdown_text(" ".join(ds.identity_lines(answer, table=False))))
+
+
+def _no_results() -> tuple:
+    """Every shown result put away: the estimates, the basis, the side-by-side table, the charts, the report."""
+    return (pd.DataFrame([], columns=ds.ESTIMATE_HEADERS), "", *_side_by_side(None), None, None, None)
+
+
 def _density_outputs(answer) -> tuple:
     return (pd.DataFrame(ds.estimate_rows(answer), columns=ds.ESTIMATE_HEADERS), markdown_text(ds.basis_text(answer)),
-            ds.map_figure(answer), ds.curve_figure(answer))
+            *_side_by_side(answer), ds.map_figure(answer), ds.curve_figure(answer))
 
 
 def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: gr.Textbox, last: gr.Textbox,
@@ -59,6 +83,10 @@ def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
                              placeholder="64 points across", info="empty: 64 points across the mask")
         conditional = gr.Checkbox(value=False, label="Conditional likelihood (D derived)", elem_id="dens-cl", scale=1)
     with gr.Row(equal_height=True):
+        identities = gr.Radio(BASES, value="decided", label="Identities", elem_id="dens-identities-basis", scale=3)
+        draws = gr.Number(value=DEFAULT_DENSITY_DRAWS, minimum=1, maximum=10_000, precision=0, label="Draws",
+                          elem_id="dens-draws", scale=1, info="with identification uncertainty: a fit each")
+    with gr.Row(equal_height=True):
         mask = gr.File(label="Habitat (optional): GeoJSON polygon or CSV of x,y",
                        file_types=[".geojson", ".json", ".csv"], elem_id="dens-mask", scale=2)
         fit = gr.Button("Fit density", variant="primary", elem_id="dens-fit", scale=0, min_width=160)
@@ -70,6 +98,10 @@ def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
                              label="Density estimates (95% intervals)", elem_id="dens-estimates",
                              column_widths=["200px", "90px", "140px", "520px"])
     basis = gr.Markdown(elem_id="dens-basis", elem_classes=["status-line"])
+    provenance = gr.Markdown(elem_id="dens-provenance", elem_classes=["status-line"])
+    side = gr.Dataframe(headers=ds.SIDE_BY_SIDE_HEADERS, value=[], interactive=False, wrap=True, visible=False,
+                        label="Each estimate as decided and on the chosen identities (95% intervals)",
+                        elem_id="dens-identities")
     with gr.Row():
         density_map = gr.Plot(label="Stations, mask and detections", elem_id="dens-map")
         curve = gr.Plot(label="Detection curve", elem_id="dens-curve")
@@ -78,35 +110,37 @@ def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
         report_file = gr.File(label="Density report (Markdown)", interactive=False, elem_id="dens-report-file")
 
     @curator_action(role=Role.viewer)
-    def start(sp, n_days, d_from, d_to, det, fn, buf, space, cl, mask_file):
+    def start(sp, n_days, d_from, d_to, det, fn, buf, space, cl, mask_file, basis_of, n_draws):
         request = DensityRequest(species=sp or None, occasion_days=n_days if n_days is not None else 1.0,
                                  date_from=d_from or None, date_to=d_to or None, detector=det, detectfn=fn,
                                  buffer_m=buf, spacing_m=space, conditional=bool(cl),
-                                 mask=upload_path(mask_file) if mask_file else None)
+                                 mask=upload_path(mask_file) if mask_file else None,
+                                 identities=basis_of or "decided",
+                                 draws=n_draws if n_draws is not None else DEFAULT_DENSITY_DRAWS)
         job_id, words = ds.queue_density(cat, request)
-        return (job_id, None, None, markdown_text(words), pd.DataFrame([], columns=ds.ESTIMATE_HEADERS), "", None,
-                None, None)
+        return (job_id, None, None, markdown_text(words), *_no_results())
 
-    results = [estimates, basis, density_map, curve]
+    results = [estimates, basis, side, provenance, density_map, curve]
     outputs = [job, shown, answer_state, status, *results, report_file]
-    fit.click(start, inputs=[species, days, first, last, detector, detectfn, buffer, spacing, conditional, mask],
+    fit.click(start, inputs=[species, days, first, last, detector, detectfn, buffer, spacing, conditional, mask,
+                             identities, draws],
               outputs=outputs, api_name="density")
 
     def forget():
         """A changed form: the fit shown (or running) no longer answers it, so it is put away."""
-        return None, None, None, "", pd.DataFrame([], columns=ds.ESTIMATE_HEADERS), "", None, None, None
+        return None, None, None, "", *_no_results()
 
-    for field in (species, days, first, last, detector, detectfn, buffer, spacing, conditional):
+    for field in (species, days, first, last, detector, detectfn, buffer, spacing, conditional, identities, draws):
         field.input(guarded_viewer(forget), outputs=outputs, api_visibility="private", queue=False)
     mask.change(guarded_viewer(forget), outputs=outputs, api_visibility="private", queue=False)
 
     def poll(job_id, shown_id):
         if not job_id or job_id == shown_id:
-            return (gr.skip(),) * 7
+            return (gr.skip(),) * (3 + len(results))
         answer, words = ds.density_status(cat, job_id)
         if answer is None:
             finished = words.startswith(f"Density fit job #{job_id} failed") or " cancelled" in words
-            return (job_id if finished else gr.skip(), gr.skip(), markdown_text(words), *(gr.skip(),) * 4)
+            return (job_id if finished else gr.skip(), gr.skip(), markdown_text(words), *(gr.skip(),) * len(results))
         return (job_id, answer, markdown_text(f"Density fit job #{job_id} done: {answer['summary']}."),
                 *_density_outputs(answer))
 

@@ -4,38 +4,25 @@ stations in UTM metres as ``rosette export capthist`` writes them) or to secr's 
 
 ``density_summary`` (``rosette density``) fits in the foreground on a basis of identities (``decided``,
 ``confirmed`` or ``uncertain``: the identities nobody confirmed imputed as ``rosette population --identities
-uncertain`` imputes them, each draw fitted; :mod:`core.field.density_draws`); the Population tab queues the fit as a
-background job (``queue_density``, ``density_status``: a fit with its buffer check takes seconds to a minute) and
-draws the answer: the estimates with what each assumes, a map of the stations, mask and detections, the fitted
-detection curve, and a report to download (``write_density_report``).
+uncertain`` imputes them, each draw fitted; :mod:`db.density_identities`); the Population tab queues the same fit on
+any basis as a background job (``queue_density``, ``density_status``: a fit with its buffer check takes seconds to a
+minute, each draw under a second) and draws the answer: the estimates with what each assumes, a map of the
+stations, mask and detections, the fitted detection curve, and a report to download (``write_density_report``).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from core.field import capthist as ch
-from core.field import density_draws as dd
-from core.field import identities as ids
 from core.field.scr_errors import FitNotConverged
-from db import identities as db_ids
 from db.catalogue import CatalogueError
-from db.field.density import (
-    CatalogueDensityStudy,
-    annotation_stations,
-    catalogue_density_study,
-    density_answer,
-    density_answer_and_fit,
-    fit_answer,
-    summary_line,
-)
+from db.density_identities import density_on_basis
 from db.identities import NoCalibration  # noqa: F401 - re-exported: the screens refuse `uncertain` with its words
 from db.models import JobStatus
 from db.session import Catalogue
@@ -57,164 +44,38 @@ def density_summary(cat: Catalogue | None, request: DensityRequest, *,
                     progress: Callable[[float, str], None] | None = None,
                     should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The density answer for ``request`` on its basis of identities as a JSON-ready dict (``cat`` may be None for
-    secr files), with ``identities``, ``provenance_counts``, ``draws`` and ``share_from_identification``; on the
-    ``confirmed`` and ``uncertain`` bases ``estimates_decided`` holds the estimates as decided beside them. A fit
-    that does not converge is refused as a ``ValueError`` naming the start values tried, so every screen shows
-    it; ``uncertain`` without a calibrated model raises :class:`NoCalibration` naming the command that checks one;
+    secr files; :func:`db.density_identities.density_on_basis`, which the background job calls too). A fit that
+    does not converge is refused as a ``ValueError`` naming the start values tried, so every screen shows it;
+    ``uncertain`` without a calibrated model raises :class:`NoCalibration` naming the command that checks one;
     a stop raises :class:`core.field.identities.ImputationCancelled` with nothing kept."""
     try:
-        if request.from_files:
-            answer = density_answer(None, **request.fit_options(), progress=progress)
-            answer.update(identities="decided", provenance_counts=None, draws=0, share_from_identification={})
-            return answer
-        if cat is None:
-            raise ValueError("give secr's captures and traps files, or a catalogue to fit its study")
-        return _density_on_basis(cat, request, progress=progress or (lambda fraction, message: None),
-                                 should_stop=should_stop)
+        return density_on_basis(None if request.from_files else cat, **request.fit_options(),
+                                identities=request.identities, draws=request.draws, seed=request.seed,
+                                progress=progress, should_stop=should_stop)
     except FitNotConverged as exc:
         raise ValueError(str(exc)) from None
-
-
-def _decided_estimates(answer: Mapping[str, Any]) -> dict[str, Any]:
-    """The estimates of the answer as decided, shown beside another basis's."""
-    name = "lambda0" if "lambda0" in answer else "g0"
-    return {"D_per_100km2": answer["D_per_100km2"], "ci_low": answer["ci_low"], "ci_high": answer["ci_high"],
-            name: answer.get(name), f"{name}_ci": answer.get(f"{name}_ci"), "sigma_m": answer["sigma_m"],
-            "sigma_ci_m": answer["sigma_ci_m"], "n_animals": answer["n_animals"],
-            "n_detections": answer["n_detections"]}
-
-
-def _animal_names(names: Sequence[str]) -> tuple[str, ...]:
-    """Each individual's animal name in the draws: its secr token, as the captures as decided name it (so that a
-    draw with every identity fixed is that study exactly); two names with one token are told apart."""
-    tokens = [ch.secr_token(str(n)) for n in names]
-    if len(set(tokens)) == len(tokens):
-        return tuple(tokens)
-    return tuple(f"{t}~{k}" for k, t in enumerate(tokens))
-
-
-def _density_on_basis(cat: Catalogue, request: DensityRequest, *, progress: Callable[[float, str], None],
-                      should_stop: Callable[[], bool] | None) -> dict[str, Any]:
-    progress(0.0, "gathering the study's detections and stations")
-    prepared = catalogue_density_study(cat, species=request.species, occasion_days=request.occasion_days,
-                                       date_from=request.first_day, date_to=request.last_day)
-    ident = db_ids.identity_study(cat, prepared.population)
-    inp = None
-    if request.identities == "uncertain":  # refused here, before any fit, when there is no calibration
-        progress(0.01, "scoring the unreviewed and machine-identified annotations against the catalogue")
-        inp = db_ids.imputation_input(
-            cat, ident, should_cancel=should_stop,
-            progress=lambda done, total: progress(0.01 + 0.09 * done / max(total, 1), f"{done} of {total} photos"))
-    imputing = inp is not None and bool(inp.units)
-    start = 0.1 if request.identities == "uncertain" else 0.0  # the photos scored first
-    decided_span = 0.2 if imputing else 0.5 if request.identities == "confirmed" else 1.0 - start
-    answer, fit = density_answer_and_fit(cat, **request.fit_options(), prepared=prepared,
-                                         progress=lambda f, m: progress(start + decided_span * f, m))
-    answer.update(identities=request.identities, provenance_counts=ident.provenance_counts, draws=0,
-                  share_from_identification={})
-    if request.identities == "decided":
-        return answer
-    answer["estimates_decided"] = _decided_estimates(answer)
-    answer["notes"] = [*answer["notes"], *ident.notes]
-    stations = annotation_stations(cat, [d.annotation_id for d in ident.detections])
-    located = prepared.located
-    if request.identities == "confirmed":
-        rows = [(prepared.secr.session, ch.secr_token(d.individual), d.occasion + 1, stations[d.annotation_id])
-                for d in ident.detections
-                if d.provenance == db_ids.CURATOR and stations.get(d.annotation_id) in located]
-        if not rows:
-            raise ValueError(f"no {prepared.population.species} detection at a station with coordinates was "
-                             "identified by a curator: there is nothing to fit on confirmed identities; review some "
-                             "in Match review, or fit as decided")
-        confirmed, _ = fit_answer(rows, prepared.secr.traps, study=dict(prepared.study), notes=prepared.notes,
-                                  detector=request.detector, detectfn=request.detectfn,
-                                  buffer_m=answer["parameters"]["buffer_m"], spacing_m=request.spacing_m,
-                                  mask=request.mask, conditional=request.conditional,
-                                  progress=lambda f, m: progress(0.5 + 0.5 * f, f"confirmed identities: {m}"))
-        confirmed["parameters"]["buffer_default"] = answer["parameters"]["buffer_default"]
-        confirmed.update({k: answer[k] for k in ("identities", "provenance_counts", "draws",
-                                                 "share_from_identification", "estimates_decided")})
-        confirmed["notes"] = [*confirmed["notes"], *ident.notes,
-                              f"Confirmed: the {ident.provenance_counts['curator']} detection(s) a curator "
-                              "identified, on the buffer of the study as decided."]
-        return confirmed
-    assert inp is not None
-    if not imputing:
-        answer["share_from_identification"] = {n: 0.0 for n in ("D", fit.detection_name, "sigma")}
-        answer["notes"].append(f"No {prepared.population.species} annotation in the study is unreviewed or "
-                               "machine-identified: the density with identification uncertainty is the density as "
-                               "decided.")
-        return answer
-    return _with_draws(answer, fit, request, prepared, ident, inp, stations, progress=progress,
-                       should_stop=should_stop)
-
-
-def _with_draws(answer: dict[str, Any], fit: Any, request: DensityRequest, prepared: CatalogueDensityStudy,
-                ident: db_ids.IdentityStudy, inp: ids.ImputationInput, stations: Mapping[int, str], *,
-                progress: Callable[[float, str], None], should_stop: Callable[[], bool] | None) -> dict[str, Any]:
-    """The answer as decided with D, the detection parameter and sigma over the draws of the identities."""
-    located = prepared.located
-    occasion = {d.annotation_id: d.occasion + 1 for d in ident.detections}
-    where = {a: st for a, st in stations.items() if st in located}
-    detections = dd.DrawDetections(
-        session=prepared.secr.session,
-        fixed=tuple((ch.secr_token(d.individual), occasion[d.annotation_id], where[d.annotation_id])
-                    for d in ident.detections if d.provenance == db_ids.CURATOR and d.annotation_id in where),
-        units=tuple(tuple((occasion[a], where[a]) for a in u.annotation_ids if a in where) for u in inp.units),
-        individuals=_animal_names(inp.individuals))
-    labels = ids.sample_identities(inp, request.draws, np.random.default_rng(request.seed))
-    per = dd.fit_draws(detections, labels, prepared.secr.traps, mask=dd.mask_of(fit), detector=request.detector,
-                       detectfn=request.detectfn, conditional=request.conditional, start=dd.start_of(fit),
-                       should_stop=should_stop,
-                       progress=lambda d, n: progress(0.3 + 0.7 * d / n, f"density draw {d} of {n}"))
-    name = fit.detection_name
-    combined = dd.combine_density(per, detection_name=name)
-    d100 = combined["D"]
-    area_km2 = answer["mask"]["area_km2"]
-
-    def num(x: float) -> float | None:
-        return float(x) if math.isfinite(x) else None
-
-    out = dict(answer)
-    out.update({"D_per_100km2": num(d100.N), "D_per_km2": num(d100.N / 100), "D_per_ha": num(d100.N / 10_000),
-                "D_se_per_100km2": None, "ci_low": num(d100.ci_low), "ci_high": num(d100.ci_high),
-                name: num(combined[name].N), f"{name}_se": None,
-                f"{name}_ci": [num(combined[name].ci_low), num(combined[name].ci_high)],
-                "sigma_m": num(combined["sigma"].N), "sigma_se_m": None,
-                "sigma_ci_m": [num(combined["sigma"].ci_low), num(combined["sigma"].ci_high)],
-                "N_in_mask": {"estimate": num(d100.N * area_km2 / 100), "se": None,
-                              "lcl": num(d100.ci_low * area_km2 / 100), "ucl": num(d100.ci_high * area_km2 / 100)},
-                "draws": per.draws, "draws_used": d100.draws_used, "seed": request.seed,
-                "uncertain_units": len(inp.units), "combination_method": dd.DENSITY_COMBINE_METHOD,
-                "share_from_identification": {k: c.share_from_identification for k, c in combined.items()},
-                "animals_per_draw": {"min": int(per.animals.min()), "median": float(np.median(per.animals)),
-                                     "max": int(per.animals.max())},
-                "draws_started_from_previous": per.from_previous, "draw_seconds": round(per.seconds, 3)})
-    out["summary"] = summary_line(out) + " with identification uncertainty"
-    notes = [f"With identification uncertainty: {len(inp.units)} event(s) of unreviewed or machine-identified "
-             f"annotations imputed in {per.draws} draws (seed {request.seed}) as `rosette population --identities "
-             f"uncertain` imputes them; each draw's capture histories rebuilt and fitted on the mask of the study as "
-             f"decided; {dd.DENSITY_COMBINE_METHOD}.",
-             "The log-likelihood, AIC, map and buffer check are those of the study as decided."]
-    if per.failed:
-        notes.append(f"{per.failed} of {per.draws} draws gave no fit (or no interval) and are left out.")
-    out["notes"] = [*answer["notes"], *notes]
-    return out
 
 
 # --------------------------------------------------------------------------- in the background
 
 
 def queue_density(cat: Catalogue, request: DensityRequest) -> tuple[int, str]:
-    """Queue the fit as a background job (the Population tab); returns (job id, what the tab says). The request
-    was checked when it was made, so a bad one is refused before anything is queued. The background job fits the
-    identities as decided; another basis is refused rather than answered as decided."""
-    if request.identities != "decided":
-        raise ValueError(f"the background density fit uses the identities as decided; fit on {request.identities} "
-                         f"identities with `rosette density --identities {request.identities}`")
+    """Queue the fit as a background job (the Population tab) on the request's basis of identities; returns (job
+    id, what the tab says). The request was checked when it was made (secr's files on another basis than decided
+    among them), so a bad one is refused before anything is queued."""
     job_id = queue.submit(cat, DENSITY_JOB, request.to_dict())
-    return job_id, (f"Density fit queued as job #{job_id}. Its progress is shown here and in the Jobs tab; a fit "
-                    "with its buffer check takes from seconds to a minute or two.")
+    if request.identities == "uncertain":
+        what = f"with identification uncertainty ({request.draws} draws, seed {request.seed})"
+        steps = (f"the photos are scored, the study fitted as decided, then each of the {request.draws} draws of "
+                 "the identities is fitted, under a second each")
+    elif request.identities == "confirmed":
+        what = "on confirmed identities (the curators' only)"
+        steps = "the study is fitted as decided, then on the curators' detections alone: seconds to a few minutes"
+    else:
+        what = "on the identities as decided"
+        steps = "a fit with its buffer check takes from seconds to a minute or two"
+    return job_id, (f"Density fit queued as job #{job_id} {what}. Its progress is shown here and in the Jobs tab; "
+                    f"{steps}.")
 
 
 def latest_density_job(cat: Catalogue) -> int | None:
@@ -338,10 +199,13 @@ def identity_rows(answer: Mapping[str, Any]) -> list[list[str]]:
     return out
 
 
-def identity_lines(answer: Mapping[str, Any]) -> list[str]:
-    """Where the identities come from and, on the confirmed or uncertain basis, the estimates side by side."""
+def identity_lines(answer: Mapping[str, Any], *, table: bool = True) -> list[str]:
+    """Where the identities come from, on the confirmed or uncertain basis the estimates side by side as plain text
+    (``table``; a screen that draws :func:`identity_rows` as a table of its own leaves it out), and the draws."""
     lines = basis_table_lines(answer, headers=SIDE_BY_SIDE_HEADERS, confirmed_header="Confirmed only",
                               rows=identity_rows(answer) if answer["identities"] != "decided" else [])
+    if not table:
+        lines = lines[:1]
     if answer["identities"] == "uncertain" and answer.get("draws"):
         lines.append(f"{answer['draws']} draws of the identities (seed {answer['seed']}), {answer['draws_used']} "
                      "fitted; how they are combined is in the notes above.")
