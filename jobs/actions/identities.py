@@ -189,14 +189,6 @@ def basis_table_lines(answer: Mapping[str, Any], *, headers: Sequence[str], conf
     lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
     lines += ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
     return lines
-    headers = list(SIDE_BY_SIDE_HEADERS)
-    if summary["identities"] == "confirmed":
-        headers[3] = "Confirmed only: N"
-    rows = side_by_side_rows(summary)
-    widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
-    lines += ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)) for r in rows]
-    return lines
 
 
 def priority_rows(report: Mapping[str, Any]) -> list[list[str]]:
