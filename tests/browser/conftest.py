@@ -297,6 +297,12 @@ def choose(page, elem_id: str, text: str) -> None:
     page.get_by_role("option", name=re.compile(re.escape(text))).first.click()
 
 
+def shown_query_id(page) -> str | None:
+    """The photo id Match review's facts name, None when none is shown. One read in the page: a count and then a
+    second lookup could find the facts gone in between (the queue's end removes them) and wait for them in vain."""
+    return page.evaluate("() => document.querySelector('#match-facts .rz-facts')?.dataset.imageId ?? null")
+
+
 def settled_text(locator, *, timeout_s: float = 20.0) -> str:
     """The element's text once Gradio's pending overlay (a timer line such as ``0.3s``) has gone.
 

@@ -32,7 +32,7 @@ import pytest
 from PIL import Image as PILImage
 from sqlalchemy import select
 
-from tests.browser.conftest import choose, require_chromium, settled_text, start_rosette
+from tests.browser.conftest import choose, require_chromium, settled_text, shown_query_id, start_rosette
 from tests.browser.test_ingest_catalogue import upload
 from tests.browser.test_match_review import wait_for
 from tests.browser.test_review_ui_browser import _lines
@@ -288,11 +288,6 @@ def test_1_deployments_then_the_station_folder_zip_with_megadetector(season_serv
     assert len(linked) == 13 and all(dep == f"{name.split('/')[-2]}-2024" for name, dep in linked.items()), linked
 
 
-def _shown(page) -> str | None:
-    facts = page.locator("#match-facts .rz-facts")
-    return facts.get_attribute("data-image-id") if facts.count() else None
-
-
 def _open_in_review(page, annotation_id: int) -> None:
     """Pick the animal in "Open a photo". The picker's options are rebuilt while the queue moves on after a
     decision, so a pick that lands on a list being replaced is made again (at most three tries)."""
@@ -301,7 +296,7 @@ def _open_in_review(page, annotation_id: int) -> None:
     for attempt in range(3):
         try:
             choose(page, "match-open", f"#{annotation_id} ·")
-            wait_for(lambda: _shown(page) == str(annotation_id), timeout_s=TIMEOUT_MS / 1000,
+            wait_for(lambda: shown_query_id(page) == str(annotation_id), timeout_s=TIMEOUT_MS / 1000,
                      what=f"animal #{annotation_id} to be shown")
             return
         except (AssertionError, PlaywrightError):
@@ -347,7 +342,7 @@ def test_2_match_review_names_individuals_and_recaptures_them(season_server, pag
             expect(status).to_contain_text(f"animal #{annotation} is {name}", timeout=TIMEOUT_MS)
         wait_for(lambda: _individual_of(season_server, annotation) == name, timeout_s=30,
                  what=f"decision {n + 1} ({decision}) to be stored")
-        wait_for(lambda: _shown(page) != str(annotation), timeout_s=30, what="the queue to move on")
+        wait_for(lambda: shown_query_id(page) != str(annotation), timeout_s=30, what="the queue to move on")
     shot("6-review-done")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import choose, require_chromium, start_rosette
+from tests.browser.conftest import choose, require_chromium, shown_query_id, start_rosette
 from tests.browser.test_annotations_browser import BOX_A, BOX_B, _two_animals
 from tests.browser.test_match_review import wait_for
 from tests.conftest import DEMO_DIR
@@ -84,8 +84,8 @@ def review_server(tmp_path_factory):
 
 
 def _shown(page) -> int | None:
-    facts = page.locator("#match-facts .rz-facts")
-    return int(facts.get_attribute("data-image-id")) if facts.count() else None
+    shown = shown_query_id(page)
+    return int(shown) if shown is not None else None
 
 
 def _lines(page, selector: str) -> dict[str, int]:
