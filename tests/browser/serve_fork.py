@@ -25,10 +25,15 @@ import importlib  # noqa: E402
 import app.cli  # noqa: E402
 import app.ui  # noqa: E402,F401 - imported here so that every child finds it (and gradio) loaded
 
-# what opening a catalogue and building the app import lazily (alembic; torch and the backbones): imported, never
-# run, so the children fork from a process with no torch threads; a name that moved costs time, not correctness
+# what opening a catalogue, building the app and its first events import lazily (alembic; torch, timm and the
+# backbones; the ONNX export; plotly's figures; scikit-learn's calibration; statsmodels' intervals): about 2 s of
+# CPU per server. Imported, never run, so the children fork from a process with no torch threads; a name that
+# moved costs time, not correctness
 for _name in ("alembic.command", "alembic.runtime.migration", "core.identify.backbones.efficientnet",
-              "core.identify.backbones.trained", "core.identify.training", "db.identify.training"):
+              "core.identify.backbones.trained", "core.identify.training", "db.identify.training", "timm",
+              "torchvision", "torch.onnx", "onnx", "plotly.graph_objects", "plotly.io", "sklearn.linear_model",
+              "sklearn.metrics", "sklearn.model_selection", "sklearn.svm", "sklearn.pipeline", "sklearn.preprocessing",
+              "statsmodels.stats.proportion", "PIL.ImageDraw", "PIL.ImageFont"):
     try:
         importlib.import_module(_name)
     except ModuleNotFoundError:
