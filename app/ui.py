@@ -9,8 +9,9 @@ replaced by a tab showing the error, and the rest of the app still works.
 Cross-tab refresh is one shared ``gr.State`` counter, ``ctx.version``: a
 handler that changes the catalogue is chained with ``ctx.changed(event)``, and
 a tab that shows catalogue data registers its refresh with
-``ctx.on_refresh(fn, inputs, outputs)`` (runs on page load, whenever the
-version changes, and when the tab is selected).
+``ctx.on_refresh(fn, inputs, outputs)``: it runs while its tab is in sight (page
+load for the tab the page opens on, each change while the tab is shown, and
+its selection after a change or, by default, every selection).
 
 Handlers are wrapped with :func:`curator_action`: a ``CatalogueError`` or
 ``ValueError`` becomes a message box with its text, never a stack trace.
@@ -269,11 +270,14 @@ def build_app(cat: Catalogue, *, single_user: str | None = None) -> gr.Blocks:
                           js_on_load=STATUS_SWEEP_JS + ("" if single_user else _LOCK_TITLES_JS))
         user_state = gr.State(SessionUser())
         version = gr.State(0)
-        ctx = UIContext(catalogue=cat, user=user_state, version=version, demo=demo)
+        specs = discover_tabs()
+        landing = specs[0].name if specs else ""
+        ctx = UIContext(catalogue=cat, user=user_state, version=version, demo=demo, landing=landing,
+                        shown=gr.State(landing))
         demo.load(guarded_viewer(identity_line), outputs=[who], show_progress="hidden", api_visibility="private")
         # every tab in sight: a menu hid the last ones (People, Species) behind "..." on a laptop screen
         with gr.Tabs(elem_id="rosette-tabs", overflow_behavior="wrap"):
-            for spec in discover_tabs():
+            for spec in specs:
                 with gr.Tab(spec.title, id=spec.name, elem_id=f"tab-{spec.name}") as tab:
                     ctx.tab = tab
                     ctx.tabs[spec.name] = tab
@@ -292,12 +296,7 @@ def build_app(cat: Catalogue, *, single_user: str | None = None) -> gr.Blocks:
                     if failed is not None:
                         _error_panel(spec, f"{type(failed).__name__}: {failed}")
             ctx.tab = None
-        if ctx.timers:  # each tab's polls tick only while it is shown
-            owners = [owner for owner, _ in ctx.timers]
-            for name, tab in ctx.tabs.items():
-                tab.select(ui_base.guarded_viewer(functools.partial(ui_base.tab_timers_switch, name, owners)),
-                           outputs=[timer for _, timer in ctx.timers], queue=False, show_progress="hidden",
-                           api_visibility="private")
+        ctx.wire_tab_switches()  # polls and refreshes run for the tab in sight only
         gr.Markdown(provenance_line(cat), elem_id="rosette-provenance", elem_classes=["provenance"])
         locks = role_locks(demo)
         if locks and not single_user:  # a viewer sees the buttons that change things disabled, saying why

@@ -164,11 +164,11 @@ def refreshed_choices(choices: Sequence[Any], current: Any, *, values: Sequence[
     """A dropdown update for a refresh: new ``choices``, and the value cleared only when the current pick is gone.
 
     A refresh runs with the value the dropdown had when it was triggered; a pick made while it was in flight arrives
-    as ``None``, so ``None`` leaves the value alone instead of wiping that pick. ``values`` are the choices' values
+    as ``None`` (or ``""``, an empty box), so either leaves the value alone instead of wiping that pick. ``values`` are the choices' values
     (by default the second item of each ``(label, value)`` pair).
     """
     known = list(values) if values is not None else [c[1] if isinstance(c, tuple) else c for c in choices]
-    if current is None or current in known:
+    if current is None or current == "" or current in known:  # an empty pick has nothing to clear
         return gr.update(choices=list(choices))
     return gr.update(choices=list(choices), value=None)
 
@@ -187,7 +187,13 @@ def _bump(version: int | None) -> int:
 
 @dataclass
 class UIContext:
-    """What every tab gets: the catalogue, who is curating, and the shared refresh hooks."""
+    """What every tab gets: the catalogue, who is curating, and the shared refresh hooks.
+
+    A tab's refreshes run only while it is in sight: on page load for the tab the page opens on, after a catalogue
+    change while the tab is shown, and when the tab is selected after a change it has not shown yet. Each update of
+    a component costs the browser a walk over the whole page (Gradio's tree of some 600 components), so refreshing
+    every tab after every decision made each click cost seconds of CPU in the browser and the server for screens
+    nobody was looking at."""
 
     catalogue: Catalogue
     user: gr.State  # an input for every handler that records a change: arrives as the signed-in name
@@ -196,13 +202,22 @@ class UIContext:
     tab: gr.Tab | None = None  # the tab currently being built
     tabs: dict[str, gr.Tab] = field(default_factory=dict)
     timers: list[tuple[str, gr.Timer]] = field(default_factory=list)  # (owning tab's name, timer)
+    landing: str = ""  # the tab a page opens on
+    shown: gr.State | None = None  # the name of the tab in sight
+    #: per tab, the catalogue version it was shown at: set when the tab is selected and, while it is shown, when
+    #: the version changes (its refreshes that do not run on every selection follow it)
+    seen: dict[str, gr.State] = field(default_factory=dict)
+    #: per tab, the catalogue version while the tab is shown (its refreshes that also run on selection follow it)
+    live: dict[str, gr.State] = field(default_factory=dict)
+
+    def _owner(self) -> str:
+        return next((name for name, tab in self.tabs.items() if tab is self.tab), "")
 
     def tab_timer(self, seconds: float) -> gr.Timer:
         """A poll that ticks every ``seconds`` only while the tab being built is the one shown (see
         :func:`tab_timers_switch`): a timer left running polls the server from every open page all day."""
         timer = gr.Timer(seconds, active=False)
-        owner = next((name for name, tab in self.tabs.items() if tab is self.tab), "")
-        self.timers.append((owner, timer))
+        self.timers.append((self._owner(), timer))
         return timer
 
     def changed(self, event: Any) -> Any:
@@ -212,12 +227,51 @@ class UIContext:
 
     def on_refresh(self, fn: Callable[..., Any], inputs: Sequence[Any] | None = None,
                    outputs: Sequence[Any] | None = None, *, on_tab_select: bool = True) -> Any:
-        """Run ``fn`` on page load, after every catalogue change, and (by default) when this tab is selected."""
-        triggers = [self.demo.load, self.version.change]
-        if on_tab_select and self.tab is not None:
-            triggers.append(self.tab.select)
+        """Run ``fn`` when the tab being built comes into sight with a catalogue it has not shown (page load for
+        the landing tab, a selection after a change), after every catalogue change while it is shown, and (by
+        default) on every selection of the tab. Outside a tab: on page load and after every change."""
+        owner = self._owner() if self.tab is not None else ""
+        if not owner:
+            triggers = [self.demo.load, self.version.change]
+        else:
+            if owner not in self.seen:
+                self.seen[owner] = gr.State(0 if owner == self.landing else None)
+                self.live[owner] = gr.State(0 if owner == self.landing else None)
+            triggers = [self.tab.select, self.live[owner].change] if on_tab_select else [self.seen[owner].change]
+            if owner == self.landing:
+                triggers.insert(0, self.demo.load)
         return gr.on(triggers, guarded_viewer(fn), inputs=list(inputs or []), outputs=list(outputs or []),
                      show_progress="hidden", api_visibility="private")
+
+    def wire_tab_switches(self) -> None:
+        """After every tab is built: each selection records the tab shown, starts its timers and stops the others',
+        and marks the catalogue version it shows; a catalogue change reaches the refreshes of the tab shown only."""
+        # through the queue: Gradio tells the page which states changed (so their .change events fire) only there
+        owners = [owner for owner, _ in self.timers]
+        timers = [timer for _, timer in self.timers]
+        for name, tab in self.tabs.items():
+            states = [self.seen[name]] if name in self.seen else []
+            tab.select(guarded_viewer(functools.partial(tab_selected, name, owners, with_seen=bool(states))),
+                       inputs=[self.version], outputs=[self.shown, *timers, *states],
+                       show_progress="hidden", api_visibility="private")
+        names = list(self.seen)
+        if names:
+            self.version.change(guarded_viewer(functools.partial(version_reaches, names)),
+                                inputs=[self.version, self.shown],
+                                outputs=[*(self.live[n] for n in names), *(self.seen[n] for n in names)],
+                                show_progress="hidden", api_visibility="private")
+
+
+def tab_selected(shown: str, owners: Sequence[str], version: int | None, *, with_seen: bool) -> list[Any]:
+    """For the tab ``shown`` when it is selected: its name, its timers on and the others off, and (when it has
+    refreshes) the version it now shows."""
+    return [shown, *tab_timers_switch(shown, owners), *([version] if with_seen else [])]
+
+
+def version_reaches(names: Sequence[str], version: int | None, shown: str | None) -> list[Any]:
+    """A catalogue change: the new version for the tab shown (its live and seen states), nothing for the others."""
+    live = [version if n == shown else gr.skip() for n in names]
+    return [*live, *live]
 
 
 def tab_timers_switch(shown: str, owners: Sequence[str]) -> list[Any]:

@@ -11,6 +11,12 @@ def test_a_refresh_started_with_no_pick_leaves_the_value_alone():
     assert update["choices"] == [("#1 · photo", 1), ("#2 · photo", 2)] and "value" not in update
 
 
+def test_a_refresh_started_with_an_empty_box_leaves_the_value_alone():
+    # a link from another tab fills the picker while the tab's refresh, started with the box empty, is in flight
+    update = refreshed_choices([("#1 · photo", 1), ("#2 · photo", 2)], "")
+    assert update["choices"] == [("#1 · photo", 1), ("#2 · photo", 2)] and "value" not in update
+
+
 def test_a_pick_still_offered_is_kept_and_a_pick_gone_is_cleared():
     choices = [("#1", 1), ("#2", 2)]
     assert "value" not in refreshed_choices(choices, 2)

@@ -225,6 +225,18 @@ def test_build_app_constructs_with_all_tabs(cat, two_animals):
     owners = ["jobs", "export", "population", "population"]
     assert [u.active for u in tab_timers_switch("population", owners)] == [False, False, True, True]
     assert [u.active for u in tab_timers_switch("match", owners)] == [False] * 4
+    # refreshes run for the tab in sight: page load triggers none of another tab's, a catalogue change reaches the
+    # tab shown only, and a selection records the tab and the version it shows
+    from app.ui_base import tab_selected, version_reaches
+
+    config = demo.get_config_file()
+    on_load = [d for d in config["dependencies"] if any(event == "load" for _, event in d["targets"])]
+    assert len(on_load) == 1 and [demo.blocks[i].elem_id for i in on_load[0]["outputs"]] == ["rosette-identity"]
+    assert version_reaches(["match", "population"], 7, "population") == [gr.skip(), 7, gr.skip(), 7]
+    assert version_reaches(["match", "population"], 7, None) == [gr.skip()] * 4
+    selected = tab_selected("population", owners, 3, with_seen=True)
+    assert selected[0] == "population" and [u.active for u in selected[1:5]] == [False, False, True, True]
+    assert selected[5] == 3 and len(tab_selected("ingest", owners, 3, with_seen=False)) == 5
 
 
 def test_a_broken_tab_becomes_an_error_tab(cat, monkeypatch):
