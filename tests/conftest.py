@@ -35,6 +35,7 @@ def shared_nyala_present() -> bool:
     return (SHARED_NYALA_DIR / "manifest.csv").exists()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config, items) -> None:
     """Groups for ``pytest -n N --dist loadgroup``: each module stays on one worker, so its module-scoped catalogue
     is built once; every browser test shares one group, so one browser and one Rosette server run at a time (two

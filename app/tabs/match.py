@@ -255,8 +255,10 @@ def build(ctx: UIContext) -> None:
         pos = ordered.index(int(image_id)) if int(image_id) in ordered else -1
         where = f"Photo #{int(image_id)}, opened from the Population tab's review list. " + (
             words if pos >= 0 else "It is not in the review queue: what was decided on it shows under the photo.")
+        # the picker gets its choices with the value: the tab's own refresh of them may not have run yet
+        pick = gr.update(choices=ms.photo_choices(cat), value=int(image_id))
         return (ordered, max(pos, 0), *show(int(image_id), model_name, flank, show_outline, ordered, pos, progress),
-                int(image_id), where, None)
+                pick, where, None)
 
     @curator_action(role=Role.viewer)
     def on_reload(model_name, flank, show_outline, progress=gr.Progress()):
