@@ -9,6 +9,11 @@ from pathlib import Path
 
 import pytest
 
+try:  # pytest 9 keeps a test's id here (see pytest_collection_modifyitems)
+    from _pytest.nodeid import NodeId
+except ImportError:  # older pytest: xdist's own hook writes the group into the id
+    NodeId = None
+
 from tests.pg_cluster import create_database, throwaway_cluster
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -35,15 +40,20 @@ def shared_nyala_present() -> bool:
     return (SHARED_NYALA_DIR / "manifest.csv").exists()
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
     """Groups for ``pytest -n N --dist loadgroup``: each module stays on one worker, so its module-scoped catalogue
-    is built once; every browser test shares one group, so one browser and one Rosette server run at a time (two
-    browser modules at once on 2 cores slowed each other past their timeouts)."""
+    is built once and its tests run in order; every browser test shares one group, so one browser and one Rosette
+    server run at a time (two browser modules at once on 2 cores slowed each other past their timeouts).
+
+    xdist reads a group from the test's id (``path::name@group``), which its own hook writes into ``item._nodeid``;
+    pytest 9 keeps the id in ``item._id`` instead, so without the line below every test was scattered on its own."""
     for item in items:
         path = str(item.fspath).replace(os.sep, "/")
         group = "browser" if "/tests/browser/" in path else item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(group))
+        if NodeId is not None and config.getvalue("loadgroup") and "@" not in item.nodeid and hasattr(item, "_id"):
+            item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 def pytest_report_header(config) -> str:
