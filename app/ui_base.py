@@ -164,8 +164,8 @@ def refreshed_choices(choices: Sequence[Any], current: Any, *, values: Sequence[
     """A dropdown update for a refresh: new ``choices``, and the value cleared only when the current pick is gone.
 
     A refresh runs with the value the dropdown had when it was triggered; a pick made while it was in flight arrives
-    as ``None`` (or ``""``, an empty box), so either leaves the value alone instead of wiping that pick. ``values`` are the choices' values
-    (by default the second item of each ``(label, value)`` pair).
+    as ``None`` (or ``""``, an empty box), so either leaves the value alone instead of wiping that pick. ``values``
+    are the choices' values (by default the second item of each ``(label, value)`` pair).
     """
     known = list(values) if values is not None else [c[1] if isinstance(c, tuple) else c for c in choices]
     if current is None or current == "" or current in known:  # an empty pick has nothing to clear
