@@ -52,7 +52,8 @@ def pytest_collection_modifyitems(config, items) -> None:
         path = str(item.fspath).replace(os.sep, "/")
         group = "browser" if "/tests/browser/" in path else item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(group))
-        if NodeId is not None and config.getvalue("loadgroup") and "@" not in item.nodeid and hasattr(item, "_id"):
+        grouped = getattr(config.option, "loadgroup", False)  # set on xdist's workers only
+        if NodeId is not None and grouped and "@" not in item.nodeid and hasattr(item, "_id"):
             item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
