@@ -383,6 +383,8 @@ def test_4_population_estimate(season_server, page, shot):
     text = table.text_content()
     assert re.search(r"Mh-Chao\s+3\s", text), text
     expect(page.locator("#pop-histories")).to_contain_text("Nandi")
+    for plot in ("#pop-discovery", "#pop-frequencies"):  # plotly draws after the tables: a curator sees both
+        expect(page.locator(f"{plot} .main-svg").first).to_be_visible(timeout=TIMEOUT_MS)
     shot("8-population")
 
 
