@@ -33,8 +33,6 @@ from db.field.density import (
 )
 from db.session import Catalogue
 
-#: The bases of identities a density answers on.
-DENSITY_BASES = ("decided", "confirmed", "uncertain")
 Progress = Callable[[float, str], None]
 
 
@@ -52,8 +50,8 @@ def density_on_basis(cat: Catalogue | None, *, identities: str, draws: int, seed
     (``should_stop``, asked before each photo batch and each draw) raises
     :class:`core.field.identities.ImputationCancelled` or the scoring's
     :class:`core.identify.features.ExtractionCancelled`, with nothing kept."""
-    if identities not in DENSITY_BASES:
-        raise ValueError(f"identities {identities!r} unknown; use one of {', '.join(DENSITY_BASES)}")
+    if identities not in ids.BASES:
+        raise ValueError(f"identities {identities!r} unknown; use one of {', '.join(ids.BASES)}")
     report = progress or (lambda fraction, message: None)
     fit_options = {"species": species, "occasion_days": occasion_days, "date_from": date_from, "date_to": date_to,
                    "captures": captures, "traps": traps, "detector": detector, "detectfn": detectfn,

@@ -259,14 +259,8 @@ def density_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict
     Progress follows the fit's steps (on ``uncertain``: the photos scored, the fit as decided, the draws); a cancel
     stops before the next photo batch or draw and keeps nothing."""
     request = DensityRequest.from_dict(params)
-
-    def should_stop() -> bool:  # asked once per photo batch or per draw (a whole SCR fit): one query each is cheap
-        return ctx.cancelled()
-
-    try:
-        return density_on_basis(None if request.from_files else cat, **request.fit_options(),
-                                identities=request.identities, draws=request.draws, seed=request.seed,
-                                progress=ctx.progress, should_stop=should_stop)
+    try:  # the stop is asked once per photo batch or per draw (a whole SCR fit): one query each is cheap
+        return density_on_basis(cat, **request.fit_options(), progress=ctx.progress, should_stop=ctx.cancelled)
     except (ImputationCancelled, ExtractionCancelled):
         raise JobCancelled() from None
 

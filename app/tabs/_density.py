@@ -22,6 +22,7 @@ from jobs.actions import activity as act
 from jobs.actions import density as ds
 from jobs.actions import population as ps
 from jobs.actions.common import upload_path
+from jobs.actions.identities import basis_headers
 from jobs.requests.density import DEFAULT_DENSITY_DRAWS, ActivityRequest, DensityRequest
 
 DENSITY_HELP = """\
@@ -50,9 +51,7 @@ def _side_by_side(answer) -> tuple:
     basis is another than decided (the estimates table above is then the basis's)."""
     if not answer or answer.get("identities", "decided") == "decided":
         return gr.update(visible=False, value=pd.DataFrame([], columns=ds.SIDE_BY_SIDE_HEADERS)), ""
-    headers = list(ds.SIDE_BY_SIDE_HEADERS)
-    if answer["identities"] == "confirmed":
-        headers[3] = "Confirmed only"
+    headers = basis_headers(answer["identities"], ds.SIDE_BY_SIDE_HEADERS, confirmed_header=ds.CONFIRMED_HEADER)
     return (gr.update(visible=True, value=pd.DataFrame(ds.identity_rows(answer), columns=headers)),
             markdown_text(" ".join(ds.identity_lines(answer, table=False))))
 

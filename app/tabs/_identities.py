@@ -32,9 +32,8 @@ BASES = [("as decided", "decided"), ("confirmed only", "confirmed"), ("with iden
 
 
 def _side_by_side(summary) -> pd.DataFrame:
-    headers = list(ident.SIDE_BY_SIDE_HEADERS)
-    if summary["identities"] == "confirmed":
-        headers[3] = "Confirmed only: N"
+    headers = ident.basis_headers(summary["identities"], ident.SIDE_BY_SIDE_HEADERS,
+                                  confirmed_header=ident.CONFIRMED_HEADER)
     return pd.DataFrame(ident.side_by_side_rows(summary), columns=headers)
 
 

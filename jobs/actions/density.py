@@ -27,7 +27,7 @@ from db.identities import NoCalibration  # noqa: F401 - re-exported: the screens
 from db.models import JobStatus
 from db.session import Catalogue
 from jobs import queue
-from jobs.actions.identities import basis_table_lines
+from jobs.actions.identities import basis_table_lines, provenance_line
 from jobs.requests.density import DensityRequest
 
 #: The job kind of a density fit run in the background (jobs.kinds).
@@ -35,6 +35,8 @@ DENSITY_JOB = "density"
 ESTIMATE_HEADERS = ["Parameter", "Estimate", "95% interval", "What it assumes"]
 SIDE_BY_SIDE_HEADERS = ["Parameter", "As decided", "95% interval", "With identification uncertainty",
                         "95% interval", "Share from identification"]
+#: The fourth column's header of the side-by-side table on the confirmed basis.
+CONFIRMED_HEADER = "Confirmed only"
 DETECTION_CURVES = {"HN": "half-normal", "HHN": "hazard half-normal", "EX": "exponential"}
 #: The fields of the JSON answer a report or a CLI reader gets (the map's points are left to the picture).
 DRAWING_KEYS = ("mask_xy", "curve", "stations", "animals")
@@ -49,9 +51,7 @@ def density_summary(cat: Catalogue | None, request: DensityRequest, *,
     ``uncertain`` without a calibrated model raises :class:`NoCalibration` naming the command that checks one;
     a stop raises :class:`core.field.identities.ImputationCancelled` with nothing kept."""
     try:
-        return density_on_basis(None if request.from_files else cat, **request.fit_options(),
-                                identities=request.identities, draws=request.draws, seed=request.seed,
-                                progress=progress, should_stop=should_stop)
+        return density_on_basis(cat, **request.fit_options(), progress=progress, should_stop=should_stop)
     except FitNotConverged as exc:
         raise ValueError(str(exc)) from None
 
@@ -202,10 +202,11 @@ def identity_rows(answer: Mapping[str, Any]) -> list[list[str]]:
 def identity_lines(answer: Mapping[str, Any], *, table: bool = True) -> list[str]:
     """Where the identities come from, on the confirmed or uncertain basis the estimates side by side as plain text
     (``table``; a screen that draws :func:`identity_rows` as a table of its own leaves it out), and the draws."""
-    lines = basis_table_lines(answer, headers=SIDE_BY_SIDE_HEADERS, confirmed_header="Confirmed only",
-                              rows=identity_rows(answer) if answer["identities"] != "decided" else [])
-    if not table:
-        lines = lines[:1]
+    if not table or answer["identities"] == "decided":
+        lines = [provenance_line(answer)]
+    else:
+        lines = basis_table_lines(answer, headers=SIDE_BY_SIDE_HEADERS, confirmed_header=CONFIRMED_HEADER,
+                                  rows=identity_rows(answer))
     if answer["identities"] == "uncertain" and answer.get("draws"):
         lines.append(f"{answer['draws']} draws of the identities (seed {answer['seed']}), {answer['draws_used']} "
                      "fitted; how they are combined is in the notes above.")

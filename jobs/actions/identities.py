@@ -29,6 +29,8 @@ BASIS_WORDS = {"decided": "as decided (every assigned annotation as assigned)",
                "uncertain": "with identification uncertainty"}
 SIDE_BY_SIDE_HEADERS = ["Model", "As decided: N", "95% interval", "With identification uncertainty: N",
                         "95% interval", "Share from identification"]
+#: The fourth column's header of the side-by-side table on the confirmed basis.
+CONFIRMED_HEADER = "Confirmed only: N"
 PRIORITY_HEADERS = ["Annotation(s)", "Provenance", "Occasion(s)", "Expected narrowing (animals)",
                     "Most likely", "Probability", "New animal"]
 
@@ -169,22 +171,33 @@ def side_by_side_rows(summary: Mapping[str, Any]) -> list[list[str]]:
 
 def basis_lines(summary: Mapping[str, Any]) -> list[str]:
     """The CLI's words on the basis: where the identities come from and the estimates side by side."""
-    return basis_table_lines(summary, headers=SIDE_BY_SIDE_HEADERS, confirmed_header="Confirmed only: N",
+    return basis_table_lines(summary, headers=SIDE_BY_SIDE_HEADERS, confirmed_header=CONFIRMED_HEADER,
                              rows=side_by_side_rows(summary) if summary["identities"] != "decided" else [])
+
+
+def provenance_line(answer: Mapping[str, Any]) -> str:
+    """Where the identities of a population or density answer come from, in one sentence."""
+    c = answer["provenance_counts"]
+    return (f"Identities {BASIS_WORDS[answer['identities']]}: {c['curator']} detection(s) identified by a curator, "
+            f"{c['machine']} by a machine, {c['unreviewed']} unreviewed.")
+
+
+def basis_headers(identities: str, headers: Sequence[str], *, confirmed_header: str) -> list[str]:
+    """A side-by-side table's headers for the basis: its fourth column names the confirmed basis when it is that."""
+    out = list(headers)
+    if identities == "confirmed":
+        out[3] = confirmed_header
+    return out
 
 
 def basis_table_lines(answer: Mapping[str, Any], *, headers: Sequence[str], confirmed_header: str,
                       rows: list[list[str]]) -> list[str]:
     """Where the identities come from, then (on the confirmed or uncertain basis) ``rows`` as a plain-text table:
     the words the population and density commands share."""
-    c = answer["provenance_counts"]
-    lines = [f"Identities {BASIS_WORDS[answer['identities']]}: {c['curator']} detection(s) identified by a "
-             f"curator, {c['machine']} by a machine, {c['unreviewed']} unreviewed."]
+    lines = [provenance_line(answer)]
     if answer["identities"] == "decided":
         return lines
-    headers = list(headers)
-    if answer["identities"] == "confirmed":
-        headers[3] = confirmed_header
+    headers = basis_headers(answer["identities"], headers, confirmed_header=confirmed_header)
     widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
     lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
     lines += ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]

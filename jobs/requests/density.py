@@ -106,12 +106,13 @@ class DensityRequest(PopulationRequest):
         return self.captures is not None
 
     def fit_options(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`db.field.density.density_answer` (the fit as decided; the basis of
-        identities is :func:`jobs.actions.density.density_summary`'s)."""
+        """The keyword arguments of :func:`db.density_identities.density_on_basis`: the fit's, and the basis of
+        identities with its draws (the command and the background job fit the same request the same way)."""
         return {"species": self.species, "occasion_days": self.occasion_days, "date_from": self.first_day,
                 "date_to": self.last_day, "captures": self.captures, "traps": self.traps, "detector": self.detector,
                 "detectfn": self.detectfn, "buffer_m": self.buffer_m, "spacing_m": self.spacing_m,
-                "mask": self.mask, "conditional": self.conditional}
+                "mask": self.mask, "conditional": self.conditional, "identities": self.identities,
+                "draws": self.draws, "seed": self.seed}
 
 
 @dataclass(frozen=True)
