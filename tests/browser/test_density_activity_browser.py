@@ -1,6 +1,7 @@
 """The Population tab's density section and activity panel in a real browser, on the simulated jaguar study
 (tests/sim_study.py, one catchability for every animal) with 15 ocelot photos added: fit the density in the
-background and see its estimates, map, detection curve and report; then the jaguars' activity against the
+background and see its estimates, map, detection curve and report, then on the curators' identities beside the
+estimates as decided; then the jaguars' activity against the
 ocelots', with the overlap and its interval; a changed occasion length puts the density away."""
 
 from __future__ import annotations
@@ -83,6 +84,20 @@ def test_density_and_activity_panels(server, page, shot):
     shot("density")
     page.locator("#dens-report").click()
     expect(page.locator("#dens-report-file")).to_contain_text(".md", timeout=TIMEOUT_MS)
+    expect(page.locator("#dens-identities")).to_be_hidden()  # as decided: no second column to show
+
+    # the same study on the curators' identities only: each estimate as decided beside it, and their provenance
+    page.locator("#dens-identities-basis").get_by_text("confirmed only", exact=True).click()
+    expect(status).not_to_contain_text("done: D = ", timeout=TIMEOUT_MS)  # the fit shown answered another basis
+    page.locator("#dens-fit").click()
+    expect(status).to_contain_text("on confirmed identities", timeout=TIMEOUT_MS)
+    side = page.locator("#dens-identities")
+    expect(side).to_contain_text("Confirmed only", timeout=FIT_TIMEOUT_MS)
+    for words in ("As decided", "D (per 100 km²)", "sigma (m)"):
+        expect(side).to_contain_text(words)
+    expect(page.locator("#dens-provenance")).to_contain_text("detection(s) identified by a curator")
+    expect(status).to_contain_text("done: D = ")
+    shot("density-confirmed")
 
     page.locator("#act-panel").get_by_text("Activity over the day").first.click()
     _choose(page, "#act-species-b", OCELOT)
