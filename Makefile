@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.rosette-installed
 HOST   ?= 127.0.0.1
 PORT   ?= 7860
 SERVE_ARGS ?=
-# pytest-xdist workers for `make test`: two on 2 cores (14 min 36 s and 13 min 56 s on fresh clones, 23-28 min in one
+# pytest-xdist workers for `make test`: two on 2 cores (14-15.5 min on fresh clones, against 23-28 min in one
 # process). Each module stays on one worker and every browser test shares one group (tests/conftest.py), so one
 # browser and one Rosette server run at a time beside the other worker's modules. TEST_WORKERS=0 runs everything
 # in one process; TEST_WORKERS=auto on a machine with more cores.
