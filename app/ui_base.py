@@ -216,7 +216,9 @@ class UIContext:
     def tab_timer(self, seconds: float) -> gr.Timer:
         """A poll that ticks every ``seconds`` only while the tab being built is the one shown (see
         :func:`tab_timers_switch`): a timer left running polls the server from every open page all day."""
-        timer = gr.Timer(seconds, active=False)
+        # rendered outside the tabs by wire_tab_switches: the page mounts a tab's components only when the tab is
+        # first shown, and an update (active=True) reaching a timer not yet mounted is lost
+        timer = gr.Timer(seconds, active=False, render=False)
         self.timers.append((self._owner(), timer))
         return timer
 
@@ -249,6 +251,8 @@ class UIContext:
         # through the queue: Gradio tells the page which states changed (so their .change events fire) only there
         owners = [owner for owner, _ in self.timers]
         timers = [timer for _, timer in self.timers]
+        for timer in timers:
+            timer.render()
         for name, tab in self.tabs.items():
             states = [self.seen[name]] if name in self.seen else []
             tab.select(guarded_viewer(functools.partial(tab_selected, name, owners, with_seen=bool(states))),

@@ -220,6 +220,20 @@ def test_build_app_constructs_with_all_tabs(cat, two_animals):
     # every poll starts stopped and belongs to a tab: selecting that tab starts its own polls and stops the rest
     timers = [b for b in demo.blocks.values() if isinstance(b, gr.Timer)]
     assert len(timers) >= 5 and not any(t.active for t in timers)
+    # ... and sits outside every tab: the page mounts a tab's components when the tab is first shown, so a start
+    # sent to a timer inside it as the tab opens could arrive before the timer exists and be lost
+    config = demo.get_config_file()
+
+    def inside_tabs(node, in_tab=False):
+        here = in_tab or isinstance(demo.blocks.get(node["id"]), gr.Tab)
+        found = {node["id"]} if here else set()
+        for child in node.get("children", []):
+            found |= inside_tabs(child, here)
+        return found
+
+    in_tabs = inside_tabs(config["layout"])
+    assert {"ingest-files", "dens-draws"} <= {demo.blocks[i].elem_id for i in in_tabs}
+    assert not in_tabs & {t._id for t in timers}
     from app.ui_base import tab_timers_switch
 
     owners = ["jobs", "export", "population", "population"]
@@ -229,7 +243,6 @@ def test_build_app_constructs_with_all_tabs(cat, two_animals):
     # tab shown only, and a selection records the tab and the version it shows
     from app.ui_base import tab_selected, version_reaches
 
-    config = demo.get_config_file()
     on_load = [d for d in config["dependencies"] if any(event == "load" for _, event in d["targets"])]
     assert len(on_load) == 1 and [demo.blocks[i].elem_id for i in on_load[0]["outputs"]] == ["rosette-identity"]
     assert version_reaches(["match", "population"], 7, "population") == [gr.skip(), 7, gr.skip(), 7]
