@@ -185,6 +185,10 @@ def _bump(version: int | None) -> int:
     return (version or 0) + 1
 
 
+def _poll_on() -> gr.Timer:
+    return gr.Timer(active=True)
+
+
 @dataclass
 class UIContext:
     """What every tab gets: the catalogue, who is curating, and the shared refresh hooks.
@@ -221,6 +225,12 @@ class UIContext:
         timer = gr.Timer(seconds, active=False, render=False)
         self.timers.append((self._owner(), timer))
         return timer
+
+    def polls_after(self, event: Any, timer: gr.Timer) -> Any:
+        """Chain after ``event`` (an action that queues a job): the poll that shows the job's progress runs. The
+        tab's selection started it already; a queued job starting its own poll does not depend on that update."""
+        return event.success(guarded_viewer(_poll_on), outputs=timer, show_progress="hidden",
+                             api_visibility="private")
 
     def changed(self, event: Any) -> Any:
         """Chain after ``event``: when it succeeds, tell every tab the catalogue changed."""

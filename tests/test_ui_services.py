@@ -234,6 +234,13 @@ def test_build_app_constructs_with_all_tabs(cat, two_animals):
     in_tabs = inside_tabs(config["layout"])
     assert {"ingest-files", "dens-draws"} <= {demo.blocks[i].elem_id for i in in_tabs}
     assert not in_tabs & {t._id for t in timers}
+    # an action that queues a job starts the poll that shows its progress
+    deps = {d["id"]: d for d in config["dependencies"]}
+    timer_ids = {t._id for t in timers}
+    starts_poll = {deps[d["trigger_after"]]["api_name"] for d in deps.values()
+                   if d.get("trigger_after") is not None and d["trigger_only_on_success"]
+                   and d["outputs"] and set(d["outputs"]) <= timer_ids}
+    assert {"export_camtrap_dp", "density", "population_identities", "run_sensitivity", "train_model"} <= starts_poll
     from app.ui_base import tab_timers_switch
 
     owners = ["jobs", "export", "population", "population"]

@@ -121,9 +121,9 @@ def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
 
     results = [estimates, basis, side, provenance, density_map, curve]
     outputs = [job, shown, answer_state, status, *results, report_file]
-    fit.click(start, inputs=[species, days, first, last, detector, detectfn, buffer, spacing, conditional, mask,
-                             identities, draws],
-              outputs=outputs, api_name="density")
+    ctx.polls_after(fit.click(start, inputs=[species, days, first, last, detector, detectfn, buffer, spacing,
+                                             conditional, mask, identities, draws],
+                              outputs=outputs, api_name="density"), timer)
 
     def forget():
         """A changed form: the fit shown (or running) no longer answers it, so it is put away."""

@@ -103,8 +103,8 @@ def build_identities(ctx: UIContext, species: gr.Dropdown, days: gr.Number, firs
                 markdown_text(ident.provenance_text(decided)), pd.DataFrame([], columns=ident.SIDE_BY_SIDE_HEADERS),
                 pd.DataFrame([], columns=ident.PRIORITY_HEADERS))
 
-    compute.click(start, inputs=[species, days, first, last, basis, draws, seed], outputs=outputs,
-                  api_name="population_identities")
+    ctx.polls_after(compute.click(start, inputs=[species, days, first, last, basis, draws, seed], outputs=outputs,
+                                  api_name="population_identities"), timer)
 
     @curator_action(role=Role.viewer)
     def stop(job_id, user):

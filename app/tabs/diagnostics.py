@@ -240,8 +240,9 @@ def build(ctx: UIContext) -> None:
         job_id, message = ds.submit_sensitivity(cat, request)
         return job_id, message
 
-    sens_button.click(sens_launch, inputs=[sens_backbone, sens_benchmark, sens_seed, sens_mask, ctx.user],
-                      outputs=[sens_job, sens_status], api_name="run_sensitivity")
+    ctx.polls_after(sens_button.click(sens_launch, inputs=[sens_backbone, sens_benchmark, sens_seed, sens_mask,
+                                                           ctx.user],
+                                      outputs=[sens_job, sens_status], api_name="run_sensitivity"), sens_timer)
 
     def sens_poll(job_id):
         if not job_id:

@@ -94,8 +94,9 @@ def _camtrap_block(ctx: UIContext, timer: gr.Timer) -> None:
             user=user, zip=True, title=title, sampling_design=design, include_media=with_media, people=people))
         return jid, markdown_text(message), None
 
-    camtrap_run.click(write_camtrap, [camtrap_title, camtrap_design, camtrap_media, camtrap_people, ctx.user],
-                      [camtrap_job, camtrap_status, camtrap_file], api_name="export_camtrap_dp")
+    ctx.polls_after(camtrap_run.click(write_camtrap,
+                                      [camtrap_title, camtrap_design, camtrap_media, camtrap_people, ctx.user],
+                                      [camtrap_job, camtrap_status, camtrap_file], api_name="export_camtrap_dp"), timer)
 
     def camtrap_poll(jid):
         if not jid:
@@ -140,7 +141,8 @@ def _kaggle_block(ctx: UIContext, timer: gr.Timer) -> None:
         jid, msg = es.submit_kaggle_export(cat, asked)
         return jid, msg, None
 
-    run.click(start, [test_csv, images_zip, images_dir, model, variant, ctx.user], [job_id, status, result])
+    ctx.polls_after(run.click(start, [test_csv, images_zip, images_dir, model, variant, ctx.user],
+                              [job_id, status, result]), timer)
     def poll(jid):
         return es.export_status(cat, jid) if jid else (gr.skip(), gr.skip())
 

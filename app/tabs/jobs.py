@@ -164,8 +164,9 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
 
     ctx.on_refresh(refresh_form, outputs=[training_set])
     ctx.on_refresh(show, outputs=outputs)
-    train_button.click(start, inputs=[ctx.user, backbone, head, blocks, training_set, epochs, device, sampler],
-                       outputs=[train_status, *outputs], api_name="train_model")
+    ctx.polls_after(train_button.click(start, inputs=[ctx.user, backbone, head, blocks, training_set, epochs, device,
+                                                      sampler],
+                                       outputs=[train_status, *outputs], api_name="train_model"), timer)
     run.input(guarded_viewer(show), inputs=[run], outputs=outputs, api_visibility="private")
     cancel_run.click(curator_action(lambda j, u: act("cancel", j, u), role=Role.admin), inputs=[run, ctx.user],
                      outputs=[train_status, *outputs], api_visibility="private")
