@@ -135,6 +135,9 @@ def test_upload_with_manifest_then_browse_rename_and_undo(rosette_server, page, 
     page.locator("#catalogue-undo").click()
     expect(page.locator("#catalogue-status")).to_contain_text(f"Undone: renamed {bela} to Bela Elsewhere.",
                                                              timeout=TIMEOUT_MS)
+    # the refresh after the undo has landed (it also writes the name box: a fill before it would be overwritten)
+    expect(page.locator("#catalogue-history")).to_contain_text(f"renamed {bela} to Bela Elsewhere (undone)",
+                                                              timeout=TIMEOUT_MS)
 
     # --- the whole catalogue as CSV and sheets, downloadable
     page.locator("#catalogue-export").click()
