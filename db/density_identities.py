@@ -138,8 +138,9 @@ def _confirmed(answer: dict[str, Any], prepared: CatalogueDensityStudy, ident: d
     confirmed.update({k: answer[k] for k in ("identities", "provenance_counts", "draws",
                                              "share_from_identification", "estimates_decided")})
     confirmed["notes"] = [*confirmed["notes"], *ident.notes,
-                          f"Confirmed: the {ident.provenance_counts['curator']} detection(s) a curator "
-                          "identified, on the buffer of the study as decided."]
+                          f"Confirmed: the {ident.provenance_counts['curator']} annotation(s) whose animal a "
+                          "curator identified (an animal's annotations at one station on one occasion are one "
+                          "detection), on the buffer of the study as decided."]
     return confirmed
 
 

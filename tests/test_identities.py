@@ -166,7 +166,7 @@ def test_the_basis_words_name_the_provenance_and_line_up_the_side_by_side_table(
     counts = {"curator": 7, "machine": 2, "unreviewed": 3}
     decided = basis_table_lines({"identities": "decided", "provenance_counts": counts}, headers=SIDE_BY_SIDE_HEADERS,
                                 confirmed_header="Confirmed only: N", rows=[["M0", "12"] + [""] * 4])
-    assert decided == ["Identities as decided (every assigned annotation as assigned): 7 detection(s) identified by "
+    assert decided == ["Identities as decided (every assigned annotation as assigned): 7 annotation(s) identified by "
                        "a curator, 2 by a machine, 3 unreviewed."]
     rows = [["M0", "12", "10–15", "11", "9–16", "40%"], ["Mh-Chao", "14", "11–22", "13", "10–25", "35%"]]
     lines = basis_table_lines({"identities": "confirmed", "provenance_counts": counts}, headers=SIDE_BY_SIDE_HEADERS,

@@ -56,8 +56,9 @@ def population_on_basis(cat: Catalogue, request: PopulationIdentitiesRequest, *,
     summary["notes"] = [*summary["notes"], *ident.notes]
     if request.identities == "confirmed":
         summary["estimates"] = [_estimate_dict(e) for e in confirmed_estimates(ident)]
-        summary["notes"].append(f"Confirmed: the {ident.provenance_counts['curator']} detection(s) a curator "
-                                "identified; the capture histories and frequencies shown are those as decided.")
+        summary["notes"].append(f"Confirmed: the {ident.provenance_counts['curator']} annotation(s) whose animal a "
+                                "curator identified (an animal's annotations on one occasion count once); the "
+                                "capture histories and frequencies shown are those as decided.")
     elif request.identities == "uncertain":
         answer = uncertain_answer(cat, species=request.species, occasion_days=request.occasion_days,
                                   date_from=request.first_day, date_to=request.last_day, draws=request.draws,
@@ -178,8 +179,8 @@ def basis_lines(summary: Mapping[str, Any]) -> list[str]:
 def provenance_line(answer: Mapping[str, Any]) -> str:
     """Where the identities of a population or density answer come from, in one sentence."""
     c = answer["provenance_counts"]
-    return (f"Identities {BASIS_WORDS[answer['identities']]}: {c['curator']} detection(s) identified by a curator, "
-            f"{c['machine']} by a machine, {c['unreviewed']} unreviewed.")
+    return (f"Identities {BASIS_WORDS[answer['identities']]}: {c['curator']} annotation(s) identified by a "
+            f"curator, {c['machine']} by a machine, {c['unreviewed']} unreviewed.")
 
 
 def basis_headers(identities: str, headers: Sequence[str], *, confirmed_header: str) -> list[str]:
@@ -213,7 +214,7 @@ def priority_rows(report: Mapping[str, Any]) -> list[list[str]]:
 
 
 def provenance_text(summary: Mapping[str, Any]) -> str:
-    """One sentence: how many detections each kind of identity has."""
+    """One sentence: how many annotations each kind of identity has."""
     c = summary["provenance_counts"]
-    return (f"Identities: {c['curator']} detection(s) identified by a curator, {c['machine']} by a machine, "
+    return (f"Identities: {c['curator']} annotation(s) identified by a curator, {c['machine']} by a machine, "
             f"{c['unreviewed']} unreviewed.")

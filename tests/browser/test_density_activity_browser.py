@@ -95,7 +95,7 @@ def test_density_and_activity_panels(server, page, shot):
     expect(side).to_contain_text("Confirmed only", timeout=FIT_TIMEOUT_MS)
     for words in ("As decided", "D (per 100 km²)", "sigma (m)"):
         expect(side).to_contain_text(words)
-    expect(page.locator("#dens-provenance")).to_contain_text("detection(s) identified by a curator")
+    expect(page.locator("#dens-provenance")).to_contain_text("annotation(s) identified by a curator")
     expect(status).to_contain_text("done: D = ")
     shot("density-confirmed")
 
