@@ -221,7 +221,7 @@ class UIContext:
         """A poll that ticks every ``seconds`` only while the tab being built is the one shown (see
         :func:`tab_timers_switch`): a timer left running polls the server from every open page all day."""
         # rendered outside the tabs by wire_tab_switches: the page mounts a tab's components only when the tab is
-        # first shown, and an update (active=True) reaching a timer not yet mounted is lost
+        # first shown, and an update (active=True) reaching a timer not yet mounted can be lost
         timer = gr.Timer(seconds, active=False, render=False)
         self.timers.append((self._owner(), timer))
         return timer
