@@ -7,10 +7,11 @@ STAMP  := $(VENV)/.rosette-installed
 HOST   ?= 127.0.0.1
 PORT   ?= 7860
 SERVE_ARGS ?=
-# pytest-xdist workers for `make test`: two on 2 cores (14-15.5 min on fresh clones, against 23-28 min in one
-# process). Each module stays on one worker and every browser test shares one group (tests/conftest.py), so one
-# browser and one Rosette server run at a time beside the other worker's modules. TEST_WORKERS=0 runs everything
-# in one process; TEST_WORKERS=auto on a machine with more cores.
+# pytest-xdist workers for `make test`: two on 2 cores (pytest 14:17 and 14:38, the whole `.ci/run` 14:20 and
+# 14:40, on fresh clones; 23-28 min in one process; a third worker was slower, the cores are busy 98 %). Each
+# module stays on one worker and every browser test shares one group (tests/conftest.py), so one browser and one
+# Rosette server run at a time beside the other worker's modules. TEST_WORKERS=0 runs everything in one process;
+# TEST_WORKERS=auto on a machine with more cores.
 TEST_WORKERS ?= 2
 
 .PHONY: run test bench venv clean-venv browser postgres
