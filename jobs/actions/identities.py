@@ -176,11 +176,14 @@ def basis_lines(summary: Mapping[str, Any]) -> list[str]:
                              rows=side_by_side_rows(summary) if summary["identities"] != "decided" else [])
 
 
+def _provenance_counts(counts: Mapping[str, int]) -> str:
+    return (f"{counts['curator']} annotation(s) identified by a curator, {counts['machine']} by a machine, "
+            f"{counts['unreviewed']} unreviewed.")
+
+
 def provenance_line(answer: Mapping[str, Any]) -> str:
     """Where the identities of a population or density answer come from, in one sentence."""
-    c = answer["provenance_counts"]
-    return (f"Identities {BASIS_WORDS[answer['identities']]}: {c['curator']} annotation(s) identified by a "
-            f"curator, {c['machine']} by a machine, {c['unreviewed']} unreviewed.")
+    return f"Identities {BASIS_WORDS[answer['identities']]}: {_provenance_counts(answer['provenance_counts'])}"
 
 
 def basis_headers(identities: str, headers: Sequence[str], *, confirmed_header: str) -> list[str]:
@@ -215,6 +218,4 @@ def priority_rows(report: Mapping[str, Any]) -> list[list[str]]:
 
 def provenance_text(summary: Mapping[str, Any]) -> str:
     """One sentence: how many annotations each kind of identity has."""
-    c = summary["provenance_counts"]
-    return (f"Identities: {c['curator']} annotation(s) identified by a curator, {c['machine']} by a machine, "
-            f"{c['unreviewed']} unreviewed.")
+    return f"Identities: {_provenance_counts(summary['provenance_counts'])}"
