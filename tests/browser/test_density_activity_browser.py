@@ -67,7 +67,10 @@ def test_density_and_activity_panels(server, page, shot):
     page.locator("#pop-days input").fill("1")
 
     page.locator("#dens-panel").get_by_text("Density (spatial capture-recapture)").first.click()
-    page.locator("#dens-buffer").get_by_role("textbox").fill("6000")
+    buffer = page.locator("#dens-buffer").get_by_role("textbox")  # filled as the panel opens, then left (Tab)
+    buffer.fill("6000")
+    buffer.press("Tab")
+    expect(buffer).to_have_value("6000")
     page.locator("#dens-fit").click()
     status = page.locator("#dens-status")
     expect(status).to_contain_text("Density fit queued as job #", timeout=TIMEOUT_MS)

@@ -41,7 +41,13 @@ def test_both_columns_and_the_review_list_opening_match_review(server, page, sho
     page.locator("#pop-species [role='option']", has_text=SPECIES).first.click()
     page.locator("#pop-days input").fill("1")
     page.locator("#pop-identities-panel").get_by_text("Whose identities").first.click()
-    page.locator("#pop-draws input").fill("30")
+    # the panel's fields mount as it opens: fill once the field shows its default, and leave it (Tab) so that the
+    # number is committed before the click reads it (a run once went off with the default 200 draws)
+    draws = page.locator("#pop-draws input")
+    expect(draws).to_have_value("200", timeout=TIMEOUT_MS)
+    draws.fill("30")
+    draws.press("Tab")
+    expect(draws).to_have_value("30")
     page.locator("#pop-identities-compute").click()
     status = page.locator("#pop-identities-status")
     # "queued" is soon replaced by the job's progress (polled every 2 s): either shows the job was queued
