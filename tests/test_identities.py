@@ -160,6 +160,23 @@ def test_combined_interval_lies_between_the_draws_and_holds_both_errors():
     assert (one.ci_low, one.ci_high) == (33.0, 60.0)
 
 
+def test_draws_whose_n_is_m_keep_the_room_their_interval_leaves_above_m():
+    """Two draws without singletons (N = M = 10, Mh-Chao's interval [10, 12] and [10, 14]): each is a half-normal
+    above M whose 97.5% point is its upper end, sigma = (high - M) / Phi^-1(0.9875); the mixture's 97.5% quantile
+    solves 0.5 (2 Phi(x'/sa) - 1) + 0.5 (2 Phi(x'/sb) - 1) = 0.975 with x' = x - 10, and lies between the two
+    ends. As point masses at M (the interval [M, M]) the answer would have been 10-10."""
+    from scipy import stats
+
+    N, M = np.array([10.0, 10.0]), np.array([10.0, 10.0])
+    c = ids.combine_draws("Mh-Chao", N, np.array([10.0, 10.0]), np.array([12.0, 14.0]), M)
+    sa, sb = 2 / stats.norm.ppf(0.9875), 4 / stats.norm.ppf(0.9875)
+    cdf = 0.5 * (2 * stats.norm.cdf((c.ci_high - 10) / sa) - 1) + 0.5 * (2 * stats.norm.cdf((c.ci_high - 10) / sb) - 1)
+    assert cdf == pytest.approx(0.975, abs=1e-8) and 12.0 < c.ci_high < 14.0
+    assert c.N == 10.0 and 10.0 <= c.ci_low < 10.1
+    points = ids.combine_draws("Mh-Chao", N, np.array([10.0, 10.0]), np.array([10.0, 10.0]), M)
+    assert (points.ci_low, points.ci_high) == (10.0, 10.0)
+
+
 def test_the_basis_words_name_the_provenance_and_line_up_the_side_by_side_table():
     from jobs.actions.identities import SIDE_BY_SIDE_HEADERS, basis_table_lines
 

@@ -348,12 +348,30 @@ def test_mh_chao_rabbits_hand_worked():
     assert 76 < e.ci_low < e.N < e.ci_high
 
 
-def test_mh_chao_without_enough_singletons_is_degenerate():
-    # f1 = 0: f0 = 0, var = 0 -> [M, M]; f1 = 1: f0 = 1*0/(...) = 0 -> [M, M], the limit of Chao's interval
-    for f in ({2: 5, 3: 1}, {1: 1, 2: 3}, {1: 1}):
-        e = mh_chao_from_frequencies(f)
-        M = sum(f.values())
-        assert (e.N, e.ci_low, e.ci_high) == (M, M, M) and "f0_hat = 0" in e.details["note"]
+def test_mh_chao_without_enough_singletons_keeps_an_interval_above_M():
+    """f0_hat = 0 (f1 <= 1): N = M, and the interval is the EstimateS User's Guide's for that case (Colwell,
+    eqs. 12 and 14), worked by hand for f2 = 5, f3 = 1 over t = 10 occasions (M = 6):
+    var = 5 (e^-2 - e^-4) + (e^-3 - e^-6) - (2*5 e^-2 + 3 e^-3)^2 / 10
+        = 0.585098 + 0.047308 - 1.502714^2 / 10 = 0.406592;
+    P = (5 e^-2 + e^-3) / 6 = 0.121077; M / (1 - P) = 6.826538; 1.96 sqrt(var) / (1 - P) = 1.421925;
+    upper end 8.248463, lower end M = 6. Chao's log-normal interval shrinks to [M, M] there, as if no animal
+    could have been missed by ten occasions."""
+    e = mh_chao_from_frequencies({2: 5, 3: 1}, occasions=10)
+    assert (e.N, e.ci_low) == (6, 6)
+    assert e.details["variance"] == pytest.approx(0.406592, abs=1e-6)
+    assert e.details["P"] == pytest.approx(0.121077, abs=1e-6)
+    assert e.ci_high == pytest.approx(8.248463, abs=1e-6)
+    assert "EstimateS" in e.details["ci_method"] and "f0_hat = 0" in e.details["note"]
+    # one singleton and three doubletons: f0_hat = 1*0/8 = 0 as well; var's second term, (sum_k k e^-k f_k)^2 / t,
+    # shrinks as t grows, so of 30 occasions the interval is wider than of 3
+    few, many = (mh_chao_from_frequencies({1: 1, 2: 3}, occasions=t) for t in (3, 30))
+    assert few.N == many.N == 4 and few.ci_low == many.ci_low == 4 and 4 < few.ci_high < many.ci_high
+    # EstimateS's lower end would be 43.0 here, above N = 40: the lower end stays M, so N stays inside
+    wide = mh_chao_from_frequencies({1: 1, 2: 39}, occasions=50)
+    assert wide.N == wide.ci_low == 40 and wide.ci_high == pytest.approx(50.116304, abs=1e-6)
+    # a single animal caught once: no recapture, no upper bound (EstimateS leaves it undefined)
+    lone = mh_chao_from_frequencies({1: 1}, occasions=5)
+    assert (lone.N, lone.ci_low, lone.ci_high) == (1, 1, math.inf) and "no upper bound" in lone.details["note"]
     assert mh_chao_from_frequencies([2, 0]).N == pytest.approx(2 + 2 * 1 / 2)  # f2 = 0 is fine: 2 + 1 = 3
 
 
@@ -362,8 +380,15 @@ def test_mh_chao_without_enough_singletons_is_degenerate():
 
 @pytest.mark.parametrize("M,t", [(1, 2), (5, 2), (12, 4), (40, 10)])
 def test_everyone_caught_every_time_gives_n_equals_m(M, t):
-    for e in estimate_all(np.ones((M, t), dtype=int)):
+    m0, mt, chao = estimate_all(np.ones((M, t), dtype=int))
+    for e in (m0, mt):
         assert (e.N, e.ci_low, e.ci_high) == (M, M, M), e
+    # Mh-Chao's interval without singletons leaves room for e^-t of the animals seen t times: M (e^-t - e^-2t)
+    # - (t e^-t M)^2 / t, less than an animal above M
+    P = math.exp(-t)
+    var = max(M * (P - P * P) - (t * P * M) ** 2 / t, 0.0)
+    assert (chao.N, chao.ci_low) == (M, M) and M < chao.ci_high < M + 1
+    assert chao.ci_high == pytest.approx(M / (1 - P) + 1.959964 * math.sqrt(var) / (1 - P), abs=1e-5)
 
 
 @pytest.mark.parametrize("seed", [3, 4, 5, 6])

@@ -26,8 +26,10 @@ MODELS = ("M0", "Mt", "Mh-Chao")
 DEFAULT_DRAWS = 200
 MAX_DRAWS = 10_000
 NEW = -1  # a unit's draw of "an animal not in the catalogue", before the new animals are clustered
-COMBINE_METHOD = ("draw mixture: each draw's N as a split log-normal on N - M matching its own 95% interval; the "
-                  "2.5% and 97.5% quantiles of the equal-weight mixture of the draws; N the median of the draws")
+COMBINE_METHOD = ("draw mixture: each draw's N as a split log-normal on N - M matching its own 95% interval (a "
+                  "half-normal above M matching its upper end where the draw's N is M); the 2.5% and 97.5% "
+                  "quantiles of the equal-weight mixture of the draws; N the median of the draws")
+_Z_HALF = 2.241402727604947  # the half-normal's 97.5% point: Phi^-1(0.9875)
 _Z = pop.Z_975
 _P_CLIP = 1e-9
 CANDIDATE_FLOOR = 1e-4  # an individual less likely than this for a detection is not listed as its candidate
@@ -328,7 +330,9 @@ class _EstimateCache:
         self.mt: dict[tuple, pop.Estimate] = {}
         self.chao: dict[tuple, pop.Estimate] = {}
 
-    def estimates(self, M: int, per_occasion: np.ndarray, f1: int, f2: int) -> tuple[pop.Estimate, ...]:
+    def estimates(self, M: int, per_occasion: np.ndarray, times_caught: np.ndarray) -> tuple[pop.Estimate, ...]:
+        """``times_caught``: per animal seen, on how many occasions (Mh-Chao's interval needs every f_k when no
+        animal was seen once)."""
         t = int(per_occasion.size)
         n = int(per_occasion.sum())
         k0 = (M, n, t)
@@ -337,10 +341,9 @@ class _EstimateCache:
         k1 = (M, tuple(int(x) for x in per_occasion))
         if k1 not in self.mt:
             self.mt[k1] = pop.mt_from_counts(list(k1[1]), individuals=M)
-        k2 = (M, f1, f2, t)
+        k2 = (tuple(int(x) for x in np.bincount(times_caught)[1:]), t)
         if k2 not in self.chao:
-            freq = {1: f1, 2: f2, 3: M - f1 - f2}
-            self.chao[k2] = pop.mh_chao_from_frequencies(freq, occasions=t)
+            self.chao[k2] = pop.mh_chao_from_frequencies(k2[0], occasions=t)
         return self.m0[k0], self.mt[k1], self.chao[k2]
 
 
@@ -378,7 +381,7 @@ def estimate_draws(inp: ImputationInput, labels: np.ndarray, *,
         counts = caught[caught > 0]
         M = int(mat.shape[0])
         M_all[d] = M
-        ests = cache.estimates(M, mat.sum(axis=0), int(np.sum(counts == 1)), int(np.sum(counts == 2)))
+        ests = cache.estimates(M, mat.sum(axis=0), counts)
         for m, e in zip(MODELS, ests):
             N[m][d], lo[m][d], hi[m][d] = e.N, e.ci_low, e.ci_high
         if progress is not None:
@@ -413,11 +416,15 @@ class CombinedEstimate:
                 "draws": self.draws, "method": self.method}
 
 
-def _mixture_cdf(x: float, M: np.ndarray, f0: np.ndarray, s_lo: np.ndarray, s_hi: np.ndarray) -> float:
+def _mixture_cdf(x: float, M: np.ndarray, f0: np.ndarray, s_lo: np.ndarray, s_hi: np.ndarray,
+                 half: np.ndarray) -> float:
     out = np.zeros(M.size)
-    point = f0 <= 0
+    point = (f0 <= 0) & (half <= 0)
     out[point] = (x >= M[point]).astype(float)
-    cont = ~point & (x > M)
+    above = (f0 <= 0) & (half > 0)
+    if above.any():
+        out[above] = np.where(x >= M[above], 2.0 * ndtr(np.maximum(x - M[above], 0.0) / half[above]) - 1.0, 0.0)
+    cont = (f0 > 0) & (x > M)
     if cont.any():
         z = np.log((x - M[cont]) / f0[cont])
         s = np.where(z < 0, s_lo[cont], s_hi[cont])
@@ -426,13 +433,13 @@ def _mixture_cdf(x: float, M: np.ndarray, f0: np.ndarray, s_lo: np.ndarray, s_hi
     return float(out.mean())
 
 
-def _quantile(q: float, M: np.ndarray, f0: np.ndarray, s_lo: np.ndarray, s_hi: np.ndarray, a: float,
-              b: float) -> float:
-    if _mixture_cdf(b, M, f0, s_lo, s_hi) < q:
+def _quantile(q: float, M: np.ndarray, f0: np.ndarray, s_lo: np.ndarray, s_hi: np.ndarray, half: np.ndarray,
+              a: float, b: float) -> float:
+    if _mixture_cdf(b, M, f0, s_lo, s_hi, half) < q:
         return math.inf
     for _ in range(200):
         mid = 0.5 * (a + b)
-        if _mixture_cdf(mid, M, f0, s_lo, s_hi) >= q:
+        if _mixture_cdf(mid, M, f0, s_lo, s_hi, half) >= q:
             b = mid
         else:
             a = mid
@@ -460,11 +467,13 @@ def combine_draws(model: str, N: np.ndarray, low: np.ndarray, high: np.ndarray, 
         s_hi = np.where(f0 > 0, np.log(np.maximum(high - M, f0 + tiny) / np.where(f0 > 0, f0, 1.0)) / _Z, 0.0)
     s_lo = np.maximum(s_lo, 1e-12)
     s_hi = np.maximum(s_hi, 1e-12)
+    # a draw whose N is M (no animal seen once) can still have an interval above M: a half-normal matching its top
+    half = np.where((f0 <= 0) & np.isfinite(high), np.maximum(high - M, 0.0) / _Z_HALF, 0.0)
     a = float(np.min(M)) - 1.0
     finite_hi = high[np.isfinite(high)]
     b = float(max(np.max(N), finite_hi.max() if finite_hi.size else np.max(N))) * 4.0 + 10.0
-    ci_low = _quantile(0.025, M, f0, s_lo, s_hi, a, b)
-    ci_high = _quantile(0.975, M, f0, s_lo, s_hi, a, b)
+    ci_low = _quantile(0.025, M, f0, s_lo, s_hi, half, a, b)
+    ci_high = _quantile(0.975, M, f0, s_lo, s_hi, half, a, b)
     within = float(np.mean(high - low))
     total = ci_high - ci_low
     share = None

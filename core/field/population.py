@@ -574,15 +574,41 @@ def mh_chao_from_frequencies(frequencies: Mapping[int, int] | Sequence[int], *, 
         "N_uncorrected": M + f1**2 / (2 * f2) if f2 > 0 else None,
         "ci_method": "Chao (1987) log-normal: [M + f0/C, M + f0*C], C = exp(1.96 sqrt(ln(1 + var/f0^2)))",
     }
-    lo, hi, C = lognormal_interval(M, f0, var)
     if f0 > 0:
+        lo, hi, C = lognormal_interval(M, f0, var)
         details["C"] = C
     else:
+        lo, hi, var_obs, P = no_singleton_interval(f, occasions=occasions)
+        details.update(variance=var_obs, se=math.sqrt(var_obs), P=P, ci_method=NO_SINGLETON_CI)
         details["note"] = (
-            "f0_hat = 0 (at most one animal seen only once): the interval is [M, M], the limit of Chao's interval "
-            "as f0 -> 0"
-        )
+            "f0_hat = 0 (at most one animal seen only once): N is the animals seen, and the interval is EstimateS's "
+            "for that case, which still allows for animals no occasion caught"
+            if math.isfinite(hi) else "every animal seen was caught once: no upper bound")
     return Estimate("Mh-Chao", float(M + f0), float(lo), float(hi), ASSUMPTIONS["Mh-Chao"], details)
+
+
+NO_SINGLETON_CI = ("EstimateS (Colwell) for f0_hat = 0: var = sum_k f_k (e^-k - e^-2k) - (sum_k k e^-k f_k)^2 / t, "
+                   "P = sum_k f_k e^-k / M, upper end M/(1-P) + 1.96 sqrt(var)/(1-P); lower end M")
+
+
+def no_singleton_interval(frequencies: Mapping[int, int], *, occasions: int | None) -> tuple[float, float, float,
+                                                                                               float]:
+    """(low, high, variance, P) of Mh-Chao when f0_hat = 0: the EstimateS User's Guide's variance (eq. 12, for
+    incidence over t samples) and interval (eq. 14). e^-k is the chance that an animal caught k times in t is
+    missed by all of them, so P is the share of the animals seen that a like study would miss. The lower end is M
+    itself: EstimateS's, max(M, M/(1-P) - 1.96 sqrt(var)/(1-P)), can rise above N = M and leave the estimate
+    outside its own interval. Without ``t`` the variance's second term is left out (t -> infinity), which widens
+    the interval. Every animal caught once (EstimateS leaves it undefined): (M, inf)."""
+    f = {int(k): int(v) for k, v in frequencies.items() if int(v) > 0}
+    M = sum(f.values())
+    if set(f) == {1}:
+        return float(M), math.inf, math.nan, math.exp(-1.0)
+    var = sum(v * (math.exp(-k) - math.exp(-2 * k)) for k, v in f.items())
+    if occasions:
+        var -= sum(k * math.exp(-k) * v for k, v in f.items()) ** 2 / occasions
+    var = max(var, 0.0)
+    P = sum(v * math.exp(-k) for k, v in f.items()) / M
+    return float(M), M / (1 - P) + Z_975 * math.sqrt(var) / (1 - P), var, P
 
 
 def estimate_mh_chao(histories: CaptureHistories | np.ndarray) -> Estimate:
