@@ -3,6 +3,8 @@ change or delete one, and the upload of a deployments CSV with Camtrap DP column
 
 from __future__ import annotations
 
+import html
+
 import gradio as gr
 
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text, refreshed_choices
@@ -46,10 +48,22 @@ def _days(x: float) -> str:
     return f"{x:.2f}".rstrip("0").rstrip(".")
 
 
+TABLE_TYPES = ["str"] * 5 + ["html", "html"] + ["str"] * 4
+
+
+def _shown_time(iso: str) -> str:
+    """A stored ISO time as its date and its time of day, each kept on one line (the `dt` class): a narrow
+    column breaks between them, never after a hyphen inside the date or before a negative UTC offset."""
+    date, _, rest = iso.partition("T")
+    parts = [date, rest] if rest else [date]
+    return " ".join(f'<span class="dt">{html.escape(p)}</span>' for p in parts)
+
+
 def _table(cat) -> tuple[list[list[object]], list[str], str]:
     rows = da.deployments(cat, ListDeploymentsRequest())
     table = [[r.key, r.location_id or "", r.location_name or "", "" if r.lat is None else r.lat,
-              "" if r.lon is None else r.lon, r.start, r.end, round(r.active_days, 2), r.photos, r.camera_id or "",
+              "" if r.lon is None else r.lon, _shown_time(r.start), _shown_time(r.end), round(r.active_days, 2),
+              r.photos, r.camera_id or "",
               r.camera_model or ""]
              for r in rows]
     stations = {r.station for r in rows}
@@ -70,9 +84,9 @@ def build(ctx: UIContext) -> None:
     cat = ctx.catalogue
     gr.Markdown(HELP, elem_classes=["help-text"])
     overview = gr.Markdown(elem_id="deployments-overview", elem_classes=["status-line"])
-    # widths that fit every column, the camera model included, at 1400 px (times wrap at their offset)
+    # widths that fit every column, the camera model included, at 1400 px (times wrap between date and time)
     table = gr.Dataframe(headers=TABLE_HEADERS, value=[], interactive=False, wrap=True, elem_id="deployments-table",
-                         max_height=420, column_widths=TABLE_WIDTHS)
+                         max_height=420, column_widths=TABLE_WIDTHS, datatype=TABLE_TYPES)
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
             chosen = gr.Dropdown([], value=None, label="Deployment to change or delete", elem_id="deployments-chosen",

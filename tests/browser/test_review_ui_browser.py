@@ -202,4 +202,8 @@ def test_captions_under_pictures_and_deployments_headers_whole(review_server, pa
     assert cell["x"] + cell["width"] <= frame["x"] + frame["width"] + 1, "the camera model is off screen"
     lines = {k: n for k, n in _lines(page, "#deployments-table th .header-content span").items() if k}
     assert lines and all(n == 1 for n in lines.values()), lines
+    # a start or end breaks between its date and its time of day, never inside either
+    times = _lines(page, "#deployments-table td .dt")
+    assert any(k.startswith("20") and len(k) == 10 for k in times), times
+    assert times and all(n == 1 for n in times.values()), times
     shot("deployments")
