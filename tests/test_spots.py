@@ -27,10 +27,13 @@ from core.identify.spots.fusion import (
     fit_scorer_calibrations,
     fuse_probabilities,
     fused_similarity,
+    joint_shortlist,
     shortlist_mask,
+    voted_top_k,
 )
 from core.identify.spots.lnbnn import build_descriptor_index, lnbnn_all_vs_all, lnbnn_scores
 from core.identify.spots.pipeline import PipelineSettings, cross_flank, local_applies, spot_scores_all_vs_all
+from core.identify.spots.stored import own_candidates_first
 from core.identify.spots.verify import jacobian_det, verify_pair
 
 
@@ -270,6 +273,66 @@ def test_fused_score_with_one_scorer_equals_its_calibrated_score():
     cal = fit_calibrator(rng.normal(size=100), rng.integers(0, 2, 100))
     fused = fuse_probabilities({"inliers": cal.probability(raw.ravel()).reshape(raw.shape)})
     assert np.allclose(fused, cal.probability(raw.ravel()).reshape(raw.shape))
+
+
+def test_lnbnn_own_candidates_join_the_global_shortlist_by_hand():
+    """Global top-2 of gallery items 1..4 is {1, 2}; LNBNN votes (0, 0, 3, 0, 5): its own top-1 is item 4,
+    which the global model ranked last. The joint shortlist is {1, 2, 4}; with LNBNN's top-3 only items with a
+    vote join ({2, 4}: item 1 and 3 got none), and an invalid item never does."""
+    g = np.array([[0.0, 0.45, 0.4, 0.1, 0.05]])
+    valid = np.array([[False, True, True, True, True]])
+    votes = np.array([[9.0, 0.0, 3.0, 0.0, 5.0]])
+    assert voted_top_k(votes, valid, 1).tolist() == [[False, False, False, False, True]]
+    assert voted_top_k(votes, valid, 3).tolist() == [[False, False, True, False, True]]
+    assert not voted_top_k(votes, valid, 0).any()
+    with pytest.raises(ValueError, match=">= 0"):
+        voted_top_k(votes, valid, -1)
+    assert joint_shortlist(g, valid, 2, own_candidates={"lnbnn": (votes, 1)}).tolist() == \
+        [[False, True, True, False, True]]
+    assert joint_shortlist(g, valid, 2).tolist() == shortlist_mask(g, valid, 2).tolist()
+    # fused (the mean of the calibrated probabilities: global 0 below 0.5, LNBNN 1 from 4 votes): LNBNN's own
+    # candidate gets a fused probability, 0.5, and ranks first, which no re-ranking of the global top-2 could do
+    ident = fit_calibrator(np.linspace(0, 1, 20), (np.linspace(0, 1, 20) > 0.5).astype(int))
+    vote_cal = fit_calibrator(np.arange(10.0), (np.arange(10) >= 4).astype(int))
+    kw = dict(raw={"lnbnn": votes}, calibrators={"global": ident, "lnbnn": vote_cal},
+              applies={"lnbnn": valid.copy()})
+    joint = fused_similarity(g, valid, shortlist=2, own_candidates={"lnbnn": (votes, 1)}, **kw)
+    alone = fused_similarity(g, valid, shortlist=2, **kw)
+    assert np.argmax(joint[0]) == 4 and joint[0, 4] > joint[0, 3]
+    assert alone[0, 4] < alone[0, 3] < 0  # without it, item 4 stays below the shortlist in global order
+    # a fusion that does not read LNBNN still re-ranks LNBNN's candidate inside the joint shortlist (here by the
+    # global probability alone: tied at 0, so in global order, but above item 3, which is outside)
+    global_only = fused_similarity(g, valid, shortlist=2, raw={}, calibrators={"global": ident},
+                                   own_candidates={"lnbnn": (votes, 1)})
+    assert np.argsort(-global_only[0])[:4].tolist() == [1, 2, 4, 3]
+
+
+def test_match_review_moves_lnbnn_own_candidates_into_its_shortlist():
+    """The global ranking of gallery positions 7, 3, 5, 1, 0 (K = 2) and LNBNN votes per position: position 0
+    (last globally) has the most votes and position 5 the second most; with 1 own candidate, 0 joins the first
+    two (5 stays in place), with 2 both join in global order; without votes nothing moves."""
+    ranked = [(0.9, 7, None), (0.8, 3, None), (0.7, 5, None), (0.6, 1, None), (0.5, 0, None)]
+    votes = np.array([6.0, 0.0, 0.0, 1.0, 0.0, 4.0, 0.0, 0.0])
+    moved, k = own_candidates_first(ranked, votes, shortlist=2, own=1)
+    assert [j for _, j, _ in moved] == [7, 3, 0, 5, 1] and k == 3
+    moved, k = own_candidates_first(ranked, votes, shortlist=2, own=2)
+    assert [j for _, j, _ in moved] == [7, 3, 5, 0, 1] and k == 4
+    assert own_candidates_first(ranked, None, shortlist=2, own=2) == (ranked, 2)
+    assert own_candidates_first(ranked, np.zeros(8), shortlist=2, own=2) == (ranked, 2)
+
+
+def test_pipeline_settings_own_candidates_and_pipelines_stored_before_them():
+    s = PipelineSettings(lnbnn=True)
+    assert s.lnbnn_shortlist == 10 and s.own_candidates == {"lnbnn": 10}
+    assert PipelineSettings().own_candidates == {}  # verification alone: LNBNN brings no candidates
+    assert PipelineSettings(lnbnn=True, lnbnn_shortlist=0).own_candidates == {}
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="whole number >= 0"):
+            PipelineSettings(lnbnn=True, lnbnn_shortlist=bad)
+    # a pipeline stored before: calibrated on the global shortlist alone, and kept so
+    old = {k: v for k, v in s.to_dict().items() if k != "lnbnn_shortlist"}
+    assert PipelineSettings.from_dict(old).lnbnn_shortlist == 0
+    assert PipelineSettings.from_dict(s.to_dict()) == s
 
 
 def test_fusion_averages_only_where_a_scorer_applies():

@@ -11,6 +11,7 @@ import sys
 from app.console import print_table
 from core.identify.backbones import DEFAULT_BACKBONE
 from core.identify.evaluation import FLANK_SETTINGS, RERANK_METHODS
+from core.identify.spots.pipeline import DEFAULT_LNBNN_SHORTLIST
 from jobs.actions.benchmarks import EvaluateRequest, evaluate, is_fused_pipeline
 from jobs.actions.spots import SpotEvaluationRequest, evaluate_spots
 
@@ -34,6 +35,9 @@ def register(sub) -> None:
     p.add_argument("--lnbnn-only", action="store_true",
                    help="with --verify: fuse LNBNN voting with the global score, without pairwise verification")
     p.add_argument("--shortlist", type=int, default=50, help="with --verify: global top-K re-ranked (default 50)")
+    p.add_argument("--lnbnn-shortlist", type=int, default=DEFAULT_LNBNN_SHORTLIST, metavar="N",
+                   help="with --lnbnn: LNBNN's own top N over the whole gallery join the global top-K (default "
+                        f"{DEFAULT_LNBNN_SHORTLIST}; 0: the global top-K alone)")
     p.add_argument("--calibrate-on", metavar="BENCHMARK", default=None,
                    help="with --verify: calibrate the pipeline being built on this benchmark's train split (for a "
                         "test-only --benchmark); a stored pipeline's name keeps its stored calibration")
@@ -116,6 +120,7 @@ def run_spots(args, ctx) -> int:
     request = SpotEvaluationRequest(benchmark=args.benchmark, model=args.backbone, matcher=args.verify or "sift",
                                     shortlist=args.shortlist, verification=not args.lnbnn_only,
                                     lnbnn=bool(args.lnbnn or args.lnbnn_only), user=ctx.user,
+                                    lnbnn_shortlist=args.lnbnn_shortlist,
                                     calibrate_on=args.calibrate_on, flank=args.flank)
     last = {"what": None}
 

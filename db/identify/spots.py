@@ -54,6 +54,7 @@ from core.identify.spots.stored import (
     fuse_pairs,
     fuse_scores,
     fusion_metrics,
+    own_candidates_first,
     pipeline_config,
     pipeline_name,
     rerank_shortlist,
@@ -347,7 +348,8 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
         raise CatalogueError(f"benchmark {cal_bench!r}'s train split has no individual with two photos outside "
                              f"{benchmark!r}'s test split to calibrate the spot scorers on")
     # the calibration set is scored with every scorer, so the components can all be reported
-    full = PipelineSettings(**{**settings.to_dict(), "verification": True, "lnbnn": True})
+    full = PipelineSettings(**{**settings.to_dict(), "verification": True, "lnbnn": True,
+                               "lnbnn_shortlist": settings.lnbnn_shortlist if settings.lnbnn else 0})
     tagged = (lambda part: (lambda what, d, t: progress(f"{part}: {what}", d, t))) if progress else (lambda part: None)
     source = f"benchmark {cal_bench} train photos, top-{settings.shortlist} pairs"
     limit = CALIBRATION_PHOTOS
@@ -387,7 +389,8 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
                      settings=full, progress=tagged("test photos"), should_cancel=should_cancel)
     t_test = time.perf_counter()
     scored = flank_gallery(tst.valid, test.flanks, flank)  # the gallery each query is scored against
-    components = component_metrics(tst.spots, scored, test.labels, calibrators, shortlist=settings.shortlist)
+    components = component_metrics(tst.spots, scored, test.labels, calibrators, shortlist=settings.shortlist,
+                                   own_candidates=settings.own_candidates)
     scorers = settings.scorers
     if not all(s in calibrators for s in scorers):
         missing = [s for s in scorers if s not in calibrators]
@@ -399,10 +402,11 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
     except ValueError as exc:
         raise CatalogueError(f"could not choose how to fuse the scorers: {exc}; nothing was stored") from exc
     test_figures = fusion_metrics(tst.spots, scored, test.labels, calibrators, choice.fitted,
-                                  shortlist=settings.shortlist)
+                                  shortlist=settings.shortlist, own_candidates=settings.own_candidates)
     # the shortlist is taken inside the flank's gallery too, as a curator reviewing that flank sees it (and as
     # the components beside it are fused)
-    fused = fuse_scores(tst.spots, scored, calibrators, scorers, shortlist=settings.shortlist, fusion=choice.fusion)
+    fused = fuse_scores(tst.spots, scored, calibrators, scorers, shortlist=settings.shortlist, fusion=choice.fusion,
+                        own_candidates=settings.own_candidates)
     main = {**retrieval_metrics(fused, test.labels, test.labels, valid=scored).to_dict(),
             **flank_counts(test.flanks, flank)}
     name = pipeline_name(backbone.config.name, settings)
@@ -472,17 +476,20 @@ def evaluate_stored_pipeline(cat: Catalogue, pipeline: StoredPipeline, *, benchm
         missing = [s for s in settings.scorers if s not in pipeline.calibrators]
         raise CatalogueError(f"pipeline {pipeline.name!r} stores no calibration for {', '.join(missing)}; "
                              "build it again")
-    full = PipelineSettings(**{**settings.to_dict(), "verification": True, "lnbnn": True})  # as when built
+    full = PipelineSettings(**{**settings.to_dict(), "verification": True, "lnbnn": True,
+                               "lnbnn_shortlist": settings.lnbnn_shortlist if settings.lnbnn else 0})  # as when built
     tagged = (lambda part: (lambda what, d, t: progress(f"{part}: {what}", d, t))) if progress else (lambda part: None)
     tst = _score_set(cat, test.image_ids, test.labels, test.sightings, test.flanks, backbone=backbone, matcher=matcher,
                      settings=full, progress=tagged("test photos"), should_cancel=should_cancel)
     t_test = time.perf_counter()
     cals = pipeline.calibrators
     scored = flank_gallery(tst.valid, test.flanks, flank)  # the gallery each query is scored against
-    components = component_metrics(tst.spots, scored, test.labels, cals, shortlist=settings.shortlist)
+    components = component_metrics(tst.spots, scored, test.labels, cals, shortlist=settings.shortlist,
+                                   own_candidates=settings.own_candidates)
     fusion = pipeline.fusion
     # as when built
-    fused = fuse_scores(tst.spots, scored, cals, scorers, shortlist=settings.shortlist, fusion=fusion)
+    fused = fuse_scores(tst.spots, scored, cals, scorers, shortlist=settings.shortlist, fusion=fusion,
+                        own_candidates=settings.own_candidates)
     stored_choice = pipeline.fusion_choice
     main = {**retrieval_metrics(fused, test.labels, test.labels, valid=scored).to_dict(),
             **flank_counts(test.flanks, flank)}
@@ -497,7 +504,7 @@ def evaluate_stored_pipeline(cat: Catalogue, pipeline: StoredPipeline, *, benchm
         "fusion": {**stored_choice, "kept": fusion.name, "fusion": fusion.to_dict(),
                    "why": stored_choice.get("why") or "built before fusions were chosen: the mean of its scorers",
                    "test": fusion_metrics(tst.spots, scored, test.labels, cals, {fusion.name: fusion},
-                                          shortlist=settings.shortlist)},
+                                          shortlist=settings.shortlist, own_candidates=settings.own_candidates)},
         "seconds": {"calibration": 0.0, "test": round(t_test - t0, 1), "total": round(time.perf_counter() - t0, 1)},
         "provenance": pipeline.provenance(),
         "model_config": {"pipeline": pipeline.name, "global_config": backbone.config.to_dict(),
@@ -530,7 +537,8 @@ def pipeline_similarity(cat: Catalogue, pipeline: StoredPipeline, image_ids: lis
                         settings=pipeline.settings, progress=progress, should_cancel=should_cancel)
     scorers = [s for s in pipeline.settings.scorers if s in pipeline.calibrators]
     fused = fuse_scores(scored.spots, scored.valid, pipeline.calibrators, scorers,
-                        shortlist=pipeline.settings.shortlist, fusion=pipeline.fusion)
+                        shortlist=pipeline.settings.shortlist, fusion=pipeline.fusion,
+                        own_candidates=pipeline.settings.own_candidates)
     return fused, scored.valid
 
 
@@ -568,15 +576,12 @@ def _gallery_descriptor_index(cat: Catalogue, matcher: LocalMatcher, gallery: li
 def rerank_with_pipeline(cat: Catalogue, pipeline: StoredPipeline, query_id: int, gallery: list[int],
                          ranked: list[tuple[float, int, Any]], rows: dict[int, tuple]
                          ) -> tuple[list[tuple[float, int, dict[str, Any]]], str | None]:
-    """Re-rank one query's global ranking (score, gallery position, _) by the pipeline: its top-K shortlist gets
-    the fused calibrated probability (global + the spot scorers that apply), the rest keep the global order
-    below it (:func:`core.identify.spots.stored.rerank_shortlist`). Returns the new ranking with per-candidate spot facts,
+    """Re-rank one query's global ranking (score, gallery position, _) by the pipeline: its top-K shortlist, joined
+    by LNBNN's own top candidates over the gallery, gets the fused calibrated probability (global + the spot
+    scorers that apply), the rest keep the global order below it (:func:`core.identify.spots.stored.rerank_shortlist`). Returns the new ranking with per-candidate spot facts,
     and a note about the query's evidence."""
-    short = ranked[:pipeline.settings.shortlist]
     matcher = matcher_for(pipeline)
-    feats, checks = verify_candidates(cat, query_id, [gallery[j] for _, j, _ in short], matcher=matcher,
-                                      settings=pipeline.settings)
-    fq = feats[0]
+    fq = features_for(cat, [query_id], matcher=matcher)[0]
     votes = None
     if uses_lnbnn(pipeline, fq):
         flank = lambda i: getattr(rows[i][3], "value", rows[i][3])  # noqa: E731
@@ -584,7 +589,11 @@ def rerank_with_pipeline(cat: Catalogue, pipeline: StoredPipeline, query_id: int
         index = _gallery_descriptor_index(cat, matcher, gallery, [j for j in range(len(gallery)) if not g_cross[j]])
         votes = lnbnn_scores(index, fq, k=pipeline.settings.lnbnn_k,
                              exclude=[j for j, i in enumerate(gallery) if i == query_id])
-    return rerank_shortlist(pipeline, ranked, fq, checks, votes)
+    ranked, k = own_candidates_first(ranked, votes, shortlist=pipeline.settings.shortlist,
+                                     own=pipeline.settings.lnbnn_shortlist)
+    _, checks = verify_candidates(cat, query_id, [gallery[j] for _, j, _ in ranked[:k]], matcher=matcher,
+                                  settings=pipeline.settings)
+    return rerank_shortlist(pipeline, ranked, fq, checks, votes, shortlist=k)
 
 
 def folder_features(cat: Catalogue, paths: Sequence[Path], keys: Sequence[str], *, matcher: LocalMatcher,

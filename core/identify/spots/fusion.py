@@ -3,8 +3,9 @@
 Each scorer (the global model's similarity, the verified inlier count, the LNBNN vote) speaks its own units.
 Each gets an isotonic calibration (:mod:`core.identify.calibration`) into P(same individual), fitted on pairs from the
 benchmark's training photos (the curators' decisions replace them once there are enough). For a query, the
-global model's top-K (the *shortlist*, K default 50) is re-scored by the mean of the calibrated probabilities
-of the scorers that apply to the pair (local scorers do not apply to cross-flank pairs, or to photos without
+global model's top-K (the *shortlist*, K default 50), joined by LNBNN's own top candidates over the whole
+gallery when LNBNN is fused (:func:`joint_shortlist`: it finds animals the global model ranks too low for its
+top-K), is re-scored by the mean of the calibrated probabilities of the scorers that apply to the pair (local scorers do not apply to cross-flank pairs, or to photos without
 keypoints: those pairs keep the global probability alone). Photos outside the shortlist keep the global
 order, below every shortlisted one. Equal fused probabilities (isotonic curves are step functions) are ordered
 by the raw global score.
@@ -90,6 +91,33 @@ def shortlist_mask(global_sim: np.ndarray, valid: np.ndarray, k: int) -> np.ndar
     return mask & valid
 
 
+def voted_top_k(votes: np.ndarray, valid: np.ndarray, k: int) -> np.ndarray:
+    """Q x G bool: each query's top-``k`` valid gallery items by a scorer's own ranking of the whole gallery
+    (LNBNN's votes), only items it gave a positive score (no vote chooses nothing; ties: lower index first)."""
+    if k < 0:
+        raise ValueError(f"the number of a scorer's own candidates must be >= 0, got {k}")
+    v = np.asarray(votes, dtype=np.float64)
+    use = np.asarray(valid, bool) & np.isfinite(v) & (v > 0)
+    mask = np.zeros(v.shape, dtype=bool)
+    if k == 0 or not use.any():
+        return mask
+    order = np.argsort(-np.where(use, v, -np.inf), axis=1, kind="stable")[:, :k]
+    np.put_along_axis(mask, order, True, axis=1)
+    return mask & use
+
+
+def joint_shortlist(global_sim: np.ndarray, valid: np.ndarray, k: int, *,
+                    own_candidates: Mapping[str, tuple[np.ndarray, int]] | None = None) -> np.ndarray:
+    """The global top-``k`` joined by each scorer's own top candidates over the whole gallery
+    (``own_candidates[name] = (its scores, how many)``): a scorer that ranks the whole gallery (LNBNN) can bring
+    in the animal the global model ranked too low for its shortlist, which no re-ranking of that shortlist
+    reaches."""
+    short = shortlist_mask(global_sim, valid, k)
+    for votes, n in (own_candidates or {}).values():
+        short |= voted_top_k(votes, valid, n)
+    return short
+
+
 def fuse_probabilities(probabilities: Mapping[str, np.ndarray], applies: Mapping[str, np.ndarray] | None = None
                        ) -> np.ndarray:
     """Element-wise mean of the scorers' calibrated probabilities over the scorers that apply there.
@@ -116,7 +144,8 @@ def fuse_probabilities(probabilities: Mapping[str, np.ndarray], applies: Mapping
 
 def fused_similarity(global_sim: np.ndarray, valid: np.ndarray, *, shortlist: int,
                      raw: Mapping[str, np.ndarray], calibrators: Mapping[str, Calibrator],
-                     applies: Mapping[str, np.ndarray] | None = None, fusion: ScoreFusion | None = None) -> np.ndarray:
+                     applies: Mapping[str, np.ndarray] | None = None, fusion: ScoreFusion | None = None,
+                     own_candidates: Mapping[str, tuple[np.ndarray, int]] | None = None) -> np.ndarray:
     """The fused Q x G score matrix (higher = more similar) that ranking and metrics read.
 
     ``raw[name]`` are the scorers' raw scores (``raw["global"]`` may be omitted: ``global_sim`` is used) and
@@ -124,13 +153,15 @@ def fused_similarity(global_sim: np.ndarray, valid: np.ndarray, *, shortlist: in
     their fused probability (plus :data:`TIE_BREAK` x the global score's rank position within [0, 1));
     the rest get ``global_sim`` shifted below -1, so they keep the global order under every shortlisted pair.
     Invalid pairs are -inf. ``fusion`` (:class:`core.identify.spots.fusion_choice.Fusion`) combines the probabilities;
-    None: their mean over the scorers that apply.
+    None: their mean over the scorers that apply. ``own_candidates[name] = (scores, n)``: scorer ``name``'s own
+    top ``n`` over the whole gallery join the shortlist (:func:`joint_shortlist`), whether or not the fusion reads
+    that scorer.
     """
     g = np.asarray(global_sim, dtype=np.float64)
     valid = np.asarray(valid, dtype=bool)
-    short = shortlist_mask(g, valid, shortlist)
     scores = dict(raw)
     scores.setdefault(GLOBAL, g)
+    short = joint_shortlist(g, valid, shortlist, own_candidates=own_candidates)
     probs = {name: calibrators[name].probability(np.nan_to_num(np.asarray(scores[name], np.float64), nan=0.0)
                                                  .reshape(-1)).reshape(g.shape)
              for name in scores if name in calibrators}

@@ -16,7 +16,7 @@ import numpy as np
 
 from core.identify.features import ExtractionCancelled
 from core.identify.spots.base import MIN_KEYPOINTS, Correspondences, LocalFeatures, LocalMatcher
-from core.identify.spots.fusion import DEFAULT_SHORTLIST, GLOBAL, shortlist_mask
+from core.identify.spots.fusion import DEFAULT_SHORTLIST, GLOBAL, joint_shortlist
 from core.identify.spots.lnbnn import DEFAULT_K, lnbnn_all_vs_all
 from core.identify.spots.verify import VERIFY_MODELS, Verification, verify_pair
 
@@ -24,6 +24,8 @@ VERIFICATION = "inliers"
 LNBNN = "lnbnn"
 SCORERS = (GLOBAL, VERIFICATION, LNBNN)
 LATERAL = ("left", "right")
+#: LNBNN's own top candidates over the whole gallery that join the global shortlist (see README, "Spot evidence")
+DEFAULT_LNBNN_SHORTLIST = 10
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class PipelineSettings:
     verify_model: str = "homography"
     verify_threshold: float = 5.0
     min_keypoints: int = MIN_KEYPOINTS
+    #: with LNBNN: its own top candidates over the whole gallery that join the global top-``shortlist``
+    lnbnn_shortlist: int = DEFAULT_LNBNN_SHORTLIST
 
     def __post_init__(self) -> None:
         if self.shortlist < 1:
@@ -50,6 +54,14 @@ class PipelineSettings:
             raise ValueError(f"LNBNN needs k >= 1, got {self.lnbnn_k}")
         if self.verify_threshold <= 0:
             raise ValueError("the verification threshold must be positive (pixels)")
+        if isinstance(self.lnbnn_shortlist, bool) or not isinstance(self.lnbnn_shortlist, int) \
+                or self.lnbnn_shortlist < 0:
+            raise ValueError(f"LNBNN's own candidates must be a whole number >= 0, got {self.lnbnn_shortlist!r}")
+
+    @property
+    def own_candidates(self) -> dict[str, int]:
+        """How many of each scorer's own top candidates join the shortlist (LNBNN's, when it is fused)."""
+        return {LNBNN: self.lnbnn_shortlist} if self.lnbnn and self.lnbnn_shortlist else {}
 
     @property
     def scorers(self) -> tuple[str, ...]:
@@ -64,7 +76,8 @@ class PipelineSettings:
         unknown = set(data) - names
         if unknown:
             raise ValueError(f"unknown pipeline settings: {', '.join(sorted(unknown))}")
-        return cls(**dict(data))
+        # a pipeline stored before LNBNN's own candidates joined the shortlist was calibrated without them
+        return cls(**{"lnbnn_shortlist": 0, **dict(data)})
 
 
 def cross_flank(flanks_a: Sequence[str | None], flanks_b: Sequence[str | None] | None = None) -> np.ndarray:
@@ -137,20 +150,21 @@ def spot_scores_all_vs_all(features: Sequence[LocalFeatures], global_sim: np.nda
                            flanks: Sequence[str | None], *, matcher: LocalMatcher, settings: PipelineSettings,
                            progress: Callable[[str, int, int], None] | None = None,
                            should_cancel: Callable[[], bool] | None = None) -> SpotScores:
-    """Every scorer of ``settings`` on one set (all-vs-all under ``valid``): the global scores, inlier counts
-    on the global shortlist, LNBNN over the whole set."""
+    """Every scorer of ``settings`` on one set (all-vs-all under ``valid``): the global scores, LNBNN over the
+    whole set, inlier counts on the shortlist (the global top-K joined by LNBNN's own top candidates)."""
     g = np.asarray(global_sim, dtype=np.float64)
     applies_local = local_applies(features, cross_flank(flanks), min_keypoints=settings.min_keypoints)
-    short = shortlist_mask(g, valid, settings.shortlist)
     raw = {GLOBAL: g}
     applies = {GLOBAL: np.ones_like(applies_local)}
     step = (lambda what: (lambda d, t: progress(what, d, t))) if progress is not None else (lambda what: None)
-    if settings.verification:
-        raw[VERIFICATION] = verified_inliers(features, short, applies_local, matcher=matcher, settings=settings,
-                                             progress=step("verifying spots"), should_cancel=should_cancel)
-        applies[VERIFICATION] = applies_local & short
     if settings.lnbnn:
         raw[LNBNN] = lnbnn_all_vs_all(features, valid=valid & applies_local, k=settings.lnbnn_k, sides=flanks,
                                       progress=step("LNBNN voting"), should_cancel=should_cancel)
         applies[LNBNN] = applies_local
+    own = {name: (np.where(applies[name], raw[name], np.nan), n) for name, n in settings.own_candidates.items()}
+    short = joint_shortlist(g, valid, settings.shortlist, own_candidates=own)
+    if settings.verification:
+        raw[VERIFICATION] = verified_inliers(features, short, applies_local, matcher=matcher, settings=settings,
+                                             progress=step("verifying spots"), should_cancel=should_cancel)
+        applies[VERIFICATION] = applies_local & short
     return SpotScores(raw=raw, applies=applies, shortlist=short)

@@ -13,7 +13,7 @@ from core.requests import Request
 from core.identify.spots import list_matchers, matcher_available
 from core.identify.spots.base import DEFAULT_MATCHER, MatcherUnavailableError
 from core.identify.spots.fusion import DEFAULT_SHORTLIST
-from core.identify.spots.pipeline import PipelineSettings
+from core.identify.spots.pipeline import DEFAULT_LNBNN_SHORTLIST, PipelineSettings
 
 
 def available_matchers() -> list[str]:
@@ -45,6 +45,8 @@ class SpotEvaluationRequest(Request):
     calibrate_on: str | None = None
     #: the gallery of each query: any photo, its own flank (same) or the other one (cross)
     flank: str = "any"
+    #: with LNBNN: its own top candidates over the whole gallery that join the global shortlist
+    lnbnn_shortlist: int = DEFAULT_LNBNN_SHORTLIST
 
     def __post_init__(self) -> None:
         if not (self.benchmark or "").strip():
@@ -63,7 +65,7 @@ class SpotEvaluationRequest(Request):
 
     def settings(self) -> PipelineSettings:
         return PipelineSettings(matcher=self.matcher, shortlist=self.shortlist, verification=self.verification,
-                                lnbnn=self.lnbnn)
+                                lnbnn=self.lnbnn, lnbnn_shortlist=self.lnbnn_shortlist)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ The catalogue side (storing, loading, embedding photos, extracting keypoints) li
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -69,7 +69,9 @@ class StoredPipeline:
 
     def provenance(self) -> str:
         cal = ", ".join(f"{k}: {c.n_outcomes} pairs" for k, c in self.calibrators.items())
-        return (f"{self.name} = {self.global_model} top-{self.settings.shortlist} shortlist + {self.settings.matcher} "
+        own = (f" joined by LNBNN's own top {self.settings.lnbnn_shortlist}" if self.settings.own_candidates else "")
+        return (f"{self.name} = {self.global_model} top-{self.settings.shortlist} shortlist{own} + "
+                f"{self.settings.matcher} "
                 f"spots ({', '.join(self.settings.scorers)}), matcher config {self.matcher_config.get('fingerprint')}, "
                 f"isotonic calibration ({cal}) on {self.calibration_source.get('what', 'benchmark pairs')}, "
                 f"fused by {self.fusion.name}")
@@ -134,6 +136,8 @@ def pipeline_name(global_model: str, settings: PipelineSettings) -> str:
         name += "-noverify"
     if settings.shortlist != PipelineSettings().shortlist:
         name += f"-k{settings.shortlist}"
+    if settings.lnbnn and settings.lnbnn_shortlist != PipelineSettings().lnbnn_shortlist:
+        name += f"-own{settings.lnbnn_shortlist}"
     return name
 
 
@@ -166,14 +170,20 @@ def calibration_sample(image_ids: Sequence[int], labels: Sequence[str], *, limit
 
 
 def fuse_scores(spots: SpotScores, valid: np.ndarray, calibrators: dict[str, Calibrator], scorers: Sequence[str], *,
-                shortlist: int, fusion: Fusion | None = None) -> np.ndarray:
+                shortlist: int, fusion: Fusion | None = None, own_candidates: Mapping[str, int] | None = None
+                ) -> np.ndarray:
     """The fused all-vs-all score matrix of ``scorers`` (each with its calibrator) on a scored set, combined by
-    ``fusion`` (default: the mean of their probabilities), which then decides the scorers read."""
+    ``fusion`` (default: the mean of their probabilities), which then decides the scorers read; the shortlist is
+    the global top-``shortlist`` joined by ``own_candidates`` of each of those scorers
+    (:attr:`PipelineSettings.own_candidates`)."""
     if fusion is not None:
         scorers = fusion.needs
     raw, applies = spots.restricted(scorers)
+    own = {name: (np.where(spots.applies[name], spots.raw[name], np.nan), n)
+           for name, n in (own_candidates or {}).items() if name in spots.raw and n > 0}
     return fused_similarity(spots.raw[GLOBAL], valid, shortlist=shortlist, raw=raw,
-                            calibrators={k: calibrators[k] for k in scorers}, applies=applies, fusion=fusion)
+                            calibrators={k: calibrators[k] for k in scorers}, applies=applies, fusion=fusion,
+                            own_candidates=own)
 
 
 def same_pairs_per_scorer(spots: SpotScores, valid: np.ndarray, same: np.ndarray) -> dict[str, int]:
@@ -184,19 +194,22 @@ def same_pairs_per_scorer(spots: SpotScores, valid: np.ndarray, same: np.ndarray
 
 
 def fusion_metrics(spots: SpotScores, valid: np.ndarray, labels: Sequence[str], calibrators: dict[str, Calibrator],
-                   fusions: dict[str, Fusion], *, shortlist: int) -> dict[str, dict[str, float]]:
+                   fusions: dict[str, Fusion], *, shortlist: int, own_candidates: Mapping[str, int] | None = None
+                   ) -> dict[str, dict[str, float]]:
     """macro mAP and CMC@1 of each fitted fusion on a scored set (the test column beside the cross-validated
     one)."""
     out: dict[str, dict[str, float]] = {}
     for name, fusion in fusions.items():
-        m = retrieval_metrics(fuse_scores(spots, valid, calibrators, fusion.needs, shortlist=shortlist, fusion=fusion),
+        m = retrieval_metrics(fuse_scores(spots, valid, calibrators, fusion.needs, shortlist=shortlist, fusion=fusion,
+                                          own_candidates=own_candidates),
                               labels, labels, valid=valid)
         out[name] = {"map_macro": float(m.map_macro), "cmc1_macro": float(m.cmc_macro[1])}
     return out
 
 
 def component_metrics(spots: SpotScores, valid: np.ndarray, labels: Sequence[str],
-                      calibrators: dict[str, Calibrator], *, shortlist: int) -> dict[str, Any]:
+                      calibrators: dict[str, Calibrator], *, shortlist: int,
+                      own_candidates: Mapping[str, int] | None = None) -> dict[str, Any]:
     """Retrieval metrics of every :data:`COMPONENTS` entry whose scorers are all calibrated, and of LNBNN alone."""
     g = spots.raw[GLOBAL]
 
@@ -210,7 +223,10 @@ def component_metrics(spots: SpotScores, valid: np.ndarray, labels: Sequence[str
             continue
         if not all(s in calibrators for s in scorers):
             continue
-        components[comp] = metrics_of(fuse_scores(spots, valid, calibrators, scorers, shortlist=shortlist))
+        # a component's shortlist is joined only by its own scorers' candidates
+        own = {k: n for k, n in (own_candidates or {}).items() if k in scorers}
+        components[comp] = metrics_of(fuse_scores(spots, valid, calibrators, scorers, shortlist=shortlist,
+                                                  own_candidates=own))
     components["lnbnn_alone"] = metrics_of(np.where(valid, spots.raw[LNBNN] + 1e-9 * g, -np.inf))
     return components
 
@@ -286,14 +302,30 @@ def uses_lnbnn(pipeline: StoredPipeline, query: LocalFeatures) -> bool:
             and query.enough(pipeline.settings.min_keypoints))
 
 
+def own_candidates_first(ranked: list[tuple[float, int, Any]], lnbnn_votes: np.ndarray | None, *, shortlist: int,
+                         own: int) -> tuple[list[tuple[float, int, Any]], int]:
+    """One query's global ranking (score, gallery position, _) with LNBNN's own top-``own`` candidates (positive
+    votes over the whole gallery) moved up to join its top-``shortlist``, as :func:`core.identify.spots.fusion.
+    joint_shortlist` joins them in evaluation; returns the ranking and the joint shortlist's length. Only
+    candidates the global search returned can join (their global score is needed)."""
+    head, rest = ranked[:shortlist], ranked[shortlist:]
+    if lnbnn_votes is None or own < 1 or not rest:
+        return ranked, len(head)
+    votes = np.asarray(lnbnn_votes, np.float64)
+    chosen = {int(j) for j in np.argsort(-votes, kind="stable")[:own] if votes[j] > 0}
+    extra = [r for r in rest if r[1] in chosen]
+    return head + extra + [r for r in rest if r[1] not in chosen], len(head) + len(extra)
+
+
 def rerank_shortlist(pipeline: StoredPipeline, ranked: list[tuple[float, int, Any]], query: LocalFeatures,
-                     checks: Sequence[Verification], lnbnn_votes: np.ndarray | None = None
-                     ) -> tuple[list[tuple[float, int, dict[str, Any]]], str | None]:
-    """Re-rank one query's global ranking (score, gallery position, _) by the pipeline: its top-K shortlist (whose
-    spot verifications are ``checks``, in order) gets the fused calibrated probability (global + the spot scorers
+                     checks: Sequence[Verification], lnbnn_votes: np.ndarray | None = None, *,
+                     shortlist: int | None = None) -> tuple[list[tuple[float, int, dict[str, Any]]], str | None]:
+    """Re-rank one query's global ranking (score, gallery position, _) by the pipeline: its first ``shortlist``
+    (default the pipeline's K; longer when LNBNN's own candidates joined it, :func:`own_candidates_first`), whose
+    spot verifications are ``checks``, in order, get the fused calibrated probability (global + the spot scorers
     that apply; LNBNN's ``lnbnn_votes`` per gallery position when :func:`uses_lnbnn`), the rest keep the global
     order below it. Returns the new ranking with per-candidate spot facts, and a note about the query's evidence."""
-    k = pipeline.settings.shortlist
+    k = pipeline.settings.shortlist if shortlist is None else shortlist
     short, rest = ranked[:k], ranked[k:]
     cals = pipeline.calibrators
     evidence = np.array([v.has_evidence for v in checks], dtype=bool)
