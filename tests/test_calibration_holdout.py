@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 from app.cli import main as cli
-from core.identify.training import TrainConfig, calibration_holdout_split, check_calibration_holdout
+from core.identify.training import (
+    AUTO_HOLDOUT_MIN_IDENTITIES,
+    TrainConfig,
+    calibration_holdout_split,
+    check_calibration_holdout,
+    resolve_calibration_holdout,
+)
 
 
 def test_whole_identities_with_two_photos_are_held_out_seeded():
@@ -31,10 +37,25 @@ def test_a_share_outside_the_open_interval_is_refused(share):
 
 
 def test_the_training_config_keeps_the_share_and_zero_means_none():
-    assert TrainConfig().calibration_holdout == 0.0
+    assert TrainConfig().calibration_holdout is None  # decided when the training set is known
+    assert TrainConfig(calibration_holdout=0.0).calibration_holdout == 0.0
     assert TrainConfig(calibration_holdout=0.2).to_dict()["calibration_holdout"] == 0.2
     with pytest.raises(ValueError, match="between 0 and 0.5"):
         TrainConfig(calibration_holdout=0.6)
+
+
+def test_by_default_a_fifth_of_a_large_benchmark_is_held_out_and_nothing_else():
+    """Unasked, a benchmark of 50 or more train identities keeps a fifth out of training; fewer, or training on
+    the catalogue's decisions, keeps none; a share asked for (0 included) is kept; every answer says why."""
+    n = AUTO_HOLDOUT_MIN_IDENTITIES
+    share, why = resolve_calibration_holdout(None, source="benchmark", n_identities=n)
+    assert share == 0.2 and "by default" in why and "--hold-out-for-calibration 0" in why
+    share, why = resolve_calibration_holdout(None, source="benchmark", n_identities=n - 1)
+    assert share == 0.0 and f"{n - 1} train identities" in why
+    assert resolve_calibration_holdout(None, source="catalogue", n_identities=500)[0] == 0.0
+    assert resolve_calibration_holdout(0.0, source="benchmark", n_identities=500) == \
+        (0.0, "no hold-out for calibration (asked for)")
+    assert resolve_calibration_holdout(0.3, source="benchmark", n_identities=10)[0] == 0.3
 
 
 def test_cli_refuses_a_bad_share_before_queueing(tmp_path, capsys):

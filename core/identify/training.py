@@ -60,8 +60,9 @@ class TrainConfig:
     # curators' rejections become hard negatives) | m-per-class (pml MPerClassSampler)
     sources_per_batch: int | None = None  # identity-aware: K sources per batch (default: every source, at most 2)
     hard_negatives: int = 2  # identity-aware: k hard-negative identities each anchor brings
-    #: share of the benchmark's train identities kept out of training, for a spot pipeline's calibration (0: none)
-    calibration_holdout: float = 0.0
+    #: share of the benchmark's train identities kept out of training, for a spot pipeline's calibration (0: none;
+    #: None: :func:`resolve_calibration_holdout` decides)
+    calibration_holdout: float | None = None
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> TrainConfig:
@@ -100,7 +101,8 @@ class TrainConfig:
             raise ValueError("sources per batch must be at least 1")
         if self.hard_negatives < 0:
             raise ValueError("hard negatives per anchor must not be negative")
-        check_calibration_holdout(self.calibration_holdout, allow_none=True)
+        if self.calibration_holdout is not None:
+            check_calibration_holdout(self.calibration_holdout, allow_none=True)
 
     @property
     def trains_backbone(self) -> bool:
@@ -160,6 +162,29 @@ def check_calibration_holdout(share: float, *, allow_none: bool = False) -> None
     if not 0.0 < float(share) < 0.5:
         raise ValueError(f"the share of train identities held out for calibration must be between 0 and 0.5 "
                          f"(e.g. 0.2), got {share}")
+
+
+AUTO_CALIBRATION_HOLDOUT = 0.2
+#: fewer train identities than this and the automatic hold-out is left out: a fifth of them would starve training
+AUTO_HOLDOUT_MIN_IDENTITIES = 50
+
+
+def resolve_calibration_holdout(share: float | None, *, source: str, n_identities: int) -> tuple[float, str]:
+    """(the hold-out share to use, why). A share asked for is kept. Unasked: a fifth of a benchmark's train
+    identities, so that a spot pipeline built on the model (which any benchmark-trained model may get) calibrates
+    the global scores on animals the model never learned, where they are as uncertain as on new animals; none
+    when training on the catalogue's decisions (its pipelines recalibrate on the curators' decided pairs) or on
+    fewer than :data:`AUTO_HOLDOUT_MIN_IDENTITIES` identities."""
+    if share is not None:
+        return float(share), ("no hold-out for calibration (asked for)" if share == 0 else
+                              f"held out for calibration as asked: {share:g} of the train identities")
+    if source != "benchmark":
+        return 0.0, "no hold-out for calibration: training on the catalogue's decisions"
+    if n_identities < AUTO_HOLDOUT_MIN_IDENTITIES:
+        return 0.0, (f"no hold-out for calibration: {n_identities} train identities, fewer than "
+                     f"{AUTO_HOLDOUT_MIN_IDENTITIES} (--hold-out-for-calibration SHARE asks for one)")
+    return AUTO_CALIBRATION_HOLDOUT, (f"held out for calibration by default: {AUTO_CALIBRATION_HOLDOUT:g} of the "
+                                      f"{n_identities} train identities (--hold-out-for-calibration 0 trains on all)")
 
 
 def calibration_holdout_split(labels: Sequence[str], *, share: float, seed: int = 0) -> np.ndarray:

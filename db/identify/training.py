@@ -16,6 +16,8 @@ a backbone name does.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import re
 import time
@@ -32,7 +34,13 @@ from core.identify.backbones.trained import trained_config
 from core.identify.backbones.weights import sha256_file
 from core.identify.heads import head_spec
 from core.inspect.inpainting import create_inpainter, default_inpainter_name
-from core.identify.training import TrainConfig, calibration_holdout_split, composite_distractor, freeing_gpu
+from core.identify.training import (
+    TrainConfig,
+    calibration_holdout_split,
+    composite_distractor,
+    freeing_gpu,
+    resolve_calibration_holdout,
+)
 from core.identify.training_loop import (
     TRAINABLE_BACKBONE_HINT,
     NotTrainableError,
@@ -216,6 +224,11 @@ def train_model(cat: Catalogue, *, backbone: str = DEFAULT_BACKBONE, config: Tra
     head_spec(config.head)  # an unknown head is refused before the training set is read
     tset = training_set(cat, source=source, benchmark=benchmark, image_ids=image_ids, species_id=species_id)
     held_for_calibration: list[int] = []
+    share, why = resolve_calibration_holdout(config.calibration_holdout, source=source,
+                                             n_identities=len(set(tset.labels)))
+    config = dataclasses.replace(config, calibration_holdout=share)
+    if share == 0:
+        hooks.log(why)
     if config.calibration_holdout > 0:
         if source != "benchmark":
             raise CatalogueError("a hold-out for calibration keeps some of a benchmark's train identities out of "
@@ -225,7 +238,7 @@ def train_model(cat: Catalogue, *, backbone: str = DEFAULT_BACKBONE, config: Tra
         n_animals = len({lab for lab, h in zip(tset.labels, is_held) if h})
         tset = training_set(cat, source=source, benchmark=benchmark, species_id=species_id,
                             image_ids=[i for i, h in zip(tset.image_ids, is_held) if not h])
-        hooks.log(f"held out for calibration: {len(held_for_calibration)} photos of {n_animals} identities")
+        hooks.log(f"{why}: {len(held_for_calibration)} photos of {n_animals} identities")
     counts = dict(sorted(Counter(tset.sources or []).items()))
     if len(counts) > 1:
         hooks.log("sources: " + ", ".join(f"{name} ({n} photos)" for name, n in counts.items()))
