@@ -202,3 +202,15 @@ def test_a_mask_is_automatic_only_when_its_details_say_so():
     assert not made_automatically("grabcut", {"prompt": {**box, "box_source": "default", "points": [[5, 5]]}})
     assert not made_automatically("grabcut", {"prompt": {**box, "box_source": "given"}})
     assert not made_automatically("grabcut", None)  # stored by hand, no record of a masker's prompt
+
+
+def test_a_batch_with_nothing_to_mask_says_so_instead_of_0_of_0(tmp_path):
+    from db.session import open_catalogue
+
+    cat = open_catalogue(tmp_path / "data")
+    try:
+        assert mask_images(cat, masker="grabcut")["summary"] == \
+            "nothing to mask: every photo chosen already has a mask (--all masks them again)"
+        assert mask_images(cat, masker="grabcut", only_missing=False)["summary"] == "nothing to mask: no photo chosen"
+    finally:
+        cat.close()

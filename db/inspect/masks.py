@@ -173,7 +173,9 @@ def mask_images(cat: Catalogue, *, masker: str | None = None, image_ids: Sequenc
         if progress:
             progress(n + 1, len(todo))
     summary = (f"{done} of {len(todo)} photos masked with {name} ({flagged} flagged, {len(empty)} empty, "
-               f"{len(errors)} errors)")
+               f"{len(errors)} errors)" if todo else
+               "nothing to mask: every photo chosen already has a mask (--all masks them again)" if only_missing else
+               "nothing to mask: no photo chosen")
     if retried:
         summary += f"; {retried} found with a click in the middle after the box found no animal"
     if empty:
