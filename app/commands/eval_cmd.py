@@ -11,9 +11,8 @@ import sys
 from app.console import print_table
 from core.identify.backbones import DEFAULT_BACKBONE
 from core.identify.evaluation import FLANK_SETTINGS, RERANK_METHODS
-from core.identify.spots.pipeline import DEFAULT_LNBNN_SHORTLIST
 from jobs.actions.benchmarks import EvaluateRequest, evaluate, is_fused_pipeline
-from jobs.actions.spots import SpotEvaluationRequest, evaluate_spots
+from jobs.actions.spots import DEFAULT_LNBNN_SHORTLIST, SpotEvaluationRequest, evaluate_spots
 
 
 def register(sub) -> None:

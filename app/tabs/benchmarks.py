@@ -86,6 +86,8 @@ def build(ctx: UIContext) -> None:
                                              elem_id="bench-spot-lnbnn")
                     spot_shortlist = gr.Number(50, precision=0, minimum=1, label="Candidates re-ranked (K)",
                                                elem_id="bench-spot-k")
+                    spot_own = gr.Number(sp.DEFAULT_LNBNN_SHORTLIST, precision=0, minimum=0,
+                                         label="LNBNN's own top candidates joined (0: none)", elem_id="bench-spot-own")
                 with gr.Row():
                     spot_button = gr.Button("Start evaluation with spot evidence", elem_id="bench-spot-evaluate")
                     keypoints_button = gr.Button("Extract keypoints for all photos", elem_id="bench-keypoints")
@@ -135,12 +137,13 @@ def build(ctx: UIContext) -> None:
         return message
 
     @curator_action
-    def do_spot_evaluate(bench_name, model_name, matcher, lnbnn, shortlist, user):
+    def do_spot_evaluate(bench_name, model_name, matcher, lnbnn, shortlist, own, user):
         if not bench_name:
             raise ValueError("Choose a benchmark to evaluate on (create one first if there is none).")
         request = sp.SpotEvaluationRequest(benchmark=bench_name, model=model_name or ms.DEFAULT_MODEL,
                                            matcher=matcher or "sift", shortlist=int(shortlist or 50),
-                                           lnbnn=bool(lnbnn), user=user)
+                                           lnbnn=bool(lnbnn), user=user,
+                                           lnbnn_shortlist=sp.DEFAULT_LNBNN_SHORTLIST if own is None else int(own))
         return sp.launch_spot_evaluation(cat, request)[1]
 
     @curator_action
@@ -148,7 +151,7 @@ def build(ctx: UIContext) -> None:
         return sp.launch_keypoints(cat, sp.KeypointsRequest(matcher=matcher or "sift", user=user))[1]
 
     ctx.changed(spot_button.click(do_spot_evaluate, inputs=[bench_pick, backbone, spot_matcher, spot_lnbnn,
-                                                           spot_shortlist, ctx.user],
+                                                           spot_shortlist, spot_own, ctx.user],
                                   outputs=[status], api_name="start_spot_evaluation"))
     keypoints_button.click(do_keypoints, inputs=[spot_matcher, ctx.user], outputs=[status],
                            api_name="extract_keypoints")

@@ -11,7 +11,7 @@ import numpy as np
 
 from core.identify.spots import describe_matchers, matcher_available
 from core.identify.spots.draw import draw_correspondences
-from core.identify.spots.pipeline import PipelineSettings
+from core.identify.spots.pipeline import DEFAULT_LNBNN_SHORTLIST, PipelineSettings  # noqa: F401 (the tab reads it)
 from core.identify.spots.requests import (  # noqa: F401
     KeypointsRequest,
     MatchedSpotsRequest,
@@ -60,10 +60,11 @@ def launch_spot_evaluation(cat: Catalogue, request: SpotEvaluationRequest) -> tu
         if name and name not in known:
             raise CatalogueError(f"There is no benchmark named {name!r}.")
     job_id = submit_spot_evaluation(cat, request)
-    scorers = " + ".join(request.settings().scorers)
-    return job_id, (f"Evaluation of {request.model} re-ranked by {request.matcher} spot evidence ({scorers}, top "
-                    f"{request.shortlist}) on {request.benchmark} queued as job #{job_id}; the pipeline and its "
-                    "numbers appear here and in the Models tab when it finishes.")
+    settings = request.settings()
+    own = f" joined by LNBNN's own top {settings.lnbnn_shortlist}" if settings.own_candidates else ""
+    return job_id, (f"Evaluation of {request.model} re-ranked by {request.matcher} spot evidence "
+                    f"({' + '.join(settings.scorers)}, top {request.shortlist}{own}) on {request.benchmark} queued as "
+                    f"job #{job_id}; the pipeline and its numbers appear here and in the Models tab when it finishes.")
 
 
 def launch_keypoints(cat: Catalogue, request: KeypointsRequest) -> tuple[int, str]:

@@ -162,3 +162,37 @@ def test_catalogue_tab_sets_an_individuals_species(server, page):
     page.locator("#catalogue-undo").click()
     expect(page.locator("#catalogue-status")).to_contain_text("Undone", timeout=20_000)
     expect(page.locator("#catalogue-species input")).to_have_value("default", timeout=20_000)
+
+
+def test_benchmarks_tab_queues_a_spot_evaluation_with_lnbnn_own_candidates(server, page):
+    """The spot-evidence form: LNBNN's own top candidates joined to the shortlist is a field (10 by default); the
+    queued job's request carries the number typed, and the status line says it. The job is cancelled at once: its
+    figures are tested in tests/test_spots_pipeline.py."""
+    import re
+
+    from playwright.sync_api import expect
+
+    from db.session import open_catalogue
+    from jobs import queue
+
+    page.goto(server.url)
+    page.get_by_role("tab", name="Benchmarks").click()
+    choose(page, "bench-pick", "syn")
+    page.locator("#bench-spots-box").get_by_text("Re-rank with spot evidence").click()
+    own = page.locator("#bench-spot-own input")
+    expect(own).to_have_value("10", timeout=20_000)
+    own.fill("5")
+    own.press("Tab")
+    expect(own).to_have_value("5")
+    page.locator("#bench-spot-evaluate").click()
+    status = page.locator("#bench-status")
+    expect(status).to_contain_text("queued as job", timeout=30_000)
+    expect(status).to_contain_text("top 50 joined by LNBNN's own top 5")
+    job_id = int(re.search(r"queued as job #(\d+)", status.inner_text()).group(1))
+    cat = open_catalogue(server.data_dir)
+    try:
+        job = queue.get_job(cat, job_id)
+        assert job.params["lnbnn_shortlist"] == 5 and job.params["lnbnn"] is True
+        queue.request_cancel(cat, job_id, by="test")
+    finally:
+        cat.close()
