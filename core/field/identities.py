@@ -423,7 +423,7 @@ def _mixture_cdf(x: float, M: np.ndarray, f0: np.ndarray, s_lo: np.ndarray, s_hi
     out[point] = (x >= M[point]).astype(float)
     above = (f0 <= 0) & (half > 0)
     if above.any():
-        out[above] = np.where(x >= M[above], 2.0 * ndtr(np.maximum(x - M[above], 0.0) / half[above]) - 1.0, 0.0)
+        out[above] = 2.0 * ndtr(np.maximum(x - M[above], 0.0) / half[above]) - 1.0  # 0 up to M
     cont = (f0 > 0) & (x > M)
     if cont.any():
         z = np.log((x - M[cont]) / f0[cont])

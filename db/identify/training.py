@@ -17,7 +17,6 @@ a backbone name does.
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import re
 import time

@@ -5,8 +5,9 @@ Each gets an isotonic calibration (:mod:`core.identify.calibration`) into P(same
 benchmark's training photos (the curators' decisions replace them once there are enough). For a query, the
 global model's top-K (the *shortlist*, K default 50), joined by LNBNN's own top candidates over the whole
 gallery when LNBNN is fused (:func:`joint_shortlist`: it finds animals the global model ranks too low for its
-top-K), is re-scored by the mean of the calibrated probabilities of the scorers that apply to the pair (local scorers do not apply to cross-flank pairs, or to photos without
-keypoints: those pairs keep the global probability alone). Photos outside the shortlist keep the global
+top-K), is re-scored by the mean of the calibrated probabilities of the scorers that apply to the pair (local
+scorers do not apply to cross-flank pairs, or to photos without keypoints: those pairs keep the global
+probability alone). Photos outside the shortlist keep the global
 order, below every shortlisted one. Equal fused probabilities (isotonic curves are step functions) are ordered
 by the raw global score.
 

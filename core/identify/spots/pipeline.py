@@ -133,6 +133,14 @@ def verified_inliers(features: Sequence[LocalFeatures], pairs: np.ndarray, appli
     return np.where(pairs, out, np.nan)
 
 
+def own_candidate_scores(raw: Mapping[str, np.ndarray], applies: Mapping[str, np.ndarray],
+                         own: Mapping[str, int]) -> dict[str, tuple[np.ndarray, int]]:
+    """For :func:`core.identify.spots.fusion.joint_shortlist`: each scorer's scores where it applies (NaN
+    elsewhere) with how many of its own top candidates join (:attr:`PipelineSettings.own_candidates`)."""
+    return {name: (np.where(applies[name], raw[name], np.nan), n) for name, n in own.items()
+            if name in raw and n > 0}
+
+
 @dataclass
 class SpotScores:
     """Raw scores of every scorer on one all-vs-all set and where each applies."""
@@ -161,8 +169,8 @@ def spot_scores_all_vs_all(features: Sequence[LocalFeatures], global_sim: np.nda
         raw[LNBNN] = lnbnn_all_vs_all(features, valid=valid & applies_local, k=settings.lnbnn_k, sides=flanks,
                                       progress=step("LNBNN voting"), should_cancel=should_cancel)
         applies[LNBNN] = applies_local
-    own = {name: (np.where(applies[name], raw[name], np.nan), n) for name, n in settings.own_candidates.items()}
-    short = joint_shortlist(g, valid, settings.shortlist, own_candidates=own)
+    short = joint_shortlist(g, valid, settings.shortlist,
+                            own_candidates=own_candidate_scores(raw, applies, settings.own_candidates))
     if settings.verification:
         raw[VERIFICATION] = verified_inliers(features, short, applies_local, matcher=matcher, settings=settings,
                                              progress=step("verifying spots"), should_cancel=should_cancel)

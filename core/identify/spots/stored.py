@@ -31,7 +31,15 @@ from core.identify.spots.fusion import (
     shortlist_ranks,
 )
 from core.identify.spots.fusion_choice import MEAN, Fusion
-from core.identify.spots.pipeline import LNBNN, VERIFICATION, PipelineSettings, SpotScores, cross_flank, verify_one
+from core.identify.spots.pipeline import (
+    LNBNN,
+    VERIFICATION,
+    PipelineSettings,
+    SpotScores,
+    cross_flank,
+    own_candidate_scores,
+    verify_one,
+)
 from core.identify.spots.verify import STATUS_WORDS, Verification
 
 PIPELINE_HEAD = "pipeline"
@@ -179,11 +187,9 @@ def fuse_scores(spots: SpotScores, valid: np.ndarray, calibrators: dict[str, Cal
     if fusion is not None:
         scorers = fusion.needs
     raw, applies = spots.restricted(scorers)
-    own = {name: (np.where(spots.applies[name], spots.raw[name], np.nan), n)
-           for name, n in (own_candidates or {}).items() if name in spots.raw and n > 0}
     return fused_similarity(spots.raw[GLOBAL], valid, shortlist=shortlist, raw=raw,
                             calibrators={k: calibrators[k] for k in scorers}, applies=applies, fusion=fusion,
-                            own_candidates=own)
+                            own_candidates=own_candidate_scores(spots.raw, spots.applies, own_candidates or {}))
 
 
 def same_pairs_per_scorer(spots: SpotScores, valid: np.ndarray, same: np.ndarray) -> dict[str, int]:
