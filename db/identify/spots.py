@@ -543,10 +543,11 @@ def pipeline_similarity(cat: Catalogue, pipeline: StoredPipeline, image_ids: lis
 
 
 def verify_candidates(cat: Catalogue, query_id: int, candidate_ids: Sequence[int], *, matcher: LocalMatcher,
-                      settings: PipelineSettings) -> tuple[list[LocalFeatures], list[Any]]:
+                      settings: PipelineSettings, query: LocalFeatures | None = None
+                      ) -> tuple[list[LocalFeatures], list[Any]]:
     """(keypoints of the query then each candidate, one Verification per candidate): each candidate matched and
     verified against the query, opposite flanks (left vs right) not compared (match review, the single-photo
-    check, the matched-spots view of a pair)."""
+    check, the matched-spots view of a pair); ``query``: the query's keypoints when the caller has them."""
     ids = [int(query_id), *(int(c) for c in candidate_ids)]
     rows = image_rows(cat, ids)
     missing = [i for i in ids if i not in rows]
@@ -554,7 +555,8 @@ def verify_candidates(cat: Catalogue, query_id: int, candidate_ids: Sequence[int
         raise CatalogueError(f"There is no photo #{missing[0]} in the catalogue.")
     flanks = [getattr(rows[i][3], "value", rows[i][3]) for i in ids]
     cross = cross_flank(flanks[:1], flanks[1:])[0]
-    feats = features_for(cat, ids, matcher=matcher)
+    feats = ([query, *features_for(cat, ids[1:], matcher=matcher)] if query is not None
+             else features_for(cat, ids, matcher=matcher))
     return feats, [verify_one(matcher, feats[0], f, settings, cross=bool(c)) for f, c in zip(feats[1:], cross)]
 
 
@@ -592,7 +594,7 @@ def rerank_with_pipeline(cat: Catalogue, pipeline: StoredPipeline, query_id: int
     ranked, k = own_candidates_first(ranked, votes, shortlist=pipeline.settings.shortlist,
                                      own=pipeline.settings.lnbnn_shortlist)
     _, checks = verify_candidates(cat, query_id, [gallery[j] for _, j, _ in ranked[:k]], matcher=matcher,
-                                  settings=pipeline.settings)
+                                  settings=pipeline.settings, query=fq)
     return rerank_shortlist(pipeline, ranked, fq, checks, votes, shortlist=k)
 
 
