@@ -345,7 +345,7 @@ def test_too_few_same_animal_pairs_are_refused_and_nothing_is_stored(spotted, ev
     assert not is_pipeline(cat, "efficientnet_lite0+sift+lnbnn-k7")
 
 
-def test_lnbnn_own_candidates_reach_what_a_one_photo_shortlist_misses(spotted, evaluated):
+def test_lnbnn_own_candidates_reach_what_a_two_photo_shortlist_misses(spotted, evaluated):
     """With a global shortlist of two photos, re-ranking can only reorder those two. LNBNN's own top candidates
     over the whole gallery (10 by default) join it, so the rotated copies LNBNN finds are re-ranked first (CMC@1
     0.71 -> 0.96, mAP 0.56 -> 0.94 when written); match review joins them the same way."""
