@@ -178,3 +178,12 @@ def test_jobs_tab_form_offers_lora_idsim_and_the_identity_aware_sampler(syn):
     with pytest.raises(Exception, match="unknown batch sampler"):
         training_form(backbone="efficientnet_lite0", head="supcon", blocks="4", epochs=2,
                       training_set="benchmark:syn", device="cpu", user="ana", sampler="random")
+    # the calibration hold-out: automatic (resolved when the run starts), none, or a share as rosette train takes it
+    assert [v for _, v in d.holdouts] == ["auto", "0", "0.1", "0.2", "0.3"] and d.holdout == "auto"
+    form = dict(backbone="efficientnet_lite0", head="supcon", blocks="0", epochs=2, training_set="benchmark:syn",
+                device="cpu", user="ana")
+    assert training_form(**form).train_config().calibration_holdout is None
+    assert training_form(**form, calibration_holdout="0").train_config().calibration_holdout == 0
+    assert training_form(**form, calibration_holdout="0.3").train_config().calibration_holdout == 0.3
+    with pytest.raises(Exception, match="unknown calibration hold-out '0.6'"):
+        training_form(**form, calibration_holdout="0.6")

@@ -128,6 +128,10 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
             device = gr.Dropdown(d.devices, value=d.device, label="Device", elem_id="train-device",
                                  info="auto uses a GPU when there is one")
             sampler = gr.Dropdown(d.samplers, value=d.sampler, label="Batches", elem_id="train-sampler")
+            holdout = gr.Dropdown(d.holdouts, value=d.holdout, label="Held out for calibration",
+                                  elem_id="train-holdout",
+                                  info="identities kept out of training, so a spot pipeline on this model "
+                                       "calibrates on animals it never learned")
             train_button = gr.Button("Train", variant="primary", elem_id="train-start", scale=0, min_width=120)
         train_status = gr.Markdown(elem_id="train-status", elem_classes=["status-line"])
     with gr.Group(elem_id="train-run-panel"):
@@ -149,10 +153,10 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
         return gr.update(choices=fresh.training_sets, value=fresh.training_set)
 
     @curator_action(role=Role.admin)
-    def start(user, backbone_v, head_v, blocks_v, set_v, epochs_v, device_v, sampler_v):
+    def start(user, backbone_v, head_v, blocks_v, set_v, epochs_v, device_v, sampler_v, holdout_v):
         request = ts.training_form(backbone=backbone_v, head=head_v, blocks=blocks_v, epochs=epochs_v,
                                    training_set=set_v, device=device_v, user=curator_name(user),
-                                   sampler=sampler_v or ts.DEFAULT_SAMPLER)
+                                   sampler=sampler_v or ts.DEFAULT_SAMPLER, calibration_holdout=holdout_v or "auto")
         job_id, message = ts.launch_training(cat, request)
         return message, *show(job_id)
 
@@ -165,7 +169,7 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
     ctx.on_refresh(refresh_form, outputs=[training_set])
     ctx.on_refresh(show, outputs=outputs)
     ctx.polls_after(train_button.click(start, inputs=[ctx.user, backbone, head, blocks, training_set, epochs, device,
-                                                      sampler],
+                                                      sampler, holdout],
                                        outputs=[train_status, *outputs], api_name="train_model"), timer)
     run.input(guarded_viewer(show), inputs=[run], outputs=outputs, api_visibility="private")
     cancel_run.click(curator_action(lambda j, u: act("cancel", j, u), role=Role.admin), inputs=[run, ctx.user],

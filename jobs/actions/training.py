@@ -42,6 +42,12 @@ HEAD_LABELS = {
     "idsim": "ID-Sim (global SupCon + Sinkhorn patch transport between the patch sets)",
 }
 TRAINABLE_BACKBONES = (DEFAULT_BACKBONE,)
+#: the share of train identities kept out of training so a spot pipeline calibrates on animals the model never
+#: learned ("auto": core.identify.training.resolve_calibration_holdout decides, as ``rosette train`` without
+#: ``--hold-out-for-calibration``)
+HOLDOUT_CHOICES = [("automatic: a fifth of a benchmark's train identities when it has 50 or more", "auto"),
+                   ("none: train on every identity", "0"), ("a tenth of the train identities", "0.1"),
+                   ("a fifth", "0.2"), ("three tenths", "0.3")]
 
 
 @dataclass
@@ -60,6 +66,8 @@ class TrainDefaults:
     training_set: str
     device: str
     sampler: str = DEFAULT_SAMPLER
+    holdouts: list[tuple[str, str]] | None = None
+    holdout: str = "auto"
 
 
 def train_defaults(cat: Catalogue) -> TrainDefaults:
@@ -79,13 +87,14 @@ def train_defaults(cat: Catalogue) -> TrainDefaults:
         backbones=list(TRAINABLE_BACKBONES), heads=[(HEAD_LABELS.get(h, h), h) for h in list_heads()],
         blocks=BLOCK_CHOICES, samplers=SAMPLER_CHOICES, benchmarks=benches, training_sets=sets,
         devices=["auto", "cpu"] + (["cuda"] if cuda else []), backbone=DEFAULT_BACKBONE, head="supcon",
-        block="4" if cuda else "0", epochs=30, training_set=sets[0][1], device="auto")
+        block="4" if cuda else "0", epochs=30, training_set=sets[0][1], device="auto", holdouts=HOLDOUT_CHOICES)
 
 
 def training_form(*, backbone: str, head: str, blocks: str, epochs: float | int | None, training_set: str,
-                  device: str, user: str, sampler: str = DEFAULT_SAMPLER) -> TrainRequest:
+                  device: str, user: str, sampler: str = DEFAULT_SAMPLER, calibration_holdout: str = "auto"
+                  ) -> TrainRequest:
     """The Jobs tab's form as a training request, refused in the form's words (a whole number of epochs from 1 to
-    1000, a training set chosen, a backbone that can be trained here)."""
+    1000, a training set chosen, a backbone that can be trained here, a hold-out share of the choices)."""
     from core.identify.training import parse_blocks  # lazy: core.identify.training imports torch
 
     if backbone not in TRAINABLE_BACKBONES:
@@ -106,10 +115,15 @@ def training_form(*, backbone: str, head: str, blocks: str, epochs: float | int 
         raise CatalogueError(f"unknown device {device!r}")
     if sampler not in dict((v, k) for k, v in SAMPLER_CHOICES):
         raise CatalogueError(f"unknown batch sampler {sampler!r}")
+    if calibration_holdout not in dict((v, k) for k, v in HOLDOUT_CHOICES):
+        raise CatalogueError(f"unknown calibration hold-out {calibration_holdout!r}; expected one of "
+                             f"{', '.join(v for _, v in HOLDOUT_CHOICES)}")
+    holdout = None if calibration_holdout == "auto" else float(calibration_holdout)
     extent: dict[str, Any] = ({"adapter": "lora", "lora_rank": int(blocks[4:] or 16)}
                               if str(blocks).startswith("lora") else {"blocks": parse_blocks(blocks)})
     return TrainRequest(backbone=backbone, source=source, benchmark=benchmark, device=device, user=user,
-                        config={"head": head, **extent, "epochs": n_epochs, "sampler": sampler})
+                        config={"head": head, **extent, "epochs": n_epochs, "sampler": sampler,
+                                "calibration_holdout": holdout})
 
 
 def train(cat: Catalogue, request: TrainRequest) -> int:

@@ -31,6 +31,7 @@ def test_train_from_the_jobs_tab_curve_moves_then_cancel(tmp_path, page, shot):
         page.get_by_role("tab", name="Jobs").click()
         expect(page.locator("#train-summary")).to_contain_text("No training run yet", timeout=30_000)
         choose(page, "train-blocks", "last 2 blocks")
+        choose(page, "train-holdout", "none: train on every identity")
         epochs = page.locator("#train-epochs input")
         epochs.fill("1000")
         epochs.press("Tab")
@@ -47,6 +48,8 @@ def test_train_from_the_jobs_tab_curve_moves_then_cancel(tmp_path, page, shot):
             f" return m && Number(m[1]) > {first}; }}", timeout=120_000)
         shot("training")
         assert "epoch" in page.locator("#train-log textarea").input_value()
+        # the form's hold-out reached the run: none asked for, where "automatic" would log why it chose none
+        assert "no hold-out for calibration (asked for)" in (data / "jobs" / "1" / "log.txt").read_text()
         # a reload shows the same run
         page.reload()
         page.get_by_role("tab", name="Jobs").click()
