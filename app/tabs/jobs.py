@@ -130,8 +130,7 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
             sampler = gr.Dropdown(d.samplers, value=d.sampler, label="Batches", elem_id="train-sampler")
             holdout = gr.Dropdown(d.holdouts, value=d.holdout, label="Held out for calibration",
                                   elem_id="train-holdout",
-                                  info="identities kept out of training, so a spot pipeline on this model "
-                                       "calibrates on animals it never learned")
+                                  info="identities a spot pipeline calibrates on, unseen in training")
             train_button = gr.Button("Train", variant="primary", elem_id="train-start", scale=0, min_width=120)
         train_status = gr.Markdown(elem_id="train-status", elem_classes=["status-line"])
     with gr.Group(elem_id="train-run-panel"):
