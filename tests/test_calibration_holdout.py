@@ -66,15 +66,18 @@ def test_cli_refuses_a_bad_share_before_queueing(tmp_path, capsys):
     assert capsys.readouterr().out.strip() in ("[]", "")
 
 
-def test_training_keeps_the_held_out_identities_for_the_pipelines_calibration(tmp_path):
+def test_training_keeps_the_held_out_identities_for_the_pipelines_calibration(tmp_path, monkeypatch):
     """A run with a hold-out never sees those identities; they are recorded with the model, and a spot pipeline
-    built on it calibrates on them (with the validation photos), never on what it learned."""
+    built on it calibrates on them alone: not on what it learned, nor on its validation photos of animals it
+    learned, unless too few photos of unlearned animals remain (then on the photos it did not train on, then on
+    the whole train split; never on the test split)."""
     from sqlalchemy import select
 
     from db.identify.benchmarks import create_benchmark, load_benchmark
     from db.models import JobStatus, Model
     from db.session import open_catalogue
-    from db.identify.spots import _trained_on, calibration_image_ids
+    import db.identify.spots as spots
+    from db.identify.spots import _calibration_exclusion, _trained_on, calibration_image_ids
     from jobs import queue
     from tests.synthetic_reid import make_reid_set
 
@@ -98,4 +101,17 @@ def test_training_keeps_the_held_out_identities_for_the_pipelines_calibration(tm
     trained_on = _trained_on(cat, "held")
     assert not set(trained_on) & set(held)
     assert set(held) <= set(calibration_image_ids(cat, "syn", exclude=trained_on, limit=10_000))
+    validation = record["validation_image_ids"]
+    assert validation and not set(validation) & set(held)  # photos of animals it learned, not trained on
+    test_ids = load_benchmark(cat, "syn", split="test").image_ids
+
+    def calibration_set(min_photos: int) -> tuple[set[int], str]:
+        monkeypatch.setattr(spots, "MIN_HELD_OUT_PHOTOS", min_photos)
+        exclude, what = _calibration_exclusion(cat, "syn", trained_on, test_ids, everything=10_000)
+        return set(calibration_image_ids(cat, "syn", exclude=exclude, limit=10_000)), what
+
+    assert calibration_set(len(held)) == (set(held), "animals")
+    assert calibration_set(len(held) + 1) == (set(held) | set(validation), "photos")
+    assert calibration_set(10_000) == (set(train.image_ids), "")  # the train split, said so; never a test photo
+    assert _calibration_exclusion(cat, "syn", [], test_ids, everything=10_000) == (list(test_ids), "")
     cat.close()

@@ -231,6 +231,26 @@ def calibration_image_ids(cat: Catalogue, benchmark: str, *, limit: int = CALIBR
     return calibration_sample(data.image_ids, data.labels, limit=limit, seed=seed, exclude=exclude)
 
 
+def _calibration_exclusion(cat: Catalogue, cal_bench: str, trained_on: list[int], test_ids: list[int], *,
+                           everything: int) -> tuple[list[int], str]:
+    """(the photos a pipeline's calibration leaves out, what it holds out from the global model's training).
+
+    Never the evaluated benchmark's test photos (another benchmark's train split may hold them). For a trained
+    global model: every photo of the animals it learned, when at least :data:`MIN_HELD_OUT_PHOTOS` others remain
+    ("animals": the calibration hold-out, where its scores are as uncertain as on new animals; its validation
+    photos of learned animals are not); else the photos it trained on ("photos"); else nothing more (""), and
+    the calibration says so."""
+    if not trained_on:
+        return list(test_ids), ""
+    bench = load_benchmark(cat, cal_bench, split="all")
+    learned = {lab for i, lab in zip(bench.image_ids, bench.labels) if i in set(trained_on)}
+    of_learned = [i for i, lab in zip(bench.image_ids, bench.labels) if lab in learned]
+    for exclude, what in (([*of_learned, *trained_on, *test_ids], "animals"), ([*trained_on, *test_ids], "photos")):
+        if len(calibration_image_ids(cat, cal_bench, limit=everything, exclude=exclude)) >= MIN_HELD_OUT_PHOTOS:
+            return exclude, what
+    return list(test_ids), ""
+
+
 def _trained_on(cat: Catalogue, model_name: str) -> list[int]:
     """The photos a trained model learned from (its data snapshot, validation hold-out excluded); [] for a
     frozen backbone."""
@@ -337,12 +357,8 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
     if not test.image_ids:
         raise CatalogueError(f"benchmark {benchmark!r} has an empty test split")
     trained_on = _trained_on(cat, backbone.config.name)
-    not_test = [*trained_on, *test.image_ids]  # another benchmark's train split may hold this one's test photos
     everything = 10 ** 9
-    held_out = bool(trained_on) and len(calibration_image_ids(cat, cal_bench, limit=everything,
-                                                              exclude=not_test)) >= MIN_HELD_OUT_PHOTOS
-    # too few photos the model has not seen: calibrate where it trained, and say so
-    exclude = not_test if held_out or not trained_on else test.image_ids
+    exclude, held_out = _calibration_exclusion(cat, cal_bench, trained_on, test.image_ids, everything=everything)
     n_available = len(calibration_image_ids(cat, cal_bench, limit=everything, exclude=exclude))
     if not n_available:
         raise CatalogueError(f"benchmark {cal_bench!r}'s train split has no individual with two photos outside "
@@ -410,12 +426,14 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
     main = {**retrieval_metrics(fused, test.labels, test.labels, valid=scored).to_dict(),
             **flank_counts(test.flanks, flank)}
     name = pipeline_name(backbone.config.name, settings)
-    where = ("photos of its train split the global model was not trained on" if held_out else
-             "train split" + (" (including photos the global model was trained on: too few held out)"
-                              if trained_on else ""))
+    where = {"animals": "photos of its train split's animals the global model was never trained on",
+             "photos": "photos of its train split the global model was not trained on (too few of animals it never "
+                       "learned)",
+             "": "train split" + (" (including photos the global model was trained on: too few held out)"
+                                  if trained_on else "")}[held_out]
     cal_source = {"what": f"benchmark {cal_bench} {where}, {len(cal_ids)} photos of "
                           f"{len(set(cal_labels))} individuals, top-{settings.shortlist} pairs",
-                  "held_out_from_global_training": held_out,
+                  "held_out_from_global_training": bool(held_out), "held_out": held_out or "none",
                   "benchmark": cal_bench, "split": "train", "image_ids": cal_ids, "n_photos": len(cal_ids),
                   "n_individuals": len(set(cal_labels)), "scorers": list(scorers),
                   "n_pairs": {k: c.n_outcomes for k, c in calibrators.items()},
