@@ -243,7 +243,8 @@ def _calibration_exclusion(cat: Catalogue, cal_bench: str, trained_on: list[int]
     if not trained_on:
         return list(test_ids), ""
     bench = load_benchmark(cat, cal_bench, split="all")
-    learned = {lab for i, lab in zip(bench.image_ids, bench.labels) if i in set(trained_on)}
+    trained = set(trained_on)
+    learned = {lab for i, lab in zip(bench.image_ids, bench.labels) if i in trained}
     of_learned = [i for i, lab in zip(bench.image_ids, bench.labels) if lab in learned]
     for exclude, what in (([*of_learned, *trained_on, *test_ids], "animals"), ([*trained_on, *test_ids], "photos")):
         if len(calibration_image_ids(cat, cal_bench, limit=everything, exclude=exclude)) >= MIN_HELD_OUT_PHOTOS:
