@@ -122,7 +122,7 @@ def test_the_tab_s_background_job_gives_the_same_answer_and_a_report(sim, capsys
         assert waiting is None and words.startswith(f"Density fit job #{job_id} queued: 0%")
         assert run_one(cat, isolate=False) == job_id
         answer, words = ds.density_status(cat, job_id)
-        assert words == "" and answer is not None
+        assert answer is not None and words == f"Density fit job #{job_id} done: {answer['summary']}."
         assert answer["likelihood"] == "conditional" and answer["detectfn"] == "EX"
         assert answer["D_per_100km2"] == pytest.approx(foreground["D_per_100km2"], rel=1e-9)
         assert len(answer["mask_xy"]) == answer["mask"]["points"]

@@ -138,10 +138,9 @@ def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
             return (gr.skip(),) * (3 + len(results))
         answer, words = ds.density_status(cat, job_id)
         if answer is None:
-            finished = words.startswith(f"Density fit job #{job_id} failed") or " cancelled" in words
+            finished = " failed: " in words or " cancelled: " in words
             return (job_id if finished else gr.skip(), gr.skip(), markdown_text(words), *(gr.skip(),) * len(results))
-        return (job_id, answer, markdown_text(f"Density fit job #{job_id} done: {answer['summary']}."),
-                *_density_outputs(answer))
+        return (job_id, answer, markdown_text(words), *_density_outputs(answer))
 
     timer.tick(guarded_viewer(poll), [job, shown], [shown, answer_state, status, *results], show_progress="hidden")
 

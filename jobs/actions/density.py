@@ -84,19 +84,27 @@ def latest_density_job(cat: Catalogue) -> int | None:
     return jobs[0].id if jobs else None
 
 
+#: how a fit's status line names the identities it was asked on (as decided: nothing to add)
+BASIS_WORDS = {"confirmed": "on confirmed identities", "uncertain": "with identification uncertainty"}
+
+
 def density_status(cat: Catalogue, job_id: int | None) -> tuple[dict[str, Any] | None, str]:
-    """(the answer once the job succeeded, else None; what the curator reads meanwhile, or why it failed)."""
+    """(the answer once the job succeeded, else None; the status line: done with its summary, what the curator
+    reads meanwhile, or why it failed), naming the identities the fit was asked on unless as decided."""
     if not job_id:
         return None, ""
     job = queue.get_job(cat, int(job_id))
     if job.kind != DENSITY_JOB:
         raise CatalogueError(f"job #{job.id} is a {job.kind} job, not a density fit")
+    basis = BASIS_WORDS.get(str((job.params or {}).get("identities") or "decided"))
+    label = f"Density fit job #{job.id}" + (f" {basis}" if basis else "")
     if job.status == JobStatus.succeeded:
-        return dict(job.result or {}), ""
+        answer = dict(job.result or {})
+        return answer, f"{label} done: {answer.get('summary', '')}."
     if job.status in (JobStatus.failed, JobStatus.cancelled):  # the message says which, and why
         why = (job.message or "").removeprefix("failed: ")
-        return None, f"Density fit job #{job.id} {job.status.value}: {why}"
-    return None, f"Density fit job #{job.id} {job.status.value}: {job.progress:.0%} {job.message or ''}".rstrip()
+        return None, f"{label} {job.status.value}: {why}"
+    return None, f"{label} {job.status.value}: {job.progress:.0%} {job.message or ''}".rstrip()
 
 
 # --------------------------------------------------------------------------- words and tables
