@@ -132,10 +132,13 @@ def build(ctx: UIContext) -> None:
                            label="Recent changes (newest first; Undo reverses the newest one not yet undone)",
                            elem_id="catalogue-history", max_height=320)
 
+    # the name the Name box was last given from the catalogue: a refresh that finds other text there keeps it (the
+    # curator is typing a new name)
+    shown_name = gr.State("")
     list_outputs = [overview, shown_ids, summary, chooser]
     detail_outputs = [headline, photos, sightings, split_pick, new_name, merge_target, changes, species, undo_seen,
                       facts, best_photos, best_why, timeline_plot, station_map, home_range, sex, life_stage,
-                      photo_ids, frame_view, frame_caption]
+                      photo_ids, frame_view, frame_caption, shown_name]
     no_frame = (gr.update(visible=False, value=None), "")
 
     def render_list(search_text, current):
@@ -146,7 +149,7 @@ def build(ctx: UIContext) -> None:
         return ([(c.thumb, c.caption) for c in pictured], [c.id for c in pictured], services.catalogue_summary(cat),
                 refreshed_choices(choices, current, values=[c.id for c in everyone]))
 
-    def render_detail(current, ticked=None, target=None):
+    def render_detail(current, ticked=None, target=None, typed=None, shown=None):
         everyone = services.individual_cards(cat)
         history = _table(services.history_rows(cat), services.HISTORY_HEADERS)
         species_names = sa.species_names(cat)
@@ -154,18 +157,20 @@ def build(ctx: UIContext) -> None:
         if current is None:
             return ("Open an individual to see its photos.", [], _table([], services.SIGHTING_HEADERS),
                     gr.update(choices=[], value=[]), "", gr.update(choices=[], value=None), history,
-                    gr.update(choices=species_names, value=None), newest, *render_page(None), [], *no_frame)
+                    gr.update(choices=species_names, value=None), newest, *render_page(None), [], *no_frame, "")
         view = services.open_individual(cat, current)
         targets = [(c.caption, c.id) for c in everyone if c.id != view.id]
         choices = services.image_choices(view)
         # ticks and the chosen "Merge into" survive a refresh (one that lands just after a choice must not undo it)
         still_here = [i for i in (ticked or []) if any(i == c for _, c in choices)]
+        # so does a name being typed (text other than what the box was last given)
+        name = typed if typed is not None and shown is not None and typed != shown else view.name
         return (f"### {markdown_text(view.headline())}", [(c.path, c.caption) for c in view.images if c.path],
                 _table(view.sightings, services.SIGHTING_HEADERS),
-                gr.update(choices=choices, value=still_here), view.name,
+                gr.update(choices=choices, value=still_here), name,
                 gr.update(choices=targets, value=target if any(target == t for _, t in targets) else None), history,
                 gr.update(choices=species_names, value=sa.species_of_individual(cat, view.id)), newest,
-                *render_page(view.id), [c.id for c in view.images if c.path], *no_frame)
+                *render_page(view.id), [c.id for c in view.images if c.path], *no_frame, view.name)
 
     def render_page(current):
         """The individual page's parts: facts, best photos and why, timeline, station map, home range, sex, life
@@ -179,10 +184,11 @@ def build(ctx: UIContext) -> None:
                 f"{why}\n{pages.BEST_PHOTO_RULE}", pages.timeline_figure(page), pages.station_map_figure(page),
                 markdown_text(page.home_range()), h.sex or NOT_RECORDED, h.life_stage or NOT_RECORDED)
 
-    def render_all(search_text, current, ticked, target):
-        return (*render_list(search_text, current), *render_detail(current, ticked, target))
+    def render_all(search_text, current, ticked, target, typed, shown):
+        return (*render_list(search_text, current), *render_detail(current, ticked, target, typed, shown))
 
-    ctx.on_refresh(render_all, inputs=[search, open_id, split_pick, merge_target], outputs=list_outputs + detail_outputs)
+    ctx.on_refresh(render_all, inputs=[search, open_id, split_pick, merge_target, new_name, shown_name],
+                   outputs=list_outputs + detail_outputs)
     search.change(guarded_viewer(render_list), inputs=[search, open_id], outputs=list_outputs,
                   trigger_mode="always_last", show_progress="hidden", api_visibility="private")
 

@@ -96,10 +96,14 @@ def test_open_an_individual_see_its_page_and_set_its_sex(page_server, page, shot
     expect(page.locator("#catalogue-home-range")).to_contain_text("minimum convex polygon of 3 stations): 50.")
     shot("page")
 
+    # a new name half typed (Rename not pressed) survives the refresh that another change brings
+    name_box = page.locator("#catalogue-new-name input")
+    name_box.fill("Half-typed name")
     choose(page, "catalogue-sex", "female")
     page.locator("#catalogue-set-traits").click()
     expect(page.locator("#catalogue-traits-status")).to_contain_text("sex not recorded → female", timeout=TIMEOUT_MS)
     expect(facts).to_contain_text("Sex: female", timeout=TIMEOUT_MS)
+    expect(name_box).to_have_value("Half-typed name")
     shot("sex-set")
     cat = open_catalogue(page_server.data_dir, migrate=False)
     try:
