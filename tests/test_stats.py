@@ -133,3 +133,12 @@ def test_verdict_words():
     same = verdict("cmc1", name_a="A", name_b="B", mean_diff=0.0, p_holm=1.0)
     assert same == "No difference in CMC@1: A and B score the same on these queries (p = 1)."
     assert "not enough queries" in verdict("map", name_a="A", name_b="B", mean_diff=float("nan"), p_holm=None)
+    # the rank test and the interval of the mean disagree: the verdict says so, and why
+    mixed = verdict("map", name_a="A", name_b="B", mean_diff=0.014, p_holm=0.71, ci=(0.005, 0.024))
+    assert mixed.startswith("No reliable difference in mAP: A is ahead by 1.4 points, but p = 0.71")
+    assert mixed.endswith("The mean difference's 95% interval (+0.5 to +2.4 points) excludes 0: a few queries gain "
+                          "or lose much while most move little, which the per-query rank test weighs less.")
+    assert verdict("map", name_a="A", name_b="B", mean_diff=0.014, p_holm=0.71, ci=(-0.002, 0.03)) == \
+        verdict("map", name_a="A", name_b="B", mean_diff=0.014, p_holm=0.71)  # the interval holds 0: nothing to add
+    assert "excludes 0" not in verdict("cmc1", name_a="A", name_b="B", mean_diff=-0.041, p_holm=0.003,
+                                       ci=(-0.07, -0.01))  # agreeing: one sentence

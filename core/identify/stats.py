@@ -174,10 +174,11 @@ ENDPOINT_WORDS = {
 
 
 def verdict(endpoint: str, *, name_a: str, name_b: str, mean_diff: float, p_holm: float | None,
-            alpha: float = 0.05) -> str:
+            alpha: float = 0.05, ci: tuple[float, float] | None = None) -> str:
     """One sentence a curator can read: who is better on ``endpoint`` (difference A - B, in points), and
     whether that holds after the correction, e.g. "B finds the right animal first more often: +4.1 points
-    CMC@1, p = 0.003 after correction"."""
+    CMC@1, p = 0.003 after correction". ``ci``: the bootstrap interval of the mean difference; when it excludes 0
+    but the signed-rank test finds no reliable difference, a second sentence says why the two disagree."""
     words, label, unit = ENDPOINT_WORDS.get(endpoint, (f"scores higher on {endpoint}", endpoint, "points"))
     if p_holm is None or math.isnan(mean_diff):
         return f"{label}: not enough queries to compare {name_a} and {name_b}."
@@ -187,5 +188,10 @@ def verdict(endpoint: str, *, name_a: str, name_b: str, mean_diff: float, p_holm
     better, diff = (name_a, mean_diff) if mean_diff > 0 else (name_b, -mean_diff)
     if p_holm < alpha and diff > 0:
         return f"{better} {words}: +{100 * diff:.1f} {unit} {label}, {p_text} after correction."
-    return (f"No reliable difference in {label}: {better} is ahead by {100 * diff:.1f} {unit}, but {p_text} after "
+    text = (f"No reliable difference in {label}: {better} is ahead by {100 * diff:.1f} {unit}, but {p_text} after "
             f"correction (could be chance).")
+    if ci is not None and (ci[0] > 0 or ci[1] < 0):
+        # the rank test weighs how many queries move and which way, the interval how far the mean moves
+        text += (f" The mean difference's 95% interval ({100 * ci[0]:+.1f} to {100 * ci[1]:+.1f} {unit}) excludes 0: "
+                 "a few queries gain or lose much while most move little, which the per-query rank test weighs less.")
+    return text

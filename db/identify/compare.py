@@ -113,7 +113,7 @@ def compare(cat: Catalogue, a: str | Sequence[str], b: str | Sequence[str], *, b
         e = out["endpoints"][ep]
         e["p_holm"], e["significant"] = h["p_holm"], h["reject"]
         e["verdict"] = verdict(ep, name_a=label_a, name_b=label_b, mean_diff=e["mean_diff"], p_holm=h["p_holm"],
-                               alpha=alpha)
+                               alpha=alpha, ci=(e["ci_low"], e["ci_high"]))
     out["verdict"] = out["endpoints"][PRIMARY]["verdict"]
     out["ap_differences"] = [float(d) for d in (va[0]["map"] - vb[0]["map"]) if not np.isnan(d)]
     return out
