@@ -497,3 +497,35 @@ def test_the_other_animal_of_the_same_frame_is_never_a_candidate(imported):
     for query, other in ((a, b), (b, a)):
         found = [c.image_id for c in ranked_candidates(cat, query, k=10).candidates]
         assert found and other not in found
+
+
+def test_the_neighbours_strip_in_an_animals_crop_is_darkened_for_the_screen(imported):
+    """A two-animal frame: the left animal's crop (its box plus a 10 % margin) reaches into the right animal's
+    box; the screen darkens that strip so the curator sees which animal is asked about, and leaves the animal's
+    own pixels as matching reads them."""
+    from jobs.actions.frames import annotation_crop
+
+    cat, _ = imported
+    a = _pair_annotations(cat)[0]
+    seen, read = annotation_crop(cat, a.id).astype(int), load_photo(cat, sources_for(cat, [a.id])[0]).astype(int)
+    assert seen.shape == read.shape
+    left, _, right, _ = crop_rect(Box(*BOX_A), 1200, 600)
+    strip = round(BOX_B[0] * 1200) - left  # first column of the neighbour's box, in the crop
+    assert 0 < strip < read.shape[1]
+    assert np.array_equal(seen[:, :strip - 1], read[:, :strip - 1])  # the animal and the margin beside it
+    dark = seen[:, strip + 1:]
+    assert dark.size and np.all(dark <= read[:, strip + 1:])
+    assert dark.mean() < 0.5 * read[:, strip + 1:].mean()
+
+
+def test_dimming_spares_the_animals_own_box_and_pixels_outside_every_box():
+    from core.io.box_drawing import dim_neighbours
+
+    rgb = np.full((10, 10, 3), 200, np.uint8)
+    out = dim_neighbours(rgb, [(0.5, 0.0, 0.8, 1.0)], (0.0, 0.0, 0.7, 1.0), factor=0.5)
+    assert out is not rgb and np.all(rgb == 200)  # a copy: the crop matching reads is never touched
+    assert np.all(out[:, :7] == 200)  # the animal's own box, overlap with the neighbour included
+    assert np.all(out[:, 7:] == 100)  # the neighbour's part beyond it, darkened by the factor
+    out = dim_neighbours(rgb, [(0.8, 0.8, 0.5, 0.5)], (0.0, 0.0, 0.5, 0.5), factor=0.5)
+    assert np.all(out[8:, 8:] == 100) and np.all(out[:8] == 200) and np.all(out[:, :8] == 200)  # reaches past the edge
+    assert dim_neighbours(rgb, [], (0.0, 0.0, 1.0, 1.0)) is rgb

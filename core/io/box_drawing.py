@@ -23,6 +23,44 @@ def _box_rect(box: Box, width: int, height: int) -> tuple[int, int, int, int]:
     return x0, y0, x1, y1
 
 
+#: how much light is left on the parts of another animal's box that show in an annotation's crop
+NEIGHBOUR_DIM = 0.35
+
+
+Rect = tuple[float, float, float, float]
+
+
+def _pixel_span(rect: Rect, width: int, height: int) -> tuple[int, int, int, int]:
+    """(left, top, right, bottom) pixels a normalised (x, y, w, h) covers, clipped to the frame (possibly
+    empty; the rectangle may reach past the frame's edges)."""
+    x, y, w, h = rect
+    x0 = min(max(0, round(x * width)), width)
+    y0 = min(max(0, round(y * height)), height)
+    x1 = min(max(x0, round((x + w) * width)), width)
+    y1 = min(max(y0, round((y + h) * height)), height)
+    return x0, y0, x1, y1
+
+
+def dim_neighbours(rgb: np.ndarray, neighbours: Sequence[Rect], own: Rect, *, factor: float = NEIGHBOUR_DIM
+                   ) -> np.ndarray:
+    """A copy of ``rgb`` (an annotation's crop) with the pixels of other animals' boxes darkened to ``factor``,
+    except where they overlap the animal's ``own`` box (all (x, y, w, h) shares of the crop, as
+    :func:`core.annotations.box_in_crop` gives them): the crop's margin shows a strip of a neighbour, and a
+    curator must see at once which animal is asked about."""
+    if not neighbours:
+        return rgb
+    out = np.array(rgb, copy=True)
+    height, width = out.shape[:2]
+    dim = np.zeros((height, width), bool)
+    for rect in neighbours:
+        x0, y0, x1, y1 = _pixel_span(rect, width, height)
+        dim[y0:y1, x0:x1] = True
+    x0, y0, x1, y1 = _pixel_span(own, width, height)
+    dim[y0:y1, x0:x1] = False
+    out[dim] = (out[dim].astype(np.float32) * factor).round().astype(out.dtype)
+    return out
+
+
 def draw_boxes(rgb: np.ndarray, boxes: Sequence[Box], labels: Sequence[str], *,
                highlight: int | None = None) -> np.ndarray:
     """A copy of the H x W x 3 uint8 ``rgb`` frame with each normalised box outlined and labelled; the box at

@@ -11,7 +11,7 @@ from PIL import Image as PILImage
 from sqlalchemy import select
 
 from core.annotations import Box, box_in_crop
-from core.io.box_drawing import draw_boxes, draw_legend
+from core.io.box_drawing import dim_neighbours, draw_boxes, draw_legend
 from core.io.images import load_rgb
 from core.io.privacy import blur_boxes, person_boxes
 from db.catalogue import CatalogueError
@@ -95,19 +95,24 @@ def frame_words(cat: Catalogue, annotation_id: int) -> str:
 
 
 def annotation_crop(cat: Catalogue, annotation_id: int) -> np.ndarray:
-    """The annotation's pixels (its box's crop, as matching sees it), any person in it blurred."""
+    """The annotation's pixels (its box's crop, as matching sees it), any person in it blurred and the other
+    animals' boxes that reach into its margin darkened."""
     src = sources_for(cat, [annotation_id])[0]
     crop = load_photo(cat, src)
     with cat.unit_of_work() as s:
         ann = s.get(Image, annotation_id)
         people = _people(s.get(Photo, ann.photo_id)) if ann is not None else []
+        others = [a.box for a, _ in _animals(s, ann.photo_id) if a.id != annotation_id] if ann is not None else []
     inside = []
     for p in people:
         x, y, w, h = box_in_crop(p, src.box)
         x0, y0, x1, y1 = max(0.0, x), max(0.0, y), min(1.0, x + w), min(1.0, y + h)
         if x1 > x0 and y1 > y0:
             inside.append(Box(x0, y0, x1 - x0, y1 - y0))
-    return _blurred(crop, inside)
+    if src.box.is_whole:  # the whole photo: no margin, and every animal in it is part of the picture
+        others = []
+    return dim_neighbours(_blurred(crop, inside), [box_in_crop(o, src.box) for o in others],
+                          box_in_crop(src.box, src.box))
 
 
 def shows_whole_file(box: Box, *, has_people: bool) -> bool:
