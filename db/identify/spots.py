@@ -365,8 +365,7 @@ def evaluate_pipeline(cat: Catalogue, *, global_model: str, benchmark: str, sett
         raise CatalogueError(f"benchmark {cal_bench!r}'s train split has no individual with two photos outside "
                              f"{benchmark!r}'s test split to calibrate the spot scorers on")
     # the calibration set is scored with every scorer, so the components can all be reported
-    full = PipelineSettings(**{**settings.to_dict(), "verification": True, "lnbnn": True,
-                               "lnbnn_shortlist": settings.lnbnn_shortlist if settings.lnbnn else 0})
+    full = settings.with_every_scorer()
     tagged = (lambda part: (lambda what, d, t: progress(f"{part}: {what}", d, t))) if progress else (lambda part: None)
     source = f"benchmark {cal_bench} train photos, top-{settings.shortlist} pairs"
     limit = CALIBRATION_PHOTOS
@@ -495,8 +494,7 @@ def evaluate_stored_pipeline(cat: Catalogue, pipeline: StoredPipeline, *, benchm
         missing = [s for s in settings.scorers if s not in pipeline.calibrators]
         raise CatalogueError(f"pipeline {pipeline.name!r} stores no calibration for {', '.join(missing)}; "
                              "build it again")
-    full = PipelineSettings(**{**settings.to_dict(), "verification": True, "lnbnn": True,
-                               "lnbnn_shortlist": settings.lnbnn_shortlist if settings.lnbnn else 0})  # as when built
+    full = settings.with_every_scorer()  # as when built
     tagged = (lambda part: (lambda what, d, t: progress(f"{part}: {what}", d, t))) if progress else (lambda part: None)
     tst = _score_set(cat, test.image_ids, test.labels, test.sightings, test.flanks, backbone=backbone, matcher=matcher,
                      settings=full, progress=tagged("test photos"), should_cancel=should_cancel)

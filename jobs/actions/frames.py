@@ -102,15 +102,15 @@ def annotation_crop(cat: Catalogue, annotation_id: int) -> np.ndarray:
     with cat.unit_of_work() as s:
         ann = s.get(Image, annotation_id)
         people = _people(s.get(Photo, ann.photo_id)) if ann is not None else []
-        others = [a.box for a, _ in _animals(s, ann.photo_id) if a.id != annotation_id] if ann is not None else []
+        # a whole-photo annotation has no margin: every animal in it is part of the picture
+        others = ([a.box for a, _ in _animals(s, ann.photo_id) if a.id != annotation_id]
+                  if ann is not None and not src.box.is_whole else [])
     inside = []
     for p in people:
         x, y, w, h = box_in_crop(p, src.box)
         x0, y0, x1, y1 = max(0.0, x), max(0.0, y), min(1.0, x + w), min(1.0, y + h)
         if x1 > x0 and y1 > y0:
             inside.append(Box(x0, y0, x1 - x0, y1 - y0))
-    if src.box.is_whole:  # the whole photo: no margin, and every animal in it is part of the picture
-        others = []
     return dim_neighbours(_blurred(crop, inside), [box_in_crop(o, src.box) for o in others],
                           box_in_crop(src.box, src.box))
 

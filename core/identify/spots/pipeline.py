@@ -9,7 +9,7 @@ config, and is stored with the pipeline's model row.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -62,6 +62,11 @@ class PipelineSettings:
     def own_candidates(self) -> dict[str, int]:
         """How many of each scorer's own top candidates join the shortlist (LNBNN's, when it is fused)."""
         return {LNBNN: self.lnbnn_shortlist} if self.lnbnn and self.lnbnn_shortlist else {}
+
+    def with_every_scorer(self) -> PipelineSettings:
+        """These settings with verification and LNBNN both scored, so every component can be reported beside the
+        pipeline; LNBNN's own candidates join the shortlist only as this pipeline joins them."""
+        return replace(self, verification=True, lnbnn=True, lnbnn_shortlist=self.lnbnn_shortlist if self.lnbnn else 0)
 
     @property
     def scorers(self) -> tuple[str, ...]:

@@ -29,6 +29,7 @@ from core.identify.spots.fusion import (
     calibrator_to_dict,
     fused_similarity,
     shortlist_ranks,
+    voted_top_k,
 )
 from core.identify.spots.fusion_choice import MEAN, Fusion
 from core.identify.spots.pipeline import (
@@ -317,8 +318,8 @@ def own_candidates_first(ranked: list[tuple[float, int, Any]], lnbnn_votes: np.n
     head, rest = ranked[:shortlist], ranked[shortlist:]
     if lnbnn_votes is None or own < 1 or not rest:
         return ranked, len(head)
-    votes = np.asarray(lnbnn_votes, np.float64)
-    chosen = {int(j) for j in np.argsort(-votes, kind="stable")[:own] if votes[j] > 0}
+    votes = np.asarray(lnbnn_votes, np.float64)[None, :]
+    chosen = set(np.flatnonzero(voted_top_k(votes, np.ones(votes.shape, bool), own)[0]).tolist())
     extra = [r for r in rest if r[1] in chosen]
     return head + extra + [r for r in rest if r[1] not in chosen], len(head) + len(extra)
 
