@@ -105,6 +105,35 @@ def _state(data_dir: Path, annotation_id: int) -> tuple[int | None, int]:
         cat.close()
 
 
+#: mean brightness of the picture's last 0.7 % of columns (inside the neighbour's box) and of its middle third
+_STRIP, _MIDDLE = (0.993, 1.0), (0.33, 0.66)
+_COLUMN_MEANS = """img => img.decode().then(() => {
+  const c = document.createElement('canvas'); c.width = img.naturalWidth; c.height = img.naturalHeight;
+  const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+  const d = g.getImageData(0, 0, c.width, c.height).data;
+  const mean = (f0, f1) => { let s = 0, n = 0;
+    for (let y = 0; y < c.height; y++) for (let x = Math.floor(f0 * c.width); x < Math.ceil(f1 * c.width); x++) {
+      const i = (y * c.width + x) * 4; s += d[i] + d[i + 1] + d[i + 2]; n += 3; }
+    return s / n; };
+  return [mean(%s, %s), mean(%s, %s)]; })""" % (*_STRIP, *_MIDDLE)
+
+
+def _column_means(data: Path, annotation_id: int) -> tuple[float, float]:
+    """The same two means on the annotation's crop as matching reads it (nothing darkened)."""
+    import math
+
+    from db.embeddings import load_photo, sources_for
+    from db.session import open_catalogue
+
+    cat = open_catalogue(data, migrate=False)
+    try:
+        crop = load_photo(cat, sources_for(cat, [annotation_id])[0]).astype(float)
+    finally:
+        cat.close()
+    w = crop.shape[1]
+    return tuple(float(crop[:, math.floor(f0 * w):math.ceil(f1 * w)].mean()) for f0, f1 in (_STRIP, _MIDDLE))
+
+
 def _open(page, annotation_id: int) -> None:
     from playwright.sync_api import expect
 
@@ -128,6 +157,11 @@ def test_review_two_animals_of_one_frame_with_whole_frame(trap_server, page, sho
     query_img = page.locator("#match-query img")
     expect(query_img).to_be_visible()
     crop_src = query_img.get_attribute("src")
+    # its margin reaches into B's box: the screen darkens that strip, and shows the rest as matching reads it
+    shown = query_img.evaluate(_COLUMN_MEANS)
+    read = _column_means(data, a)
+    assert shown[0] < 0.6 * read[0], (shown, read)
+    assert 0.85 * read[1] < shown[1] < 1.15 * read[1], (shown, read)
     cards = page.locator("#match-candidates .rz-card")
     assert cards.count() >= 2
     assert not (cards.first.locator("img").get_attribute("src") or "").startswith("data:")
