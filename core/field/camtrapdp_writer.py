@@ -216,11 +216,14 @@ def _day(text: Any) -> date:
 
 
 def _temporal(deployments: Sequence[Mapping[str, Any]], media: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """First and last day of the package: of the media when there are any, else of the deployments (local
-    dates, as the timestamps are written)."""
-    days = [_day(m["timestamp"]) for m in media if m.get("timestamp")]
-    if not days:
-        days = [_day(d[k]) for d in deployments for k in ("deploymentStart", "deploymentEnd") if d.get(k)]
+    """First and last day of the package (local dates, as the timestamps are written): the deployments' first
+    start and last end, as the Camtrap DP profile defines them (the media's first and last day fall inside and
+    would shorten the survey); the media's days only when no deployment gives its period."""
+    starts = [_day(d["deploymentStart"]) for d in deployments if d.get("deploymentStart")]
+    ends = [_day(d["deploymentEnd"]) for d in deployments if d.get("deploymentEnd")]
+    if starts and ends:
+        return {"start": min(starts).isoformat(), "end": max(ends).isoformat()}
+    days = [_day(m["timestamp"]) for m in media if m.get("timestamp")] + starts + ends
     if not days:
         raise CamtrapDPError("there is no date in the package (no media, no deployment period)")
     return {"start": min(days).isoformat(), "end": max(days).isoformat()}
