@@ -88,13 +88,15 @@ def test_a_triangle_is_half_the_square():
 
 def test_fewer_than_three_stations_or_stations_on_a_line_have_no_area_and_say_why():
     none = minimum_convex_polygon([], [])
-    assert none.area_km2 == 0.0 and none.reason == "no station with coordinates"
+    needs = "a home range (minimum convex polygon) needs 3 stations not on one line"
+    assert none.area_km2 == 0.0 and none.reason == f"no station with coordinates; {needs}"
     two = minimum_convex_polygon([-16.5, -16.6, -16.5], [35.5, 35.6, 35.5])  # the third repeats the first
     assert two.area_km2 == 0.0 and two.n_stations == 2
-    assert two.reason == "needs 3 stations not on one line (has 2 distinct stations)"
-    assert "0 km²" in two.words and "needs 3 stations" in two.words
+    assert two.reason == f"seen at 2 stations; {needs}"
+    # no area is no home range yet, never a measured "0 km²"
+    assert two.words == f"no home range yet: seen at 2 stations; {needs}" and "km²" not in two.words
     line = minimum_convex_polygon([-16.5, -16.6, -16.7, -16.8], [35.5, 35.5, 35.5, 35.5])  # along a meridian
-    assert line.area_km2 == 0.0 and line.reason == "needs 3 stations not on one line (its 4 stations lie on one line)"
+    assert line.area_km2 == 0.0 and line.reason == f"its 4 stations lie on one line; {needs}"
     diagonal = minimum_convex_polygon([0.0, 0.01, 0.02], [33.0, 33.01, 33.02])
     assert diagonal.area_km2 == 0.0 and "on one line" in diagonal.reason
     assert mcp_area_km2([0.0, 0.01, 0.02], [33.0, 33.01, 33.02]) == 0.0

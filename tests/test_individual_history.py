@@ -204,8 +204,9 @@ def test_the_home_range_of_three_stations_is_the_hand_worked_triangle(built):
     assert page.home_range().startswith("Home range (minimum convex polygon of 3 stations): 50.")
     lone = individual_history(cat, IndividualHistoryRequest(ids["lone"]))
     assert lone.history.home_range.area_km2 == 0.0
-    assert lone.home_range() == ("Home range (minimum convex polygon): 0 km², needs 3 stations not on one line "
-                                 "(has 2 distinct stations).")
+    assert lone.home_range() == ("No home range yet: seen at 2 stations; a home range (minimum convex polygon) "
+                                 "needs 3 stations not on one line.")
+    assert lone.to_dict()["home_range"]["mcp_km2"] is None  # no 0 km² to read as a measured area
 
 
 def test_the_charts_are_plain_scatter_plots_without_map_tiles(built):

@@ -3,7 +3,8 @@
 Pure functions over latitudes and longitudes (WGS84 degrees). The area is measured in metres on the UTM zone of
 the points' centroid (pyproj), where a zone's scale error is at most about 0.1 % in length (0.2 % in area) at its
 edges, and the polygon is the convex hull of the distinct points (scipy's Qhull). Fewer than three distinct stations,
-or stations on one straight line, enclose no area: the area is 0 and :attr:`HomeRange.reason` says why in words.
+or stations on one straight line, enclose no area: there is no home range yet (the area is 0, never shown as one)
+and :attr:`HomeRange.reason` says why in words.
 
 Limits, said plainly: the standard 6-degree zones are used (no Norway/Svalbard exceptions); points spread over
 more than one zone are still projected on the centroid's zone (the error grows slowly, about 1 % in area 8 degrees
@@ -24,6 +25,7 @@ from scipy.spatial import ConvexHull, QhullError
 SAME_STATION_M = 1.0
 #: A hull thinner than this (square metres per metre of its longest side) is a line, not an area.
 COLLINEAR_M = 1.0
+NEEDS = "a home range (minimum convex polygon) needs 3 stations not on one line"
 
 
 @dataclass(frozen=True)
@@ -35,13 +37,14 @@ class HomeRange:
     epsg: int | None  # the UTM zone's EPSG code the area was measured in (None: no station given)
     hull_lats: tuple[float, ...] = ()  # the polygon's corners in order (empty when there is no area)
     hull_lons: tuple[float, ...] = ()
-    reason: str | None = None  # why the area is 0, in words (None when there is an area)
+    reason: str | None = None  # why there is no home range, in words (None when there is an area)
 
     @property
     def words(self) -> str:
-        """The area as a curator reads it, with what produced it."""
+        """The area as a curator reads it, with what produced it; where none can be measured, that there is none
+        yet and why (an area of 0 km² would read as a measured home range)."""
         if self.reason:
-            return f"home range (minimum convex polygon): 0 km², {self.reason}"
+            return f"no home range yet: {self.reason}"
         return (f"home range (minimum convex polygon of {self.n_stations} stations): {self.area_km2:.2f} km², "
                 f"measured in UTM (EPSG:{self.epsg})")
 
@@ -79,7 +82,7 @@ def minimum_convex_polygon(lats: Sequence[float], lons: Sequence[float]) -> Home
         raise ValueError(f"{len(lats)} latitudes but {len(lons)} longitudes: give one of each per station")
     points = [_checked(la, lo, what=f"station {i + 1}") for i, (la, lo) in enumerate(zip(lats, lons))]
     if not points:
-        return HomeRange(0.0, 0, None, reason="no station with coordinates")
+        return HomeRange(0.0, 0, None, reason=f"no station with coordinates; {NEEDS}")
     lons_arr = np.array([p[1] for p in points])
     if lons_arr.max() - lons_arr.min() > 180.0:
         raise ValueError("the stations lie on both sides of the 180th meridian; this is not supported")
@@ -91,15 +94,14 @@ def minimum_convex_polygon(lats: Sequence[float], lons: Sequence[float]) -> Home
     xy, kept = xy[keep], [points[i] for i in keep]
     n = len(kept)
     if n < 3:
-        return HomeRange(0.0, n, epsg, reason=f"needs 3 stations not on one line (has {n} distinct "
-                                                f"station{'s' if n != 1 else ''})")
+        return HomeRange(0.0, n, epsg, reason=f"seen at {n} station{'s' if n != 1 else ''}; {NEEDS}")
     span = float(np.max(np.linalg.norm(xy[:, None, :] - xy[None, :, :], axis=-1)))
     try:
         hull = ConvexHull(xy)
     except QhullError:  # Qhull refuses a flat input: every station on one line
         hull = None
     if hull is None or hull.volume < COLLINEAR_M * span:
-        return HomeRange(0.0, n, epsg, reason=f"needs 3 stations not on one line (its {n} stations lie on one line)")
+        return HomeRange(0.0, n, epsg, reason=f"its {n} stations lie on one line; {NEEDS}")
     corners = [int(i) for i in hull.vertices]  # counter-clockwise in 2-D
     return HomeRange(area_km2=float(hull.volume) / 1e6, n_stations=n, epsg=epsg,
                      hull_lats=tuple(kept[i][0] for i in corners), hull_lons=tuple(kept[i][1] for i in corners))

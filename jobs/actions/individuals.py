@@ -104,7 +104,8 @@ class IndividualPage:
                 "best_photo_rule": BEST_PHOTO_RULE,
                 "station_list": [{"name": s.name, "key": s.key, "from": s.source, "lat": s.lat, "lon": s.lon,
                                   "sightings": s.n_sightings, "annotations": s.n_annotations} for s in h.stations],
-                "home_range": {"mcp_km2": hr.area_km2, "stations": hr.n_stations, "epsg": hr.epsg, "reason": hr.reason},
+                "home_range": {"mcp_km2": hr.area_km2 if hr.reason is None else None,  # none yet: no 0 to read as one
+                               "stations": hr.n_stations, "epsg": hr.epsg, "reason": hr.reason},
                 "timeline": [seen(s) for s in h.seen]}
 
 
