@@ -183,7 +183,8 @@ def test_it_names_the_official_profile_and_schemas(built):
     # p1 states timeLapse, the others nothing: motion-triggered, the camera-trap default
     assert descriptor["project"]["captureMethod"] == ["activityDetection", "timeLapse"]
     assert descriptor["taxonomic"] == [{"scientificName": "Tragelaphus angasii"}]
-    assert descriptor["temporal"] == {"start": "2024-05-02", "end": "2024-05-06"}  # the media's local dates
+    # the deployments' first start and last end (the media run only from 2024-05-02 to 2024-05-06)
+    assert descriptor["temporal"] == {"start": "2024-05-01", "end": "2024-05-20"}
     assert descriptor["spatial"] == {"type": "Point", "coordinates": [32.25, -27.5]}
     assert descriptor["contributors"] == [{"title": "exporter", "role": "contact"},
                                           {"title": "carla", "role": "contributor"},
