@@ -233,6 +233,12 @@ def _db_reason(exc: Exception, *, data_dir: Path | None = None) -> str:
     return " ".join(text.split())  # one line (a server's message may run over several)
 
 
+def database_reason(exc: BaseException, *, data_dir: Path | None = None) -> str | None:
+    """Why the database refused a write or a read, in the words start-up uses (locked, the disk full, read-only,
+    a server gone ...), when ``exc`` is the database refusing; None for any other error."""
+    return _db_reason(exc, data_dir=data_dir) if isinstance(exc, (OperationalError, InterfaceError)) else None
+
+
 def _hide_password(message: str, url: str) -> str:
     """``message`` with the URL's password (should a driver ever quote it) replaced by ``***``."""
     try:

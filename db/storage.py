@@ -7,6 +7,7 @@ is renamed into place, so a crash never leaves a half-written blob.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -16,6 +17,11 @@ from pathlib import Path
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True for the error of writing to a full disk (or a full quota)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class BlobStore:

@@ -92,7 +92,11 @@ def run(args, ctx) -> int:
                                 min_confidence=args.min_confidence, keep_empty=args.keep_empty,
                                 detector=args.detector, event_gap_s=args.event_gap, layout=args.layout,
                                 species=args.species)
-    report = import_path(ctx.catalogue, request, progress=_progress_printer(sys.stderr))
+    try:
+        report = import_path(ctx.catalogue, request, progress=_progress_printer(sys.stderr))
+    except KeyboardInterrupt:  # before or after the files (reading the source, storing its deployments)
+        print("interrupted: what was stored so far is kept; import again to continue", file=sys.stderr)
+        return 130
     print(f"import of {report.source} as {report.format}")
     if args.show_all or len(report.items) <= FULL_TABLE_MAX:
         rows = report.rows()
@@ -110,4 +114,6 @@ def run(args, ctx) -> int:
         print(report.tally.words())
     if not report.items:
         print("no photos were found there")
+    if report.interrupted:
+        print("interrupted", file=sys.stderr)
     return report.exit_code

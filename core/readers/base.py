@@ -76,6 +76,20 @@ def unsafe_reason(rel: str) -> str | None:
     return None
 
 
+def oversized(size: int | None) -> str | None:
+    """Why a file of ``size`` bytes (as its listing gives it) is refused before anything of it is unpacked, or
+    None: a member too large for a photo is never spooled to the temporary folder only to be refused there."""
+    if size is None or size <= MAX_FILE_BYTES:
+        return None
+    return (f"refused before unpacking: the zip lists it as {_megabytes(size)}, more than the "
+            f"{_megabytes(MAX_FILE_BYTES)} a photo may be")
+
+
+def _megabytes(size: int) -> str:
+    mb = size / 2 ** 20
+    return f"{mb:,.0f} MB" if mb >= 10 else f"{mb:.1f} MB"
+
+
 def hidden(rel: str) -> bool:
     parts = rel.split("/")
     return any(p.startswith(".") or p == "__MACOSX" for p in parts) or parts[-1].lower() in QUIET_SKIP
@@ -98,6 +112,11 @@ class Tree:
     def open(self, rel: str) -> BinaryIO:
         """The file as a binary stream (ReadError as :meth:`read`); trees that can stream override this."""
         return io.BytesIO(self.read(rel))
+
+    def size(self, rel: str) -> int | None:
+        """The file's size as the tree lists it without reading it (a zip member's header), or None when the tree
+        cannot tell before reading."""
+        return None
 
     problems: list[IngestItemResult]
 

@@ -25,7 +25,16 @@ from typing import Any
 
 from core.annotations import Box, InvalidBoxError
 from core.readers.camtrapdp_schema import check_against_schemas
-from core.readers.base import Entry, ManifestError, ReadError, Tree, tree_opener, tree_reader, unsafe_reason
+from core.readers.base import (
+    Entry,
+    ManifestError,
+    ReadError,
+    Tree,
+    oversized,
+    tree_opener,
+    tree_reader,
+    unsafe_reason,
+)
 from core.readers.folder import FolderTree
 from core.readers.megadetector import ROUNDING_TOLERANCE
 from core.readers.report import IngestItemResult
@@ -534,6 +543,8 @@ def _read(tree: Tree, rel: str, *, label: str) -> CamtrapPackage:
         if not tree.has(base + name):
             entry.read, entry.error = None, (f"media {mid!r}: its file {name!r} is not in the package (filePath is "
                                              "relative to datapackage.json)")
+        elif too_large := oversized(tree.size(base + name)):
+            entry.read, entry.error = None, f"media {mid!r}: {too_large}"
         else:
             # streamed: a large media file (a video, a huge TIFF) is never whole in memory
             entry.read, entry.open = tree_reader(tree, base + name), tree_opener(tree, base + name)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from core.io.images import IMAGE_EXTENSIONS
-from core.readers.base import Entry, ReadError, Tree, hidden, read_limited, tree_reader, unsafe_reason
+from core.readers.base import Entry, ReadError, Tree, hidden, oversized, read_limited, tree_reader, unsafe_reason
 from core.readers.report import IngestItemResult
 
 
@@ -94,6 +94,10 @@ def folder_entries(tree: Tree, *, display_prefix: str = "") -> list[Entry]:
             continue
         parts = rel.split("/")
         identity = parts[0].strip() if len(parts) > 1 else None
+        too_large = oversized(tree.size(rel))
+        if too_large:
+            entries.append(Entry(name, error=too_large, identity=identity or None))
+            continue
         entries.append(Entry(name, read=tree_reader(tree, rel), identity=identity or None))
     return entries
 

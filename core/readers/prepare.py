@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
 import tempfile
-from collections.abc import Container
+from collections.abc import Container, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +49,58 @@ class Prepared:
 #: A streamed file is read in chunks of this size, and kept in memory up to SPOOL_BYTES, on disk beyond.
 CHUNK_BYTES = 1024 * 1024
 SPOOL_BYTES = 4 * 1024 * 1024
+#: What an import spools in the temporary folder is named ``rosette-import-<pid>-...``: a later import can tell
+#: what a killed one (whose process is gone) left there.
+SPOOL_PREFIX = "rosette-import-"
+_SPOOL_OWNER = re.compile(re.escape(SPOOL_PREFIX) + r"(\d+)-")
+
+
+def _spool_prefix() -> str:
+    return f"{SPOOL_PREFIX}{os.getpid()}-"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process (EPERM): alive
+        return True
+    return True
+
+
+def remove_dead_spools(folder: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Remove what imports whose process is gone (killed, or the machine lost power) left in ``folder`` (the
+    temporary folder): a spool folder or file can hold a whole unpacked photo or video. Another running import's
+    are left alone. Returns what was removed."""
+    root = Path(folder if folder is not None else tempfile.gettempdir())
+    removed: list[Path] = []
+    try:
+        found = list(root.glob(SPOOL_PREFIX + "*"))
+    except OSError:
+        return removed
+    for path in found:
+        owner = _SPOOL_OWNER.match(path.name)
+        if owner is None or _process_alive(int(owner.group(1))):
+            continue
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError:  # another user's, or gone meanwhile: not this import's to clean
+            continue
+        removed.append(path)
+    return removed
+
+
+@contextmanager
+def spool_folder() -> Iterator[str]:
+    """A temporary folder for one import's large streamed files, named after this process and removed at the
+    end; first, what killed imports left behind is removed."""
+    remove_dead_spools()
+    with tempfile.TemporaryDirectory(prefix=_spool_prefix()) as folder:
+        yield folder
 
 
 def _stream(prep: Prepared, *, spool_dir: str | os.PathLike[str] | None) -> None:
@@ -67,7 +122,7 @@ def _stream(prep: Prepared, *, spool_dir: str | os.PathLike[str] | None) -> None
                     held += len(chunk)
                     continue
                 if spool is None:
-                    fd, name = tempfile.mkstemp(prefix="rosette-import-", dir=spool_dir)
+                    fd, name = tempfile.mkstemp(prefix=_spool_prefix(), dir=spool_dir)
                     spool, prep.path = os.fdopen(fd, "wb"), Path(name)
                     for kept in chunks:
                         spool.write(kept)

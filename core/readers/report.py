@@ -25,6 +25,8 @@ class IngestItemResult:
     # a line about the import as a whole (a package's deployments, its rows, its schema check), not one of its
     # files: listed, but left out of the file counts
     about_import: bool = False
+    # a photo already catalogued that this import gave new animals (boxes or observations): those annotations
+    added_ids: tuple[int, ...] = ()
 
     @property
     def needs_attention(self) -> bool:
@@ -44,7 +46,9 @@ class ImportTally:
     frames). ``boxes`` is False when no detector or package gave boxes (then only photos and animals are said)."""
 
     photos: int = 0
-    animals: int = 0
+    animals: int = 0  # every animal this import added: in its new photos and in photos catalogued before
+    photos_given_animals: int = 0  # photos catalogued before that this import gave new animals (a lower threshold)
+    animals_added: int = 0  # of ``animals``, those added to photos catalogued before
     people_blurred: int = 0
     below_threshold: int = 0
     invalid_boxes: int = 0
@@ -58,6 +62,9 @@ class ImportTally:
         left out (tick "keep empty frames" to keep them)``; ``keep_empty`` says how to keep empty frames in the
         words of the screen or command the import came from."""
         parts = [_n(self.photos, "photo"), _n(self.animals, "animal")]
+        if self.animals_added:
+            parts[-1] += (f" ({self.animals_added} of them added to {_n(self.photos_given_animals, 'photo')} "
+                          "already catalogued)")
         if self.boxes:
             parts.append(f"{_n(self.people_blurred, 'person', 'people')} blurred")
             below = f" below {self.min_confidence:g}" if self.min_confidence is not None else " below the threshold"
@@ -86,6 +93,7 @@ class IngestReport:
     dry_run: bool = False
     seconds: float = 0.0
     tally: ImportTally = field(default_factory=ImportTally)
+    interrupted: bool = False  # Ctrl-C stopped it: what was stored stays, the same import again resumes
 
     @property
     def counts(self) -> dict[str, int]:
@@ -127,7 +135,10 @@ class IngestReport:
 
     @property
     def exit_code(self) -> int:
-        """CLI exit code: 0 if at least one file was fine or nothing failed, 1 if everything failed."""
+        """CLI exit code: 130 when interrupted (as for any command stopped by Ctrl-C), else 0 if at least one file
+        was fine or nothing failed, 1 if everything failed."""
+        if self.interrupted:
+            return 130
         return 0 if self.ok else 1
 
     def rows(self, *, statuses: Sequence[str] | None = None, attention_only: bool = False) -> list[tuple[str, str, str]]:

@@ -57,6 +57,10 @@ class ZipTree(Tree):
     def has(self, rel: str) -> bool:
         return not unsafe_reason(rel) and (self.prefix + rel) in self._members
 
+    def size(self, rel: str) -> int | None:
+        info = self._members.get(self.prefix + rel)
+        return info.file_size if info is not None else None
+
     def read(self, rel: str) -> bytes:
         info = self._members.get(self.prefix + rel)
         if info is None:

@@ -16,7 +16,6 @@ links leaving the folder and manifest rows pointing outside it are refused.
 from __future__ import annotations
 
 import itertools
-import tempfile
 import time
 import zipfile
 from collections import deque
@@ -60,7 +59,7 @@ from core.readers import (
 from core.readers import parse_flank as parse_flank_word
 from core.readers.camtrapdp import CamtrapPackage, Observation, read_camtrapdp, refused_boxes
 from core.readers.megadetector import DetectionsFormatError, match_frames, read_megadetector_json
-from core.readers.prepare import alpha_threshold
+from core.readers.prepare import alpha_threshold, spool_folder
 from core.field.stations import EVENT_GAP_S
 from db.field.annotations import CuratorOverride, curator_overrides
 from db.audit import acting_as
@@ -81,7 +80,8 @@ from db.models import (
     utcnow,
 )
 from db.species import clean_species_name, get_or_create_species
-from db.storage import sha256_bytes
+from db.session import database_reason
+from db.storage import is_disk_full, sha256_bytes
 
 __all__ = ["FORMATS", "KEEP_EMPTY_CLI", "KEEP_EMPTY_TAB", "PREFETCH", "FolderPreview", "IngestError",
            "IngestItemResult", "IngestReport", "ManifestError", "detect_format", "ingest_path", "ingest_uploads",
@@ -229,6 +229,7 @@ class _Importer:
         # still says which photos it would link to them
         self.planned_deployments: set[str] = set()
         self.common_names: dict[str, str] = {}  # a Camtrap DP package's English common names, by scientific name
+        self.interrupted = False  # Ctrl-C stopped the run (the report says what stayed; the shell exits 130)
 
     # ---- helpers
 
@@ -349,8 +350,24 @@ class _Importer:
             self.run_hashes.add(digest)
 
     def _rollback(self, session: Session) -> None:
-        session.rollback()
+        """Undo what this file's transaction did. When the commit itself was interrupted after the database took
+        it (Ctrl-C in an after-commit step), there is nothing left to undo and SQLAlchemy refuses a rollback:
+        the session is closed instead, so the next file starts clean."""
+        try:
+            session.rollback()
+        except Exception:  # noqa: BLE001 - a session that cannot roll back is closed; nothing is lost either way
+            session.close()
         self._pending.clear()
+
+    def _why(self, exc: BaseException) -> str:
+        """A file's failure in words: the database's or the disk's refusal as start-up says it (SQLite reports a
+        full disk as "disk I/O error": with little space left it is called full), else the error's first line."""
+        reason = database_reason(exc, data_dir=self.cat.data_dir)
+        if reason is not None:
+            return reason
+        if is_disk_full(exc):
+            return f"the disk is full where {self.cat.data_dir} is; free some space first"
+        return short_error(exc)
 
     def _lookup(self, session: Session, digest: str) -> Photo | None:
         """The catalogued photo with these bytes; skips the query for bytes unseen at start and in this run."""
@@ -499,7 +516,8 @@ class _Importer:
             raced = session.scalar(select(Photo).where(Photo.content_hash == digest))
             if raced is not None:  # another import stored the same bytes meanwhile
                 return self._existing(session, e, raced)
-            return IngestItemResult(e.name, "error", f"could not be stored ({short_error(exc)}); nothing was kept for this file")
+            return IngestItemResult(e.name, "error",
+                                    f"could not be stored ({self._why(exc)}); nothing was kept for this file")
         ids = tuple(img.id for img in made)
         if not made:
             desc += "; an empty frame, kept as a photo without annotations"
@@ -552,7 +570,7 @@ class _Importer:
         except Exception as exc:  # the photos are stored: say they were not grouped, never lose them
             self._rollback(session)
             for r in by_photo.values():
-                r.message += f"; could not be grouped into events ({short_error(exc)})"
+                r.message += f"; could not be grouped into events ({self._why(exc)})"
             return
         rows = session.execute(select(Photo.id, Sighting.key).join(Sighting, Photo.sighting_id == Sighting.id)
                                .where(Photo.id.in_(list(by_photo)),
@@ -663,7 +681,7 @@ class _Importer:
             self._commit(session)
         except Exception as exc:
             self._rollback(session)
-            return f"could not be linked to deployment {found.deployment_key} ({short_error(exc)})"
+            return f"could not be linked to deployment {found.deployment_key} ({self._why(exc)})"
         self._linked.add(photo.id)
         return words
 
@@ -728,7 +746,7 @@ class _Importer:
             self._commit(session)
         except Exception as exc:
             self._rollback(session)
-            return IngestItemResult(e.name, "error", f"{base}; could not update it ({short_error(exc)})", img.id,
+            return IngestItemResult(e.name, "error", f"{base}; could not update it ({self._why(exc)})", img.id,
                                     **found)
         return IngestItemResult(e.name, "updated", "; ".join([base, "set " + ", ".join(changes), *notes, *([note] if note else [])]),
                                 img.id, **found)
@@ -762,6 +780,7 @@ class _Importer:
                                                                        *left_alone]), None, **found)
         written: list[str] = []
         notes: list[str] = []
+        added: list[Image] = []
         try:
             whole = [a for a in anns if a.box.is_whole and a.observation_key is None
                      and not _curator_owned(session, a)]
@@ -782,6 +801,7 @@ class _Importer:
                     anns.append(ann)
                 notes.extend(self._observe(session, ann, obs, decoded=decoded, people=people,
                                            thumb_rel=photo.thumb_path, written=written))
+                added.append(ann)
             if e.media_key and photo.media_key is None:
                 self._check_media_key(session, e.media_key)
                 photo.media_key, photo.media_details = e.media_key, e.media_details
@@ -789,7 +809,7 @@ class _Importer:
             return self._update_failed(session, e, written, f"{base}; could not add its observations", exc, found)
         return self._update_done(session, e, photo, boxes, anns, written, found,
                                  [base, f"added {len(new)} observation(s)", *left_alone, *notes],
-                                 what="its observations")
+                                 what="its observations", added=added)
 
     def _existing_boxes(self, session: Session, e: Entry, photo: Photo, anns: list[Image], boxes: FrameBoxes,
                         base: str, same_as: str | None) -> IngestItemResult:
@@ -827,6 +847,7 @@ class _Importer:
             return IngestItemResult(e.name, "would-update", "; ".join([base, f"would add {_animals(len(new))}",
                                                                        *notes]), None, **found)
         written: list[str] = []
+        added: list[Image] = []
         try:
             whole = [a for a in anns if a.box.is_whole and not _curator_owned(session, a)]
             decoded = None
@@ -842,27 +863,31 @@ class _Importer:
                         det.box, self.plan.source, det.confidence, thumb_rel
                     ann.mask_path = ann.mask_source = ann.mask_details = ann.solidity = ann.mask_flags = None
                 else:
-                    ann = self._annotation(photo, e, species_id=anns[0].species_id if anns else
-                                           self._species_id(session, e.species), thumb_rel=thumb_rel, box=det.box,
-                                           confidence=det.confidence)
+                    species_id = anns[0].species_id if anns else self._species_id(session, e.species)
+                    # loading the photo's sighting must not flush the new annotation before it joins the session
+                    with session.no_autoflush:
+                        ann = self._annotation(photo, e, species_id=species_id, thumb_rel=thumb_rel, box=det.box,
+                                               confidence=det.confidence)
                     session.add(ann)
                     anns.append(ann)
+                added.append(ann)
         except Exception as exc:
             return self._update_failed(session, e, written, f"{base}; could not add its boxes", exc, found)
         return self._update_done(session, e, photo, boxes, anns, written, found,
-                                 [base, f"added {_animals(len(new))}", *notes], what="its boxes")
+                                 [base, f"added {_animals(len(new))}", *notes], what="its boxes", added=added)
 
     def _update_failed(self, session: Session, e: Entry, written: list[str], words: str, exc: Exception,
                        found: dict[str, Any]) -> IngestItemResult:
         """A known photo's update failed: nothing of it stays (rows rolled back, new files removed)."""
         self._rollback(session)
         self._discard(session, written)
-        return IngestItemResult(e.name, "error", f"{words} ({short_error(exc)})", None, **found)
+        return IngestItemResult(e.name, "error", f"{words} ({self._why(exc)})", None, **found)
 
     def _update_done(self, session: Session, e: Entry, photo: Photo, boxes: FrameBoxes, anns: list[Image],
-                     written: list[str], found: dict[str, Any], words: list[str], *, what: str) -> IngestItemResult:
-        """Finish a known photo's update with new boxes or observations: its person boxes and provenance, then
-        commit (one transaction per file, as for a new photo)."""
+                     written: list[str], found: dict[str, Any], words: list[str], *, what: str,
+                     added: Sequence[Image]) -> IngestItemResult:
+        """Finish a known photo's update with new boxes or observations (``added``: the annotations they became):
+        its person boxes and provenance, then commit (one transaction per file, as for a new photo)."""
         try:
             if boxes.people and not photo.people:
                 photo.people = [[*d.box.as_list(), round(d.confidence, 4)] for d in boxes.people]
@@ -872,7 +897,8 @@ class _Importer:
         except Exception as exc:
             return self._update_failed(session, e, written, f"{words[0]}; could not add {what}", exc, found)
         found["annotation_ids"] = tuple(a.id for a in anns)
-        return IngestItemResult(e.name, "updated", "; ".join(words), anns[0].id, **found)
+        return IngestItemResult(e.name, "updated", "; ".join(words), anns[0].id, added_ids=tuple(a.id for a in added),
+                                **found)
 
     # ---- many files
 
@@ -884,7 +910,7 @@ class _Importer:
         imported stays (each file is its own transaction) and the rest is reported as skipped,
         so running the same import again picks up where it stopped. Every change is audited as this import's user.
         """
-        with acting_as(self.user), tempfile.TemporaryDirectory(prefix="rosette-import-") as spool:
+        with acting_as(self.user), spool_folder() as spool:
             self.spool_dir = spool  # large streamed files (core.readers.prepare), removed with it at the end
             try:
                 return self._run(entries, progress=progress, should_cancel=should_cancel, lookahead=lookahead)
@@ -905,45 +931,85 @@ class _Importer:
                 for e in itertools.islice(upcoming, max(1, lookahead)):
                     queue.append(pool.submit(self.prepare, e))
                 i = 0
-                while queue:
-                    fut = queue.popleft()
-                    nxt = next(upcoming, None)
-                    if nxt is not None:
-                        queue.append(pool.submit(self.prepare, nxt))
-                    prep = None
-                    try:
-                        prep = fut.result()
-                        res = self.handle(session, prep)
-                    except KeyboardInterrupt:  # Ctrl-C: this file's transaction is undone, the rest reported
-                        self._rollback(session)
-                        for fut in queue:
-                            fut.cancel()
-                        results.extend(IngestItemResult(e.name, "skipped", "the import was interrupted before this "
-                                                        "file was stored; import again to continue")
-                                       for e in entries[i:])
-                        results.append(_stopped(results, total, why="was interrupted"))
-                        break
-                    except Exception as exc:  # a bug or DB outage for one file must not stop the batch
-                        self._rollback(session)
-                        res = IngestItemResult(entries[i].name, "error", f"unexpected problem ({short_error(exc)})")
-                    finally:
-                        if prep is not None:  # its spooled copy, if any: the blob is stored by now
-                            prep.discard()
-                    results.append(res)
-                    if self.dry_run:
-                        self._rollback(session)
-                    i += 1
-                    if progress is not None:
-                        progress(i, total)
-                    if should_cancel is not None and i < total and should_cancel():
-                        for fut in queue:
-                            fut.cancel()
-                        results.extend(IngestItemResult(e.name, "skipped", "import stopped by the curator before "
-                                                        "this file; import again to continue") for e in entries[i:])
-                        results.append(_stopped(results, total, why="was stopped by the curator"))
-                        break
+                prep: Prepared | None = None
+                try:
+                    while queue:
+                        fut = queue.popleft()
+                        nxt = next(upcoming, None)
+                        if nxt is not None:
+                            queue.append(pool.submit(self.prepare, nxt))
+                        prep = None
+                        try:
+                            prep = fut.result()
+                            res = self.handle(session, prep)
+                        except Exception as exc:  # a bug or DB outage for one file must not stop the batch
+                            self._rollback(session)
+                            res = IngestItemResult(entries[i].name, "error", f"unexpected problem ({self._why(exc)})")
+                        finally:
+                            if prep is not None:  # its spooled copy, if any: the blob is stored by now
+                                prep.discard()
+                        results.append(res)
+                        if self.dry_run:
+                            self._rollback(session)
+                        i += 1
+                        if progress is not None:
+                            progress(i, total)
+                        if should_cancel is not None and i < total and should_cancel():
+                            for fut in queue:
+                                fut.cancel()
+                            results.extend(IngestItemResult(e.name, "skipped", "import stopped by the curator "
+                                                            "before this file; import again to continue")
+                                           for e in entries[i:])
+                            results.append(_stopped(results, total, why="was stopped by the curator"))
+                            break
+                except KeyboardInterrupt:  # Ctrl-C, wherever it lands: the report says what stayed
+                    for fut in queue:
+                        fut.cancel()
+                    self._interrupted(session, entries, results, prep)
             if not self.dry_run:
-                self._events(session, results)
+                try:
+                    self._events(session, results)
+                except KeyboardInterrupt:  # the photos are stored; only their grouping is undone
+                    self._rollback(session)
+                    self.interrupted = True
+                    results.append(IngestItemResult(
+                        "import", "note", "the import was interrupted while grouping its photos into events: the "
+                        "photos are stored, not grouped", about_import=True))
+        return results
+
+    def _interrupted(self, session: Session, entries: Sequence[Entry], results: list[IngestItemResult],
+                     prep: Prepared | None) -> None:
+        """Ctrl-C during the run: undo the current file's transaction (unless the interrupt came after its commit:
+        then it is stored, whole, and reported so), report the rest as not imported, and add the line that says
+        running the same import again resumes."""
+        self.interrupted = True
+        self._rollback(session)
+        if prep is not None:
+            prep.discard()
+        done = len(results)
+        if done < len(entries) and prep is not None and prep.entry is entries[done]:
+            stored = self._stored_before_interrupt(session, prep)
+            if stored is not None:
+                results.append(stored)
+        results.extend(IngestItemResult(e.name, "skipped", "the import was interrupted before this file was "
+                                        "stored; import again to continue") for e in entries[len(results):])
+        results.append(_stopped(results, len(entries), why="was interrupted"))
+
+    def _stored_before_interrupt(self, session: Session, prep: Prepared) -> IngestItemResult | None:
+        """The line of a file whose transaction was committed just before Ctrl-C landed (in an after-commit step),
+        or None when it was not stored by this run."""
+        if self.dry_run or prep.digest is None or prep.digest in self.known_hashes:
+            return None
+        try:
+            photo = session.scalar(select(Photo).where(Photo.content_hash == prep.digest))
+            ids = tuple(session.scalars(select(Image.id).where(Image.photo_id == photo.id).order_by(Image.id))) \
+                if photo is not None else ()
+        except Exception:  # noqa: BLE001 - the report then says "not stored": a re-import finds it anyway
+            return None
+        if photo is None:
+            return None
+        return IngestItemResult(prep.entry.name, "imported", "stored just before the import was interrupted",
+                                ids[0] if ids else None, photo_id=photo.id, annotation_ids=ids)
         return results
 
 
@@ -1101,8 +1167,10 @@ def _tally(items: Sequence[IngestItemResult], plan: DetectionPlan | None) -> Imp
     empty frames)."""
     imported = [it for it in items if it.status == "imported" and it.photo_id is not None]
     frames = plan.frames if plan is not None else {}
-    tally = ImportTally(photos=len(imported), animals=sum(len(it.annotation_ids) for it in imported),
-                        boxes=plan is not None,
+    given = [it for it in items if it.status == "updated" and it.added_ids]
+    added = sum(len(it.added_ids) for it in given)
+    tally = ImportTally(photos=len(imported), animals=sum(len(it.annotation_ids) for it in imported) + added,
+                        photos_given_animals=len(given), animals_added=added, boxes=plan is not None,
                         min_confidence=(plan.details.get("min_confidence") if plan is not None else None))
     for it in imported:
         fb = frames.get(it.name)
@@ -1245,6 +1313,7 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
             importer.common_names = package.common_names
         report.items.extend(problems)
         report.items.extend(importer.run(entries, progress=progress, should_cancel=should_cancel))
+        report.interrupted = importer.interrupted
         report.tally = _tally(report.items, plan)
     finally:
         for t in trees:
@@ -1315,6 +1384,7 @@ def ingest_uploads(cat, files: Sequence[str | Path], *, manifest: str | Path | N
                              plan=plan, event_gap_s=event_gap_s, keep_empty_words=KEEP_EMPTY_TAB)
         report.items.extend(importer.run(_with_species(upload.entries, species), progress=progress,
                                          should_cancel=should_cancel))
+        report.interrupted = importer.interrupted
         report.tally = _tally(report.items, plan)
     finally:
         upload.close()
