@@ -322,7 +322,7 @@ def test_catalogue_export_has_the_csvs_sheets_and_defused_cells(cat, two_animals
         s.commit()
     done = export_catalogue(cat, ExportCatalogueRequest(user="ana"))
     path, message = done.path, done.message
-    assert message == f"Exported 2 individuals, 4 photos, 2 sightings and 0 decisions to {Path(path).name}."
+    assert message == f"Exported 2 individuals, 4 photos (4 animals), 2 sightings and 0 decisions to {Path(path).name}."
     assert Path(path).parent == cat.data_dir / "exports"
     with zipfile.ZipFile(path) as zf:
         names = set(zf.namelist())
@@ -356,13 +356,78 @@ def test_catalogue_export_has_the_csvs_sheets_and_defused_cells(cat, two_animals
         assert {"individuals.csv", "photos.csv", "sightings.csv", "decisions.csv"} <= set(zf.namelist())
 
 
+def _second_animal(cat, image_id: int, *, individual_id: int | None) -> tuple[int, int]:
+    """Another animal in the photo of annotation ``image_id``: (its annotation id, the photo id)."""
+    with cat.unit_of_work() as s:
+        first = s.get(Image, image_id)
+        img = Image(**{c: getattr(first, c) for c in ("content_hash", "original_name", "blob_path", "thumb_path",
+                                                      "format", "mode", "width", "height", "size_bytes")},
+                    photo_id=first.photo_id, individual_id=individual_id, sighting_id=first.sighting_id)
+        s.add(img)
+        s.commit()
+        return img.id, first.photo_id
+
+
+def test_recent_changes_name_the_animal_and_its_photo_and_what_an_undo_undid(cat, two_animals):
+    """An assignment moves an animal (an annotation), not a photo: the history names both, and an undo says what
+    it undid in the same words instead of the event's internal kind."""
+    second, photo = _second_animal(cat, two_animals["photos"][0], individual_id=None)
+    assert photo != second  # the ids differ: the words must not mix them up
+    with cat.unit_of_work() as s:
+        cat_ops.assign_image(s, second, two_animals["Bela"], user="ana")
+        s.commit()
+    assert services.history_rows(cat)[0][2].endswith(f"assigned animal #{second} (photo #{photo}) to Bela")
+    assert services.undo(cat, UndoRequest(user="ana")).message == \
+        f"Undone: assigned animal #{second} (photo #{photo}) to Bela."
+    undone_id = int(services.history_rows(cat)[1][2].split()[0][1:])
+    assert services.history_rows(cat)[0][2].endswith(
+        f"undid change #{undone_id}: assigned animal #{second} (photo #{photo}) to Bela")
+    services.rename(cat, RenameRequest(two_animals["Ayo"], "Tico", user="ana"))
+    services.undo(cat, UndoRequest(user="ana"))
+    renamed_id = int(services.history_rows(cat)[1][2].split()[0][1:])
+    assert services.history_rows(cat)[0][2].endswith(f"undid change #{renamed_id}: renamed Ayo to Tico")
+
+
+def test_catalogue_export_counts_photos_and_animals_apart(cat, two_animals):
+    """A photo with two animals is one photo and two animals in the zip: photos.csv has a row per animal, named by
+    its annotation_id, with the photo_id it shares; the counts and the README say which is which."""
+    import csv
+    import io
+    import zipfile
+
+    second, photo = _second_animal(cat, two_animals["photos"][0], individual_id=two_animals["Ayo"])
+    with cat.unit_of_work() as s:
+        s.get(Species, 1).name = "Panthera onca"
+        s.commit()
+    done = export_catalogue(cat, ExportCatalogueRequest(user="ana"))
+    assert "Exported 2 individuals, 4 photos (5 animals), 2 sightings" in done.message
+    with zipfile.ZipFile(done.path) as zf:
+        def rows(member: str) -> list[dict[str, str]]:
+            return list(csv.DictReader(io.StringIO(zf.read(member).decode())))
+
+        animals = rows("photos.csv")
+        assert len(animals) == 5 and "image_id" not in animals[0]
+        by_id = {int(r["annotation_id"]): int(r["photo_id"]) for r in animals}
+        assert by_id[second] == by_id[two_animals["photos"][0]] == photo
+        ayo = next(r for r in rows("individuals.csv") if r["name"] == "Ayo")
+        assert (ayo["photos"], ayo["animals"]) == ("3", "4")
+        s1 = next(r for r in rows("sightings.csv") if r["sighting"] == "s1")
+        assert (s1["photos"], s1["animals"]) == ("2", "3")
+        assert zf.read("decisions.csv").decode().split("\n")[0].split(",")[4:6] == ["query_annotation_id",
+                                                                                "candidate_annotation_id"]
+        readme = zf.read("README.txt").decode()
+        assert "annotation_id names the animal" in readme and "photo_id the photo file" in readme
+        sheet = zf.read(next(n for n in zf.namelist() if n.startswith(f"sheets/{two_animals['Ayo']:05d}-"))).decode()
+        assert "3 photos (4 animals) · 2 sightings" in sheet
+
+
 def test_ticked_photos_move_together_and_take_one_flank(cat, two_animals):
     """Issue 14, everyday features: select several photos in the Catalogue to move them or set their flank."""
     ayo_photos = [p for p in two_animals["photos"][:3]]
     message = services.move_photos(cat, MovePhotosRequest(ayo_photos[:2], two_animals["Bela"], user="ana"))
     assert message == "Moved 2 photos to Bela (each one is an undoable change)."
     assert {c.name: c.n_images for c in services.individual_cards(cat)} == {"Ayo": 1, "Bela": 3}
-    assert services.undo(cat, UndoRequest(user="ana")).message.startswith("Undone: assigned photo")  # one photo back
+    assert services.undo(cat, UndoRequest(user="ana")).message.startswith("Undone: assigned animal")  # one back
     assert {c.name: c.n_images for c in services.individual_cards(cat)} == {"Ayo": 2, "Bela": 2}
     assert services.set_flanks(cat, SetFlanksRequest(ayo_photos, "left", user="ana")) == "Flank set to left for 3 photos."
     with cat.unit_of_work() as s:

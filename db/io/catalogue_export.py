@@ -28,14 +28,22 @@ from db.export_rules import record_people_kept, refuse_unnamed_species
 from db.models import Image, Individual, MatchDecision, Photo, Sighting, Species
 from db.session import Catalogue
 
-INDIVIDUAL_COLUMNS = ("individual_id", "name", "species", "active", "merged_into_id", "photos", "sightings",
-                      "first_seen", "last_seen", "notes")
-PHOTO_COLUMNS = ("image_id", "original_name", "content_hash", "individual_id", "individual", "species", "flank",
-                 "sighting", "date", "place", "camera", "observer", "mask_source", "solidity", "width", "height",
-                 "photo_id", "bbox_x", "bbox_y", "bbox_w", "bbox_h", "box_source", "box_confidence")
-SIGHTING_COLUMNS = ("sighting_id", "sighting", "date", "place", "lat", "lon", "camera", "observer", "photos")
-DECISION_COLUMNS = ("decision_id", "at_utc", "user", "decision", "query_image_id", "candidate_image_id",
+# a photo may show several animals: "photos" count photo files, "animals" the animals in them (annotations), and
+# photos.csv has one row per animal, named by its annotation_id, with the photo_id of the photo it is in
+INDIVIDUAL_COLUMNS = ("individual_id", "name", "species", "active", "merged_into_id", "photos", "animals",
+                      "sightings", "first_seen", "last_seen", "notes")
+PHOTO_COLUMNS = ("annotation_id", "photo_id", "original_name", "content_hash", "individual_id", "individual",
+                 "species", "flank", "sighting", "date", "place", "camera", "observer", "mask_source", "solidity",
+                 "width", "height", "bbox_x", "bbox_y", "bbox_w", "bbox_h", "box_source", "box_confidence")
+SIGHTING_COLUMNS = ("sighting_id", "sighting", "date", "place", "lat", "lon", "camera", "observer", "photos",
+                    "animals")
+DECISION_COLUMNS = ("decision_id", "at_utc", "user", "decision", "query_annotation_id", "candidate_annotation_id",
                     "candidate_individual_id", "model", "score", "rank", "undone_at_utc")
+README_COLUMNS = (
+    "A photo may show several animals. photos.csv has one row per animal in a photo: annotation_id names the "
+    "animal (its box in the photo), photo_id the photo file it is in (two animals of one photo share it). The "
+    "photos and animals columns of individuals.csv and sightings.csv count photo files and animals; "
+    "decisions.csv's query_annotation_id and candidate_annotation_id are annotation ids as in photos.csv.\n")
 BEST_PHOTOS = 6
 
 
@@ -49,8 +57,8 @@ class CatalogueExport:
     @property
     def summary(self) -> str:
         c = self.counts
-        text = (f"Exported {c['individuals']} individuals, {c['photos']} photos, {c['sightings']} sightings and "
-                f"{c['decisions']} decisions to {self.path.name}")
+        text = (f"Exported {c['individuals']} individuals, {c['photos']} photos ({c['animals']} animals), "
+                f"{c['sightings']} sightings and {c['decisions']} decisions to {self.path.name}")
         shown = c.get("pictures_with_people", 0)
         if shown:
             text += {"blur": f"; {shown} sheet picture(s) showing people, the people blurred",
@@ -87,10 +95,17 @@ def _sheet(ind: Individual, species: str, photos: list[tuple[Image, Sighting | N
     return (f"<!doctype html><meta charset='utf-8'><title>{e(ind.name)}</title>"
             "<style>body{font-family:system-ui,sans-serif;margin:2rem}figure{display:inline-block;margin:0 1rem 1rem 0;"
             "text-align:center}img{max-width:240px;max-height:200px;display:block}figcaption{font-size:.85rem}</style>"
-            f"<h1>{e(ind.name)}</h1><p>Species {e(species)} · {len(photos)} photo{'s' if len(photos) != 1 else ''} · "
+            f"<h1>{e(ind.name)}</h1><p>Species {e(species)} · {_photos_and_animals(photos)} · "
             f"{len({s.id for _, s in photos if s is not None})} sightings"
             + (f" · seen {e(dates[0])} to {e(dates[-1])}" if dates else "")
             + (f"</p><p>{e(ind.notes)}" if ind.notes else "") + f"</p><h2>Best photos</h2>{cards}")
+
+
+def _photos_and_animals(animals: list[tuple[Image, Sighting | None]]) -> str:
+    """"3 photos" when each animal is in its own photo, else "2 photos (3 animals)"."""
+    n_photos = len({img.photo_id for img, _ in animals})
+    text = f"{n_photos} photo{'s' if n_photos != 1 else ''}"
+    return text if n_photos == len(animals) else f"{text} ({len(animals)} animal{'s' if len(animals) != 1 else ''})"
 
 
 def _private_picture(source: str, img: Image, people: list[Box], *, blur: bool) -> bytes:
@@ -132,13 +147,15 @@ def export_catalogue(cat: Catalogue, out: Path, *, user: str = "curator", includ
                            + [species.get(img.species_id) for img in images],
                            export="The catalogue export", what="individual(s) and photo(s)")
     by_individual: dict[int, list[tuple[Image, Sighting | None]]] = defaultdict(list)
-    photos_per_sighting: dict[int, int] = defaultdict(int)
+    photos_per_sighting: dict[int, set[int]] = defaultdict(set)
+    animals_per_sighting: dict[int, int] = defaultdict(int)
     for img in images:
         sg = sightings.get(img.sighting_id) if img.sighting_id else None
         if img.individual_id is not None:
             by_individual[img.individual_id].append((img, sg))
         if sg is not None:
-            photos_per_sighting[sg.id] += 1
+            photos_per_sighting[sg.id].add(img.photo_id)
+            animals_per_sighting[sg.id] += 1
     names = {i.id: i.name for i in individuals}
     # the sheet pictures of photos showing people (the sheets show each individual's best photos)
     shown = {img.id for ind in individuals for img, _ in _best(by_individual.get(ind.id, []))
@@ -154,18 +171,20 @@ def export_catalogue(cat: Catalogue, out: Path, *, user: str = "curator", includ
         mine = by_individual.get(ind.id, [])
         dates = sorted(sg.date for _, sg in mine if sg is not None and sg.date)
         ind_rows.append((ind.id, ind.name, species.get(ind.species_id, ""), ind.active, ind.merged_into_id or "",
-                         len(mine), len({sg.id for _, sg in mine if sg is not None}),
+                         len({img.photo_id for img, _ in mine}), len(mine),
+                         len({sg.id for _, sg in mine if sg is not None}),
                          dates[0] if dates else "", dates[-1] if dates else "", ind.notes or ""))
-    photo_rows = [(img.id, img.original_name, img.content_hash, img.individual_id or "",
+    photo_rows = [(img.id, img.photo_id, img.original_name, img.content_hash, img.individual_id or "",
                    names.get(img.individual_id, "") if img.individual_id else "", species.get(img.species_id, ""),
                    img.flank.value, sg.key if sg else "", (sg.date if sg else None) or img.exif_time or "",
                    (sg.place if sg else "") or "", (sg.camera if sg else "") or "", (sg.observer if sg else "") or "",
                    img.mask_source or "", "" if img.solidity is None else f"{img.solidity:.3f}", img.width, img.height,
-                   img.photo_id, *img.box.as_list(), img.box_source,
+                   *img.box.as_list(), img.box_source,
                    "" if img.box_confidence is None else f"{img.box_confidence:.4f}")
                   for img in images for sg in [sightings.get(img.sighting_id) if img.sighting_id else None]]
     sighting_rows = [(sg.id, sg.key, sg.date or "", sg.place or "", "" if sg.lat is None else sg.lat,
-                      "" if sg.lon is None else sg.lon, sg.camera or "", sg.observer or "", photos_per_sighting[sg.id])
+                      "" if sg.lon is None else sg.lon, sg.camera or "", sg.observer or "",
+                      len(photos_per_sighting[sg.id]), animals_per_sighting[sg.id])
                      for sg in sorted(sightings.values(), key=lambda x: x.id)]
     decision_rows = [(d.id, when(d.created_at), d.user, getattr(d.decision, "value", d.decision), d.query_image_id,
                       d.candidate_image_id or "", d.candidate_individual_id or "", d.model_name or "",
@@ -206,10 +225,12 @@ def export_catalogue(cat: Catalogue, out: Path, *, user: str = "curator", includ
         zf.writestr("README.txt", (
             f"Rosette {rosette_version} catalogue export, made {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by "
             f"{user} from {cat.data_dir}.\n\nindividuals.csv, photos.csv, sightings.csv, decisions.csv: one row each "
-            "(cells a spreadsheet would run as formulas start with an apostrophe).\nsheets/: one page per "
+            "(cells a spreadsheet would run as formulas start with an apostrophe).\n" + README_COLUMNS
+            + "sheets/: one page per "
             f"individual with its best {BEST_PHOTOS} photos (masked, cleanest outline first).\n"))
     tmp.replace(out)
     return CatalogueExport(path=out, people=people,
-                           counts={"individuals": len(individuals), "photos": len(images),
+                           counts={"individuals": len(individuals), "photos": len({img.photo_id for img in images}),
+                                   "animals": len(images),
                                    "sightings": len(sightings), "decisions": len(decisions),
                                    "pictures_with_people": len(shown)})

@@ -323,12 +323,12 @@ def undo(cat: Catalogue, request: UndoRequest) -> Undone:
                     raise NotFoundError(f"There is no change #{request.seen_event_id}.")
                 if seen.undone_at is None and newest is not None and newest.id != seen.id:
                     raise ConflictError(f"Nothing undone: a newer change was made since you looked, "
-                                        f"#{newest.id} {describe_event(newest, _names(s, [newest]))} by {newest.user}. "
+                                        f"#{newest.id} {describe_event(newest, event_words(s, [newest]))} by {newest.user}. "
                                         "Look at the history and press Undo again if that is the one to undo.")
                 newest = seen  # if it was undone meanwhile, undo_event below says by whom
             if newest is None:
                 raise CatalogueError("There is nothing to undo.")
-            event_id, what = newest.id, describe_event(newest, _names(s, [newest]))
+            event_id, what = newest.id, describe_event(newest, event_words(s, [newest]))
     # a new transaction whose first statement claims the event: of curators pressing Undo at once, one undoes
     # it and the others are told (instead of each undoing it again)
     with cat.unit_of_work() as s:
@@ -336,7 +336,7 @@ def undo(cat: Catalogue, request: UndoRequest) -> Undone:
         kind = str(done.payload["kind"])
         if what is None:
             undone = s.get(IdentityEvent, event_id)
-            what = describe_event(undone, _names(s, [undone]))
+            what = describe_event(undone, event_words(s, [undone]))
         s.commit()
     return Undone(event_id=event_id, kind=kind, what=what)
 
@@ -351,23 +351,66 @@ def last_change_id(cat: Catalogue) -> int | None:
 # --------------------------------------------------------------------------- history
 
 
-def _names(session, events: Sequence[IdentityEvent]) -> dict[int, str]:
+#: An event's kind in a curator's words, for a change whose own description cannot be given (it is gone).
+KIND_WORDS = {EventKind.create: "a new individual", EventKind.rename: "a rename", EventKind.assign: "an assignment",
+              EventKind.unassign: "an unassignment", EventKind.merge: "a merge", EventKind.split: "a split",
+              EventKind.undo: "an undo", EventKind.flank: "a flank label", EventKind.traits: "a sex or life stage",
+              EventKind.species_rename: "a species rename", EventKind.species_merge: "a species merge"}
+
+
+@dataclass(frozen=True)
+class EventWords:
+    """What describing events needs besides the events: the individuals' names, each animal's photo (an animal,
+    an annotation, is one of the animals in a photo: the history names both), and the events the undos undid."""
+
+    names: dict[int, str] = field(default_factory=dict)
+    photo_of: dict[int, int] = field(default_factory=dict)  # annotation id -> photo id
+    undone: dict[int, IdentityEvent] = field(default_factory=dict)  # event id -> the event an undo undid
+
+
+def event_words(session, events: Sequence[IdentityEvent]) -> EventWords:
+    """The names, photos and undone events that :func:`describe_event` reads for ``events``."""
+    undone_ids = {int(ev.payload["undid"]) for ev in events
+                  if ev.kind == EventKind.undo and isinstance((ev.payload or {}).get("undid"), int)}
+    undone = {ev.id: ev for ev in session.scalars(select(IdentityEvent).where(IdentityEvent.id.in_(undone_ids)))} \
+        if undone_ids else {}
+    every = [*events, *undone.values()]
     wanted: set[int] = set()
-    for ev in events:
+    annotations: set[int] = set()
+    for ev in every:
+        p = ev.payload or {}
         wanted.update(i for i in (ev.individual_id, ev.other_individual_id) if i)
         for key in ("previous", "new", "new_individual", "source", "target"):
-            v = ev.payload.get(key)
+            v = p.get(key)
             if isinstance(v, int):
                 wanted.add(v)
         if ev.kind == EventKind.split:
-            wanted.update(v for v in ev.payload.get("previous", {}).values() if isinstance(v, int))
-    if not wanted:
-        return {}
-    return dict(session.execute(select(Individual.id, Individual.name).where(Individual.id.in_(wanted))).all())
+            wanted.update(v for v in p.get("previous", {}).values() if isinstance(v, int))
+        if ev.kind in (EventKind.assign, EventKind.unassign) and isinstance(p.get("image_id"), int):
+            annotations.add(p["image_id"])
+        if ev.kind == EventKind.species_merge:
+            annotations.update(i for i in p.get("image_ids", []) if isinstance(i, int))
+    names = dict(session.execute(select(Individual.id, Individual.name).where(Individual.id.in_(wanted))).all()) \
+        if wanted else {}
+    photo_of = dict(session.execute(select(Image.id, Image.photo_id).where(Image.id.in_(annotations))).all()) \
+        if annotations else {}
+    return EventWords(names=names, photo_of=photo_of, undone=undone)
 
 
-def describe_event(ev: IdentityEvent, names: dict[int, str]) -> str:
-    """One identity event in a curator's words, e.g. ``merged A into B (3 photos)``."""
+def _animal(annotation_id: Any, words: EventWords) -> str:
+    photo = words.photo_of.get(annotation_id) if isinstance(annotation_id, int) else None
+    return f"animal #{annotation_id}" + (f" (photo #{photo})" if photo is not None else "")
+
+
+def _counted(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def describe_event(ev: IdentityEvent, words: EventWords | None = None) -> str:
+    """One identity event in a curator's words, e.g. ``merged A into B (3 photos)``; an assignment names the
+    animal and the photo it is in, an undo says what the undone change was."""
+    words = words if words is not None else EventWords()
+    names = words.names
     p = ev.payload or {}
 
     def name(i: int | None) -> str:
@@ -388,8 +431,8 @@ def describe_event(ev: IdentityEvent, names: dict[int, str]) -> str:
         owner = f" of {name(ev.individual_id)}" if ev.individual_id else ""
         return f"set the flank of {photos}{owner} to {p.get('flank')} (was {', '.join(was)})"
     if ev.kind == EventKind.traits:
-        words = {"sex": "sex", "life_stage": "life stage"}
-        done = ", ".join(f"{words.get(k, k)} {old or 'not recorded'} → {new or 'not recorded'}"
+        labels = {"sex": "sex", "life_stage": "life stage"}
+        done = ", ".join(f"{labels.get(k, k)} {old or 'not recorded'} → {new or 'not recorded'}"
                          for k, (old, new) in p.get("changed", {}).items())
         return f"set {p.get('name') or name(ev.individual_id)}'s {done}"
     if ev.kind == EventKind.species_rename:  # the scientific name, the common name, or both
@@ -399,14 +442,18 @@ def describe_event(ev: IdentityEvent, names: dict[int, str]) -> str:
             return f"set species {p.get('new')}'s {common}"
         return f"renamed species {p.get('old')} to {p.get('new')}" + (f" ({common})" if common else "")
     if ev.kind == EventKind.species_merge:
-        n_ind, n_img = len(p.get("individual_ids", [])), len(p.get("image_ids", []))
-        return (f"merged species {p.get('source', {}).get('name')} into {p.get('target_name')} ({n_ind} "
-                f"individual{'s' if n_ind != 1 else ''}, {n_img} photo{'s' if n_img != 1 else ''})")
+        animals = p.get("image_ids", [])
+        photos = {words.photo_of[i] for i in animals if i in words.photo_of}
+        counts = [_counted(len(p.get("individual_ids", [])), "individual")]
+        if photos:  # the animals' photos are known while the animals are in the catalogue
+            counts.append(_counted(len(photos), "photo"))
+        counts.append(_counted(len(animals), "animal"))
+        return f"merged species {p.get('source', {}).get('name')} into {p.get('target_name')} ({', '.join(counts)})"
     if ev.kind == EventKind.assign:
-        text = f"assigned photo #{p.get('image_id')} to {name(p.get('new'))}"
+        text = f"assigned {_animal(p.get('image_id'), words)} to {name(p.get('new'))}"
         return text + (f" (was {name(p.get('previous'))})" if p.get("previous") else "")
     if ev.kind == EventKind.unassign:
-        return f"took photo #{p.get('image_id')} out of {name(p.get('previous'))}"
+        return f"took {_animal(p.get('image_id'), words)} out of {name(p.get('previous'))}"
     if ev.kind == EventKind.merge:
         n = len(p.get("image_ids", []))
         return (f"merged {p.get('source_name') or name(p.get('source'))} into "
@@ -415,7 +462,14 @@ def describe_event(ev: IdentityEvent, names: dict[int, str]) -> str:
         n = len(p.get("previous", {}))
         return f"split {n} photo{'s' if n != 1 else ''} out into {name(p.get('new_individual'))}"
     if ev.kind == EventKind.undo:
-        return f"undid change #{p.get('undid')} ({p.get('kind')})"
+        undone = words.undone.get(p.get("undid"))
+        if undone is not None and undone.kind != EventKind.undo:
+            text = f"undid change #{p.get('undid')}: {describe_event(undone, words)}"
+        else:
+            kind = next((k for k in EventKind if k.value == p.get("kind")), None)
+            text = f"undid change #{p.get('undid')}" + (f" ({KIND_WORDS[kind]})" if kind in KIND_WORDS else "")
+        removed = p.get("removed_species")
+        return text + (f"; species {removed}, left empty, was removed" if removed else "")
     return ev.kind.value  # pragma: no cover - the enum is closed
 
 
@@ -427,9 +481,9 @@ def history_rows(cat: Catalogue, *, individual_id: int | None = None, limit: int
     """Newest first identity events as rows under HISTORY_HEADERS; undone ones are marked."""
     with cat.unit_of_work() as s:
         events = store.history(s, individual_id=individual_id, limit=limit)
-        names = _names(s, events)
+        words = event_words(s, events)
         return [[_when(ev.created_at), ev.user,
-                 f"#{ev.id} {describe_event(ev, names)}" + (" (undone)" if ev.undone_at else "")]
+                 f"#{ev.id} {describe_event(ev, words)}" + (" (undone)" if ev.undone_at else "")]
                 for ev in events]
 
 
