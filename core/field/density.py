@@ -17,15 +17,18 @@ from pathlib import Path
 
 import numpy as np
 from scipy.optimize import minimize
+from scipy.special import expit
 from scipy.stats import norm
 from threadpoolctl import threadpool_limits
 
 from core.field.capthist import Trap
 from core.field.scr_data import Capture, CaptureHistory, build_capture_history
+from core.field import scr_identifiability as idf
 from core.field.scr_errors import FitNotConverged, MaskError
 from core.field.scr_likelihood import (
     DETECTION_FUNCTIONS,
     ScrModel,
+    detection_hazard,
     detection_probability,
     link_parameters,
     log_likelihood,
@@ -36,6 +39,7 @@ from core.field.scr_likelihood import (
 from core.field.scr_mask import (
     Mask,
     check_mask_near_detectors,
+    nearest_detector_distance,
     read_geojson_polygon,
     read_mask_csv,
     summarise_spacing,
@@ -45,6 +49,13 @@ from core.field.scr_mask import (
 Z95 = float(norm.ppf(0.975))
 #: A relative change of D above this between the buffer and twice the buffer flags the buffer as too narrow.
 BUFFER_TOLERANCE = 0.01
+#: The relative bias of D from truncating the habitat that :func:`suggest_buffer` accepts (secr's ``RBtarget``).
+SUGGEST_RB_TARGET = 0.001
+#: How many times the buffer is widened by itself before the fit is shown with its failed buffer check.
+MAX_WIDENINGS = 3
+_SUGGEST_REACH, _SUGGEST_REACH_EX = 8.0, 30.0  # sigmas beyond which p. is below 1e-12 (half-normal, exponential)
+_SUGGEST_POINTS = 200
+_MAX_STEP = 4.0  # grid points across the area that suggest_buffer integrates over
 #: Largest gradient (log-likelihood units per link unit) accepted at a maximum.
 GRADIENT_TOLERANCE = 1e-3
 _STEP = 1e-5  # central-difference step for gradients, on the link scale
@@ -83,7 +94,9 @@ class MaskSummary:
 
 @dataclass(frozen=True)
 class BufferCheck:
-    """D at the buffer and at twice the buffer, and whether it moved by more than :data:`BUFFER_TOLERANCE`."""
+    """D at two buffers and whether it moved by more than :data:`BUFFER_TOLERANCE`: the buffer used and twice it
+    (``widened`` False), or, where the buffer was widened by itself, the buffer before the last widening
+    (``buffer_m``) and the one used (``doubled_buffer_m``); ``widened_from_m`` lists every buffer left behind."""
 
     buffer_m: float
     doubled_buffer_m: float
@@ -91,14 +104,29 @@ class BufferCheck:
     doubled_density_per_ha: float
     relative_change: float
     changed: bool
+    widened: bool = False
+    widened_from_m: tuple[float, ...] = ()
 
     @property
     def message(self) -> str:
         pct = 100 * self.relative_change
+        if self.widened:
+            steps = " m, ".join(f"{b:g}" for b in self.widened_from_m)
+            if self.changed:
+                return (f"buffer check failed: D still changes by {pct:+.1f}% when the buffer is widened from "
+                        f"{self.buffer_m:g} m to {self.doubled_buffer_m:g} m (widened from {steps} m): D is not "
+                        "stable in the buffer; give a habitat mask or a wider buffer")
+            return (f"buffer widened from {steps} m to {self.doubled_buffer_m:g} m, where D changes by {pct:+.2f}% "
+                    f"from the buffer of {self.buffer_m:g} m (under 1%)")
         if self.changed:
-            return (f"D changes by {pct:+.1f}% when the buffer is doubled to {self.doubled_buffer_m:g} m: the "
-                    f"buffer of {self.buffer_m:g} m is too narrow; fit again with a wider buffer")
+            return (f"buffer check failed: D changes by {pct:+.1f}% when the buffer is doubled to "
+                    f"{self.doubled_buffer_m:g} m: the buffer of {self.buffer_m:g} m is too narrow; fit again with a "
+                    "wider buffer")
         return f"D changes by {pct:+.2f}% when the buffer is doubled to {self.doubled_buffer_m:g} m (under 1%)"
+
+    @property
+    def used_buffer_m(self) -> float:
+        return self.doubled_buffer_m if self.widened else self.buffer_m
 
 
 @dataclass(frozen=True, eq=False)
@@ -178,6 +206,7 @@ class DensityFit:
                 "D_per_100km2": self.buffer_check.density_per_ha * 10_000,
                 "D_doubled_per_100km2": self.buffer_check.doubled_density_per_ha * 10_000,
                 "relative_change": self.buffer_check.relative_change, "changed": self.buffer_check.changed,
+                "widened": self.buffer_check.widened, "widened_from_m": list(self.buffer_check.widened_from_m),
                 "message": self.buffer_check.message},
             "notes": list(self.notes),
         }
@@ -289,6 +318,16 @@ def _maximise(model: ScrModel, start: np.ndarray) -> tuple[np.ndarray, float, bo
     return beta, -best, converged
 
 
+def _exp(v: float) -> float:
+    """exp() that gives inf instead of an OverflowError (an interval of an unmeasured sigma reaches e^1000)."""
+    with np.errstate(over="ignore"):
+        return float(np.exp(v))
+
+
+def _expit(v: float) -> float:
+    return float(expit(v))
+
+
 def _wald(value_link: float, se_link: float, inverse) -> Estimate:
     lo, hi = value_link - Z95 * se_link, value_link + Z95 * se_link
     return Estimate(float(inverse(value_link)), math.nan, float(inverse(lo)), float(inverse(hi)))
@@ -298,7 +337,7 @@ def _lognormal(value: float, se: float) -> Estimate:
     """secr's log-normal interval (``add.cl`` with ``loginterval = TRUE``)."""
     if not (math.isfinite(se) and value > 0):
         return Estimate(value, se, math.nan, math.nan)
-    c = math.exp(Z95 * math.sqrt(math.log(1 + (se / value) ** 2)))
+    c = _exp(Z95 * math.sqrt(math.log1p(min((se / value) ** 2, 1e300))))
     return Estimate(value, se, value / c, value * c)
 
 
@@ -326,6 +365,7 @@ def _fit_model(model: ScrModel, *, starts: Iterable[dict[str, float]] | None, ma
                               "detectors' coordinates", starts=())
     tried: list[dict[str, float]] = []
     found = None
+    best_reached: tuple[float, np.ndarray] | None = None
     for real in starts[:max_starts]:
         real = {k: v for k, v in real.items() if not (model.conditional and k == "D")}
         tried.append({k: float(v) for k, v in real.items()})
@@ -333,11 +373,13 @@ def _fit_model(model: ScrModel, *, starts: Iterable[dict[str, float]] | None, ma
         if converged:
             found = (beta, loglik)
             break
+        if best_reached is None or loglik > best_reached[0]:
+            best_reached = (loglik, beta)
     if found is None:
         raise FitNotConverged(
             "the fit did not converge from any start (" + "; ".join(_fmt_start(r) for r in tried) + "); the data "
             "may hold too few recaptures at different detectors, or the buffer or mask may not suit them",
-            starts=tried)
+            starts=tried, reached=real_parameters(model, best_reached[1]) if best_reached else None)
     beta, loglik = found
     notes: list[str] = []
     fn = _negative(model)
@@ -354,12 +396,12 @@ def _fit_model(model: ScrModel, *, starts: Iterable[dict[str, float]] | None, ma
     first, sigma = real[model.first_name], real["sigma"]
     offset = 0 if model.conditional else 1
     if model.detectfn == "HHN":
-        detection = _wald(beta[offset], se[offset], math.exp)
+        detection = _wald(beta[offset], se[offset], _exp)
         detection = Estimate(first, first * se[offset], detection.lcl, detection.ucl)
     else:
-        detection = _wald(beta[offset], se[offset], lambda v: 1 / (1 + math.exp(-v)))
+        detection = _wald(beta[offset], se[offset], _expit)
         detection = Estimate(first, first * (1 - first) * se[offset], detection.lcl, detection.ucl)
-    sigma_est = _wald(beta[offset + 1], se[offset + 1], math.exp)
+    sigma_est = _wald(beta[offset + 1], se[offset + 1], _exp)
     sigma_est = Estimate(sigma, sigma * se[offset + 1], sigma_est.lcl, sigma_est.ucl)
     pdot = pdot_and_hazard(model, first, sigma)[0]
     esa = pdot * mask.area_ha
@@ -375,7 +417,7 @@ def _fit_model(model: ScrModel, *, starts: Iterable[dict[str, float]] | None, ma
         variance = n / esa ** 2 + float(grad @ vcv @ grad)
         density = _lognormal(density_value, math.sqrt(variance) if variance > 0 else math.nan)
     else:
-        d = _wald(beta[0], se[0], math.exp)
+        d = _wald(beta[0], se[0], _exp)
         density = Estimate(real["D"], real["D"] * se[0], d.lcl, d.ucl)
     k = model.n_parameters
     aicc = -2 * loglik + 2 * k + (2 * k * (k + 1) / (n - k - 1) if n - k - 1 > 0 else math.nan)
@@ -414,14 +456,18 @@ def _habitat_mask(history: CaptureHistory, *, buffer_m: float, spacing_m: float 
 def fit_density(captures: Iterable[Capture | Sequence], traps: Sequence[Trap], *, detector: str,
                 detectfn: str = "HN", buffer_m: float, spacing_m: float | None = None,
                 mask: Mask | str | Path | None = None, conditional: bool = False, session: str | None = None,
-                check_buffer: bool = True, progress: Callable[[float, str], None] | None = None) -> DensityFit:
+                check_buffer: bool = True, widen_buffer: bool = False, check_identifiable: bool = True,
+                progress: Callable[[float, str], None] | None = None) -> DensityFit:
     """Fit density from captures (``Session ID Occasion Detector`` rows or :class:`Capture`) at ``traps``
     (:class:`core.field.capthist.Trap`: name, x and y in metres, usage per occasion).
 
     ``mask``: None builds secr's trapbuffer mask (``buffer_m``, and ``spacing_m`` or 64 points across); a GeoJSON
     polygon (path) clips that mask to the habitat; a CSV of x,y points (path) or a :class:`Mask` is used as it is.
-    With ``check_buffer`` the fit is repeated with twice the buffer (masks built here only). ``progress`` hears
-    (fraction done, what is being done) between the steps."""
+    With ``check_buffer`` the fit is repeated with twice the buffer (masks built here only). With ``widen_buffer``
+    the buffer is first widened to the one :func:`suggest_buffer` gives and the model refitted, until D changes by
+    under :data:`BUFFER_TOLERANCE` (at most :data:`MAX_WIDENINGS` times). ``check_identifiable``: a history or
+    fit the array cannot carry raises :class:`core.field.scr_identifiability.NotIdentifiable` with one sentence
+    (the module's checks), as does a fit that overflows. ``progress`` hears (fraction done, what is being done)."""
     report = progress or (lambda fraction, message: None)
     if detectfn not in DETECTION_FUNCTIONS:
         raise ValueError(f"detection function {detectfn!r} unknown; use one of {', '.join(DETECTION_FUNCTIONS)}")
@@ -433,37 +479,130 @@ def fit_density(captures: Iterable[Capture | Sequence], traps: Sequence[Trap], *
     report(0.05, "building the habitat mask")
     habitat = _habitat_mask(history, buffer_m=buffer_m, spacing_m=spacing_m, mask=mask)
     check_mask_near_detectors(habitat, history.xy, near_m=buffer_m)
-    checking = check_buffer and habitat.source != "csv"
+    shape = idf.array_shape(history.xy)
+    if check_identifiable:
+        idf.check_history(history.counts, shape)
+    built_here = habitat.source != "csv"
+    polygon = mask if habitat.source == "polygon" else None
+
+    def fit_on(habitat_mask: Mask, start: dict[str, float] | None) -> DensityFit:
+        model = prepare(history, habitat_mask, detectfn=detectfn, conditional=conditional)
+        try:
+            try:
+                if start is None:
+                    raise FitNotConverged("no start given")
+                return fit_model(model, starts=[start])  # the previous fit's estimates are almost always good
+            except FitNotConverged:
+                return fit_model(model)
+        except FitNotConverged as exc:
+            sigma = (exc.reached or {}).get("sigma", math.nan)
+            if check_identifiable and math.isfinite(sigma) and sigma > idf.SIGMA_EXTENT_FACTOR * shape.extent_m:
+                raise idf.refusal("sigma_beyond_array", shape) from None
+            raise
+        except (OverflowError, FloatingPointError):
+            if not check_identifiable:
+                raise
+            raise idf.refusal("sigma_beyond_array", shape) from None
+
+    def assessed(fit: DensityFit) -> DensityFit:
+        if check_identifiable:
+            criterion = assess_fit(fit, shape)
+            if criterion is not None:
+                raise idf.refusal(criterion, shape)
+        return fit
+
     report(0.1, f"fitting {history.n_animals} animals on {habitat.n_points} mask points")
-    model = prepare(history, habitat, detectfn=detectfn, conditional=conditional)
-    fit = fit_model(model)
-    if not checking:
+    fit = assessed(fit_on(habitat, None))
+    used = float(buffer_m)
+    tried: list[float] = []
+    previous: DensityFit | None = None
+    if widen_buffer and built_here:
+        for step in range(MAX_WIDENINGS):
+            wider = suggest_buffer(history, detectfn=detectfn, first=fit.detection.value, sigma=fit.sigma_m.value)
+            if not wider > used * (1 + 1e-6):
+                break
+            # at most 4 times wider a step: a fit far from the truth suggests far too much, the refit corrects it
+            wider = float(math.ceil(min(wider, _MAX_STEP * used) / 10.0) * 10.0)
+            report(0.1 + 0.1 * (step + 1), f"widening the buffer from {used:g} m to {wider:g} m, as secr's "
+                                            "suggest.buffer does, and fitting again")
+            # from secr's starts, not the narrower fit's estimates: the fit is then the one that buffer given by
+            # hand gives, to the last digit
+            wide = assessed(fit_on(_habitat_mask(history, buffer_m=wider, spacing_m=spacing_m, mask=polygon), None))
+            tried.append(used)
+            previous, fit, used = fit, wide, wider
+            if abs(_change(previous, fit)) <= BUFFER_TOLERANCE:
+                break
+    if previous is not None:
+        report(1.0, "done")
+        change = _change(previous, fit)
+        check = BufferCheck(buffer_m=tried[-1], doubled_buffer_m=used, density_per_ha=previous.density_per_ha.value,
+                            doubled_density_per_ha=fit.density_per_ha.value, relative_change=float(change),
+                            changed=bool(abs(change) > BUFFER_TOLERANCE), widened=True, widened_from_m=tuple(tried))
+        return replace(fit, buffer_check=check, notes=fit.notes + (check.message,))
+    if not (check_buffer and built_here):
         report(1.0, "done")
         if habitat.source == "csv" and check_buffer:
             return _with_note(fit, "buffer check skipped: the mask was given as points")
         return fit
-    report(0.45, f"buffer check: fitting again with twice the buffer ({2 * buffer_m:g} m)")
-    wide_mask = _habitat_mask(history, buffer_m=2 * buffer_m, spacing_m=spacing_m,
-                              mask=mask if habitat.source == "polygon" else None)
-    wide_model = prepare(history, wide_mask, detectfn=detectfn, conditional=conditional)
-    real = real_parameters(model, np.array(fit.link_estimates))
-    real.setdefault("D", fit.density_per_ha.value)
+    report(0.45, f"buffer check: fitting again with twice the buffer ({2 * used:g} m)")
+    wide_mask = _habitat_mask(history, buffer_m=2 * used, spacing_m=spacing_m, mask=polygon)
     try:
-        try:  # the first fit's estimates are almost always a good start
-            wide = fit_model(wide_model, starts=[real])
-        except FitNotConverged:
-            wide = fit_model(wide_model)
-    except FitNotConverged:
+        wide = fit_on(wide_mask, _start_of(fit))
+    except (FitNotConverged, idf.NotIdentifiable):
         report(1.0, "done")
-        return _with_note(fit, f"buffer check: the fit with twice the buffer ({2 * buffer_m:g} m) did not converge")
+        return _with_note(fit, f"buffer check: the fit with twice the buffer ({2 * used:g} m) did not converge")
     report(1.0, "done")
-    change = wide.density_per_ha.value / fit.density_per_ha.value - 1
-    check = BufferCheck(buffer_m=float(buffer_m), doubled_buffer_m=2.0 * buffer_m,
+    change = _change(fit, wide)
+    check = BufferCheck(buffer_m=used, doubled_buffer_m=2.0 * used,
                         density_per_ha=fit.density_per_ha.value, doubled_density_per_ha=wide.density_per_ha.value,
                         relative_change=float(change), changed=bool(abs(change) > BUFFER_TOLERANCE))
     notes = fit.notes + ((check.message,) if check.changed else ())
     return replace(fit, buffer_check=check, notes=notes)
 
 
-def _with_note(fit: DensityFit, note: str) -> DensityFit:
-    return replace(fit, notes=fit.notes + (note,))
+def _start_of(fit: DensityFit) -> dict[str, float]:
+    out = {fit.detection_name: fit.detection.value, "sigma": fit.sigma_m.value}
+    if not fit.conditional:
+        out["D"] = fit.density_per_ha.value
+    return out
+
+
+def _change(narrow: DensityFit, wide: DensityFit) -> float:
+    return wide.density_per_ha.value / narrow.density_per_ha.value - 1
+
+
+def assess_fit(fit: DensityFit, shape: idf.ArrayShape | None = None) -> str | None:
+    """The identifiability check a fit fails (:func:`core.field.scr_identifiability.failed_criterion`), or None."""
+    shape = shape or idf.array_shape(fit.history.xy)
+    pts = np.asarray(fit.mask_points, dtype=float)
+    mask_extent = float(np.hypot(*(pts.max(axis=0) - pts.min(axis=0)))) if pts.size else math.inf
+    vcv = np.asarray(fit.link_vcv, dtype=float)
+    return idf.failed_criterion(sigma=fit.sigma_m.value, sigma_lcl=fit.sigma_m.lcl, sigma_ucl=fit.sigma_m.ucl,
+                                d_lcl=fit.density_per_ha.lcl, d_ucl=fit.density_per_ha.ucl, information=vcv,
+                                shape=shape, mask_extent_m=mask_extent)
+
+
+def suggest_buffer(history: CaptureHistory, *, detectfn: str, first: float, sigma: float,
+                   rb_target: float = SUGGEST_RB_TARGET) -> float:
+    """The narrowest buffer whose truncation of the habitat biases D by less than ``rb_target``, as secr's
+    ``suggest.buffer`` finds it: with the fitted detection function and the detectors' usage, the effective
+    sampled area within w of a detector, a(w) = sum of p.(x) over mask cells within w, is compared with a(inf);
+    D-hat is about n / a(w), so its relative bias is a(inf) / a(w) - 1."""
+    reach = sigma * (_SUGGEST_REACH_EX if detectfn == "EX" else _SUGGEST_REACH)
+    if not (math.isfinite(reach) and reach > 0):
+        return math.inf
+    lo, hi = history.xy.min(axis=0) - reach, history.xy.max(axis=0) + reach
+    step = float(max(hi - lo)) / _SUGGEST_POINTS
+    xs, ys = np.arange(lo[0] + step / 2, hi[0], step), np.arange(lo[1] + step / 2, hi[1], step)
+    points = np.column_stack([np.repeat(xs, ys.size), np.tile(ys, xs.size)])
+    distance = nearest_detector_distance(points, history.xy)
+    d2 = ((history.xy[:, None, :] - points[None, :, :]) ** 2).sum(axis=2)
+    with np.errstate(over="ignore", under="ignore"):
+        h = detection_hazard(detectfn, first, sigma, d2)
+        pdot = -np.expm1(-(history.usage.sum(axis=1) @ h))
+    order = np.argsort(distance)
+    area = np.cumsum(pdot[order])
+    if not area[-1] > 0:
+        return math.inf
+    enough = np.searchsorted(area, area[-1] / (1 + rb_target))
+    return float(distance[order][min(enough, area.size - 1)])

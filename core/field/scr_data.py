@@ -43,6 +43,7 @@ class Capture:
     animal: str
     occasion: int
     detector: str
+    removed: bool = False  # secr's negative occasion: the animal left the study (died, was removed) after it
 
 
 def _data_lines(path: str | Path) -> list[tuple[int, list[str]]]:
@@ -137,8 +138,10 @@ def read_secr_captures(path: str | Path, *, fmt: str = "trapID",
             occasion_value = math.nan
         if not (math.isfinite(occasion_value) and occasion_value == int(occasion_value) and occasion_value != 0):
             raise DensityInputError(f"{where}: occasion {fields[2]!r} is not a whole number counted from 1")
-        # secr marks an animal removed (dead) with a negative occasion; it was still detected on that occasion
+        # secr marks an animal removed (dead) with a negative occasion; it was still detected on that occasion and
+        # is exposed to detection on no later one
         occasion = abs(int(occasion_value))
+        removed = occasion_value < 0
         if fmt == "XY":
             key = (round(_number(fields[3], what="X", where=where), 2),
                    round(_number(fields[4], what="Y", where=where), 2))
@@ -148,7 +151,8 @@ def read_secr_captures(path: str | Path, *, fmt: str = "trapID",
             detector = by_xy[key]
         else:
             detector = fields[3]
-        out.append(Capture(session=fields[0], animal=fields[1], occasion=occasion, detector=detector))
+        out.append(Capture(session=fields[0], animal=fields[1], occasion=occasion, detector=detector,
+                           removed=removed))
     if not out:
         raise DensityInputError(f"{path}: no capture lines (expected 'Session ID Occasion Detector')")
     return out
@@ -164,6 +168,18 @@ class CaptureHistory:
     usage: np.ndarray  # (K, S)
     counts: np.ndarray  # (n, S, K) detections
     detector_type: str
+    removed_on: np.ndarray | None = None  # (n,) occasion (from 0) after which each animal left; S when it stayed
+
+    @property
+    def n_removed(self) -> int:
+        return 0 if self.removed_on is None else int((self.removed_on < self.usage.shape[1] - 1).sum())
+
+    def exposure(self) -> np.ndarray | None:
+        """(n, K) each animal's usage summed over the occasions it was in the study (None: no removal)."""
+        if self.removed_on is None:
+            return None
+        alive = np.arange(self.usage.shape[1])[None, :] <= self.removed_on[:, None]
+        return alive.astype(float) @ self.usage.T
 
     @property
     def n_animals(self) -> int:
@@ -184,7 +200,8 @@ def _as_capture(item: Capture | Sequence) -> Capture:
     if isinstance(item, Capture):
         return item
     session, animal, occasion, detector = item
-    return Capture(session=str(session), animal=str(animal), occasion=int(occasion), detector=str(detector))
+    return Capture(session=str(session), animal=str(animal), occasion=abs(int(occasion)), detector=str(detector),
+                   removed=int(occasion) < 0)
 
 
 def _trap_fields(item) -> tuple[str, float, float, tuple[float, ...]]:
@@ -194,6 +211,9 @@ def _trap_fields(item) -> tuple[str, float, float, tuple[float, ...]]:
 def build_capture_history(captures: Iterable[Capture | Sequence], traps: Sequence[Trap], *,
                           detector_type: str, session: str | None = None) -> CaptureHistory:
     """The capture history of one session, every input fault refused with what to do about it."""
+    if detector_type == "single":
+        raise DensityInputError("detector 'single' is fitted as secr fits it, with the multi-catch likelihood: "
+                                "use detector 'multi'")
     if detector_type not in DETECTOR_TYPES:
         raise DensityInputError(f"detector {detector_type!r} unknown; use one of {', '.join(DETECTOR_TYPES)}")
     rows = [_as_capture(c) for c in captures]
@@ -251,6 +271,7 @@ def build_capture_history(captures: Iterable[Capture | Sequence], traps: Sequenc
     counts = np.zeros((len(animals), usage.shape[1], len(names)), dtype=np.int64)
     for r in rows:
         counts[a_index[r.animal], r.occasion - 1, index[r.detector]] += 1
+    removed_on = _removals(rows, animals, n_occasions=usage.shape[1])
     off = np.argwhere((counts.sum(axis=0) > 0) & (usage.T <= 0))
     if off.size:
         s, k = off[0]
@@ -270,4 +291,22 @@ def build_capture_history(captures: Iterable[Capture | Sequence], traps: Sequenc
                                 "ranges) cannot be estimated; a longer study or more detectors may catch some "
                                 "animal at a second detector")
     return CaptureHistory(animals=animals, detectors=tuple(names), xy=xy, usage=usage, counts=counts,
-                          detector_type=detector_type)
+                          detector_type=detector_type, removed_on=removed_on)
+
+
+def _removals(rows: Sequence[Capture], animals: Sequence[str], *, n_occasions: int) -> np.ndarray | None:
+    """Each animal's last occasion in the study (from 0; the last occasion when it was not removed), None when no
+    capture is a removal; a capture after an animal's removal is refused."""
+    removed = {}
+    for r in rows:
+        if r.removed:
+            removed[r.animal] = min(removed.get(r.animal, r.occasion), r.occasion)
+    if not removed:
+        return None
+    late = [r for r in rows if r.animal in removed and r.occasion > removed[r.animal]]
+    if late:
+        r = late[0]
+        raise DensityInputError(f"animal {r.animal!r} is captured on occasion {r.occasion} after its removal on "
+                                f"occasion {removed[r.animal]} (a negative occasion in secr's captures file); "
+                                "correct the captures")
+    return np.array([removed.get(a, n_occasions) - 1 for a in animals], dtype=int)

@@ -34,8 +34,12 @@ class OccasionNotCovered(DensityInputError):
 
 
 class FitNotConverged(RuntimeError):
-    """The likelihood maximiser found no maximum from any start; :attr:`starts` holds each start tried."""
+    """The likelihood maximiser found no maximum from any start; :attr:`starts` holds each start tried and
+    :attr:`reached` the real parameters where the best attempt stopped (a sigma far outside the array there says
+    the array cannot measure it)."""
 
-    def __init__(self, message: str, *, starts: Sequence[Mapping[str, float]] = ()) -> None:
+    def __init__(self, message: str, *, starts: Sequence[Mapping[str, float]] = (),
+                 reached: Mapping[str, float] | None = None) -> None:
         super().__init__(message)
         self.starts = tuple(dict(s) for s in starts)
+        self.reached = dict(reached) if reached is not None else None

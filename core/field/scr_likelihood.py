@@ -11,13 +11,15 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import expit, gammaln
+from scipy.special import expit, gammaln, logit
 
 from core.field.scr_data import CaptureHistory
 from core.field.scr_mask import Mask
 
 DETECTION_FUNCTIONS = ("HN", "HHN", "EX")
 _TINY = 1e-300
+#: Link values are clipped here before exp(): exp(700) is about 1e304, the largest a float holds with room to spare.
+_LINK_LIMIT = 700.0
 
 
 def _logexpm1(x: np.ndarray) -> np.ndarray:
@@ -43,6 +45,7 @@ class ScrModel:
     caught: np.ndarray  # (n, S) 1 where caught on the occasion (multi-catch only)
     constant: float  # terms free of the parameters: the multinomial coefficient; for counts and multi-catch
     # traps sum log T_ks over the detections (and for counts -sum log y!)
+    exposure: np.ndarray | None = None  # (n, K) usage while each animal was in the study (None: no removal)
 
     @property
     def n_parameters(self) -> int:
@@ -87,12 +90,14 @@ def prepare(history: CaptureHistory, mask: Mask, *, detectfn: str, conditional: 
     if history.detector_type == "count":
         constant -= float(gammaln(counts + 1).sum())
     return ScrModel(history=history, mask=mask, detectfn=detectfn, conditional=conditional, d2=d2,
-                    row_k=row_k, row_usage=row_usage, weights=weights, caught=caught, constant=constant)
+                    row_k=row_k, row_usage=row_usage, weights=weights, caught=caught, constant=constant,
+                    exposure=history.exposure())
 
 
 def real_parameters(model: ScrModel, beta: np.ndarray) -> dict[str, float]:
     """D (per ha; absent for CL), g0 or lambda0, and sigma (m) from the link parameters."""
     beta = np.asarray(beta, dtype=float)
+    beta = np.clip(beta, -_LINK_LIMIT, _LINK_LIMIT)  # exp() of a link value stays finite: no overflow, ever
     out: dict[str, float] = {}
     if not model.conditional:
         out["D"] = float(np.exp(beta[0]))
@@ -103,11 +108,12 @@ def real_parameters(model: ScrModel, beta: np.ndarray) -> dict[str, float]:
 
 
 def link_parameters(model: ScrModel, real: dict[str, float]) -> np.ndarray:
-    first = real[model.first_name]
-    first_link = math.log(first) if model.detectfn == "HHN" else math.log(first / (1 - first))
-    values = [first_link, math.log(real["sigma"])]
+    # a start taken from a fit at its limits (g0 of 1, sigma of 1e300) still gives finite link values
+    first = min(max(float(real[model.first_name]), _TINY), 1e300)
+    first_link = math.log(first) if model.detectfn == "HHN" else float(logit(min(first, 1 - 1e-12)))
+    values = [first_link, math.log(min(max(float(real["sigma"]), _TINY), 1e300))]
     if not model.conditional:
-        values.insert(0, math.log(real["D"]))
+        values.insert(0, math.log(min(max(float(real["D"]), _TINY), 1e300)))
     return np.array(values)
 
 
@@ -134,7 +140,16 @@ def pdot_and_hazard(model: ScrModel, first: float, sigma: float) -> tuple[float,
 
 
 def log_likelihood(model: ScrModel, beta: np.ndarray) -> float:
-    """The log-likelihood at the link parameters ``beta`` (-inf where it cannot be evaluated)."""
+    """The log-likelihood at the link parameters ``beta`` (-inf where it cannot be evaluated, never an overflow:
+    a maximiser wandering towards sigma of 1e30 on an array that cannot measure it must get a number back)."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+        try:
+            return _log_likelihood(model, beta)
+        except (OverflowError, FloatingPointError, ZeroDivisionError, ValueError):
+            return -math.inf
+
+
+def _log_likelihood(model: ScrModel, beta: np.ndarray) -> float:
     real = real_parameters(model, beta)
     first, sigma = real[model.first_name], real["sigma"]
     if not (np.isfinite(first) and np.isfinite(sigma)) or sigma <= 0 or first <= 0:
@@ -154,7 +169,8 @@ def log_likelihood(model: ScrModel, beta: np.ndarray) -> float:
     if detector == "multi":
         occasion_hazard = np.maximum(usage.T @ h, _TINY)  # (S, M)
         log_pr += model.caught @ (_logexpm1(occasion_hazard) - np.log(occasion_hazard))
-    log_pr -= total[None, :]
+    # an animal is exposed to detection only while it is in the study: a removed one stops at its removal
+    log_pr -= total[None, :] if model.exposure is None else model.exposure @ h
     n_cells = model.mask.n_points
     n = model.history.n_animals
     top = log_pr.max(axis=1, keepdims=True)
