@@ -254,3 +254,17 @@ def ensure_first_admin(cat, *, environ: dict[str, str] | None = None) -> str | N
         return f"first admin account {name!r} created with the password from ${ADMIN_PASSWORD_ENV}"
     return (f"first admin account created: user {name!r}, password {password}\n"
             f"  (shown only this once; change it in the People tab or with `rosette users passwd {name}`)")
+
+
+def ignored_admin_password(cat, *, environ: dict[str, str] | None = None) -> str | None:
+    """One line saying ``$ROSETTE_ADMIN_PASSWORD`` is not used, when it is set and an admin who can sign in exists
+    already: it only ever sets the first admin's password, so a server started with it on an existing catalogue
+    would otherwise leave the operator believing it took effect. None when it is not set or no admin exists."""
+    environ = os.environ if environ is None else environ
+    if not environ.get(ADMIN_PASSWORD_ENV):
+        return None
+    with cat.unit_of_work() as s:
+        if not _admins_who_can_sign_in(s):
+            return None
+    return (f"note: ${ADMIN_PASSWORD_ENV} is ignored: this catalogue has its accounts already (it only sets the "
+            "first admin's password); change a password with `rosette users passwd NAME` or in the People tab")

@@ -5,6 +5,7 @@ manifest rows."""
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -272,3 +273,72 @@ def test_doctor_removes_what_a_killed_import_left(tmp_path, capsys):
     assert "removed 3 unreferenced file(s)" in capsys.readouterr().out
     assert not any(p.exists() for p in leftovers) and fresh.exists()
     assert all(p.exists() for p in kept)  # the imported photo and its thumbnail stay
+
+
+def test_a_full_disk_while_exporting_camtrap_dp_names_the_target_and_keeps_nothing(tmp_path, capsys, monkeypatch):
+    """The operating system's error names the file copied *from* (the catalogue's own photo); the message names
+    the package being written, says nothing was kept, and nothing is: neither the half-written folder nor a
+    half-written zip."""
+    import errno
+    import shutil
+
+    from db.io.ingest import ingest_path
+    from tests.test_camtrapdp_report import package
+
+    data = tmp_path / "data"
+    cat = open_catalogue(data)
+    ingest_path(cat, package(tmp_path), user="ana")
+    cat.close()
+    assert cli(["--data-dir", str(data), "species", "rename", "default", "Felis silvestris"]) == 0
+    real_copy = shutil.copyfile
+
+    def no_space(source, target, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(source))
+
+    out = tmp_path / "out" / "season"
+    monkeypatch.setattr(shutil, "copyfile", no_space)
+    assert cli(["--data-dir", str(data), "export", "camtrap-dp", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"the disk is full where the Camtrap DP package is written ({out}); nothing of it was kept" in err
+    assert str(data / "images") not in err and not out.exists()
+    monkeypatch.setattr(shutil, "copyfile", real_copy)
+
+    def half_a_zip(base, fmt, root_dir=None, **_k):
+        with open(f"{base}.zip", "wb") as fh:
+            fh.write(b"PK")
+        raise OSError(errno.ENOSPC, "No space left on device", f"{base}.zip")
+
+    monkeypatch.setattr(shutil, "make_archive", half_a_zip)
+    assert cli(["--data-dir", str(data), "export", "camtrap-dp", str(out), "--zip"]) == 1
+    err = capsys.readouterr().err
+    assert f"the disk is full where the Camtrap DP package's zip is written ({out}.zip); nothing of it was kept" in err
+    assert not out.exists() and not Path(f"{out}.zip").exists()
+
+
+def test_an_admin_password_given_to_serve_after_accounts_exist_is_named_as_ignored(tmp_path, capsys, monkeypatch):
+    """$ROSETTE_ADMIN_PASSWORD only sets the first admin's password: on a catalogue with its admin already, serve
+    says at start, in one line, that it ignored it (and says nothing about it when it is not set)."""
+    import app.commands.serve as serve
+
+    class Stop(Exception):
+        pass
+
+    def stop(*_a, **_k):  # the first step after the accounts: no server is started in this test
+        raise Stop
+
+    monkeypatch.setattr(serve, "seed_demo", stop)
+    data = str(tmp_path / "data")
+    monkeypatch.setenv("ROSETTE_ADMIN_PASSWORD", "first-password-1")
+    with pytest.raises(Stop):
+        cli(["--data-dir", data, "serve", "--port", "1"])
+    assert "first admin account 'admin' created" in capsys.readouterr().out
+    monkeypatch.setenv("ROSETTE_ADMIN_PASSWORD", "another-password-2")
+    with pytest.raises(Stop):
+        cli(["--data-dir", data, "serve", "--port", "1"])
+    out = capsys.readouterr().out
+    ignored = [line for line in out.splitlines() if "ROSETTE_ADMIN_PASSWORD" in line]
+    assert len(ignored) == 1 and "is ignored: this catalogue has its accounts already" in ignored[0]
+    monkeypatch.delenv("ROSETTE_ADMIN_PASSWORD")
+    with pytest.raises(Stop):
+        cli(["--data-dir", data, "serve", "--port", "1"])
+    assert "ROSETTE_ADMIN_PASSWORD" not in capsys.readouterr().out

@@ -19,7 +19,9 @@ import time
 from core.identify.backbones import DEFAULT_BACKBONE
 from jobs.actions import maintenance
 from jobs.actions.accounts import ensure_first_admin
+from jobs.actions.server_start import startup_notes
 from jobs.requests.accounts import FirstAdminRequest
+from jobs.requests.server_start import StartupNotesRequest
 from jobs.worker import start_worker_thread
 
 
@@ -76,8 +78,8 @@ def run(args, ctx) -> int:
         print(f"single-user mode: no sign-in; every change is recorded as {ctx.user!r} (admin)", flush=True)
     else:
         message = ensure_first_admin(cat, FirstAdminRequest())
-        if message:
-            print(message, flush=True)
+        for line in [message] if message else startup_notes(cat, StartupNotesRequest()):
+            print(line, flush=True)
     if not args.no_demo:
         message = seed_demo(cat)
         if message:

@@ -40,6 +40,7 @@ from db.catalogue import CatalogueError, current_individual
 from db.export_rules import record_people_kept, refuse_unnamed_species
 from db.models import Deployment, EventKind, IdentityEvent, Image, Individual, Photo, Species
 from db.session import Catalogue
+from db.storage import is_disk_full
 
 #: Box sources a detector drew (a machine's observation when no person identified the animal).
 DETECTOR_SOURCES = ("megadetector",)
@@ -475,15 +476,10 @@ def export_camtrap_dp(cat: Catalogue, out: str | Path, *, user: str, title: str 
                 shutil.copyfile(source, target)
             if progress is not None:
                 progress(done, total)
-    except BaseException:  # a full disk, a vanished file, a cancel ...: no half-written package is left behind
-        if made:
-            shutil.rmtree(out, ignore_errors=True)
-        else:
-            for child in list(out.iterdir()):
-                if child.is_dir():
-                    shutil.rmtree(child, ignore_errors=True)
-                else:
-                    child.unlink(missing_ok=True)
+    except BaseException as exc:  # a full disk, a vanished file, a cancel ...: no half-written package is left
+        _remove_package(out, made=made)
+        if is_disk_full(exc):
+            raise CatalogueError(full_disk_words(out, what="the Camtrap DP package")) from None
         raise
     result.deployments, result.media = written.rows["deployments"], written.rows["media"]
     result.observations, result.individuals, result.media_files = written.rows["observations"], len(named), len(copies)
@@ -505,5 +501,35 @@ def export_package(cat: Catalogue, *, out: str | Path | None, zip: bool = False,
         folder = cat.data_dir / "exports" / f"camtrap-dp-{stamp}"
     else:
         folder = Path(out).expanduser()
+    made = not folder.exists()
     done = export_camtrap_dp(cat, folder, user=user, **options)
-    return done, (shutil.make_archive(str(folder), "zip", root_dir=folder) if zip else None)
+    if not zip:
+        return done, None
+    try:
+        return done, shutil.make_archive(str(folder), "zip", root_dir=folder)
+    except BaseException as exc:  # a half-written zip is no package: neither it nor its folder is kept
+        Path(f"{folder}.zip").unlink(missing_ok=True)
+        _remove_package(folder, made=made)
+        if is_disk_full(exc):
+            raise CatalogueError(full_disk_words(Path(f"{folder}.zip"), what="the Camtrap DP package's zip")) from None
+        raise
+
+
+def full_disk_words(target: Path, *, what: str) -> str:
+    """A full disk met while writing ``what`` at ``target``, said of the target: the operating system's error
+    names the file it was copying *from* (the catalogue's own photo), which is not the disk that is full."""
+    return (f"the disk is full where {what} is written ({target}); nothing of it was kept: free some space there "
+            "or choose a folder on another disk")
+
+
+def _remove_package(out: Path, *, made: bool) -> None:
+    """Remove what an export wrote into ``out``: the folder itself when the export made it, else its contents
+    (the folder was there, empty, before)."""
+    if made:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for child in list(out.iterdir()) if out.is_dir() else []:
+        if child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
