@@ -143,16 +143,27 @@ def unit_distribution(best_scores: Sequence[float] | np.ndarray, *,
                       same_probability: Callable[[np.ndarray, np.ndarray], np.ndarray], pair_base_rate: float,
                       p_new: float | None = None, prior_new: float = 1.0,
                       prior: Sequence[float] | np.ndarray | None = None,
-                      floor: float = CANDIDATE_FLOOR) -> tuple[np.ndarray, np.ndarray, float]:
+                      floor: float = CANDIDATE_FLOOR,
+                      ruled_out: Sequence[bool] | np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
     """One detection's distribution from its best score against each catalogue individual, as the catalogue and
     the simulated studies both build it: each individual's rank among them, its calibrated probability of the same
     animal (``same_probability(scores, ranks)``), then :func:`distribution_with_p_new` when "new" has its own
     calibrated ``p_new``, else :func:`match_distribution` with ``prior_new``; ``prior`` shares the catalogue
-    (:func:`capture_prior`). Individuals under ``floor`` are dropped, their probability left to "new". Returns (the
-    columns kept, their probabilities, p(new) before the floor)."""
+    (:func:`capture_prior`). Individuals ``ruled_out`` (already identified in the query's own photo: two animals in
+    one frame are two individuals) get probability 0; with all ruled out the animal is new. Individuals under
+    ``floor`` are dropped, their probability left to "new". Returns (the columns kept, their probabilities, p(new)
+    before the floor)."""
     scores = np.asarray(best_scores, dtype=np.float64).reshape(-1)
     if scores.size == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0), 1.0
+    if ruled_out is not None:
+        out = np.asarray(ruled_out, dtype=bool).reshape(-1)
+        if out.shape != scores.shape:
+            raise ValueError(f"{scores.size} scores but {out.size} ruled-out flags")
+        prior = np.where(out, 0.0, _prior_shares(prior, scores.size))
+        if prior.sum() <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0), 1.0
+        scores = np.where(out, np.nanmin(np.where(out, np.inf, scores)) if (~out).any() else 0.0, scores)
     ranks = np.empty(scores.size)
     ranks[np.argsort(-scores, kind="stable")] = np.arange(1, scores.size + 1)
     p_same = same_probability(scores, ranks)
@@ -162,6 +173,16 @@ def unit_distribution(best_scores: Sequence[float] | np.ndarray, *,
         dist, pn = match_distribution(p_same, prior_new=prior_new, pair_base_rate=pair_base_rate, prior=prior)
     keep = np.flatnonzero(dist >= floor)
     return keep, dist[keep], pn
+
+
+def suggests_new_animal(p_new: float | None, probabilities: Sequence[float], *, threshold: float) -> bool:
+    """The "probably a new individual" hint, read from the one posterior: p(new) reaches the species' threshold and
+    exceeds every individual's probability. Never from one pair's score: a pairwise probability against a
+    threshold calls almost every photo new when the calibration tops out low."""
+    if p_new is None:
+        return False
+    best = max((float(p) for p in probabilities), default=0.0)
+    return bool(p_new >= threshold and p_new > best)
 
 
 def machine_distribution(assigned: int, weight: float, candidates: Sequence[int], probabilities: Sequence[float],

@@ -9,7 +9,14 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.identify.calibration import ENOUGH_DECISIONS, Calibrator, fit_match_calibrator, reliability
+from core.identify.calibration import (
+    ENOUGH_DECISIONS,
+    MIN_PLATT_OUTCOMES,
+    Calibrator,
+    discrimination,
+    fit_match_calibrator,
+    reliability,
+)
 from core.metrics import all_vs_all_valid
 from core.similarity import pairwise_scores
 from db.identify.compare import test_split_scores
@@ -18,7 +25,7 @@ from db.models import DEFAULT_SPECIES_ID, Benchmark, DecisionKind, Image, MatchD
 from db.session import Catalogue
 
 DEFAULT_NEW_THRESHOLD = 0.5
-_CACHE: dict[tuple, Calibrator] = {}
+_CACHE: dict[tuple, tuple[Calibrator | None, str | None]] = {}
 
 
 def decision_outcomes(cat: Catalogue, model: str, *, species_id: int | None = None,
@@ -98,15 +105,21 @@ def _species_benchmark(cat: Catalogue, species_id: int) -> str | None:
 def calibrator_for(cat: Catalogue, model: str, *, species_id: int = DEFAULT_SPECIES_ID,
                    benchmark: str | None = None) -> Calibrator | None:
     """The calibrator of ``model`` for a species (core.identify.calibration.fit_match_calibrator: Platt on score and
-    rank while outcomes are few): its decisions, topped up while there are fewer than :data:`ENOUGH_DECISIONS`
-    with benchmark top-5 pairs, or the catalogue's own identified photos' top-5 pairs when no benchmark exists.
-    None when nothing gives a usable fit."""
+    rank while outcomes are few), its held-out discrimination measured: its decisions, topped up while there are
+    fewer than :data:`ENOUGH_DECISIONS` with benchmark top-5 pairs, or the catalogue's own identified photos' top-5
+    pairs when no benchmark exists. None when nothing gives a fit (:func:`calibration_refusal` says why)."""
+    return calibration_state(cat, model, species_id=species_id, benchmark=benchmark)[0]
+
+
+def calibration_state(cat: Catalogue, model: str, *, species_id: int = DEFAULT_SPECIES_ID,
+                      benchmark: str | None = None) -> tuple[Calibrator | None, str | None]:
+    """(the calibrator, None), or (None, why there is none and what to do, in a curator's words)."""
     scores, outcomes, ranks = decision_outcomes(cat, model, species_id=species_id, with_ranks=True)
     bench = benchmark or (_species_benchmark(cat, species_id) if scores.size < ENOUGH_DECISIONS else None)
     few = scores.size < ENOUGH_DECISIONS
     n_identified = _identified_photos(cat, species_id) if few and not bench else 0
-    key = (str(cat.data_dir), model, species_id, scores.size, float(scores.sum()) if scores.size else 0.0, bench,
-           n_identified)
+    key = (str(cat.data_dir), model, species_id, scores.size, float(scores.sum()) if scores.size else 0.0,
+           int(outcomes.sum()) if outcomes.size else 0, bench, n_identified)
     if key in _CACHE:
         return _CACHE[key]
     sources = {"decisions": int(scores.size)}
@@ -121,9 +134,33 @@ def calibrator_for(cat: Catalogue, model: str, *, species_id: int = DEFAULT_SPEC
     try:
         cal = fit_match_calibrator(scores, outcomes, ranks=ranks, sources=sources)
     except ValueError:
-        return None
-    _CACHE[key] = cal
-    return cal
+        state: tuple[Calibrator | None, str | None] = (None, _refusal_words(model, sources, outcomes))
+    else:
+        cal.discrimination = discrimination(scores, outcomes, ranks=ranks)
+        state = (cal, None)
+    _CACHE[key] = state
+    return state
+
+
+def _refusal_words(model: str, sources: dict[str, int], outcomes: np.ndarray) -> str:
+    n, same = int(outcomes.size), int(outcomes.sum())
+    parts = ", ".join(f"{k} {what}" for what, k in sources.items())
+    if n and same == 0:
+        missing = "none of them is the same animal: confirm a match with 'Same' in Match review"
+    elif n and same == n:
+        missing = "all of them are the same animal: say 'Not the same' to a wrong candidate in Match review"
+    else:
+        missing = "decide matches in Match review ('Same' and 'Not the same'), or identify photos of two or " \
+                  "more individuals"
+    return (f"model {model!r} has no calibration yet, so its scores cannot be read as probabilities: it needs at "
+            f"least {MIN_PLATT_OUTCOMES} pairs of known outcome with both the same and different animals among "
+            f"them, and has {n} ({parts}; {same} the same animal); {missing}")
+
+
+def calibration_refusal(cat: Catalogue, model: str, *, species_id: int = DEFAULT_SPECIES_ID) -> str | None:
+    """Why ``model`` has no calibration for the species, in a curator's words (None when it has one): the one
+    sentence the command line, the Population tab and the job all give."""
+    return calibration_state(cat, model, species_id=species_id)[1]
 
 
 def _identified_photos(cat: Catalogue, species_id: int) -> int:
