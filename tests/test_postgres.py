@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 from alembic.script import ScriptDirectory
-from sqlalchemy import inspect, select, text
+from sqlalchemy import func, inspect, select, text
 
 from app.cli import main as cli
 from db import catalogue as ops
 from db.audit import acting_as, verify_chain
 from db.catalogue_copy import copy_catalogue, copy_order
-from db.models import AuditEvent, Image, Individual, MatchDecision, Model, Species
+from db.models import AuditEvent, Deployment, Image, Individual, MatchDecision, Model, Photo, Sighting, Species
 from db.session import alembic_config, open_catalogue
 from tests import test_accounts, test_catalogue, test_decisions_race
 from tests.pg_cluster import conninfo
@@ -364,3 +364,38 @@ def test_the_copy_goes_in_batches_and_names_what_it_copied(data_dir, pg_db_url):
     assert report.ok and report.audit.rows == counts["audit_events"][0] > 0
     assert "***" in report.target and conninfo(pg_db_url).split(":")[2].split("@")[0] not in report.target
     cat.close()
+
+
+# --------------------------------------------------------------------------- a Camtrap DP import
+
+
+def _camtrapdp_state(cat) -> dict[str, object]:
+    """What a Camtrap DP import leaves: the rows by kind, and the package's keys and names as stored."""
+    with cat.unit_of_work() as s:
+        return {"photos": sorted(s.scalars(select(Photo.media_key))),
+                "annotations": sorted(s.scalars(select(Image.observation_key)), key=str),
+                "deployments": sorted(s.scalars(select(Deployment.key))),
+                "individuals": sorted(s.scalars(select(Individual.name))),
+                "species": sorted(s.scalars(select(Species.name))),
+                "sightings": s.scalar(select(func.count(Sighting.id)))}
+
+
+def test_a_camtrap_dp_import_on_postgres_is_the_import_on_sqlite(pg_cat, tmp_path):
+    """The shared test package imported into PostgreSQL and into SQLite: the same report counts and the same rows;
+    imported again on PostgreSQL, nothing is added."""
+    from db.io.ingest import ingest_path
+    from tests.test_camtrapdp_report import package
+
+    path = package(tmp_path)
+    on_sqlite = open_catalogue(tmp_path / "sqlite")
+    expected = ingest_path(on_sqlite, path, user="ana")
+    report = ingest_path(pg_cat, path, user="ana")
+    assert report.counts == expected.counts and report.counts["imported"] == 4 and report.counts["error"] == 0
+    assert report.about_counts == expected.about_counts
+    state = _camtrapdp_state(pg_cat)
+    assert state == _camtrapdp_state(on_sqlite) and len(state["annotations"]) == 5
+    again = ingest_path(pg_cat, path, user="ana")
+    assert again.counts["imported"] == again.counts["updated"] == again.counts["error"] == 0
+    assert again.counts["duplicate"] == 4 and _camtrapdp_state(pg_cat) == state
+    assert verify_chain(pg_cat).ok
+    on_sqlite.close()
