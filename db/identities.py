@@ -22,6 +22,15 @@ individuals share the rest by their likelihood ratios times their share of the s
 :func:`core.field.identities.match_distribution` uses a Good-Turing prior of "new". Unreviewed annotations of one
 event (sighting) whose photos each hold one annotation of the species are one unit; two unreviewed units are one new
 animal with the calibrated probability of their best pair of photos.
+
+**One posterior, every screen.** :func:`match_posteriors` is the one distribution over the catalogue's individuals
+plus "a new animal" (summing to 1) that Match review, ``rosette match``, ``rosette review-priority`` and the
+Population tab's review list all read: the gallery is the species' curator-identified annotations
+(:func:`curator_gallery`), each individual's prior share its number of them (:func:`core.field.identities.capture_prior`),
+the Good-Turing share of new animals from the same counts. An individual already identified in the query's own photo
+is ruled out (two animals in one frame are two individuals). While the calibration does not discriminate
+(:class:`core.identify.calibration.Discrimination`) the numbers still feed the imputation, but every screen shows
+:attr:`MatchPosterior.withheld` instead of them.
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ from core.field import identities as ids
 from core.field import new_animal as na
 from core.similarity import pairwise_scores
 from core.field.stations import StationError
-from db.identify.calibration import calibrator_for
+from db.identify.calibration import calibration_refusal, calibrator_for
 from db.catalogue import CatalogueError, current_individual
 from db.embeddings import embed_images, gallery_image_ids, get_backbone
 from db.models import DecisionKind, Image, Individual, MatchDecision, Photo
@@ -249,11 +258,193 @@ def new_animal_report(cat: Catalogue, model: str, *, species_id: int) -> dict | 
     return fit_new_animal(sim, [str(owner[i]) for i in image_ids], _sightings(cat, image_ids))[1]
 
 
+def curator_gallery(cat: Catalogue, species_id: int) -> dict[str, tuple[int, ...]]:
+    """Each active individual of the species with its curator-identified annotations (anywhere): the gallery every
+    posterior is read against (the provenance rules of the module notes)."""
+    with cat.unit_of_work() as s:
+        individuals = {i.id: i for i in s.scalars(select(Individual))}
+        decided = set(s.scalars(select(MatchDecision.query_image_id).where(
+            MatchDecision.undone_at.is_(None),
+            MatchDecision.decision.in_([DecisionKind.same, DecisionKind.new_individual]))))
+        rows = s.execute(select(Image.id, Image.individual_id, Image.observation_details)
+                         .where(Image.species_id == species_id, Image.individual_id.is_not(None))
+                         .order_by(Image.id)).all()
+    gallery: dict[str, list[int]] = {}
+    for ann_id, ind_id, details in rows:
+        name = _active_name(individuals, ind_id)
+        if name is not None and _provenance(name, details, ann_id in decided) == CURATOR:
+            gallery.setdefault(name, []).append(ann_id)
+    return {k: tuple(v) for k, v in gallery.items()}
+
+
+def _active_name(individuals: dict[int, Individual], ind_id: int | None) -> str | None:
+    ind = individuals.get(ind_id) if ind_id is not None else None
+    now = current_individual(ind, individuals) if ind is not None else None
+    return now.name if now is not None and now.active else None
+
+
+def frame_individuals(cat: Catalogue, annotation_ids: list[int]) -> dict[str, int]:
+    """The individuals already identified in the photos of ``annotation_ids`` (by their other animals), each with
+    the annotation identified as it: none of them can be these animals."""
+    with cat.unit_of_work() as s:
+        photos = select(Image.photo_id).where(Image.id.in_(annotation_ids)).scalar_subquery()
+        rows = s.execute(select(Image.id, Image.individual_id).where(
+            Image.photo_id.in_(photos), Image.id.not_in(annotation_ids), Image.individual_id.is_not(None))
+            .order_by(Image.id)).all()
+        individuals = {i.id: i for i in s.scalars(select(Individual))} if rows else {}
+    out: dict[str, int] = {}
+    for ann_id, ind_id in rows:
+        name = _active_name(individuals, ind_id)
+        if name is not None:
+            out.setdefault(name, int(ann_id))
+    return out
+
+
+@dataclass(frozen=True)
+class MatchPosterior:
+    """One query's posterior (an annotation, or an event's annotations together): each gallery individual's
+    probability of being its animal and p(new), summing to 1; the individuals ruled out because they are already
+    in the query's photo (name -> that annotation); and, while the calibration does not discriminate, the sentence
+    a screen shows instead of these numbers."""
+
+    annotation_ids: tuple[int, ...]
+    individuals: tuple[str, ...]
+    probabilities: tuple[float, ...]
+    p_new: float
+    ruled_out: dict[str, int] = field(default_factory=dict)
+    withheld: str | None = None
+
+    def probability_of(self, individual: str) -> float | None:
+        """The individual's probability (None for one outside the curator gallery)."""
+        try:
+            return self.probabilities[self.individuals.index(individual)]
+        except ValueError:
+            return None
+
+    def most_likely(self) -> tuple[str | None, float | None]:
+        if not self.probabilities:
+            return None, None
+        k = int(np.argmax(self.probabilities))
+        return self.individuals[k], self.probabilities[k]
+
+
+def no_calibration(cat: Catalogue, *, species: str, species_id: int, model: str) -> NoCalibration:
+    """The refusal of any number that needs a calibration, with its real cause and what to do; one sentence for
+    the command line, the Population tab (before a job is queued) and the job itself."""
+    why = calibration_refusal(cat, model, species_id=species_id) or \
+        f"model {model!r} has no calibration yet, so its scores cannot be read as probabilities"
+    return NoCalibration(f"{species}: {why}; then check it with `rosette calibration {model} --species "
+                         f"\"{species}\"`")
+
+
+_NEW_CAL_CACHE: dict[tuple, tuple[na.NewAnimalCalibrator | None, dict | None]] = {}
+
+
+def _new_animal_fit(cat: Catalogue, model: str, gallery_ids: list[int], labels: list[str],
+                    g_emb: np.ndarray, metric: str) -> na.NewAnimalCalibrator | None:
+    """:func:`fit_new_animal` on the gallery, kept while the gallery and model are unchanged (every screen asks)."""
+    key = (str(cat.data_dir), model, tuple(gallery_ids), tuple(labels))
+    if key not in _NEW_CAL_CACHE:
+        _NEW_CAL_CACHE.clear()
+        _NEW_CAL_CACHE[key] = fit_new_animal(pairwise_scores(g_emb, g_emb, metric=metric), labels,
+                                             _sightings(cat, gallery_ids))
+    return _NEW_CAL_CACHE[key][0]
+
+
+def match_posteriors(cat: Catalogue, groups: list[list[int]], *, species_id: int, model: str,
+                     gallery: dict[str, tuple[int, ...]] | None = None,
+                     progress: Callable[[int, int], None] | None = None,
+                     should_cancel: Callable[[], bool] | None = None) -> list[MatchPosterior]:
+    """Each group's posterior (see the module notes). Refused (:class:`NoCalibration`, with its real cause) when
+    ``model`` has no calibration for the species."""
+    cal = calibrator_for(cat, model, species_id=species_id)
+    with cat.unit_of_work() as s:
+        species = find_species(s, species_id).name
+    if cal is None:
+        raise no_calibration(cat, species=species, species_id=species_id, model=model)
+    withheld = None
+    if cal.discrimination is not None and not cal.discrimination.discriminates:
+        withheld = cal.discrimination.withheld(species)
+    gallery = curator_gallery(cat, species_id) if gallery is None else gallery
+    names = sorted(n for n in gallery if gallery[n])
+    gallery_ids = [a for n in names for a in gallery[n]]
+    query_ids = [a for g in groups for a in g]
+    backbone = get_backbone(cat, model)
+    emb = embed_images(cat, [*gallery_ids, *query_ids], backbone=backbone, progress=progress,
+                       should_cancel=should_cancel)
+    metric = getattr(backbone.config, "metric", "cosine")
+    g_emb, q_emb = emb[:len(gallery_ids)], emb[len(gallery_ids):]
+    rows, pos = [], 0
+    for g in groups:
+        rows.append(list(range(pos, pos + len(g))))
+        pos += len(g)
+    cols, pos = [], 0
+    for n in names:
+        cols.append(list(range(pos, pos + len(gallery[n]))))
+        pos += len(gallery[n])
+    if not names:
+        return [MatchPosterior(tuple(g), (), (), 1.0, {}, withheld) for g in groups]
+    sim = pairwise_scores(q_emb, g_emb, metric=metric)
+    sim[np.asarray(query_ids)[:, None] == np.asarray(gallery_ids)[None, :]] = -np.inf  # a photo is not its own match
+    best = _best_per_group(sim, rows, cols)
+    counts = np.array([len(gallery[n]) for n in names], dtype=np.int64)
+    prior = ids.capture_prior(counts)
+    prior_new = ids.good_turing_new(counts)
+    new_cal = _new_animal_fit(cat, model, gallery_ids, [n for n in names for _ in gallery[n]], g_emb, metric)
+    base_rate = cal.n_positive / cal.n_outcomes
+    out = []
+    for j, g in enumerate(groups):
+        present = frame_individuals(cat, list(g))
+        ruled = np.array([n in present for n in names]) | ~np.isfinite(best[j])
+        p_new = None
+        if new_cal is not None:
+            top1, gap = na.top_two(np.where(ruled, -np.inf, best[j])[None, :])
+            p_new = float(new_cal.probability(top1, gap)[0])
+            if 0.0 < prior_new < 1.0:  # read at the catalogue's share of new animals, not the fit's
+                p_new = float(ids.shift_p_new(p_new, fitted_rate=new_cal.n_new / new_cal.n_queries,
+                                              study_rate=prior_new))
+        keep, dist, pn = ids.unit_distribution(best[j], same_probability=cal.probability, pair_base_rate=base_rate,
+                                               p_new=p_new, prior_new=prior_new, prior=prior, floor=0.0,
+                                               ruled_out=ruled)
+        full = np.zeros(len(names))
+        full[keep] = dist
+        out.append(MatchPosterior(tuple(int(a) for a in g), tuple(names), tuple(float(x) for x in full), float(pn),
+                                  {n: present[n] for n in names if n in present}, withheld))
+    return out
+
+
+def check_uncertain(cat: Catalogue, ident: IdentityStudy) -> None:
+    """Refuse (:class:`NoCalibration`, its real cause and what to do) the basis with identification uncertainty
+    when some identity is uncertain and the species' active model has no calibration: what the job would find after
+    embedding every photo, known at the click."""
+    if not _units(ident):
+        return
+    model = active_model_name(cat, ident.species_id)
+    if calibrator_for(cat, model, species_id=ident.species_id) is None:
+        raise no_calibration(cat, species=ident.study.species, species_id=ident.species_id, model=model)
+
+
+def check_uncertain_study(cat: Catalogue, *, species: str | int | None = None, occasion_days: float = 1.0,
+                          date_from: date | None = None, date_to: date | None = None) -> None:
+    """:func:`check_uncertain` on the study these options choose (no photo is embedded: a few queries and, at
+    worst, the species' calibration fit)."""
+    study = _population_study(cat, species=species, occasion_days=occasion_days, date_from=date_from,
+                              date_to=date_to)
+    check_uncertain(cat, identity_study(cat, study))
+
+
 def imputation_input(cat: Catalogue, ident: IdentityStudy, *,
                      progress: Callable[[int, int], None] | None = None,
                      should_cancel: Callable[[], bool] | None = None) -> ids.ImputationInput:
     """The study as an imputation input (see the module notes). Refused (:class:`NoCalibration`) when the species'
     active model has no calibration yet and some identity is uncertain."""
+    return _imputation(cat, ident, progress=progress, should_cancel=should_cancel)[0]
+
+
+def _imputation(cat: Catalogue, ident: IdentityStudy, *, progress: Callable[[int, int], None] | None = None,
+                should_cancel: Callable[[], bool] | None = None
+                ) -> tuple[ids.ImputationInput, list[MatchPosterior]]:
+    """:func:`imputation_input` and each unit's posterior (what the review list shows of it)."""
     n_occ = ident.study.histories.n_occasions
     fixed_rows = [(d.individual, d.occasion) for d in ident.detections if d.provenance == CURATOR]
     machine_names = [d.individual for d in ident.detections if d.provenance == MACHINE]
@@ -262,73 +453,63 @@ def imputation_input(cat: Catalogue, ident: IdentityStudy, *,
     fixed = np.array([(index[n], k) for n, k in fixed_rows], dtype=np.int64).reshape(-1, 2)
     units = _units(ident)
     if not units:
-        return ids.ImputationInput(n_occasions=n_occ, individuals=tuple(individuals), fixed=fixed)
+        return ids.ImputationInput(n_occasions=n_occ, individuals=tuple(individuals), fixed=fixed), []
+    check_uncertain(cat, ident)
     model = active_model_name(cat, ident.species_id)
     cal = calibrator_for(cat, model, species_id=ident.species_id)
-    if cal is None:
-        raise NoCalibration(
-            f"the {ident.study.species} model {model!r} has no calibration yet, so its scores cannot be read as "
-            f"probabilities: decide some matches in Match review (or add a benchmark of the species), then check it "
-            f"with `rosette calibration {model} --species \"{ident.study.species}\"`")
-    gallery_names = [n for n in individuals if ident.gallery.get(n)]
-    gallery_ids = [a for n in gallery_names for a in ident.gallery[n]]
-    unit_ids = [d.annotation_id for u in units for d in u]
+    posteriors = match_posteriors(cat, [[d.annotation_id for d in u] for u in units], species_id=ident.species_id,
+                                  model=model, gallery=ident.gallery, progress=progress, should_cancel=should_cancel)
     backbone = get_backbone(cat, model)
-    emb = embed_images(cat, [*gallery_ids, *unit_ids], backbone=backbone, progress=progress,
-                       should_cancel=should_cancel)
-    metric = getattr(backbone.config, "metric", "cosine")
-    g_emb, u_emb = emb[:len(gallery_ids)], emb[len(gallery_ids):]
-    pos = 0
-    unit_rows = []
+    u_emb = embed_images(cat, [d.annotation_id for u in units for d in u], backbone=backbone)
+    unit_rows, pos = [], 0
     for u in units:
         unit_rows.append(list(range(pos, pos + len(u))))
         pos += len(u)
-    col_groups, pos = [], 0
-    for n in gallery_names:
-        col_groups.append(list(range(pos, pos + len(ident.gallery[n]))))
-        pos += len(ident.gallery[n])
-    best = _best_per_group(pairwise_scores(u_emb, g_emb, metric=metric), unit_rows, col_groups) \
-        if gallery_ids else np.zeros((len(units), 0))
+    metric = getattr(backbone.config, "metric", "cosine")
     pair = _best_per_group(pairwise_scores(u_emb, u_emb, metric=metric), unit_rows, unit_rows)
-    base_rate = cal.n_positive / cal.n_outcomes
-    counts = np.bincount(fixed[:, 0], minlength=len(individuals)) if fixed.size else np.zeros(0, dtype=np.int64)
-    prior_new = ids.good_turing_new(counts[counts > 0])
-    new_cal = None
-    if gallery_ids:
-        g_labels = [n for n in gallery_names for _ in ident.gallery[n]]
-        new_cal, _ = fit_new_animal(pairwise_scores(g_emb, g_emb, metric=metric), g_labels,
-                                    _sightings(cat, gallery_ids))
-        if new_cal is not None and best.shape[1]:
-            top1, gap = na.top_two(best)
-            p_new_of_unit = new_cal.probability(top1, gap)
-            if 0.0 < prior_new < 1.0:  # read at the study's share of new animals, not the fit's
-                p_new_of_unit = ids.shift_p_new(p_new_of_unit, fitted_rate=new_cal.n_new / new_cal.n_queries,
-                                                study_rate=prior_new)
-    g_index = np.array([index[n] for n in gallery_names], dtype=np.int64)
-    prior = ids.capture_prior(counts[g_index]) if counts.size else None
     out_units = []
-    for j, u in enumerate(units):
-        cands: tuple[int, ...] = ()
-        probs: tuple[float, ...] = ()
-        p_new = 1.0
-        if best.shape[1]:
-            keep, dist, p_new = ids.unit_distribution(
-                best[j], same_probability=cal.probability, pair_base_rate=base_rate, prior_new=prior_new,
-                p_new=float(p_new_of_unit[j]) if new_cal is not None else None, prior=prior)
-            cands = tuple(int(g_index[k]) for k in keep)
-            probs = tuple(float(x) for x in dist)
+    for u, post in zip(units, posteriors):
+        dist = np.asarray(post.probabilities)
+        keep = np.flatnonzero(dist >= ids.CANDIDATE_FLOOR)
+        cands = tuple(index[post.individuals[k]] for k in keep)
+        probs = tuple(float(dist[k]) for k in keep)
         d0 = u[0]
         if d0.provenance == MACHINE and d0.weight is not None:
-            cands, probs = ids.machine_distribution(index[d0.individual], d0.weight, cands, probs, p_new)
+            cands, probs = ids.machine_distribution(index[d0.individual], d0.weight, cands, probs, post.p_new)
         out_units.append(ids.UncertainUnit(key=d0.annotation_id, occasions=tuple(sorted({d.occasion for d in u})),
                                            candidates=cands, probabilities=probs, provenance=d0.provenance,
                                            annotation_ids=tuple(d.annotation_id for d in u)))
     pairwise = cal.probability(pair.reshape(-1), np.ones(pair.size)).reshape(pair.shape)
     np.fill_diagonal(pairwise, 0.0)
+    counts = np.array([len(v) for v in ident.gallery.values() if v], dtype=np.int64)
     share = (float(np.sum(counts == 1)), float(counts.sum())) if counts.sum() > 0 else None
-    return ids.ImputationInput(n_occasions=n_occ, individuals=tuple(individuals), fixed=fixed,
-                               units=tuple(out_units), pairwise=pairwise, new_share=share)
+    inp = ids.ImputationInput(n_occasions=n_occ, individuals=tuple(individuals), fixed=fixed,
+                              units=tuple(out_units), pairwise=pairwise, new_share=share)
+    return inp, posteriors
 
+
+def priority_row(inp: ids.ImputationInput, unit: ids.UncertainUnit, post: MatchPosterior | None,
+                 priority: ids.Priority) -> dict[str, Any]:
+    """One row of the review list: an unreviewed unit's posterior as Match review shows it (the same numbers; a
+    machine identity's kept weight instead), or, while the calibration does not discriminate, no number and the
+    sentence that says why."""
+    if post is not None and unit.provenance == UNREVIEWED:
+        name, prob = post.most_likely()
+        p_new = post.p_new
+    else:
+        best = max(range(len(unit.probabilities)), key=lambda k: unit.probabilities[k], default=None)
+        name = str(inp.individuals[unit.candidates[best]]) if best is not None else None
+        prob = unit.probabilities[best] if best is not None else None
+        p_new = unit.p_new
+    withheld = post.withheld if post is not None else None
+    return {"annotation_ids": list(unit.annotation_ids), "provenance": unit.provenance,
+            "occasions": [k + 1 for k in unit.occasions],
+            "expected_narrowing": round(priority.expected_narrowing, 3),
+            "variance_explained": round(priority.variance_explained, 3),
+            "most_likely": None if withheld else name,
+            "probability": None if withheld or prob is None else round(prob, 4),
+            "p_new": None if withheld else round(p_new, 4),
+            "probability_withheld": withheld}
 
 
 def combined_dict(c: ids.CombinedEstimate) -> dict[str, Any]:
@@ -361,19 +542,10 @@ def uncertain_answer(cat: Catalogue, *, species: str | int | None = None, occasi
         if progress is not None:
             progress(total + done, 2 * total)
 
-    inp = imputation_input(cat, ident, progress=embedding_progress, should_cancel=should_stop)
+    inp, posteriors = _imputation(cat, ident, progress=embedding_progress, should_cancel=should_stop)
     result = ids.impute(inp, draws=draws, seed=seed, progress=draw_progress, should_stop=should_stop)
-    rows = []
-    for p in ids.review_priority(inp, result)[:top]:
-        unit = inp.units[p.unit]
-        best = max(range(len(unit.probabilities)), key=lambda k: unit.probabilities[k], default=None)
-        rows.append({"annotation_ids": list(unit.annotation_ids), "provenance": unit.provenance,
-                     "occasions": [k + 1 for k in unit.occasions],
-                     "expected_narrowing": round(p.expected_narrowing, 3),
-                     "variance_explained": round(p.variance_explained, 3),
-                     "most_likely": str(inp.individuals[unit.candidates[best]]) if best is not None else None,
-                     "probability": round(unit.probabilities[best], 4) if best is not None else None,
-                     "p_new": round(unit.p_new, 4)})
+    rows = [priority_row(inp, inp.units[p.unit], posteriors[p.unit] if posteriors else None, p)
+            for p in ids.review_priority(inp, result)[:top]]
     notes = [*ident.notes, *result.notes]
     if result.units:
         notes.append(f"With identification uncertainty: {result.units} event(s) of unreviewed or machine-identified "
@@ -381,8 +553,11 @@ def uncertain_answer(cat: Catalogue, *, species: str | int | None = None, occasi
     else:
         notes.append(f"No {study.species} annotation in the study is unreviewed or machine-identified: there is "
                      "nothing to review for the estimate.")
+    withheld = next((p.withheld for p in posteriors if p.withheld), None)
+    if withheld:  # last, where the Population tab's status line reads it
+        notes.append(withheld)
     return {"species": study.species, "estimates": [combined_dict(c) for c in result.estimates],
             "share_from_identification": {c.model: c.share_from_identification for c in result.estimates},
             "draws": result.draws if result.units else 0, "seed": seed, "uncertain_units": result.units,
             "provenance_counts": ident.provenance_counts, "combination_method": ids.COMBINE_METHOD,
-            "priority": rows, "notes": notes}
+            "priority": rows, "notes": notes, "probability_withheld": withheld}

@@ -478,3 +478,29 @@ def test_bulk_review_confirms_a_whole_sighting_and_skips_photos_decided_by_other
         s.commit()
     with pytest.raises(CatalogueError, match="belongs to no sighting"):
         ds.decide_sighting(cat, ds.sighting_request(hand_view(cat, sib[1], ["Amber"]), user="ana"))
+
+
+# --------------------------------------------------------------------------- one posterior
+
+
+def test_following_the_hints_creates_no_duplicate_and_the_numbers_are_one_posterior(cat):
+    """Every query's animal is in the catalogue: the candidates' probabilities and p(new) are one distribution
+    (summing to 1 with the individuals not listed), and deciding as the hint says never starts a new individual."""
+    from db.identities import match_posteriors
+
+    with cat.unit_of_work() as s:
+        before = s.query(Individual).count()
+    for query in _unassigned(cat):
+        view = ms.match_query(cat, query.id)
+        (post,) = match_posteriors(cat, [[query.id]], species_id=query.species_id, model=view.model_name)
+        assert sum(post.probabilities) + post.p_new == pytest.approx(1.0)
+        if view.probability_withheld:
+            assert view.p_new is None and all(c.probability is None for c in view.candidates)
+        else:
+            assert view.p_new == pytest.approx(post.p_new)
+            assert [c.probability for c in view.candidates] == [post.probability_of(c.individual_name)
+                                                                 for c in view.candidates]
+        decision = "new" if view.suggest_new else "same"
+        ds.decide(cat, ds.decision_request(view, decision, user="ana"))
+    with cat.unit_of_work() as s:
+        assert s.query(Individual).count() == before  # no hint made a duplicate of a known animal

@@ -62,7 +62,7 @@ def test_match_review_titles_the_query_and_the_candidate(imported):
     assert dict(query.facts())["Animal"] == query.title
     view = ms.MatchView(query=query, model_name="m", model_provenance="p", flank_filter="any")
     head = header_html(view, [a], 0)
-    assert "Photo 1 of 1 in the review queue" in head and f"animal #{a}, one of 2 in photo pair.jpg" in head
+    assert "Animal 1 of 1 in the review queue" in head and f"animal #{a}, one of 2 in photo pair.jpg" in head
     card = ms.CandidateCard(rank=1, image_id=b, individual_id=1, individual_name="Bia", score=0.5, flank="right",
                             sighting=None, same_sighting=True, thumb=None,
                             title=rw.animal_places(cat, [b])[b].brief)
@@ -116,21 +116,41 @@ def test_the_queue_end_says_whether_photos_still_wait(imported):
     cat, _ = imported
     a, b = (r.id for r in _pair_annotations(cat))
     assert rw.queue_end_words(cat, []) == "Nothing is waiting for review."
-    assert rw.queue_end_words(cat, [a, b]).startswith("2 of the 2 photos in the review queue still wait")
+    assert rw.queue_end_words(cat, [a, b]).startswith("2 of the 2 animals in the review queue still wait")
     ds.decide(cat, DecideRequest(query_image_id=a, decision="new", user="ana", new_name="Cara"))
-    assert rw.queue_end_words(cat, [a, b]).startswith("1 of the 2 photos")
+    assert rw.queue_end_words(cat, [a, b]).startswith("1 of the 2 animals")
     ds.decide(cat, DecideRequest(query_image_id=b, decision="new", user="ana", new_name="Dora"))
     words = rw.queue_end_words(cat, [a, b])
-    assert words.startswith("The review queue is done: all 2 photos have a decision.")
+    assert words.startswith("The review queue is done: all 2 animals have a decision.")
     assert "queue-end" in header_html(None, [a, b], 1, end_words=words) and words in header_html(
         None, [a, b], 1, end_words=words)
 
 
 def test_not_the_same_on_the_last_candidate_offers_a_new_individual():
-    only = rw.last_candidate_words(1, candidates=1)
-    assert only.startswith("Not the only candidate.") and "New individual (I)" in only
-    last = rw.last_candidate_words(4, candidates=4)
-    assert last.startswith("Not candidate 4, the last one shown.") and "New individual (I)" in last
+    only = rw.last_candidate_words(1, candidates=1, name="N149")
+    assert only.startswith("N149, the only candidate, is not this animal.") and "New individual (I)" in only
+    last = rw.last_candidate_words(6, candidates=6, name="N150")
+    assert last.startswith("N150, candidate 6 and the last one shown, is not this animal.")
+    assert "Not " not in rw.last_candidate_words(1, candidates=1)
+
+
+def test_an_individual_already_in_the_photo_is_flagged_and_ranked_below(imported):
+    """Two animals in one frame are two individuals: once the left one is identified as Bia, Bia is offered for the
+    right one only below the others, flagged with the left one's number."""
+    cat, _ = imported
+    a, b = (r.id for r in _pair_annotations(cat))
+    seen = ds.decision_claim(cat, a)  # whatever an earlier test decided on it
+    ds.decide(cat, DecideRequest(query_image_id=a, decision="same", user="ana",
+                                 candidate_image_id=_gallery_annotation(cat, "b.jpg"),
+                                 seen_individual_id=seen.individual_id, seen_decision_id=seen.decision_id,
+                                 seen_version=seen.version))
+    view = ms.match_query(cat, b, model_name="efficientnet_lite0")
+    names = [c.individual_name for c in view.candidates]
+    assert names[-1] == "Bia" and "Ana" in names and [c.rank for c in view.candidates] == [1, 2]
+    assert view.candidates[-1].in_photo_as == a and view.candidates[0].in_photo_as is None
+    from app.tabs.match_cards import candidates_html
+
+    assert f"already in this photo as #{a}" in candidates_html(view, 1)
 
 
 @pytest.mark.parametrize("n, word", [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (22, "22nd")])

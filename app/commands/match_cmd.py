@@ -11,7 +11,7 @@ from db.models import DecisionKind
 from jobs.actions.decisions import DecideRequest, UndoDecisionRequest, decide, decision_claim, undo_last_decision
 from jobs.actions.errors import ConflictError
 from jobs.actions.annotations import resolve_target
-from jobs.actions.match import ranked_candidates
+from jobs.actions.match import candidate_numbers, photo_species, ranked_candidates
 from jobs.requests.annotations import TargetRequest
 
 
@@ -56,17 +56,32 @@ def run_match(args, ctx) -> int:
     query = _target(ctx, args.image_id, args.annotation)
     res = ranked_candidates(ctx.catalogue, query, model_name=args.model, k=args.k, flank_filter=args.flank,
                             place=args.place, date_from=args.date_from, date_to=args.date_to)
+    # the one posterior Match review and the Population tab show; a fused pipeline's scores are pair probabilities
+    numbers = None if res.pipeline else candidate_numbers(ctx.catalogue, res,
+                                                          species_id=photo_species(ctx.catalogue, query))
+    probs = numbers.probabilities if numbers is not None else [None] * len(res.candidates)
     if args.json:
         print(json.dumps({"query_image_id": res.query_image_id, "query_annotation_id": res.query_image_id,
                           "model": res.model_name, "provenance": res.model_provenance, "index": res.index_used,
+                          "p_new": numbers.p_new if numbers is not None else None,
+                          "probability_withheld": numbers.withheld if numbers is not None else None,
+                          "probability_basis": numbers.note if numbers is not None else None,
                           "candidates": [{"rank": c.rank, "image_id": c.image_id, "annotation_id": c.image_id,
                                           "individual": c.individual_name, "score": c.score, "flank": c.flank,
-                                          "same_sighting": c.same_sighting}
-                                         for c in res.candidates]}))
+                                          "same_sighting": c.same_sighting, "probability": p,
+                                          "already_in_photo_as": c.in_photo_as}
+                                         for c, p in zip(res.candidates, probs)]}))
         return 0
-    print_table([(c.rank, c.individual_name, c.image_id, f"{c.score:.4f}", c.flank,
-                  "same sighting" if c.same_sighting else "") for c in res.candidates],
-                ["rank", "individual", "annotation", "score", "flank", ""])
+    print_table([(c.rank, c.individual_name, c.image_id, f"{c.score:.4f}",
+                  f"{100 * p:.0f}%" if p is not None else "—", c.flank,
+                  "; ".join(w for w in ("same sighting" if c.same_sighting else "",
+                                        f"already in this photo as #{c.in_photo_as}" if c.in_photo_as else "") if w))
+                 for c, p in zip(res.candidates, probs)],
+                ["rank", "individual", "annotation", "score", "probability", "flank", ""])
+    if numbers is not None and numbers.withheld:
+        print(numbers.withheld)
+    elif numbers is not None and numbers.p_new is not None:
+        print(f"a new animal: {100 * numbers.p_new:.0f}% ({numbers.note})")
     print(f"scored by {res.model_provenance}")
     if res.index_used:
         print(f"searched by {res.index_used}")

@@ -125,10 +125,10 @@ def build(ctx: UIContext) -> None:
             date_from = gr.Textbox(label="From date", placeholder="YYYY-MM-DD", max_lines=1, elem_id="match-date-from")
             date_to = gr.Textbox(label="To date", placeholder="YYYY-MM-DD", max_lines=1, elem_id="match-date-to",
                                  info="Sighting date, else the photo's EXIF time; photos without one are left out.")
-            threshold = gr.Number(label="Suggest a new individual below (% same animal)", precision=0, minimum=0,
+            threshold = gr.Number(label="Suggest a new individual from (% new animal)", precision=0, minimum=0,
                                   maximum=100, elem_id="match-new-threshold",
-                                  info="When the best candidate's calibrated probability is lower, the screen "
-                                       "suggests a new individual.")
+                                  info="When the probability of a new animal reaches this and is above every "
+                                       "candidate's, the screen suggests a new individual.")
     # what the candidates are restricted to: flank, place and dates, as one value every handler reads
     filters_state = gr.State({"flank": "any", "place": None, "date_from": None, "date_to": None})
 
@@ -307,7 +307,9 @@ def build(ctx: UIContext) -> None:
             rank = (selected or 1)
             return (pos, *show(view.query.image_id, model_name, flank, show_outline, queue, pos, progress,
                                selected=rank), gr.skip(),
-                    outcome.message + " " + rw.last_candidate_words(rank, candidates=len(view.candidates)))
+                    outcome.message + " " + rw.last_candidate_words(
+                        rank, candidates=len(view.candidates),
+                        name=view.candidate(rank).individual_name if view.candidate(rank) else None))
         nxt = ms.next_pending(cat, queue, pos)
         if nxt is None:
             return (pos, *render(None, 1, show_outline, queue, pos), "", outcome.message + " The queue is done.")

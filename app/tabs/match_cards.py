@@ -59,11 +59,15 @@ def candidates_html(view: ms.MatchView | None, selected: int | None, pictures: d
                           f"mirror {c.mirror_sim:.2f}{' ⚠' if warn else ''}</span>")
         if c.has_spot_facts:
             badges.append(spots_badge(c))
+        if c.in_photo_as is not None:
+            badges.append(f"<span class='rz-badge rz-in-photo' data-in-photo='{c.in_photo_as}' title='two animals "
+                          f"in one photo are two individuals: ranked below the others'>already in this photo as "
+                          f"#{c.in_photo_as}</span>")
         if c.probability is not None:
             raw_score = c.global_score if view.pipeline and c.global_score is not None else c.score
             ptip = f"{_e(view.calibration_note or '')}; raw {'global ' if view.pipeline else ''}score {raw_score:.4f}"
-            badges.append(f"<span class='rz-badge rz-prob' title='{ptip}'>{100 * c.probability:.0f}% same animal"
-                          "</span>")
+            badges.append(f"<span class='rz-badge rz-prob' data-probability='{c.probability:.6f}' title='{ptip}'>"
+                          f"{100 * c.probability:.0f}% same animal</span>")
         bar = (c.probability or 0.0) if view.pipeline else c.score
         width = max(0.0, min(1.0, bar)) * 100
         src = (pictures or {}).get(c.image_id) or (file_url(c.thumb) if c.thumb else "")
@@ -128,13 +132,13 @@ def facts_html(view: ms.MatchView | None) -> str:
 def header_html(view: ms.MatchView | None, queue: list[int], pos: int, *, end_words: str | None = None) -> str:
     """The line above the grid: where the photo stands in the queue and which animal it is, the model, the
     filters. With no photo on screen, ``end_words`` (the queue's end, in words) replaces it."""
-    where = ""
+    where = ""  # the queue holds animals (annotations), several to a photo at times: it counts animals
     if view is not None and queue and 0 <= pos < len(queue) and queue[pos] == view.query.image_id:
-        where = f"Photo {pos + 1} of {len(queue)} in the review queue"
+        where = f"Animal {pos + 1} of {len(queue)} in the review queue"
     elif view is not None:
-        where = f"Photo #{view.query.image_id} (opened by hand; {len(queue)} in the review queue)"
+        where = f"Animal #{view.query.image_id} (opened by hand; {len(queue)} in the review queue)"
     elif queue:
-        where = f"{len(queue)} photos in the review queue"
+        where = f"{len(queue)} animal{'s' if len(queue) != 1 else ''} in the review queue"
     if view is None:
         return f"<div class='rz-head' id='match-queue-end'>{_e(end_words or where)}</div>"
     title = (f"<span id='match-query-title'>{_e(view.query.title)}</span>" if view.query.title else "")
@@ -147,11 +151,21 @@ def header_html(view: ms.MatchView | None, queue: list[int], pos: int, *, end_wo
             f"style='text-decoration:underline dotted;cursor:help'>scored by <b>{_e(view.model_name)}</b> "
             f"(hover for provenance)</span>")
     suggestion = ""
-    if view.candidates and view.suggest_new:
-        top = view.candidates[0]
-        suggestion = (f"<span class='rz-suggest-new' id='match-suggest-new'>Best candidate only "
-                      f"{100 * top.probability:.0f}% likely the same animal (your threshold: "
-                      f"{100 * view.new_threshold:.0f}%): probably a <b>new individual</b> (key I)</span>")
+    if view.probability_withheld:
+        suggestion = (f"<span class='rz-withheld' id='match-probability-withheld' style='color:#57534e'>"
+                      f"{_e(view.probability_withheld)}</span>")
+    elif view.p_new is not None:
+        suggestion = (f"<span class='rz-p-new' id='match-p-new' data-p-new='{view.p_new:.6f}' "
+                      f"title='{_e(view.calibration_note or '')}'>New animal: {100 * view.p_new:.0f}%</span>")
+    if view.candidates and view.suggest_new and view.p_new is not None:
+        suggestion += (f"<span class='rz-suggest-new' id='match-suggest-new'>A new animal is "
+                       f"{100 * view.p_new:.0f}% likely, more than any candidate (your threshold: "
+                       f"{100 * view.new_threshold:.0f}%): probably a <b>new individual</b> (key I)</span>")
+    elif view.candidates and view.suggest_new and view.candidates[0].probability is not None:
+        top = view.candidates[0]  # a fused pipeline: its pair probability
+        suggestion += (f"<span class='rz-suggest-new' id='match-suggest-new'>Best candidate only "
+                       f"{100 * top.probability:.0f}% likely the same animal (your threshold: "
+                       f"{100 * view.new_threshold:.0f}%): probably a <b>new individual</b> (key I)</span>")
     spot_note = (f"<span class='rz-spot-note' id='match-spot-note' title='spot evidence of this photo' "
                  f"style='background:#f5f5f4;border:1px solid #a8a29e;border-radius:6px;padding:1px 8px'>"
                  f"Spots: {_e(view.query_spot_note)}</span>") if view.query_spot_note else ""

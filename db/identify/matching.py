@@ -59,6 +59,7 @@ class Candidate:
     inliers: int | None = None
     spot_status: str | None = None  # core.identify.spots.verify.STATUS_WORDS key
     spot_probability: float | None = None  # the inlier count's calibrated probability
+    in_photo_as: int | None = None  # the annotation of the query's own photo already identified as this individual
 
 
 @dataclass
@@ -106,13 +107,30 @@ def frame_siblings(cat: Catalogue, annotation_id: int) -> set[int]:
                                                                   Image.id != annotation_id))}
 
 
+def frame_individual_ids(cat: Catalogue, annotation_id: int) -> dict[int, int]:
+    """Individual id -> the other annotation of ``annotation_id``'s photo identified as it: animals already named in
+    the frame, none of which can be this one."""
+    siblings = frame_siblings(cat, annotation_id)
+    if not siblings:
+        return {}
+    with cat.unit_of_work() as s:
+        rows = s.execute(select(Image.individual_id, Image.id).where(Image.id.in_(siblings),
+                                                                     Image.individual_id.is_not(None))
+                         .order_by(Image.id)).all()
+    out: dict[int, int] = {}
+    for ind, ann in rows:
+        out.setdefault(int(ind), int(ann))
+    return out
+
+
 def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = DEFAULT_BACKBONE, k: int = 12,
                     flank_filter: str = "any", place: str | None = None, date_from: str | None = None,
                     date_to: str | None = None, per_individual: bool = True, progress=None) -> MatchResult:
     """Top-``k`` gallery candidates for a query photo, scored by ``model_name``.
 
     The gallery is every photo of the query's species assigned to an active individual, except the query and the
-    other animals of the query's own photo (two animals in one frame are never the same individual).
+    other animals of the query's own photo (two animals in one frame are never the same individual); an individual
+    already identified in that photo is flagged (``in_photo_as``) and ranked below the others.
     ``flank_filter``: ``any``, ``same`` (same flank as the query) or ``cross``.
     ``place`` / ``date_from`` / ``date_to`` keep gallery photos whose sighting place contains
     the text and whose date (sighting date, else EXIF time) lies in the range.
@@ -162,14 +180,18 @@ def rank_candidates(cat: Catalogue, query_image_id: int, *, model_name: str = DE
     if pipeline is not None:
 
         ranked, result.query_spot_note = rerank_with_pipeline(cat, pipeline, query_image_id, gallery, ranked, rows)
-    _fill_candidates(result, ranked, gallery, rows, q, k=k, per_individual=per_individual)
+    _fill_candidates(result, ranked, gallery, rows, q, k=k, per_individual=per_individual,
+                     in_photo=frame_individual_ids(cat, query_image_id))
     return result
 
 
 def _fill_candidates(result: MatchResult, ranked: list[tuple[float, int, Any]], gallery: list[int],
-                     rows: dict[int, tuple], q: tuple, *, k: int, per_individual: bool) -> None:
+                     rows: dict[int, tuple], q: tuple, *, k: int, per_individual: bool,
+                     in_photo: dict[int, int] | None = None) -> None:
     """The top ``k`` of ``ranked`` (score, position in ``gallery``, spot facts) as candidates (each individual's
-    best photo only, with ``per_individual``)."""
+    best photo only, with ``per_individual``); those of an individual already in the query's photo (``in_photo``:
+    individual -> its annotation there) flagged and moved below the others, ranks renumbered."""
+    in_photo = in_photo or {}
     seen: set[int] = set()
     for score, j, spot in ranked:
         r = rows[gallery[j]]
@@ -181,9 +203,12 @@ def _fill_candidates(result: MatchResult, ranked: list[tuple[float, int, Any]], 
             rank=len(result.candidates) + 1, image_id=r[0], individual_id=r[1], individual_name=r[2],
             score=float(score), flank=flank, sighting=r[4],
             same_sighting=bool(q[7] is not None and r[7] == q[7]), thumb_path=r[5], blob_path=r[6],
-            **(spot or {})))
+            in_photo_as=in_photo.get(r[1]), **(spot or {})))
         if len(result.candidates) >= k:
             break
+    result.candidates.sort(key=lambda c: c.in_photo_as is not None)  # stable: the others keep their order
+    for n, c in enumerate(result.candidates, start=1):
+        c.rank = n
 
 
 def describe_search_index(index: Any) -> str:
@@ -281,7 +306,8 @@ def _rank_large_gallery(cat: Catalogue, query_image_id: int, whole: list[int], g
     rows[query_image_id] = q
     if pipeline is not None and ranked:
         ranked, result.query_spot_note = rerank_with_pipeline(cat, pipeline, query_image_id, shortlist, ranked, rows)
-    _fill_candidates(result, ranked, shortlist, rows, q, k=k, per_individual=per_individual)
+    _fill_candidates(result, ranked, shortlist, rows, q, k=k, per_individual=per_individual,
+                     in_photo=frame_individual_ids(cat, query_image_id))
     return result
 
 

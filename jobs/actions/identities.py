@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from core.field import population as pop
-from db.identities import NoCalibration, confirmed_estimates, identity_study, uncertain_answer
+from db.identities import NoCalibration, check_uncertain_study, confirmed_estimates, identity_study, uncertain_answer
 from db.session import Catalogue
 from jobs import queue
 from db.models import JobStatus
@@ -20,7 +20,7 @@ from jobs.actions.jobs import cancel_job
 from jobs.requests.identities import PopulationIdentitiesRequest, ReviewPriorityRequest
 from jobs.requests.jobs import CancelJobRequest
 
-__all__ = ["NoCalibration", "population_on_basis", "review_priority", "queue_uncertain", "basis_lines", "priority_rows",
+__all__ = ["NoCalibration", "check_uncertain_basis", "population_on_basis", "review_priority", "queue_uncertain", "basis_lines", "priority_rows",
            "SIDE_BY_SIDE_HEADERS", "PRIORITY_HEADERS", "side_by_side_rows"]
 
 Progress = Callable[[int, int], None]
@@ -60,6 +60,7 @@ def population_on_basis(cat: Catalogue, request: PopulationIdentitiesRequest, *,
                                 "curator identified (an animal's annotations on one occasion count once); the "
                                 "capture histories and frequencies shown are those as decided.")
     elif request.identities == "uncertain":
+        check_uncertain_basis(cat, request)
         answer = uncertain_answer(cat, species=request.species, occasion_days=request.occasion_days,
                                   date_from=request.first_day, date_to=request.last_day, draws=request.draws,
                                   seed=request.seed, progress=progress, should_stop=should_stop)
@@ -73,19 +74,32 @@ def population_on_basis(cat: Catalogue, request: PopulationIdentitiesRequest, *,
 def review_priority(cat: Catalogue, request: ReviewPriorityRequest, *, progress: Progress | None = None,
                     should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The ``request.top`` unreviewed and machine annotations (by event) whose review is expected to narrow the
-    ``uncertain`` interval of Mh-Chao most, with what is known of each."""
+    ``uncertain`` interval of Mh-Chao most, with what is known of each (the same posterior Match review shows; no
+    number while the calibration does not discriminate, ``probability_withheld`` saying why)."""
+    check_uncertain_basis(cat, request)
     answer = uncertain_answer(cat, species=request.species, occasion_days=request.occasion_days,
                               date_from=request.first_day, date_to=request.last_day, draws=request.draws,
                               seed=request.seed, top=request.top, progress=progress, should_stop=should_stop)
     chao = next(e for e in answer["estimates"] if e["model"] == "Mh-Chao")
     return {"species": answer["species"], "model": "Mh-Chao", "draws": answer["draws"], "seed": request.seed,
             "provenance_counts": answer["provenance_counts"], "uncertain_units": answer["uncertain_units"],
-            "estimate": chao, "priority": answer["priority"], "notes": answer["notes"]}
+            "estimate": chao, "priority": answer["priority"], "notes": answer["notes"],
+            "probability_withheld": answer.get("probability_withheld")}
+
+
+def check_uncertain_basis(cat: Catalogue, request: PopulationIdentitiesRequest) -> None:
+    """Refuse the basis with identification uncertainty now, with the job's own sentence (:class:`NoCalibration`:
+    its real cause and what to do), when it could not run: the Population tab's queue button and the command line
+    ask before anything is queued or embedded."""
+    check_uncertain_study(cat, species=request.species, occasion_days=request.occasion_days,
+                          date_from=request.first_day, date_to=request.last_day)
 
 
 def queue_uncertain(cat: Catalogue, request: PopulationIdentitiesRequest) -> int:
-    """Queue the estimates with identification uncertainty as a background job (the Population tab): its result
-    is :func:`db.identities.uncertain_answer`'s; returns the job's id."""
+    """Queue the estimates with identification uncertainty as a background job (the Population tab), after
+    :func:`check_uncertain_basis` (a refusal is given at the click, never after the job ran): its result is
+    :func:`db.identities.uncertain_answer`'s; returns the job's id."""
+    check_uncertain_basis(cat, request)
     return queue.submit(cat, "population_uncertain", request.to_dict())
 
 
@@ -212,8 +226,13 @@ def priority_rows(report: Mapping[str, Any]) -> list[list[str]]:
     """Rows of :data:`PRIORITY_HEADERS`."""
     return [[", ".join(f"#{a}" for a in r["annotation_ids"]), r["provenance"],
              ", ".join(map(str, r["occasions"])), f"{r['expected_narrowing']:.2f}", r["most_likely"] or "—",
-             f"{100 * r['probability']:.0f}%" if r["probability"] is not None else "—", f"{100 * r['p_new']:.0f}%"]
+             _percent(r.get("probability")), _percent(r.get("p_new"))]
             for r in report["priority"]]
+
+
+def _percent(p: float | None) -> str:
+    """A probability as the review list shows it; "—" where none is shown (not calibrated, or withheld)."""
+    return f"{100 * p:.0f}%" if p is not None else "—"
 
 
 def provenance_text(summary: Mapping[str, Any]) -> str:

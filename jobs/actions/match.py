@@ -20,8 +20,10 @@ from sqlalchemy import select
 from core.identify.backbones import DEFAULT_BACKBONE, list_backbones, weights_available
 from core.io.images import load_rgb
 from core.inspect.masking import decode_mask_png
+from core.field.identities import suggests_new_animal
 from core.identify.spots.verify import STATUS_WORDS
 from db.identify.calibration import calibrator_for, new_individual_threshold
+from db.identities import NoCalibration, match_posteriors
 from db.catalogue import CatalogueError, check_date
 from db.identify.matching import MatchResult, rank_candidates
 from db.identify.matching import review_queue as ranked_queue
@@ -223,13 +225,16 @@ class CandidateCard:
     thumb: str | None  # absolute path of the picture to show
     mirror_sim: float | None = None  # from the model's latest diagnostics run, when there is one
     danger_margin: float | None = None
-    probability: float | None = None  # calibrated "probability this is the same animal", when calibrated
+    # the posterior probability that this candidate's individual (all its photos together) is the query's animal,
+    # from the one distribution over the catalogue and "a new animal" (a fused pipeline: its fused pair probability)
+    probability: float | None = None
     # with a fused pipeline (then ``score`` is the fused probability): what it rests on
     global_score: float | None = None  # the global model's raw score (cosine)
     inliers: int | None = None  # verified matched spots with the query
     spot_status: str | None = None  # a core.identify.spots.verify.STATUS_WORDS key, or "outside_shortlist"
     spot_probability: float | None = None  # the inlier count's calibrated probability
     title: str | None = None  # of a photo holding several animals: "animal #7, the right one of 2 animals in f9.jpg"
+    in_photo_as: int | None = None  # this individual is already the query photo's annotation #N: ranked below
 
     @property
     def has_spot_facts(self) -> bool:
@@ -248,16 +253,26 @@ class MatchView:
     diagnostics_source: str | None = None  # which diagnostics run the mirror badges come from
     place_date_note: str | None = None  # e.g. "place contains 'Porto Jofre', from 2024-05-01", when filtered
     calibration_note: str | None = None  # what the probabilities rest on
-    new_threshold: float | None = None  # below it (top candidate's probability) a new individual is suggested
+    new_threshold: float | None = None  # p(new) from it on (and above every candidate) a new individual is suggested
     pipeline: bool = False  # ranked by a fused pipeline: scores are fused calibrated probabilities
     query_spot_note: str | None = None  # e.g. the query photo has no mask / no spot evidence
     index_note: str | None = None  # which index answered (exact flat, or the on-disk IVF-PQ with its recall)
+    p_new: float | None = None  # the posterior's "a new animal" (None: withheld, or a pipeline's pair probabilities)
+    probability_withheld: str | None = None  # why no probability is shown, and what would change it
 
     @property
     def suggest_new(self) -> bool:
+        """The "probably a new individual" hint: from p(new) of the one posterior; none while probabilities are
+        withheld; a fused pipeline (pair probabilities, no p(new)) suggests one below the threshold."""
         top = self.candidates[0] if self.candidates else None
-        return bool(top is None or (top.probability is not None and self.new_threshold is not None
-                                    and top.probability < self.new_threshold))
+        if top is None:
+            return True
+        if self.probability_withheld or self.new_threshold is None:
+            return False
+        if self.p_new is not None:
+            return suggests_new_animal(self.p_new, [c.probability for c in self.candidates if c.probability is not None],
+                                       threshold=self.new_threshold)
+        return bool(self.pipeline and top.probability is not None and top.probability < self.new_threshold)
 
     @property
     def seen_individual_id(self) -> int | None:
@@ -364,6 +379,40 @@ def laterality_badges(cat: Catalogue, model_name: str) -> tuple[dict[int, tuple[
     return out, f"diagnostics run #{ev.id} on {ev.benchmark_name} ({utc_text(ev.created_at)} UTC)"
 
 
+@dataclass(frozen=True)
+class CandidateNumbers:
+    """What Match review and ``rosette match`` show of the posterior (:func:`db.identities.match_posteriors`):
+    each candidate's individual's probability, p(new), and what they rest on; or no number and the sentence that
+    says why (``withheld``)."""
+
+    probabilities: list[float | None]
+    p_new: float | None
+    withheld: str | None
+    note: str | None
+
+
+def candidate_numbers(cat: Catalogue, result: MatchResult, *, species_id: int) -> CandidateNumbers:
+    """The one posterior over the catalogue's individuals plus "a new animal" for the ranked query, read at its
+    candidates (several photos of one individual share that individual's probability; an individual already in the
+    query's photo has none of it). The Population tab's review list reads the same posterior."""
+    none: list[float | None] = [None] * len(result.candidates)
+    try:
+        post = match_posteriors(cat, [[result.query_image_id]], species_id=species_id, model=result.model_name)[0]
+    except NoCalibration as exc:
+        return CandidateNumbers(none, None, str(exc), None)
+    if post.withheld:
+        return CandidateNumbers(none, None, post.withheld, None)
+    cal = calibrator_for(cat, result.model_name, species_id=species_id)
+    parts = ", ".join(f"{n} {what}" for what, n in cal.sources.items() if n)
+    rough = " — rough: few outcomes yet" if cal.n_outcomes < 50 else ""
+    found = f"; {cal.discrimination.figure()}" if cal.discrimination is not None else ""
+    note = (f"the probability that each candidate is this animal, one distribution over the catalogue's individuals "
+            f"and a new animal (summing to 1); pairs calibrated by {cal.describe()} on {cal.n_outcomes} outcomes "
+            f"({parts}) for {result.model_name}{found}{rough}")
+    return CandidateNumbers([post.probability_of(c.individual_name) for c in result.candidates], post.p_new, None,
+                            note)
+
+
 def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODEL, flank_filter: str = "any",
                 place: str | None = None, date_from: str | None = None, date_to: str | None = None,
                 k: int = CANDIDATES_SHOWN, progress: Callable[[int, int], None] | None = None) -> MatchView:
@@ -388,15 +437,9 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
         cal_note = (f"the pipeline's fused calibrated probability (global shortlist + spot evidence) by "
                     f"{result.model_name}: {result.model_provenance}")
     else:
-        cal = calibrator_for(cat, result.model_name, species_id=species_id) if result.candidates else None
-        probs = cal.probability([c.score for c in result.candidates], [c.rank for c in result.candidates]) \
-            if cal is not None else [None] * len(result.candidates)
-        if cal is not None:
-            calibrated = True
-            parts = ", ".join(f"{n} {what}" for what, n in cal.sources.items() if n)
-            rough = " — rough: few outcomes yet" if cal.n_outcomes < 50 else ""
-            cal_note = (f"probability calibrated by {cal.describe()} on {cal.n_outcomes} outcomes ({parts}) "
-                        f"for {result.model_name}{rough}")
+        numbers = candidate_numbers(cat, result, species_id=species_id)
+        probs, cal_note = numbers.probabilities, numbers.note
+        calibrated = numbers.p_new is not None
     places = animal_places(cat, [c.image_id for c in result.candidates]) if result.candidates else {}
     cards = [CandidateCard(rank=c.rank, image_id=c.image_id, individual_id=c.individual_id,
                            individual_name=c.individual_name, score=c.score, flank=c.flank, sighting=c.sighting,
@@ -407,7 +450,8 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
                            global_score=getattr(c, "global_score", None), inliers=getattr(c, "inliers", None),
                            spot_status=getattr(c, "spot_status", None),
                            spot_probability=getattr(c, "spot_probability", None),
-                           title=places[c.image_id].brief if c.image_id in places else None)
+                           title=places[c.image_id].brief if c.image_id in places else None,
+                           in_photo_as=getattr(c, "in_photo_as", None))
              for c, p in zip(result.candidates, probs)]
     note = ", ".join(part for part in (
         f"place contains {place.strip()!r}" if (place or "").strip() else "",
@@ -418,7 +462,9 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
                      place_date_note=note, calibration_note=cal_note,
                      new_threshold=new_individual_threshold(cat, species_id) if calibrated else None,
                      pipeline=bool(result.pipeline), query_spot_note=result.query_spot_note,
-                     index_note=result.index_used)
+                     index_note=result.index_used,
+                     p_new=None if result.pipeline else numbers.p_new,
+                     probability_withheld=None if result.pipeline else numbers.withheld)
 
 
 # =========================================================================== matched spots

@@ -119,13 +119,13 @@ def frame_legend(cat: Catalogue, annotation_id: int, *, what: str) -> list[tuple
     return lines
 
 
-#: What the review screen says once no photo of the queue is waiting.
-QUEUE_DONE = "The review queue is done: every photo in it has a decision."
+#: What the review screen says once no animal of the queue is waiting.
+QUEUE_DONE = "The review queue is done: every animal in it has a decision."
 
 
 def queue_end_words(cat: Catalogue, queue: list[int]) -> str:
-    """The review screen's one line at the end of the queue: how many photos it held and that all are decided
-    (or that it is empty)."""
+    """The review screen's one line at the end of the queue: how many animals it held (the queue holds animals,
+    several to a photo at times) and that all are decided (or that it is empty)."""
     if not queue:
         return "Nothing is waiting for review."
     with cat.unit_of_work() as s:
@@ -133,15 +133,17 @@ def queue_end_words(cat: Catalogue, queue: list[int]) -> str:
             MatchDecision.undone_at.is_(None), MatchDecision.query_image_id.in_(list(queue)))))
     left = [i for i in queue if i not in decided]
     if left:
-        return (f"{len(left)} of the {len(queue)} photos in the review queue still wait for a decision; "
+        return (f"{len(left)} of the {len(queue)} animals in the review queue still wait for a decision; "
                 f"press Next or Reload queue.")
-    return (f"The review queue is done: all {len(queue)} photo{'s' if len(queue) != 1 else ''} have a decision. "
+    return (f"The review queue is done: all {len(queue)} animal{'s' if len(queue) != 1 else ''} have a decision. "
             f"Press Reload queue after importing photos, or open a photo by hand.")
 
 
-def last_candidate_words(rank: int, *, candidates: int) -> str:
-    """What "not the same" on the last candidate shown leads to: none of the candidates is this animal, so it may be
-    a new individual (the photo stays on screen for that decision)."""
-    which = "the only candidate" if candidates <= 1 else f"candidate {rank}, the last one shown"
-    return (f"Not {which}. If this animal is none of the candidates, press New individual (I); "
+def last_candidate_words(rank: int, *, candidates: int, name: str | None = None) -> str:
+    """What "not the same" on the last candidate shown leads to, said as what was decided ("N149, the only
+    candidate, is not this animal"): none of the candidates is this animal, so it may be a new individual (the
+    photo stays on screen for that decision)."""
+    which = "the only candidate" if candidates <= 1 else f"candidate {rank} and the last one shown"
+    who = f"{name}, {which}," if name else which[0].upper() + which[1:] + ","
+    return (f"{who} is not this animal. If it is none of the candidates, press New individual (I); "
             f"or Next to leave it for later.")
