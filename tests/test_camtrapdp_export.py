@@ -408,11 +408,11 @@ def test_a_failed_copy_leaves_no_half_written_package(built, tmp_path, monkeypat
         raise OSError(28, "No space left on device", str(target))
 
     monkeypatch.setattr(exporter.shutil, "copyfile", full_disk)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(CatalogueError, match="the disk is full where the Camtrap DP package is written"):
         export_camtrap_dp(built.cat, ExportCamtrapDPRequest(user="ana", out=str(tmp_path / "pkg")))
     assert not (tmp_path / "pkg").exists()
     (tmp_path / "empty").mkdir()  # an empty folder the curator chose stays, and stays empty
-    with pytest.raises(OSError):
+    with pytest.raises(CatalogueError, match="nothing of it was kept"):
         export_camtrap_dp(built.cat, ExportCamtrapDPRequest(user="ana", out=str(tmp_path / "empty")))
     assert list((tmp_path / "empty").iterdir()) == []
 
