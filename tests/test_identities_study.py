@@ -324,3 +324,111 @@ def test_reviewing_the_20_top_priority_annotations_narrows_the_interval_more_tha
               f"{r['top_ident']:.1f} vs {r['random_ident']:.1f}, p = {r['p_ident']:.2g}")
     assert r["p_narrow"] < 0.05
     assert r["p_ident"] < 0.05
+
+
+# --------------------------------------------------------------------------- one posterior, refusals at the click
+
+
+def _copy_without_decisions(data_dir: Path, tmp_path: Path) -> Path:
+    """A copy of the study's catalogue (its feature cache with it: nothing is embedded again) with no decision."""
+    import shutil
+
+    target = tmp_path / "data"
+    shutil.copytree(data_dir, target)
+    cat = open_catalogue(target)
+    try:
+        with cat.unit_of_work() as s:
+            s.query(MatchDecision).delete()
+            s.commit()
+    finally:
+        cat.close()
+    return target
+
+
+def test_match_review_and_the_review_list_show_one_posterior(study, capsys):
+    """The same annotation reads the same numbers in Match review, `rosette match --json` and the review list:
+    one posterior over the catalogue's individuals and a new animal."""
+    from jobs.actions import match as ms
+
+    _, _, data_dir = study
+    rc, out, err = _cli(data_dir, capsys, "review-priority", "--occasion-days", "1", "--top", "1000", "--draws",
+                        "5", "--json")
+    assert rc == 0, err
+    report = json.loads(out)
+    row = next(r for r in report["priority"] if r["provenance"] == "unreviewed" and len(r["annotation_ids"]) == 1)
+    annotation = row["annotation_ids"][0]
+    rc, out, err = _cli(data_dir, capsys, "match", "--annotation", str(annotation), "--model", MODEL, "-k", "50",
+                        "--json")
+    assert rc == 0, err
+    cli = json.loads(out)
+    cat = open_catalogue(data_dir)
+    try:
+        view = ms.match_query(cat, annotation, model_name=MODEL, k=50)
+    finally:
+        cat.close()
+    if report["probability_withheld"]:
+        assert row["probability"] is None and row["p_new"] is None and cli["p_new"] is None
+        assert view.probability_withheld == report["probability_withheld"] == cli["probability_withheld"]
+        return
+    card = next(c for c in view.candidates if c.individual_name == row["most_likely"])
+    assert card.probability == pytest.approx(row["probability"], abs=1e-4)
+    assert view.p_new == pytest.approx(row["p_new"], abs=1e-4) and cli["p_new"] == pytest.approx(view.p_new)
+    shown = [c["probability"] for c in cli["candidates"]]
+    assert shown == [c.probability for c in view.candidates]
+    assert sum(p for p in shown if p is not None) + cli["p_new"] <= 1.0 + 1e-9
+
+
+def test_rejected_top_candidates_still_let_the_uncertain_basis_run(study, capsys, monkeypatch, tmp_path):
+    """13 decisions, both outcomes, the curator rejecting high-scoring top candidates (outcomes falling with the
+    score) and no other pairs to pool with: the basis with identification uncertainty runs."""
+    from db.identify import calibration as db_cal
+
+    _, _, data_dir = study
+    target = _copy_without_decisions(data_dir, tmp_path)
+    monkeypatch.setattr(db_cal, "catalogue_outcomes", lambda *a, **k: (np.zeros(0), np.zeros(0), np.zeros(0)))
+    cat = open_catalogue(target)
+    try:
+        with cat.unit_of_work() as s:
+            anns = list(s.scalars(select(Image.id).where(Image.individual_id.is_not(None)).order_by(Image.id)))[:13]
+            for k, a in enumerate(anns):
+                rejected = k < 8  # the highest scores, rejected
+                s.add(MatchDecision(query_image_id=a, decision=DecisionKind.not_same if rejected else
+                                    DecisionKind.same, score=0.8 - 0.01 * k, rank=1, model_name=MODEL,
+                                    user="tester"))
+            s.commit()
+    finally:
+        cat.close()
+    unc = _population(target, capsys, "--identities", "uncertain", "--draws", "5")
+    assert unc["identities"] == "uncertain" and unc["draws"] == 5
+    assert unc["notes"][-1].startswith("No match probabilities for Panthera onca yet")  # numbers withheld, said why
+
+
+def test_a_refusal_is_given_at_the_click_in_the_jobs_own_words(study, capsys, monkeypatch, tmp_path):
+    """No outcome to calibrate on: the command line and the Population tab's queue button refuse with one
+    sentence (its real cause and what to do) before any job is queued, the one the job itself would give."""
+    from db import identities as db_identities
+    from db.identify import calibration as db_cal
+    from jobs import queue
+    from jobs.actions.identities import NoCalibration, queue_uncertain
+    from jobs.requests.identities import PopulationIdentitiesRequest
+
+    _, _, data_dir = study
+    target = _copy_without_decisions(data_dir, tmp_path)
+    monkeypatch.setattr(db_cal, "catalogue_outcomes", lambda *a, **k: (np.zeros(0), np.zeros(0), np.zeros(0)))
+    rc, _, err = _cli(target, capsys, "population", "--identities", "uncertain", "--draws", "5")
+    assert rc != 0
+    cat = open_catalogue(target)
+    try:
+        before = len(queue.list_jobs(cat, limit=100))
+        request = PopulationIdentitiesRequest(occasion_days=1, identities="uncertain", draws=5)
+        with pytest.raises(NoCalibration) as at_click:
+            queue_uncertain(cat, request)
+        assert len(queue.list_jobs(cat, limit=100)) == before  # nothing queued to fail later
+        with pytest.raises(NoCalibration) as in_job:
+            db_identities.uncertain_answer(cat, occasion_days=1, draws=5)
+    finally:
+        cat.close()
+    words = str(at_click.value)
+    assert words == str(in_job.value) and words in err
+    assert "needs at least 4 pairs of known outcome" in words and "has 0" in words
+    assert "Match review" in words and f"rosette calibration {MODEL}" in words
