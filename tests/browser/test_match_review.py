@@ -118,7 +118,7 @@ def test_confirm_top_candidate_by_button_and_key_then_undo(match_server, page, s
     cards = page.locator("#match-candidates .rz-card")
     expect(cards.first).to_be_visible(timeout=TIMEOUT_MS)  # first visit computes the features of 12 photos
     expect(page.locator("#match-query img")).to_be_visible()
-    expect(page.locator("#match-header")).to_contain_text("Photo 1 of")
+    expect(page.locator("#match-header")).to_contain_text("Animal 1 of")
     # which index found the candidates: a small gallery is searched exactly
     expect(page.locator("#match-index")).to_contain_text("searched by exact (FAISS flat, ")
     assert "efficientnet_lite0" in page.locator("#match-provenance").get_attribute("title")
@@ -136,7 +136,7 @@ def test_confirm_top_candidate_by_button_and_key_then_undo(match_server, page, s
     assert assignment(data, first_query) == first_name
     # the next photo loaded at once
     expect(page.locator("#match-facts .rz-facts")).not_to_have_attribute("data-image-id", str(first_query))
-    expect(page.locator("#match-header")).to_contain_text("Photo 2 of")
+    expect(page.locator("#match-header")).to_contain_text("Animal 2 of")
 
     # --- 2. confirm the next one with the M key (focus on the page, not in a text box)
     second_query = shown_query(page)
