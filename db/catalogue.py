@@ -237,6 +237,7 @@ def _reverse(session: Session, ev: IdentityEvent, *, user: str) -> IdentityEvent
     if ev.kind == EventKind.undo:
         raise CatalogueError("an undo cannot itself be undone; redo the change instead")
     p = ev.payload
+    said: dict[str, Any] = {}  # what the undo did beyond putting the event's rows back, for its history line
     if ev.kind == EventKind.create:
         ind = get_individual(session, ev.individual_id)
         if session.scalar(select(func.count(Image.id)).where(Image.individual_id == ind.id)):
@@ -249,6 +250,10 @@ def _reverse(session: Session, ev: IdentityEvent, *, user: str) -> IdentityEvent
         ind.species_id = p["species"]["old"]
         for img in session.scalars(select(Image).where(Image.individual_id == ind.id)):
             img.species_id = p["species"]["old"]
+        if p["species"].get("created"):
+            removed = _remove_if_empty(session, p["species"]["new"])
+            if removed:
+                said["removed_species"] = removed
     elif ev.kind == EventKind.rename:
         ind = get_individual(session, ev.individual_id)
         if ind.name != p["new"]:
@@ -310,12 +315,27 @@ def _reverse(session: Session, ev: IdentityEvent, *, user: str) -> IdentityEvent
     else:  # pragma: no cover - enum is closed
         raise CatalogueError(f"cannot undo {ev.kind}")
     undo = _record(session, EventKind.undo, user=user, individual_id=ev.individual_id,
-                   other_individual_id=ev.other_individual_id, payload={"undid": ev.id, "kind": ev.kind.value})
+                   other_individual_id=ev.other_individual_id, payload={"undid": ev.id, "kind": ev.kind.value, **said})
     ev.undone_at = utcnow()
     ev.undone_by_id = undo.id
     _undo_decision_of(session, ev, user=user)
     session.flush()
     return undo
+
+
+def _remove_if_empty(session: Session, species_id: int) -> str | None:
+    """Remove a species a move made, now that the move is undone, when nothing is of it any more (no individual,
+    photo, benchmark or model, no active model): a curator would otherwise find an empty species left by a change
+    that no longer stands. The audit trail records the removal. Returns its name when removed."""
+    sp = session.get(Species, species_id)
+    if sp is None or sp.id == DEFAULT_SPECIES_ID or sp.active_model_id is not None:
+        return None
+    session.flush()  # the individual and its photos, moved back, no longer count as the species'
+    for model in (Individual, Image, Benchmark, Model):
+        if session.scalar(select(model.id).where(model.species_id == species_id).limit(1)) is not None:
+            return None
+    session.delete(sp)
+    return sp.name
 
 
 def _reverse_flank(session: Session, p: dict[str, Any]) -> None:
@@ -414,6 +434,34 @@ def _undo_decision_of(session: Session, ev: IdentityEvent, *, user: str) -> None
             IdentityEvent.undone_at.is_(None))) if empty else None
         if create_ev is not None:
             undo_event(session, create_ev.id, user=user)
+
+
+@dataclass(frozen=True)
+class IdentityState:
+    """How far the catalogue's who-is-who had come when a result was computed: its newest identity event, match
+    decision and annotation (ids only grow), so a result shown later can say how many changes it predates."""
+
+    event_id: int
+    decision_id: int
+    annotation_id: int
+
+
+def identity_state(session: Session) -> IdentityState:
+    return IdentityState(event_id=session.scalar(select(func.max(IdentityEvent.id))) or 0,
+                         decision_id=session.scalar(select(func.max(MatchDecision.id))) or 0,
+                         annotation_id=session.scalar(select(func.max(Image.id))) or 0)
+
+
+def changes_since(session: Session, state: IdentityState) -> tuple[int, int]:
+    """(changes to who is who, animals imported) since ``state``. A change is a decision, an assignment, a merge,
+    a split or an undo: each identity event but the creation of an individual (a decision of "new individual"
+    creates one and assigns the animal to it: one change), and each decision that moved nobody ("not the same")."""
+    events = session.scalar(select(func.count(IdentityEvent.id)).where(
+        IdentityEvent.id > state.event_id, IdentityEvent.kind != EventKind.create)) or 0
+    decisions = session.scalar(select(func.count(MatchDecision.id)).where(
+        MatchDecision.id > state.decision_id, MatchDecision.identity_event_id.is_(None))) or 0
+    animals = session.scalar(select(func.count(Image.id)).where(Image.id > state.annotation_id)) or 0
+    return int(events + decisions), int(animals)
 
 
 def check_date(value: str | None, *, what: str) -> str | None:

@@ -94,12 +94,20 @@ def list_species(cat: Catalogue) -> list[dict[str, Any]]:
             n_ind = s.scalar(select(func.count()).select_from(Individual).where(
                 Individual.species_id == sp.id, Individual.active.is_(True)))
             n_img = s.scalar(select(func.count()).select_from(Image).where(Image.species_id == sp.id))
+            n_photos = s.scalar(select(func.count(func.distinct(Image.photo_id))).where(Image.species_id == sp.id))
             model = s.get(Model, sp.active_model_id) if sp.active_model_id else None
+            # "images" counts animals (annotations); "photos" the photos they are in
             out.append({"id": sp.id, "name": sp.name, "common_name": sp.common_name, "individuals": n_ind,
-                        "images": n_img,
+                        "images": n_img, "photos": n_photos,
                         "active_model": model.name if model else DEFAULT_MODEL,
                         "new_individual_threshold": sp.new_individual_threshold})
         return out
+
+
+def count_photos(cat: Catalogue) -> int:
+    """The photos holding at least one animal, each counted once (a photo may hold animals of two species)."""
+    with cat.unit_of_work() as s:
+        return int(s.scalar(select(func.count(func.distinct(Image.photo_id)))) or 0)
 
 
 @dataclass(frozen=True)
@@ -146,7 +154,8 @@ class SpeciesMerged:
     source: str
     target: str
     individuals: int
-    photos: int
+    photos: int  # the photos the moved animals are in
+    animals: int  # the animals (annotations) moved
     benchmarks: int
     models: int
     source_kept: bool  # the catalogue's first species stays (emptied): photos coming in without a species land there
@@ -185,6 +194,7 @@ def merge_species(cat: Catalogue, source: str | int, target: str | int, *, user:
                                  "individuals after moving one to the other species) first.")
         individuals = list(s.scalars(select(Individual).where(Individual.species_id == src.id).order_by(Individual.id)))
         image_ids = sorted(s.scalars(select(Image.id).where(Image.species_id == src.id)))
+        n_photos = s.scalar(select(func.count(func.distinct(Image.photo_id))).where(Image.species_id == src.id))
         benchmarks = list(s.scalars(select(Benchmark).where(Benchmark.species_id == src.id)))
         models = list(s.scalars(select(Model).where(Model.species_id == src.id)))
         for row in (*individuals, *benchmarks, *models):
@@ -222,7 +232,7 @@ def merge_species(cat: Catalogue, source: str | int, target: str | int, *, user:
             follow_up = _promotion_follow_up(adopted, species_id=dst.id, user=user,
                                              reason=f"merge of {payload['source']['name']} into {dst.name}")
         return SpeciesMerged(source=payload["source"]["name"], target=dst.name, individuals=len(individuals),
-                             photos=len(image_ids), benchmarks=len(benchmarks), models=len(models),
+                             photos=n_photos, animals=len(image_ids), benchmarks=len(benchmarks), models=len(models),
                              source_kept=keep_source, adopted_model=adopted.name if adopted else None,
                              demoted_model=demoted.name if demoted else None, event_id=ev.id, follow_up=follow_up)
 
@@ -243,13 +253,16 @@ def set_individual_species(cat: Catalogue, individual_id: int, species: str | in
         ind = s.get(Individual, int(individual_id))
         if ind is None:
             raise NotFoundError(f"no individual with id {individual_id}")
+        known = set(s.scalars(select(Species.id)))
         sp = get_or_create_species(s, str(species)) if not str(species).isdigit() else find_species(s, species)
         old = ind.species_id
         ind.species_id = sp.id
         s.execute(update(Image).where(Image.individual_id == ind.id).values(species_id=sp.id))
         old_name = s.scalar(select(Species.name).where(Species.id == old))
+        # "created": undoing the move removes the species it made, if nothing else came to it since
         _record(s, EventKind.rename, user=user, individual_id=ind.id,
-                payload={"species": {"old": old, "new": sp.id, "old_name": old_name, "new_name": sp.name},
+                payload={"species": {"old": old, "new": sp.id, "old_name": old_name, "new_name": sp.name,
+                                     "created": sp.id not in known},
                          "old": ind.name, "new": ind.name})
         s.commit()
         return sp.id

@@ -128,7 +128,8 @@ def test_a_merge_moves_everything_in_one_change_and_undo_restores_it_exactly(cat
     done = sa.merge_species(cat, MergeSpeciesRequest("lion", "nyala", user="ana"))
     m = done.merged
     assert (m.individuals, m.photos, m.benchmarks, m.models, m.source_kept) == (2, 4, 1, 1, False)
-    assert "Merged species lion into nyala: 2 individuals, 4 photos, 1 benchmark and 1 trained model" in done.message
+    assert "Merged species lion into nyala: 2 individuals, 4 photos (4 animals), 1 benchmark and 1 trained model" \
+        in done.message
     after = _state(cat)
     assert lion not in after["species"]
     assert set(after["individuals"].values()) == {nyala} and set(after["images"].values()) == {nyala}
@@ -138,7 +139,7 @@ def test_a_merge_moves_everything_in_one_change_and_undo_restores_it_exactly(cat
     assert audit_rows(cat, action="species.delete", target=f"species#{lion}")[0].user == "ana"
     assert audit_rows(cat, action="individual.species")  # each individual's move is in the trail
     assert sa.species_history_rows(cat)[0][2] == f"#{m.event_id} merged species lion into nyala (2 individuals, " \
-                                                 "4 photos)"
+                                                 "4 photos, 4 animals)"
 
     undone = sa.undo_species_change(cat, UndoRequest(user="ben", event_id=sa.last_species_change_id(cat)))
     assert undone.kind == "species_merge"
@@ -227,6 +228,43 @@ def test_a_merge_undone_after_a_new_species_came_brings_the_old_one_back_beside_
     assert {name: state["species"][sid][0] for name, sid in state["individuals"].items()} == {
         "ny00": "nyala", "ny01": "okapi", "leo02": "lion", "leo03": "lion"}
     assert {r["name"]: r["images"] for r in sa.list_species(cat)} == {"default": 0, "nyala": 2, "okapi": 2, "lion": 4}
+
+
+def test_undoing_a_move_to_a_new_species_removes_it_when_left_empty_and_says_so(cat):
+    """A move that made a species, undone, leaves no empty species behind: the removal is audited and the
+    history says it in a curator's words; a species that existed before the move stays."""
+    ny01 = _individual(cat, "ny01")
+    sa.set_individual_species(cat, IndividualSpeciesRequest(ny01, "Okapia johnstoni", user="ana"))
+    okapi = _species_id(cat, "Okapia johnstoni")
+    undone = services.undo(cat, UndoRequest(user="ben"))
+    assert undone.message == "Undone: moved ny01 to species Okapia johnstoni."
+    assert "Okapia johnstoni" not in sa.species_names(cat)
+    assert audit_rows(cat, action="species.delete", target=f"species#{okapi}")[0].user == "ben"
+    newest = services.history_rows(cat)[0][2]
+    assert newest.endswith(f"undid change #{undone.event_id}: moved ny01 to species Okapia johnstoni; species "
+                           "Okapia johnstoni, left empty, was removed")
+    sa.set_individual_species(cat, IndividualSpeciesRequest(ny01, "lion", user="ana"))  # lion was there before
+    services.undo(cat, UndoRequest(user="ana"))
+    sa.set_individual_species(cat, IndividualSpeciesRequest(_individual(cat, "leo02"), "nyala", user="ana"))
+    sa.set_individual_species(cat, IndividualSpeciesRequest(_individual(cat, "leo03"), "nyala", user="ana"))
+    sa.set_individual_species(cat, IndividualSpeciesRequest(ny01, "Okapia johnstoni", user="ana"))
+    sa.set_individual_species(cat, IndividualSpeciesRequest(_individual(cat, "ny00"), "Okapia johnstoni",
+                                                            user="ana"))
+    services.undo(cat, UndoRequest(user="ana"))  # ny00 back: ny01 still makes Okapia johnstoni a species
+    assert {"lion", "Okapia johnstoni"} <= set(sa.species_names(cat))
+
+
+def test_the_species_totals_count_photos_and_animals_apart(cat):
+    """Two animals in one photo: the Species tab's line counts one photo and two animals, not two photos."""
+    with cat.unit_of_work() as s:
+        first = s.scalar(select(Image).order_by(Image.id).limit(1))
+        s.add(Image(**{c: getattr(first, c) for c in ("content_hash", "original_name", "blob_path", "format",
+                                                      "mode", "width", "height", "size_bytes")},
+                    photo_id=first.photo_id, species_id=first.species_id))
+        s.commit()
+    rows = sa.list_species(cat)
+    assert sum(r["images"] for r in rows) == 9 and sum(r["photos"] for r in rows) == 8
+    assert sa.totals_text(cat, rows) == "3 species, 4 individuals, 8 photos and 9 animals in all."
 
 
 def test_merge_requests_name_two_different_species():

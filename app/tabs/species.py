@@ -28,16 +28,17 @@ individual of one species has the name of one of the other's. Both are recorded 
 here or in the Catalogue tab's recent changes. Admins only.
 """
 
-TABLE_HEADERS = ["Id", "Species", "Common name", "Individuals", "Photos", "Active model", "New individual below"]
+TABLE_HEADERS = ["Id", "Species", "Common name", "Individuals", "Photos", "Animals", "Active model",
+                 "New individual below"]
 
 
 def _overview(cat) -> tuple[pd.DataFrame, list[tuple[str, int]], str]:
     rows = sa.list_species(cat)
-    table = pd.DataFrame([[r["id"], r["name"], r["common_name"] or "", r["individuals"], r["images"], r["active_model"],
+    table = pd.DataFrame([[r["id"], r["name"], r["common_name"] or "", r["individuals"], r["photos"], r["images"],
+                           r["active_model"],
                            "default" if r["new_individual_threshold"] is None
                            else f"{100 * r['new_individual_threshold']:.0f}%"] for r in rows], columns=TABLE_HEADERS)
-    words = (f"{len(rows)} species, {sum(r['individuals'] for r in rows)} individuals and "
-             f"{sum(r['images'] for r in rows)} photos in all.")
+    words = sa.totals_text(cat, rows)
     return table, [(r["name"], r["id"]) for r in rows], words
 
 

@@ -23,7 +23,7 @@ from db.inspect.masks import FLANKS
 from db.inspect.masks import set_flanks as label_flanks  # this module's set_flanks is the request's action
 from db.models import EventKind, IdentityEvent, Image, Individual, Photo, Sighting
 from db.session import Catalogue
-from jobs.actions.common import curator_name
+from jobs.actions.common import attributed, curator_name
 from jobs.actions.frames import shows_whole_file
 from jobs.requests.catalogue import (
     MergeRequest,
@@ -330,8 +330,8 @@ def undo(cat: Catalogue, request: UndoRequest) -> Undone:
                 raise CatalogueError("There is nothing to undo.")
             event_id, what = newest.id, describe_event(newest, event_words(s, [newest]))
     # a new transaction whose first statement claims the event: of curators pressing Undo at once, one undoes
-    # it and the others are told (instead of each undoing it again)
-    with cat.unit_of_work() as s:
+    # it and the others are told (instead of each undoing it again); what it changes is audited under the curator
+    with attributed(user), cat.unit_of_work() as s:
         done = store.undo_event(s, event_id, user=user)
         kind = str(done.payload["kind"])
         if what is None:

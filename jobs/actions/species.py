@@ -15,7 +15,7 @@ from db import species as store
 from db.models import Individual, Species
 from db.session import Catalogue
 from db.catalogue import CatalogueError
-from jobs.actions.catalogue import Undone, describe_event, undo
+from jobs.actions.catalogue import Undone, describe_event, event_words, undo
 from jobs.actions.common import attributed, curator_name
 from jobs.queue import submit
 from jobs.requests.catalogue import (
@@ -31,6 +31,15 @@ from jobs.requests.catalogue import (
 def list_species(cat: Catalogue) -> list[dict[str, Any]]:
     """Every species with its counts (individuals, images) and active model."""
     return store.list_species(cat)
+
+
+def totals_text(cat: Catalogue, rows: list[dict[str, Any]]) -> str:
+    """The species list's totals in one line, photos (the files) and animals (the animals in them, which the
+    per-species counts are of) each counted as what they are: "2 species, 5 individuals, 21 photos and 24 animals
+    in all"."""
+    photos, animals = store.count_photos(cat), sum(r["images"] for r in rows)
+    return (f"{len(rows)} species, {sum(r['individuals'] for r in rows)} individuals, "
+            f"{photos} photo{'s' if photos != 1 else ''} and {animals} animal{'s' if animals != 1 else ''} in all.")
 
 
 def species_names(cat: Catalogue) -> list[str]:
@@ -116,7 +125,8 @@ class SpeciesMergeDone:
     def message(self) -> str:
         m = self.merged
         text = (f"Merged species {m.source} into {m.target}: {m.individuals} "
-                f"individual{'s' if m.individuals != 1 else ''}, {m.photos} photo{'s' if m.photos != 1 else ''}, {m.benchmarks} benchmark"
+                f"individual{'s' if m.individuals != 1 else ''}, {m.photos} photo{'s' if m.photos != 1 else ''} "
+                f"({m.animals} animal{'s' if m.animals != 1 else ''}), {m.benchmarks} benchmark"
                 f"{'s' if m.benchmarks != 1 else ''} and {m.models} trained model{'s' if m.models != 1 else ''} moved "
                 f"(change #{m.event_id}; it can be undone).")
         if m.source_kept:
@@ -145,9 +155,12 @@ SPECIES_HISTORY_HEADERS = ["When (UTC)", "Who", "What"]
 
 def species_history_rows(cat: Catalogue, *, limit: int = 20) -> list[list[str]]:
     """The newest renames and merges of species as rows under :data:`SPECIES_HISTORY_HEADERS` (undone marked)."""
+    events = store.species_changes(cat, limit=limit)
+    with cat.unit_of_work() as s:
+        words = event_words(s, events)
     return [[ev.created_at.strftime("%Y-%m-%d %H:%M:%S"), ev.user,
-             f"#{ev.id} {describe_event(ev, {})}" + (" (undone)" if ev.undone_at else "")]
-            for ev in store.species_changes(cat, limit=limit)]
+             f"#{ev.id} {describe_event(ev, words)}" + (" (undone)" if ev.undone_at else "")]
+            for ev in events]
 
 
 def last_species_change_id(cat: Catalogue) -> int | None:

@@ -65,7 +65,7 @@ def test_rename_and_merge_a_species_in_the_species_tab(species_server, page, sho
     table = page.locator("#species-table")
     expect(table).to_contain_text("lion", timeout=TIMEOUT_MS)
     expect(table).to_contain_text("nyala")
-    expect(page.locator("#species-overview")).to_contain_text("3 species, 4 individuals and 8 photos in all")
+    expect(page.locator("#species-overview")).to_contain_text("3 species, 4 individuals, 8 photos and 8 animals in all")
 
     choose(page, "species-pick", "lion")
     page.locator("#species-new-name textarea, #species-new-name input").first.fill("Panthera leo")
