@@ -211,3 +211,22 @@ def test_fewer_than_ten_detections_and_other_bad_requests_are_refused_with_what_
         ActivityRequest(species=(JAGUAR, OCELOT), by="sex")
     with pytest.raises(ValueError, match="between 40 and"):
         ActivityRequest(species=(JAGUAR,), resamples=10)
+
+
+def test_a_refusal_stays_on_the_panel_beside_the_curves_drawn_before(cat):
+    """A split the detections cannot carry is refused as a refusal (not any error): the panel shows why on its
+    status line and keeps the curves it drew before, named, instead of a toast over an emptied chart."""
+    import gradio as gr
+
+    from app.tabs._activity import refused_outputs
+
+    drawn = act.curves_of(act.activity_summary(cat, ActivityRequest(species=(JAGUAR,))))
+    assert drawn == JAGUAR
+    with pytest.raises(act.ActivityRefused, match="no sex of Puma concolor has 10 or more") as refused:
+        act.activity_summary(cat, ActivityRequest(species=(PUMA,), by="sex"))
+    text = act.refusal_text(str(refused.value), drawn=drawn)
+    assert text.startswith("No activity curve drawn: no sex of Puma concolor has 10 or more independent detections")
+    assert text.endswith(f"The curves shown are still those of {JAGUAR}.")
+    status, *kept = refused_outputs(str(refused.value), drawn)
+    assert "No activity curve drawn" in status and kept == [gr.skip()] * 4  # basis, curves, overlaps, drawn kept
+    assert act.changed_choice_text(drawn).startswith(f"The curves shown are those of {JAGUAR}; press Show activity")

@@ -29,10 +29,12 @@ import json
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from app.cli import main as cli_main
 from core.field import population as pop
-from db.models import Deployment, Image, Individual, Photo, Species
+from db.catalogue import assign_image
+from db.models import DecisionKind, Deployment, Image, Individual, MatchDecision, Photo, Species
 from db.session import open_catalogue
 from jobs.actions import population as ps
 from jobs.requests.population import CapthistExportRequest, PopulationRequest
@@ -275,3 +277,28 @@ def test_no_deployments_or_an_empty_window_is_said_plainly(study, tmp_path):
             ps.population_summary(empty, PopulationRequest())
     finally:
         empty.close()
+
+
+def test_a_result_shown_says_how_many_changes_it_predates(tmp_path):
+    """Two results on one screen computed either side of a decision disagree: the older one says it is older,
+    by how many changes, and what to press, instead of standing beside the newer one without a word."""
+    ids = build(tmp_path / "rosette-data")
+    cat = open_catalogue(tmp_path / "rosette-data")
+    try:
+        request = PopulationRequest(species=JAGUAR, occasion_days=2)
+        state = ps.catalogue_state(cat)
+        before = ps.population_summary(cat, request)
+        assert ps.stale_text(cat, state, again="Estimate") == "" and ps.stale_text(cat, None, again="Estimate") == ""
+        with cat.unit_of_work() as s:
+            caio = s.scalar(select(Individual.id).where(Individual.name == "Caio"))
+            assign_image(s, ids["no_individual"], caio, user="ana")  # Caio seen on an occasion more
+            s.add(MatchDecision(query_image_id=ids["no_time"], decision=DecisionKind.not_same, user="ana"))
+            s.commit()
+        after = ps.population_summary(cat, request)
+        assert after["capture_histories"] != before["capture_histories"]  # the results now disagree
+        assert ps.stale_text(cat, state, again="Estimate") == (
+            "⚠ Computed before 2 newer changes to who is who (decisions, moves, undos): these numbers are out of "
+            "date. Press **Estimate** again.")
+        assert ps.stale_text(cat, ps.catalogue_state(cat), again="Estimate") == ""
+    finally:
+        cat.close()

@@ -436,3 +436,17 @@ def test_ticked_photos_move_together_and_take_one_flank(cat, two_animals):
         services.move_photos(cat, MovePhotosRequest([], two_animals["Bela"], user="ana"))
     with pytest.raises(CatalogueError, match="Choose the flank"):
         services.set_flanks(cat, SetFlanksRequest(ayo_photos, "sideways", user="ana"))
+
+
+def test_the_identities_table_names_each_interval_after_its_estimate():
+    """Two columns both headed "95% interval" cannot be told apart (Gradio warns that the columns are not unique):
+    each is named after the estimate beside it, on every basis."""
+    from app.tabs._identities import SIDE_BY_SIDE, unique_headers
+    from jobs.actions import identities as ident
+
+    assert len(set(SIDE_BY_SIDE)) == len(SIDE_BY_SIDE) == len(ident.SIDE_BY_SIDE_HEADERS)
+    assert SIDE_BY_SIDE[2] == "95% interval (as decided)"
+    assert SIDE_BY_SIDE[4] == "95% interval (with identification uncertainty)"
+    confirmed = unique_headers(ident.basis_headers("confirmed", ident.SIDE_BY_SIDE_HEADERS,
+                                                   confirmed_header=ident.CONFIRMED_HEADER))
+    assert confirmed[4] == "95% interval (confirmed only)" and len(set(confirmed)) == len(confirmed)

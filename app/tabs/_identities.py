@@ -7,6 +7,8 @@ here and a cancel that keeps nothing."""
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Sequence
 
 import gradio as gr
 import pandas as pd
@@ -15,6 +17,7 @@ from app.tabs.match import photo_link
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text
 from db.models import Role
 from jobs.actions import identities as ident
+from jobs.actions import population as ps
 from jobs.requests.identities import PopulationIdentitiesRequest
 
 HELP = """\
@@ -31,10 +34,27 @@ BASES = [("as decided", "decided"), ("confirmed only", "confirmed"), ("with iden
                                                                         "uncertain")]
 
 
+def unique_headers(headers: Sequence[str]) -> list[str]:
+    """The headers with each repeated one named after the estimate it is of, the column before it ("95% interval"
+    after "As decided: N" becomes "95% interval (as decided)"): a table's columns must differ to be told apart (and
+    Gradio warns of a table whose columns do not)."""
+    seen = Counter(headers)
+    out = []
+    for i, header in enumerate(headers):
+        if seen[header] > 1 and i > 0:
+            whose = re.sub(r":\s*N$", "", headers[i - 1]).strip()
+            header = f"{header} ({whose[:1].lower() + whose[1:]})"
+        out.append(header)
+    return out
+
+
+SIDE_BY_SIDE = unique_headers(ident.SIDE_BY_SIDE_HEADERS)
+
+
 def _side_by_side(summary) -> pd.DataFrame:
     headers = ident.basis_headers(summary["identities"], ident.SIDE_BY_SIDE_HEADERS,
                                   confirmed_header=ident.CONFIRMED_HEADER)
-    return pd.DataFrame(ident.side_by_side_rows(summary), columns=headers)
+    return pd.DataFrame(ident.side_by_side_rows(summary), columns=unique_headers(headers))
 
 
 def _review_first(summary) -> pd.DataFrame:
@@ -68,7 +88,9 @@ def build_identities(ctx: UIContext, species: gr.Dropdown, days: gr.Number, firs
     asked = gr.State(None)  # the decided summary the job's answer is shown beside
     status = gr.Markdown(elem_id="pop-identities-status", elem_classes=["status-line"])
     provenance = gr.Markdown(elem_id="pop-provenance", elem_classes=["status-line"])
-    side = gr.Dataframe(headers=ident.SIDE_BY_SIDE_HEADERS, value=[], interactive=False, wrap=True,
+    computed_on = gr.State(None)  # the catalogue's identities the answer shown was computed on
+    stale = gr.Markdown(elem_id="pop-identities-stale", elem_classes=["status-line"])
+    side = gr.Dataframe(headers=SIDE_BY_SIDE, value=[], interactive=False, wrap=True,
                         label="Each estimate as decided and on the chosen basis (95% intervals)",
                         elem_id="pop-side-by-side")
     link = photo_link(ctx)
@@ -79,10 +101,10 @@ def build_identities(ctx: UIContext, species: gr.Dropdown, days: gr.Number, firs
                           elem_id="pop-review-first", elem_classes=["rz-linked"] if link is not None else None)
 
     def empty(words: str = "") -> tuple:
-        return (None, None, None, words, "", pd.DataFrame([], columns=ident.SIDE_BY_SIDE_HEADERS),
-                pd.DataFrame([], columns=ident.PRIORITY_HEADERS))
+        return (None, None, None, words, "", pd.DataFrame([], columns=SIDE_BY_SIDE),
+                pd.DataFrame([], columns=ident.PRIORITY_HEADERS), None, "")
 
-    outputs = [job, shown, asked, status, provenance, side, review]
+    outputs = [job, shown, asked, status, provenance, side, review, computed_on, stale]
 
     @curator_action(role=Role.viewer)
     def start(sp, n_days, d_from, d_to, chosen, n_draws, n_seed):
@@ -91,17 +113,18 @@ def build_identities(ctx: UIContext, species: gr.Dropdown, days: gr.Number, firs
                                               date_from=d_from or None, date_to=d_to or None, identities=chosen,
                                               draws=n_draws if n_draws is not None else 200,
                                               seed=n_seed if n_seed is not None else 0)
+        state = ps.catalogue_state(cat)  # before computing: a change made meanwhile shows as one it predates
         decided = ident.population_on_basis(cat, PopulationIdentitiesRequest(**{**request.to_dict(),
                                                                                  "identities": "decided"}))
         if request.identities != "uncertain":
             summary = ident.population_on_basis(cat, request)
             return (None, None, None, "", markdown_text(ident.provenance_text(summary)), _side_by_side(summary),
-                    _review_first(summary))
+                    _review_first(summary), state, "")
         job_id = ident.queue_uncertain(cat, request)
         return (job_id, None, decided, markdown_text(f"Imputation queued as job #{job_id}; its progress shows here "
                                                      "and in the Jobs tab."),
-                markdown_text(ident.provenance_text(decided)), pd.DataFrame([], columns=ident.SIDE_BY_SIDE_HEADERS),
-                pd.DataFrame([], columns=ident.PRIORITY_HEADERS))
+                markdown_text(ident.provenance_text(decided)), pd.DataFrame([], columns=SIDE_BY_SIDE),
+                pd.DataFrame([], columns=ident.PRIORITY_HEADERS), state, "")
 
     ctx.polls_after(compute.click(start, inputs=[species, days, first, last, basis, draws, seed], outputs=outputs,
                                   api_name="population_identities"), timer)
@@ -130,6 +153,12 @@ def build_identities(ctx: UIContext, species: gr.Dropdown, days: gr.Number, firs
             _review_first(summary)
 
     timer.tick(guarded_viewer(poll), [job, shown, asked], [shown, status, side, review], show_progress="hidden")
+
+    def mark_stale(state):
+        """The answer shown, marked once a decision (here or by anyone) makes it out of date."""
+        return ps.stale_text(cat, state, again="Estimate on this basis")
+
+    timer.tick(guarded_viewer(mark_stale), [computed_on], [stale], show_progress="hidden")
     if link is None:  # Match review did not build: the list stays a list
         return
 

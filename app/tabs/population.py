@@ -8,7 +8,8 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from app.tabs._density import build_activity, build_density
+from app.tabs._activity import build_activity
+from app.tabs._density import build_density
 from app.tabs._identities import build_identities
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text, refreshed_choices
 from db.models import Role
@@ -27,6 +28,7 @@ what was left out and why. The download holds the capture histories for secr (ca
 each station's active days per occasion), camtrapR (record table) and MARK (.inp), with a README.
 """
 OCCASION_HEADERS = ["Occasion", "Begins", "Ends", "Camera-days", "Individuals seen"]
+STALE_CHECK_S = 5.0  # how often the results shown are checked against decisions made since (by anyone)
 
 
 def choose_species_text(names) -> str:
@@ -48,6 +50,8 @@ def build(ctx: UIContext) -> None:
                           elem_id="pop-to", scale=1)
         compute = gr.Button("Estimate", variant="primary", elem_id="pop-compute", scale=0, min_width=120)
     basis = gr.Markdown(elem_id="pop-basis", elem_classes=["status-line"])
+    computed_on = gr.State(None)  # the catalogue's identities the results shown were computed on
+    stale = gr.Markdown(elem_id="pop-stale", elem_classes=["status-line"])
     estimates = gr.Dataframe(headers=ps.ESTIMATE_HEADERS, value=[], interactive=False, wrap=True,
                              label="Estimates (95% intervals)", elem_id="pop-estimates",
                              column_widths=["90px", "100px", "140px", "600px"])
@@ -74,9 +78,10 @@ def build(ctx: UIContext) -> None:
     def no_results(words: str = "") -> tuple:
         """Empty results, so none is shown beside a form it does not answer."""
         return (words, pd.DataFrame([], columns=ps.ESTIMATE_HEADERS), None, None, pd.DataFrame([]),
-                pd.DataFrame([], columns=OCCASION_HEADERS), None, "")
+                pd.DataFrame([], columns=OCCASION_HEADERS), None, "", None, "")
 
-    results = [basis, estimates, discovery, frequencies, histories, occasions, files, download_status]
+    results = [basis, estimates, discovery, frequencies, histories, occasions, files, download_status, computed_on,
+               stale]
     clear_results = guarded_viewer(no_results)
     for field in (species, days, first, last):  # a changed form: the results shown no longer answer it
         field.input(clear_results, outputs=results, api_visibility="private", queue=False)
@@ -87,6 +92,7 @@ def build(ctx: UIContext) -> None:
 
     @curator_action(role=Role.viewer)
     def estimate(sp, n_days, d_from, d_to):
+        state = ps.catalogue_state(cat)  # before computing: a change made meanwhile shows as one it predates
         try:
             summary = ps.population_summary(cat, request_of(sp, n_days, d_from, d_to))
         except ps.SpeciesNotChosen as exc:
@@ -97,9 +103,18 @@ def build(ctx: UIContext) -> None:
         return (markdown_text(ps.basis_text(summary)),
                 pd.DataFrame(ps.estimate_rows(summary), columns=ps.ESTIMATE_HEADERS),
                 ps.discovery_figure(summary), ps.frequency_figure(summary),
-                pd.DataFrame(rows, columns=headers), pd.DataFrame(table, columns=OCCASION_HEADERS), None, "")
+                pd.DataFrame(rows, columns=headers), pd.DataFrame(table, columns=OCCASION_HEADERS), None, "", state,
+                "")
 
     compute.click(estimate, inputs=[species, days, first, last], outputs=results, api_name="population")
+
+    def mark_stale(state):
+        """The results shown, marked once a decision (here or by anyone) makes them out of date."""
+        return ps.stale_text(cat, state, again="Estimate")
+
+    stale_check = guarded_viewer(mark_stale)
+    ctx.on_refresh(stale_check, inputs=[computed_on], outputs=[stale])
+    ctx.tab_timer(STALE_CHECK_S).tick(stale_check, [computed_on], [stale], show_progress="hidden")
 
     @curator_action(role=Role.viewer)
     def write_files(sp, n_days, d_from, d_to):

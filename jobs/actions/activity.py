@@ -35,6 +35,11 @@ LEFT_OUT_WORDS = {"no_time": "annotation(s) on photos without a readable time",
                   "no_individual_in_table": "record(s) with no Individual"}
 
 
+class ActivityRefused(ValueError):
+    """The detections cannot carry the curve asked for (too few, for a species or every group of a split); the
+    message says why and what to do. A screen shows it where it stays, beside the curves drawn before."""
+
+
 def _catalogue_groups(cat: Catalogue, request: ActivityRequest) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     groups: dict[str, np.ndarray] = {}
     basis: dict[str, Any] = {"source": "catalogue", "species": [], "annotations": 0, "photos": 0, "events": 0,
@@ -109,10 +114,10 @@ def activity_summary(cat: Catalogue | None, request: ActivityRequest) -> dict[st
     if request.by is None:  # the species asked must each be fitted: a comparison with a missing side is none
         for name in groups:
             if name in fitted.refused:
-                raise ValueError(fitted.refused[name])
+                raise ActivityRefused(fitted.refused[name])
     elif not fitted.fits:
         sizes = ", ".join(f"{g} {len(t)}" for g, t in list(groups.items())[:8]) or "none"
-        raise ValueError(f"no {request.by} of {basis['species'][0]} has {MIN_DETECTIONS} or more independent "
+        raise ActivityRefused(f"no {request.by} of {basis['species'][0]} has {MIN_DETECTIONS} or more independent "
                          f"detections (detections per {request.by}: {sizes}); an activity curve needs at least "
                          f"{MIN_DETECTIONS}. Look at the species as a whole (without the split), or widen the data")
     names = list(fitted.fits)
@@ -132,6 +137,26 @@ def activity_summary(cat: Catalogue | None, request: ActivityRequest) -> dict[st
 
 
 # --------------------------------------------------------------------------- words, tables and the chart
+
+
+def curves_of(summary: Mapping[str, Any]) -> str:
+    """What a summary's curves are of, in words: "Panthera onca, each individual"."""
+    species = " and ".join(summary["species"])
+    return f"{species}, each {summary['by']}" if summary["by"] else species
+
+
+def refusal_text(reason: str, *, drawn: str | None) -> str:
+    """A refusal as the activity panel's status line: why no curve was drawn, and that the curves of the choice
+    drawn before (``drawn``, :func:`curves_of`) are still the ones shown."""
+    text = f"No activity curve drawn: {reason.rstrip('.')}."
+    return text + (f" The curves shown are still those of {drawn}." if drawn else "")
+
+
+def changed_choice_text(drawn: str | None) -> str:
+    """The status line once the choice is changed: the curves shown answer the earlier one until drawn again."""
+    return (f"The curves shown are those of {drawn}; press Show activity to draw the new choice."
+            if drawn else "")
+
 
 
 def _f(x: float | None, digits: int = 3) -> str:

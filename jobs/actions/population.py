@@ -22,7 +22,7 @@ from typing import Any
 
 from core.field import capthist as ch
 from db import species as species_store
-from db.catalogue import CatalogueError
+from db.catalogue import CatalogueError, IdentityState, changes_since, identity_state
 from db.export_rules import refuse_unnamed_species
 from db.field.population import LEFT_OUT_REASONS, LEFT_OUT_WORDS, PopulationStudy, population_study, secr_inputs
 from db.field.population import SpeciesNotChosen  # noqa: F401 - re-exported: each screen says where to choose a species
@@ -135,6 +135,28 @@ def summarise(study: PopulationStudy) -> dict[str, Any]:
 def population_summary(cat: Catalogue, request: PopulationRequest) -> dict[str, Any]:
     """The population answer for ``request`` as a JSON-ready dict."""
     return summarise(_study(cat, request))
+
+
+def catalogue_state(cat: Catalogue) -> IdentityState:
+    """How far the catalogue's identities had come: taken before a result is computed, kept with it on screen."""
+    with cat.unit_of_work() as s:
+        return identity_state(s)
+
+
+def stale_text(cat: Catalogue, state: IdentityState | None, *, again: str) -> str:
+    """Empty while a result computed on ``state`` still answers the catalogue; else one line saying how many
+    changes it predates and to press ``again`` (the button's label), so two results on one screen that disagree
+    say which one is old instead of leaving the curator to guess."""
+    if state is None:
+        return ""
+    with cat.unit_of_work() as s:
+        changes, animals = changes_since(s, state)
+    said = [f"{changes} newer change{'s' if changes != 1 else ''} to who is who (decisions, moves, undos)"
+            if changes else "", f"{animals} newer animal{'s' if animals != 1 else ''} imported" if animals else ""]
+    said = [w for w in said if w]
+    if not said:
+        return ""
+    return f"⚠ Computed before {' and '.join(said)}: these numbers are out of date. Press **{again}** again."
 
 
 # --------------------------------------------------------------------------- words, tables and charts
