@@ -81,8 +81,8 @@ def density_on_basis(cat: Catalogue | None, *, identities: str, draws: int, seed
     answer, fit = density_answer_and_fit(cat, **fit_options, prepared=prepared,
                                          progress=lambda f, m: report(start + decided_span * f, m))
     answer.update(identities=identities, provenance_counts=ident.provenance_counts, draws=0,
-                  share_from_identification={})
-    if identities == "decided":
+                  share_from_identification={}, outside_occasions=ident.outside_occasions)
+    if identities == "decided" or answer.get("refused"):  # a study the array cannot carry is refused on any basis
         return answer
     answer["estimates_decided"] = _decided_estimates(answer)
     answer["notes"] = [*answer["notes"], *ident.notes]
@@ -136,7 +136,10 @@ def _confirmed(answer: dict[str, Any], prepared: CatalogueDensityStudy, ident: d
                               progress=lambda f, m: progress(0.5 + 0.5 * f, f"confirmed identities: {m}"))
     confirmed["parameters"]["buffer_default"] = answer["parameters"]["buffer_default"]
     confirmed.update({k: answer[k] for k in ("identities", "provenance_counts", "draws",
-                                             "share_from_identification", "estimates_decided")})
+                                             "share_from_identification", "estimates_decided",
+                                             "outside_occasions")})
+    if confirmed.get("refused"):
+        return confirmed
     confirmed["notes"] = [*confirmed["notes"], *ident.notes,
                           f"Confirmed: the {ident.provenance_counts['curator']} annotation(s) whose animal a "
                           "curator identified (an animal's annotations at one station on one occasion are one "

@@ -11,6 +11,7 @@ that say what to do, and nothing is stored.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -85,8 +86,12 @@ def test_the_default_mask_without_the_region_says_what_it_assumed(sim, capsys):
     rc, out, err = _cli(capsys, "--data-dir", str(data_dir), "density", "--occasion-days", "1")
     assert rc == 0, err
     assert "D (animals per 100 km²)" in out and "What it assumes" not in out.splitlines()[0]
-    assert "4 × the spread of the animals' detections, the default" in out
-    assert "Buffer check: D changes by" in out
+    # the default buffer is widened by itself, as secr's suggest.buffer widens it, until D is stable
+    widened = re.search(r"buffer ([\d,]+) m \(widened by itself from 5,500 m, 4 × the spread of the animals' "
+                        r"detections, until D was stable\)", out)
+    assert widened and int(widened[1].replace(",", "")) > 5500, out
+    assert re.search(r"Buffer check: buffer widened from 5500 m to \d+ m, where D changes by [+-]0\.\d\d% from the "
+                     r"buffer of \d+ m \(under 1%\)", out), out
     assert "[100%]" in err or "done" in err  # progress is reported on stderr
 
 

@@ -32,10 +32,13 @@ def register(sub) -> None:
     p.add_argument("--captures", default=None, metavar="FILE",
                    help="secr captures file ('Session ID Occasion Detector'), with --traps, instead of the catalogue")
     p.add_argument("--traps", default=None, metavar="FILE", help="secr traps file ('Detector X Y [usage]', metres)")
-    p.add_argument("--detector", default="proximity", help="proximity (camera traps, default), count or multi")
+    p.add_argument("--detector", default="proximity",
+                   help="proximity (camera traps, default), count or multi (single-catch traps: multi, as secr fits "
+                        "them)")
     p.add_argument("--detectfn", default="HN", help="detection curve: HN (half-normal, default), HHN or EX")
     p.add_argument("--buffer", dest="buffer_m", type=float, default=None, metavar="M",
-                   help="mask buffer round the detectors in metres (default: 4 x the spread of the detections)")
+                   help="mask buffer round the detectors in metres (default: start at 4 x the spread of the "
+                        "detections and widen it until D is stable)")
     p.add_argument("--spacing", dest="spacing_m", type=float, default=None, metavar="M",
                    help="mask cell size in metres (default: 64 points across)")
     p.add_argument("--mask", default=None, metavar="FILE",
@@ -86,7 +89,8 @@ def run(args, ctx) -> int:
     except ds.NoCalibration as exc:
         raise ValueError(f"--identities uncertain refused: {exc}") from None
     print(json.dumps(ds.plain_answer(answer), indent=2) if args.json else ds.summary_text(answer))
-    return 0
+    # a density the array cannot carry is an answer (the reason, in the JSON too) but not a success for a script
+    return 1 if answer.get("refused") else 0
 
 
 def run_activity(args, ctx) -> int:

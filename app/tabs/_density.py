@@ -30,8 +30,11 @@ DENSITY_HELP = """\
 activity, and its chance of being photographed falls with the distance from that centre to a camera. The study is
 the one above (species, occasions, window); the cameras are placed by their coordinates (UTM metres). The habitat
 *mask* is the area round the cameras where a detected animal's centre may lie: a *buffer* of about 4 times sigma
-(empty: 4 × the spread of the animals' detections), or your own habitat as a GeoJSON polygon or a CSV of x,y points
-in the same metres. The fit runs in the background and is checked by fitting again with twice the buffer.
+(empty: it starts at 4 × the spread of the animals' detections and is widened by itself, as secr's suggest.buffer
+widens it, until the density is stable), or your own habitat as a GeoJSON polygon or a CSV of x,y points in the same
+metres. The fit runs in the background; a buffer you give is checked by fitting again with twice it. Where the
+cameras cannot measure how far the animals move (too few animals caught at several cameras, or cameras much farther
+apart than an animal ranges), no density is shown and one sentence says what the array lacks.
 **Identities**: as decided (every assigned annotation as assigned), confirmed only (the curators'), or with
 identification uncertainty (the unreviewed and machine-identified annotations given an animal at random by the
 species' calibrated model, each of the *draws* fitted, under a second each); the last two are shown beside the
@@ -49,7 +52,7 @@ SPLITS = [("the species as a whole", ""), ("each individual", "individual"), ("e
 def _side_by_side(answer) -> tuple:
     """The estimates as decided beside the answer's basis, and where its identities come from: shown only when the
     basis is another than decided (the estimates table above is then the basis's)."""
-    if not answer or answer.get("identities", "decided") == "decided":
+    if not answer or answer.get("identities", "decided") == "decided" or answer.get("refused"):
         return gr.update(visible=False, value=pd.DataFrame([], columns=ds.SIDE_BY_SIDE_HEADERS)), ""
     headers = basis_headers(answer["identities"], ds.SIDE_BY_SIDE_HEADERS, confirmed_header=ds.CONFIRMED_HEADER)
     return (gr.update(visible=True, value=pd.DataFrame(ds.identity_rows(answer), columns=headers)),
@@ -62,8 +65,10 @@ def _no_results() -> tuple:
 
 
 def _density_outputs(answer) -> tuple:
+    """The answer on screen; a refused fit shows its one sentence, the stations and no number or curve."""
     return (pd.DataFrame(ds.estimate_rows(answer), columns=ds.ESTIMATE_HEADERS), markdown_text(ds.basis_text(answer)),
-            *_side_by_side(answer), ds.map_figure(answer), ds.curve_figure(answer))
+            *_side_by_side(answer), ds.map_figure(answer),
+            None if answer.get("refused") else ds.curve_figure(answer))
 
 
 def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: gr.Textbox, last: gr.Textbox,
@@ -77,7 +82,7 @@ def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
         detectfn = gr.Dropdown(list(DETECTION_FUNCTIONS), value="HN", label="Detection curve", elem_id="dens-detectfn",
                                info="HN half-normal, HHN hazard, EX exponential", scale=1)
         buffer = gr.Textbox(label="Buffer (m)", elem_id="dens-buffer", max_lines=1, scale=1,
-                            placeholder="4 × the spread of detections", info="empty: about 4 sigma, from the data")
+                            placeholder="widened until D is stable", info="empty: about 4 sigma, widened by itself")
         spacing = gr.Textbox(label="Mask spacing (m)", elem_id="dens-spacing", max_lines=1, scale=1,
                              placeholder="64 points across", info="empty: 64 points across the mask")
         conditional = gr.Checkbox(value=False, label="Conditional likelihood (D derived)", elem_id="dens-cl", scale=1)

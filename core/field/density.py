@@ -54,7 +54,7 @@ SUGGEST_RB_TARGET = 0.001
 #: How many times the buffer is widened by itself before the fit is shown with its failed buffer check.
 MAX_WIDENINGS = 3
 _SUGGEST_REACH, _SUGGEST_REACH_EX = 8.0, 30.0  # sigmas beyond which p. is below 1e-12 (half-normal, exponential)
-_SUGGEST_POINTS = 200
+_SUGGEST_POINTS = 120
 _MAX_STEP = 4.0  # grid points across the area that suggest_buffer integrates over
 #: Largest gradient (log-likelihood units per link unit) accepted at a maximum.
 GRADIENT_TOLERANCE = 1e-3
@@ -606,3 +606,7 @@ def suggest_buffer(history: CaptureHistory, *, detectfn: str, first: float, sigm
         return math.inf
     enough = np.searchsorted(area, area[-1] / (1 + rb_target))
     return float(distance[order][min(enough, area.size - 1)])
+
+
+def _with_note(fit: DensityFit, note: str) -> DensityFit:
+    return replace(fit, notes=fit.notes + (note,))

@@ -55,9 +55,8 @@ def distance_words(metres: float) -> str:
     """A distance as a field user says it: two significant figures, in km from 1 km up."""
     if not math.isfinite(metres):
         return "an unknown distance"
-    if metres >= 1000:
-        return f"{float(f'{metres / 1000:.2g}'):g} km"
-    return f"{float(f'{metres:.2g}'):g} m"
+    rounded = float(f"{metres:.2g}")  # 995 m reads "1 km", as a user would say it
+    return f"{rounded / 1000:g} km" if rounded >= 1000 else f"{rounded:g} m"
 
 
 def array_shape(xy: np.ndarray) -> ArrayShape:

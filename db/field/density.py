@@ -25,8 +25,9 @@ from sqlalchemy import select
 from core.field.capthist import Trap
 # RPSV: secr's starting sigma, the default buffer's unit
 from core.field.density import DensityFit, fit_density, root_pooled_spatial_variance
-from core.field.scr_data import Capture, build_capture_history, read_secr_captures, read_secr_traps
+from core.field.scr_data import Capture, CaptureHistory, build_capture_history, read_secr_captures, read_secr_traps
 from core.field.scr_errors import DensityInputError, DetectorLayoutError
+from core.field.scr_identifiability import NotIdentifiable, array_shape, spatial_recaptures
 from db.field.population import PopulationStudy, SecrInputs, population_study, secr_inputs
 from db.models import Deployment, Image, Photo
 from db.session import Catalogue
@@ -58,7 +59,17 @@ def default_buffer(captures: Sequence[Capture | Sequence], traps: Sequence[Trap]
 
 def _map_data(fit) -> dict[str, Any]:
     """Stations with their detections and animals, each animal's mean detection place, mask points, the curve."""
-    h = fit.history
+    sigma = fit.sigma_m.value
+    reach = max(3.0 * sigma, fit.mask.buffer_m or 0.0) if math.isfinite(sigma) else (fit.mask.buffer_m or 1.0)
+    distance = np.linspace(0.0, reach, CURVE_POINTS)
+    return {**_stations_and_animals(fit.history),
+            "mask_xy": np.round(np.asarray(fit.mask_points, dtype=float), 1).tolist(),
+            "curve": {"distance_m": distance.round(2).tolist(),
+                      "probability": [float(p) for p in fit.detection_curve(distance)]}}
+
+
+def _stations_and_animals(h: CaptureHistory) -> dict[str, Any]:
+    """Each station with its detections and animals, and each animal's mean detection place (the map's points)."""
     per_detector = h.counts.sum(axis=(0, 1))
     animals_at = (h.counts.sum(axis=1) > 0).sum(axis=0)
     stations = [{"name": name, "x": float(x), "y": float(y), "detections": int(per_detector[k]),
@@ -70,13 +81,7 @@ def _map_data(fit) -> dict[str, Any]:
         centre = weights @ h.xy / weights.sum()
         animals.append({"name": name, "x": float(centre[0]), "y": float(centre[1]),
                         "detections": int(weights.sum()), "detectors": int((weights > 0).sum())})
-    sigma = fit.sigma_m.value
-    reach = max(3.0 * sigma, fit.mask.buffer_m or 0.0) if math.isfinite(sigma) else (fit.mask.buffer_m or 1.0)
-    distance = np.linspace(0.0, reach, CURVE_POINTS)
-    return {"stations": stations, "animals": animals,
-            "mask_xy": np.round(np.asarray(fit.mask_points, dtype=float), 1).tolist(),
-            "curve": {"distance_m": distance.round(2).tolist(),
-                      "probability": [float(p) for p in fit.detection_curve(distance)]}}
+    return {"stations": stations, "animals": animals}
 
 
 @dataclass(frozen=True)
@@ -187,9 +192,11 @@ def fit_answer(capture_rows: Sequence[Capture | Sequence], trap_rows: Sequence[T
                notes: Sequence[str] = (), detector: str = "proximity", detectfn: str = "HN",
                buffer_m: float | None = None, spacing_m: float | None = None, mask: str | None = None,
                mask_path: Path | None = None, conditional: bool = False, progress: Progress | None = None,
-               began: float | None = None) -> tuple[dict[str, Any], DensityFit]:
-    """Fit ``capture_rows`` at ``trap_rows`` (the default buffer: 4 x their RPSV) and return the JSON-ready answer
-    with the fit; ``study`` and ``notes`` say what they rest on."""
+               began: float | None = None) -> tuple[dict[str, Any], DensityFit | None]:
+    """Fit ``capture_rows`` at ``trap_rows`` and return the JSON-ready answer with the fit; ``study`` and ``notes``
+    say what they rest on. Without ``buffer_m`` the buffer starts at 4 x the detections' RPSV and is widened by
+    itself until D is stable (:func:`core.field.density.fit_density`'s ``widen_buffer``). Where the array cannot
+    carry the fit the answer is refused (:func:`refused_answer`: no estimate, the reason) and the fit is None."""
     report = progress or (lambda fraction, message: None)
     began = time.perf_counter() if began is None else began
     if mask and mask_path is None:
@@ -197,14 +204,25 @@ def fit_answer(capture_rows: Sequence[Capture | Sequence], trap_rows: Sequence[T
     buffer_default = buffer_m is None
     if buffer_default:
         buffer_m = default_buffer(capture_rows, trap_rows, detector=detector)
-    fit = fit_density(capture_rows, trap_rows, detector=detector, detectfn=detectfn, buffer_m=float(buffer_m),
-                      spacing_m=spacing_m, mask=mask_path, conditional=conditional,
-                      progress=lambda f, m: report(0.05 + 0.95 * f, m))
+    parameters = {"detector": detector, "detectfn": detectfn, "buffer_m": float(buffer_m),
+                  "buffer_default": buffer_default, "spacing_m": spacing_m,
+                  "mask_file": str(mask) if mask else None, "conditional": bool(conditional)}
+    try:
+        fit = fit_density(capture_rows, trap_rows, detector=detector, detectfn=detectfn, buffer_m=float(buffer_m),
+                          spacing_m=spacing_m, mask=mask_path, conditional=conditional, widen_buffer=buffer_default,
+                          progress=lambda f, m: report(0.05 + 0.95 * f, m))
+    except NotIdentifiable as exc:
+        report(1.0, "refused")
+        answer = refused_answer(exc, capture_rows, trap_rows, detector=detector, detectfn=detectfn,
+                                conditional=conditional, parameters=parameters, study=study, notes=notes)
+        answer["seconds"] = round(time.perf_counter() - began, 3)
+        return answer, None
     answer = fit.as_dict()
     answer["notes"] = [*notes, *answer.get("notes", [])]
-    answer["parameters"] = {"detector": detector, "detectfn": detectfn, "buffer_m": float(buffer_m),
-                            "buffer_default": buffer_default, "spacing_m": spacing_m,
-                            "mask_file": str(mask) if mask else None, "conditional": bool(conditional)}
+    check = fit.buffer_check
+    if check is not None and check.widened:  # the buffer the answer rests on is the widened one
+        parameters.update(buffer_m=check.used_buffer_m, buffer_start_m=float(buffer_m))
+    answer["parameters"] = parameters
     answer["study"] = study
     answer.update(_map_data(fit))
     answer["seconds"] = round(time.perf_counter() - began, 3)
@@ -212,9 +230,34 @@ def fit_answer(capture_rows: Sequence[Capture | Sequence], trap_rows: Sequence[T
     return answer, fit
 
 
+def refused_answer(exc: NotIdentifiable, capture_rows: Sequence[Capture | Sequence], trap_rows: Sequence[Trap], *,
+                   detector: str, detectfn: str, conditional: bool, parameters: dict[str, Any],
+                   study: dict[str, Any], notes: Sequence[str] = ()) -> dict[str, Any]:
+    """The answer of a fit the array cannot carry: what the study holds and the one sentence why, and no estimate
+    (no ``D_per_100km2`` key at all, so no reader can take a number from it)."""
+    history = build_capture_history(capture_rows, trap_rows, detector_type=detector)
+    shape = array_shape(history.xy)
+    answer: dict[str, Any] = {
+        "refused": True, "reason": exc.reason, "criterion": exc.criterion, "detector": history.detector_type,
+        "detectfn": detectfn, "likelihood": "conditional" if conditional else "full",
+        "n_animals": history.n_animals, "n_detections": history.n_detections, "n_occasions": history.n_occasions,
+        "n_detectors": len(history.detectors), "detector_spacing_m": shape.spacing_m,
+        "array_extent_m": shape.extent_m, "spatial_recaptures": spatial_recaptures(history.counts),
+        "parameters": parameters, "study": study, "notes": list(notes), **_stations_and_animals(history)}
+    answer["summary"] = summary_line(answer)
+    return answer
+
+
 def summary_line(answer: dict[str, Any]) -> str:
-    """One line: D with its 95% interval, and the animals and detectors it rests on."""
+    """One line: D with its 95% interval, and the animals and detectors it rests on; a failed buffer check is
+    part of it (the headline, not only the notes); a refused fit says so and why, with no number."""
+    if answer.get("refused"):
+        return f"no density: {answer['reason']}"
     d, lo, hi = answer["D_per_100km2"], answer["ci_low"], answer["ci_high"]
-    return (f"D = {d:.1f} animals per 100 km²" if d is not None else "D not estimable") + (
+    line = (f"D = {d:.1f} animals per 100 km²" if d is not None else "D not estimable") + (
         f" (95% interval {lo:.1f} – {hi:.1f})" if lo is not None and hi is not None else "") + \
         f" from {answer['n_animals']} animals at {answer['n_detectors']} detectors"
+    check = answer.get("buffer_check")
+    if check and check.get("changed"):
+        line += f"; {check['message']}"
+    return line

@@ -100,6 +100,8 @@ def density_status(cat: Catalogue, job_id: int | None) -> tuple[dict[str, Any] |
     label = f"Density fit job #{job.id}" + (f" {basis}" if basis else "")
     if job.status == JobStatus.succeeded:
         answer = dict(job.result or {})
+        if answer.get("refused"):  # the array cannot carry a density: the one sentence, no number
+            return answer, f"{label} refused: {answer['reason']}"
         return answer, f"{label} done: {answer.get('summary', '')}."
     if job.status in (JobStatus.failed, JobStatus.cancelled):  # the message says which, and why
         why = (job.message or "").removeprefix("failed: ")
@@ -123,6 +125,8 @@ def _interval(lo: float | None, hi: float | None, digits: int = 1) -> str:
 def estimate_rows(answer: Mapping[str, Any]) -> list[list[str]]:
     """Rows of :data:`ESTIMATE_HEADERS`: D per 100 km², g0 or lambda0, sigma and N in the mask, each with its 95%
     interval and what it assumes, in one sentence."""
+    if answer.get("refused"):
+        return [["D (animals per 100 km²)", "no estimate", "—", answer["reason"]]]
     curve = DETECTION_CURVES.get(answer["detectfn"], answer["detectfn"])
     name = "lambda0" if "lambda0" in answer else "g0"
     detection_ci = answer.get(f"{name}_ci") or [None, None]
@@ -135,6 +139,9 @@ def estimate_rows(answer: Mapping[str, Any]) -> list[list[str]]:
                      "is born, dies or moves its centre during the study.")
     what = "detections expected at the centre per occasion" if name == "lambda0" else \
         "chance of detection at the centre per occasion"
+    check = answer.get("buffer_check") or {}
+    if check.get("changed"):  # said where D is read, not only in the notes
+        d_assumes = f"{check['message'][0].upper()}{check['message'][1:]}. {d_assumes}"
     return [
         ["D (animals per 100 km²)", _fmt(answer["D_per_100km2"]), _interval(answer["ci_low"], answer["ci_high"]),
          d_assumes],
@@ -149,28 +156,72 @@ def estimate_rows(answer: Mapping[str, Any]) -> list[list[str]]:
     ]
 
 
-def basis_text(answer: Mapping[str, Any]) -> str:
-    """One paragraph: what the fit rests on, the mask, the buffer check and the notes."""
-    study, p, m = answer["study"], answer["parameters"], answer["mask"]
+def _where(answer: Mapping[str, Any]) -> str:
+    study = answer["study"]
     if study["source"] == "catalogue":
-        where = (f"{study['species']}: {answer['n_animals']} animal(s) with {answer['n_detections']} detection(s) at "
-                 f"{answer['n_detectors']} station(s) over {answer['n_occasions']} occasion(s) of "
-                 f"{_fmt(study['occasion_days'], 3).rstrip('0').rstrip('.')} day(s), {study['start']} to "
-                 f"{study['last_day']} (stations in UTM metres, EPSG:{study['epsg']})")
+        return (f"{study['species']}: {answer['n_animals']} animal(s) with {answer['n_detections']} detection(s) at "
+                f"{answer['n_detectors']} station(s) over {answer['n_occasions']} occasion(s) of "
+                f"{_fmt(study['occasion_days'], 3).rstrip('0').rstrip('.')} day(s), {study['start']} to "
+                f"{study['last_day']} (stations in UTM metres, EPSG:{study['epsg']})")
+    return (f"secr files {Path(study['captures']).name} and {Path(study['traps']).name}: "
+            f"{answer['n_animals']} animal(s) with {answer['n_detections']} detection(s) at "
+            f"{answer['n_detectors']} detector(s) over {answer['n_occasions']} occasion(s)")
+
+
+def _mask_words(answer: Mapping[str, Any]) -> str:
+    """The mask as it was made: a mask file is named (a CSV is used as it is, so no buffer is spoken of); a buffer
+    is the default, the widened one, or the user's."""
+    p, m = answer["parameters"], answer["mask"]
+    if p["mask_file"] and m.get("source") == "csv":
+        return f"mask from {Path(p['mask_file']).name}, {m['points']} points {_fmt(m['spacing_m'], 0)} m apart, " \
+               f"{_fmt(m['area_km2'], 1)} km²"
+    if p.get("buffer_start_m") is not None:
+        buffer = (f"buffer {_fmt(p['buffer_m'], 0)} m (widened by itself from {_fmt(p['buffer_start_m'], 0)} m, "
+                  "4 × the spread of the animals' detections, until D was stable)")
+    elif p["buffer_default"]:
+        buffer = f"buffer {_fmt(p['buffer_m'], 0)} m (4 × the spread of the animals' detections, the default)"
     else:
-        where = (f"secr files {Path(study['captures']).name} and {Path(study['traps']).name}: "
-                 f"{answer['n_animals']} animal(s) with {answer['n_detections']} detection(s) at "
-                 f"{answer['n_detectors']} detector(s) over {answer['n_occasions']} occasion(s)")
-    buffer = f"buffer {_fmt(p['buffer_m'], 0)} m" + (" (4 × the spread of the animals' detections, the default)"
-                                                     if p["buffer_default"] else "")
-    mask = (f"mask from {Path(p['mask_file']).name}, {m['points']} points" if p["mask_file"]
-            else f"mask of {m['points']} points") + f" {_fmt(m['spacing_m'], 0)} m apart, {buffer}, " \
-        f"{_fmt(m['area_km2'], 1)} km²"
-    text = (f"{where}; {answer['detector']} detectors, {answer['detectfn']} detection curve, "
-            f"{answer['likelihood']} likelihood; {mask}; detectors {_fmt(answer['detector_spacing_m'], 0)} m apart "
-            f"on average. Log-likelihood {_fmt(answer['loglik'], 3)}, AIC {_fmt(answer['AIC'], 2)}.")
+        buffer = f"buffer {_fmt(p['buffer_m'], 0)} m (yours)"
+    where = f"mask clipped to {Path(p['mask_file']).name}, " if p["mask_file"] else "mask of "
+    return (f"{where}{m['points']} points {_fmt(m['spacing_m'], 0)} m apart, {buffer}, "
+            f"{_fmt(m['area_km2'], 1)} km²")
+
+
+def identities_sentence(answer: Mapping[str, Any]) -> str:
+    """Which identities the figures rest on and how many unreviewed annotations were left out of them."""
+    counts = answer.get("provenance_counts")
+    if not counts:
+        return "Identities: as the secr files give them (they do not say who identified each animal)."
+    basis = answer.get("identities", "decided")
+    outside = int(answer.get("outside_occasions") or 0)
+    curator, machine, unreviewed = counts["curator"], counts["machine"], counts["unreviewed"]
+    if basis == "confirmed":
+        return (f"Identities confirmed only: the {curator} annotation(s) a curator identified; {machine} "
+                f"machine-identified and {unreviewed + outside} unreviewed annotation(s) left out.")
+    if basis == "uncertain":
+        return (f"Identities with identification uncertainty: {curator} annotation(s) a curator identified, kept; "
+                f"{machine} machine-identified and {unreviewed} unreviewed annotation(s) given an animal "
+                f"in each draw; {outside} unreviewed annotation(s) outside the occasions left out.")
+    return (f"Identities as decided: {curator} annotation(s) identified by a curator and {machine} by a machine; "
+            f"{unreviewed + outside} unreviewed annotation(s) left out.")
+
+
+def basis_text(answer: Mapping[str, Any]) -> str:
+    """One paragraph: what the fit rests on, the identities, the mask, the buffer check and the notes; for a
+    refused fit what the study holds and why no figure is shown."""
+    if answer.get("refused"):
+        return (f"No density: {answer['reason']} ({_where(answer)}; {answer['spatial_recaptures']} animal(s) caught "
+                f"at two or more stations; stations {_fmt(answer['detector_spacing_m'], 0)} m apart on average, "
+                f"{_fmt(answer['array_extent_m'], 0)} m across.) {identities_sentence(answer)}")
     check = answer.get("buffer_check")
-    if check:
+    text = ""
+    if check and check.get("changed"):  # first, where it cannot be missed
+        text = f"{check['message'][0].upper()}{check['message'][1:]}. "
+    text += (f"{_where(answer)}; {answer['detector']} detectors, {answer['detectfn']} detection curve, "
+             f"{answer['likelihood']} likelihood; {_mask_words(answer)}; detectors "
+             f"{_fmt(answer['detector_spacing_m'], 0)} m apart on average. Log-likelihood {_fmt(answer['loglik'], 3)}, "
+             f"AIC {_fmt(answer['AIC'], 2)}. {identities_sentence(answer)}")
+    if check and not check.get("changed"):
         text += f" Buffer check: {check['message']}."
     notes = [n for n in answer.get("notes", []) if not check or n != check["message"]]
     return text + "".join(f" {n[0].upper()}{n[1:]}{'' if n.endswith('.') else '.'}" for n in notes)
@@ -179,6 +230,8 @@ def basis_text(answer: Mapping[str, Any]) -> str:
 def summary_text(answer: Mapping[str, Any]) -> str:
     """The CLI's plain answer: the basis, then the estimates table and what each assumes, then where the
     identities come from (and, on another basis than decided, the estimates as decided beside)."""
+    if answer.get("refused"):
+        return basis_text(answer)
     rows = estimate_rows(answer)
     widths = [max(len(str(r[i])) for r in rows + [ESTIMATE_HEADERS]) for i in range(3)]
     lines = [basis_text(answer), "", "  ".join(h.ljust(w) for h, w in zip(ESTIMATE_HEADERS[:3], widths)).rstrip()]
@@ -233,6 +286,7 @@ def write_density_report(cat: Catalogue, answer: Mapping[str, Any]) -> str:
     path = cat.data_dir / "exports" / f"density-{ch.secr_token(who)}-{stamp}.md"
     lines = ["# Density by spatial capture-recapture", "",
              f"Written by Rosette on {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.", "",
+             f"**{answer['summary'][0].upper()}{answer['summary'][1:].rstrip('.')}.**", "",
              basis_text(answer), "", "| " + " | ".join(ESTIMATE_HEADERS) + " |",
              "|" + "---|" * len(ESTIMATE_HEADERS)]
     lines += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in estimate_rows(answer)]
@@ -251,33 +305,72 @@ def write_density_report(cat: Catalogue, answer: Mapping[str, Any]) -> str:
 # --------------------------------------------------------------------------- charts
 
 
+def nice_length(span: float) -> float:
+    """A scale bar's length: 1, 2 or 5 times a power of ten, about a fifth of ``span``."""
+    if not (math.isfinite(span) and span > 0):
+        return 100.0
+    target = span / 5
+    power = 10 ** math.floor(math.log10(target))
+    return float(max(m * power for m in (1, 2, 5) if m * power <= target))
+
+
+def map_view(answer: Mapping[str, Any]) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The map's first view: the stations with a margin of about 2 sigma (at least half the array's width, at most
+    the buffer), so that on a wide mask the stations and the animals stay apart; the whole mask is a double-click
+    away."""
+    xs = [s["x"] for s in answer["stations"]]
+    ys = [s["y"] for s in answer["stations"]]
+    width = max(max(xs) - min(xs), max(ys) - min(ys), 1.0)
+    sigma = answer.get("sigma_m")
+    buffer = (answer.get("parameters") or {}).get("buffer_m") or math.inf
+    margin = max(0.5 * width, 2 * sigma if sigma and math.isfinite(sigma) else 0.0, 100.0)
+    margin = min(margin, buffer) if answer.get("mask_xy") else 0.5 * width
+    return (min(xs) - margin, max(xs) + margin), (min(ys) - margin, max(ys) + margin)
+
+
 def map_figure(answer: Mapping[str, Any]) -> Any:
-    """Plan view in metres: the mask's points, the stations (sized by detections) and each animal's mean
-    detection place."""
+    """Plan view in metres: the mask's points, the stations (sized by detections, each named in dark type) and each
+    animal's mean detection place, zoomed to the stations (:func:`map_view`) with a scale bar."""
     import plotly.graph_objects as go  # lazy: plotly is heavy and only needed when a chart is drawn
 
-    mask = answer["mask_xy"]
+    mask = answer.get("mask_xy") or []
     stations, animals = answer["stations"], answer["animals"]
     fig = go.Figure()
-    fig.add_trace(go.Scattergl(x=[p[0] for p in mask], y=[p[1] for p in mask], mode="markers", name="habitat mask",
-                               marker=dict(symbol="square", size=4, color="#cfe8cf"), hoverinfo="skip"))
+    if mask:
+        fig.add_trace(go.Scattergl(x=[p[0] for p in mask], y=[p[1] for p in mask], mode="markers",
+                                   name="habitat mask", marker=dict(symbol="square", size=4, color="#dcefdc"),
+                                   hoverinfo="skip"))
     most = max([1, *(s["detections"] for s in stations)])
     fig.add_trace(go.Scatter(
         x=[s["x"] for s in stations], y=[s["y"] for s in stations], mode="markers+text", name="stations",
         text=[s["name"] for s in stations], textposition="top center",
-        marker=dict(symbol="triangle-up", color="#1f3b73", size=[8 + 14 * s["detections"] / most for s in stations]),
+        textfont=dict(size=14, color="#0b1f44", family="Arial Black, Arial, sans-serif"),
+        marker=dict(symbol="triangle-up", color="#1f3b73", line=dict(color="white", width=1.5),
+                    size=[12 + 12 * s["detections"] / most for s in stations]),
         customdata=[[s["detections"], s["animals"], s["usage"]] for s in stations],
         hovertemplate="%{text}: %{customdata[0]} detections of %{customdata[1]} animals, "
                       "%{customdata[2]:.1f} occasions of use<extra></extra>"))
     fig.add_trace(go.Scatter(
         x=[a["x"] for a in animals], y=[a["y"] for a in animals], mode="markers", name="animals (mean detection)",
-        text=[a["name"] for a in animals], marker=dict(color="#c0392b", size=6, opacity=0.8),
+        text=[a["name"] for a in animals],
+        marker=dict(symbol="circle", color="#c0392b", size=9, opacity=0.85, line=dict(color="white", width=1)),
         customdata=[[a["detections"], a["detectors"]] for a in animals],
         hovertemplate="%{text}: %{customdata[0]} detections at %{customdata[1]} stations<extra></extra>"))
-    fig.update_layout(title="Stations, habitat mask and detections (metres)", height=480,
-                      margin=dict(l=60, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.12),
-                      xaxis=dict(title="x (m)"), yaxis=dict(title="y (m)", scaleanchor="x", scaleratio=1))
+    (x0, x1), (y0, y1) = map_view(answer)
+    bar = nice_length(x1 - x0)
+    bx, by = x0 + 0.05 * (x1 - x0), y0 + 0.06 * (y1 - y0)
+    fig.add_shape(type="line", x0=bx, x1=bx + bar, y0=by, y1=by, line=dict(color="#222", width=4))
+    fig.add_annotation(x=bx + bar / 2, y=by, text=f"<b>{_distance(bar)}</b>", showarrow=False, yshift=12,
+                       font=dict(size=13, color="#222"))
+    fig.update_layout(title="Stations, habitat mask and detections (metres; double-click for the whole mask)",
+                      height=480, margin=dict(l=60, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.12),
+                      xaxis=dict(title="x (m)", range=[x0, x1]),
+                      yaxis=dict(title="y (m)", range=[y0, y1], scaleanchor="x", scaleratio=1))
     return fig
+
+
+def _distance(metres: float) -> str:
+    return f"{metres / 1000:g} km" if metres >= 1000 else f"{metres:g} m"
 
 
 def curve_figure(answer: Mapping[str, Any]) -> Any:

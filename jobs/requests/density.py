@@ -78,6 +78,9 @@ class DensityRequest(PopulationRequest):
     def __post_init__(self) -> None:
         super().__post_init__()
         detector = str(self.detector).strip().lower()
+        if detector == "single":  # secr itself fits single-catch traps with the multi-catch likelihood
+            raise ValueError("detector 'single' is fitted as secr fits it, with the multi-catch likelihood (an "
+                             "approximation that secr also warns of): give detector multi")
         if detector not in DETECTOR_TYPES:
             raise ValueError(f"detector {self.detector!r} unknown; use one of {', '.join(DETECTOR_TYPES)} "
                              "(proximity for camera traps)")
