@@ -450,3 +450,26 @@ def test_the_identities_table_names_each_interval_after_its_estimate():
     confirmed = unique_headers(ident.basis_headers("confirmed", ident.SIDE_BY_SIDE_HEADERS,
                                                    confirmed_header=ident.CONFIRMED_HEADER))
     assert confirmed[4] == "95% interval (confirmed only)" and len(set(confirmed)) == len(confirmed)
+
+
+def test_the_jobs_list_counts_a_jobs_animals_and_names_their_species(cat, two_animals):
+    """An import's features job stores the new animals' annotation ids and no species: the Jobs tab says "4
+    animals (#1–#4) of Panthera onca", not "species=None, image_ids=[1, 2, 3, 4]"."""
+    from app.tabs.jobs import jobs_html
+    from jobs.actions import jobs as js
+    from jobs.actions.job_words import job_params_words, params_words
+    from jobs.queue import submit
+    from jobs.requests.map import EmbedRequest
+
+    with cat.unit_of_work() as s:
+        s.get(Species, 1).name = "Panthera onca"
+        s.commit()
+    ids = two_animals["photos"]
+    job = submit(cat, "embed", EmbedRequest(backbone="b0", user="ana", reason="import", image_ids=tuple(ids)).to_dict())
+    words = job_params_words(cat, [job])[job]
+    assert words == f"4 animals (#{ids[0]}–#{ids[-1]}) of Panthera onca, backbone=b0, variant=full_rgb, reason=import"
+    page = jobs_html(js.job_rows(cat), job_params_words(cat, [job]))
+    assert "4 animals" in page and "image_ids" not in page and "species=None" not in page
+    assert params_words({"image_ids": [3, 9, 12, 40]}, species_names={}) == "4 animals (#3, #9, #12, …)"
+    assert params_words({"species": 1, "backbone": "b0"}, species_names={1: "Panthera onca"}) == \
+        "species=Panthera onca, backbone=b0"

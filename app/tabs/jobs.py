@@ -21,6 +21,7 @@ from jobs.actions import jobs as js
 from jobs.actions import match as ms
 from jobs.actions import training as ts
 from jobs.actions.common import curator_name
+from jobs.actions.job_words import job_params_words
 
 TITLE = "Jobs"
 ORDER = 60
@@ -57,8 +58,9 @@ def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
 
 
-def jobs_html(rows: list[js.JobRow]) -> str:
-    """The job list as an HTML table with progress bars and per-job Cancel / Retry buttons."""
+def jobs_html(rows: list[js.JobRow], requests: dict[int, str] | None = None) -> str:
+    """The job list as an HTML table with progress bars and per-job Cancel / Retry buttons; ``requests``: each
+    job's request in words (:func:`jobs.actions.job_words.job_params_words`), else its raw parameters."""
     if not rows:
         return "<div class='empty'>No jobs yet. Evaluations started from <b>Benchmarks</b> and training runs appear here.</div>"
     body = []
@@ -74,7 +76,7 @@ def jobs_html(rows: list[js.JobRow]) -> str:
         error = f"<div class='error' title='{_e(r.error)}'>{_e(r.error[:200])}</div>" if r.error else ""
         body.append(
             f"<tr id='job-row-{r.id}' data-status='{r.status}'><td>#{r.id}</td>"
-            f"<td>{_e(r.kind)}<div class='params'>{_e(r.params)}</div></td>"
+            f"<td>{_e(r.kind)}<div class='params'>{_e((requests or {}).get(r.id, r.params))}</div></td>"
             f"<td><span class='st st-{r.status}'>{_e(r.status)}</span></td>"
             f"<td><progress max='100' value='{pct}' title='{pct}%'></progress> {pct}%</td>"
             f"<td>{_e(r.message)}{error}</td><td>{_e(r.created)}</td><td>{_e(r.duration)}</td>"
@@ -191,7 +193,7 @@ def build(ctx: UIContext) -> None:
 
     def render():
         rows = js.job_rows(cat)
-        return jobs_html(rows), worker_line(rows)
+        return jobs_html(rows, job_params_words(cat, [r.id for r in rows])), worker_line(rows)
 
     ctx.on_refresh(render, outputs=[table, worker])
     timer.tick(guarded_viewer(render), outputs=[table, worker], show_progress="hidden", api_visibility="private",
