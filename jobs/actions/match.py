@@ -272,7 +272,9 @@ class MatchView:
         if self.p_new is not None:
             return suggests_new_animal(self.p_new, [c.probability for c in self.candidates if c.probability is not None],
                                        threshold=self.new_threshold)
-        return bool(self.pipeline and top.probability is not None and top.probability < self.new_threshold)
+        # no p(new): a fused pipeline's pair probability, the only number it has (every other view carries p(new)
+        # or the sentence withholding it)
+        return bool(top.probability is not None and top.probability < self.new_threshold)
 
     @property
     def seen_individual_id(self) -> int | None:
