@@ -1,4 +1,4 @@
-"""The Population tab's density section and activity panel (built by :mod:`app.tabs.population` under its form).
+"""The Population tab's density section (built by :mod:`app.tabs.population` under its form).
 
 Density: spatial capture-recapture fitted as secr fits it to the study the form describes, on a basis of identities
 (as decided, confirmed only, with identification uncertainty: the bases of the population's identities section), by
@@ -14,16 +14,14 @@ import gradio as gr
 import pandas as pd
 
 from app.tabs._identities import BASES
-from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text, refreshed_choices
+from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text
 from core.field.scr_data import DETECTOR_TYPES
 from core.field.scr_likelihood import DETECTION_FUNCTIONS
 from db.models import Role
-from jobs.actions import activity as act
 from jobs.actions import density as ds
-from jobs.actions import population as ps
 from jobs.actions.common import upload_path
 from jobs.actions.identities import basis_headers
-from jobs.requests.density import DEFAULT_DENSITY_DRAWS, ActivityRequest, DensityRequest
+from jobs.requests.density import DEFAULT_DENSITY_DRAWS, DensityRequest
 
 DENSITY_HELP = """\
 **Density** (animals per 100 km²) by spatial capture-recapture, as secr fits it: each animal has a centre of
@@ -40,13 +38,6 @@ identification uncertainty (the unreviewed and machine-identified annotations gi
 species' calibrated model, each of the *draws* fitted, under a second each); the last two are shown beside the
 density as decided.
 """
-ACTIVITY_HELP = """\
-**Activity over the day**: when the species is photographed, one time per event (a burst of photos counts once),
-as a smoothed curve (a von Mises kernel, the bandwidth the R package overlap chooses). Choose a second species to
-compare them, or split one species by individual or sex; the overlap (0: never active at the same hours, 1: the
-same pattern) is given three ways with a 95% interval from a smoothed bootstrap (a few seconds).
-"""
-SPLITS = [("the species as a whole", ""), ("each individual", "individual"), ("each sex", "sex")]
 
 
 def _side_by_side(answer) -> tuple:
@@ -164,43 +155,3 @@ def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
         return job_id if job_id else gr.skip()
 
     ctx.on_refresh(latest, inputs=[job], outputs=[job], on_tab_select=False)
-
-
-def build_activity(ctx: UIContext, species: gr.Dropdown) -> None:
-    """The activity panel: the Population form's species, a second one to compare, or a split."""
-    cat = ctx.catalogue
-    gr.Markdown(ACTIVITY_HELP, elem_classes=["help-text"])
-    with gr.Row(equal_height=True):
-        other = gr.Dropdown([], value=None, label="Compare with species", allow_custom_value=True,
-                            elem_id="act-species-b", scale=2, info="empty: the species above alone")
-        split = gr.Dropdown(SPLITS, value="", label="One curve for", elem_id="act-by", scale=1)
-        compute = gr.Button("Show activity", variant="primary", elem_id="act-compute", scale=0, min_width=160)
-    basis = gr.Markdown(elem_id="act-basis", elem_classes=["status-line"])
-    plot = gr.Plot(label="Activity over the day", elem_id="act-plot")
-    overlaps = gr.Dataframe(headers=act.OVERLAP_HEADERS, value=[], interactive=False, wrap=True,
-                            label="Overlap of activity (95% intervals: smoothed bootstrap)", elem_id="act-overlaps")
-
-    def refresh_species(current):
-        return refreshed_choices(ps.species_choices(cat), current)
-
-    ctx.on_refresh(refresh_species, inputs=[other], outputs=[other])
-
-    @curator_action(role=Role.viewer)
-    def show(sp, sp_b, by):
-        names = tuple(n for n in (sp, sp_b) if n)
-        try:
-            summary = act.activity_summary(cat, ActivityRequest(species=names, by=by or None))
-        except ps.SpeciesNotChosen as exc:
-            return (f"Individuals of {len(exc.names)} species are catalogued: choose one in the **Species** list "
-                    "above, then press **Show activity** again.", None, pd.DataFrame([], columns=act.OVERLAP_HEADERS))
-        return (markdown_text(act.basis_text(summary)), act.activity_figure(summary),
-                pd.DataFrame(act.overlap_rows(summary), columns=act.OVERLAP_HEADERS))
-
-    compute.click(show, inputs=[species, other, split], outputs=[basis, plot, overlaps], api_name="activity")
-
-    def forget():
-        """A changed choice: the curves shown no longer answer it."""
-        return "", None, pd.DataFrame([], columns=act.OVERLAP_HEADERS)
-
-    for field in (species, other, split):
-        field.input(guarded_viewer(forget), outputs=[basis, plot, overlaps], api_visibility="private", queue=False)
