@@ -323,7 +323,8 @@ def undo(cat: Catalogue, request: UndoRequest) -> Undone:
                     raise NotFoundError(f"There is no change #{request.seen_event_id}.")
                 if seen.undone_at is None and newest is not None and newest.id != seen.id:
                     raise ConflictError(f"Nothing undone: a newer change was made since you looked, "
-                                        f"#{newest.id} {describe_event(newest, event_words(s, [newest]))} by {newest.user}. "
+                                        f"#{newest.id} {describe_event(newest, event_words(s, [newest]))} by "
+                                        f"{newest.user}. "
                                         "Look at the history and press Undo again if that is the one to undo.")
                 newest = seen  # if it was undone meanwhile, undo_event below says by whom
             if newest is None:
