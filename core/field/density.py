@@ -6,7 +6,9 @@ what was used; the buffer check). The likelihood is in :mod:`core.field.scr_like
 
 The full and conditional likelihoods (secr's default and ``CL = TRUE``), the link scales, SEs and intervals, and the
 buffer check (a fit again with twice the buffer; D changing by more than 1% says it was too narrow):
-docs/density.md."""
+docs/density.md. Two steps go beyond secr's ``secr.fit``: a fit the array cannot carry is refused before any figure
+leaves here (:mod:`core.field.scr_identifiability`), and a default buffer is widened by itself to the one
+:func:`suggest_buffer` gives (secr's ``suggest.buffer``) and the model refitted until D is stable."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ several stations that stand closer than about 2 sigma apart. When the array cann
 flat in sigma: the maximum drifts far outside the array, the information matrix is (near) singular and the
 intervals span orders of magnitude. Such a fit is refused with one sentence that says what the array lacks; the
 sentence names only the array (its stations and their spacing), so the same data are refused in the same words at
-any buffer. The thresholds below are deliberately loose: a study secr would fit well passes every one of them
-(docs/density.md, "What the array can carry").
+any buffer. The thresholds below are deliberately loose: a study secr would fit well passes every one of them (the
+secr reproductions and the simulated camera studies of tests/test_density_scr.py do).
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ def density_summary(cat: Catalogue | None, request: DensityRequest, *,
                     should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The density answer for ``request`` on its basis of identities as a JSON-ready dict (``cat`` may be None for
     secr files; :func:`db.density_identities.density_on_basis`, which the background job calls too). A fit that
-    does not converge is refused as a ``ValueError`` naming the start values tried, so every screen shows it;
+    does not converge is refused as a ``ValueError`` naming the start values tried, so every screen shows it; a fit
+    the array cannot carry is an answer with ``refused`` and its one-sentence ``reason`` and no estimate;
     ``uncertain`` without a calibrated model raises :class:`NoCalibration` naming the command that checks one;
     a stop raises :class:`core.field.identities.ImputationCancelled` with nothing kept."""
     try:
