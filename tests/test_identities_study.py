@@ -254,8 +254,8 @@ def test_the_population_tab_shows_both_columns_and_the_review_list(study):
                     and getattr(f.fn, "__module__", "") == "app.tabs._identities")
         shown, words, side, review = poll(None, job_id, None, decided)  # the guard takes the request first
         assert shown == job_id and "20 draws" in words
-        assert list(side.columns)[:4] == ["Model", "As decided: N", "95% interval", "With identification "
-                                                                                    "uncertainty: N"]
+        assert list(side.columns)[:4] == ["Model", "As decided: N", "95% interval (as decided)",
+                                          "With identification uncertainty: N"]
         assert len(side) == 3 and len(review) > 0 and review.iloc[0, 0].startswith("#")
         # Match review's order "most informative for the population estimate first" reads that job's ranking
         assert "match-informative-first" in ids and "review_informative_first" in fns
