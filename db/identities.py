@@ -338,6 +338,7 @@ def no_calibration(cat: Catalogue, *, species: str, species_id: int, model: str)
 
 
 _NEW_CAL_CACHE: dict[tuple, tuple[na.NewAnimalCalibrator | None, dict | None]] = {}
+NEW_ANIMAL_MAX_PHOTOS = 3000  # p(new) is fitted on at most this many gallery photos' all-vs-all scores
 
 
 def _new_animal_fit(cat: Catalogue, model: str, gallery_ids: list[int], labels: list[str],
@@ -346,8 +347,9 @@ def _new_animal_fit(cat: Catalogue, model: str, gallery_ids: list[int], labels: 
     key = (str(cat.data_dir), model, tuple(gallery_ids), tuple(labels))
     if key not in _NEW_CAL_CACHE:
         _NEW_CAL_CACHE.clear()
-        _NEW_CAL_CACHE[key] = fit_new_animal(pairwise_scores(g_emb, g_emb, metric=metric), labels,
-                                             _sightings(cat, gallery_ids))
+        n = min(len(gallery_ids), NEW_ANIMAL_MAX_PHOTOS)  # all-vs-all: the first photos stand for a large gallery
+        _NEW_CAL_CACHE[key] = fit_new_animal(pairwise_scores(g_emb[:n], g_emb[:n], metric=metric), labels[:n],
+                                             _sightings(cat, gallery_ids[:n]))
     return _NEW_CAL_CACHE[key][0]
 
 

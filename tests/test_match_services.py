@@ -486,6 +486,9 @@ def test_bulk_review_confirms_a_whole_sighting_and_skips_photos_decided_by_other
 def test_following_the_hints_creates_no_duplicate_and_the_numbers_are_one_posterior(cat):
     """Every query's animal is in the catalogue: the candidates' probabilities and p(new) are one distribution
     (summing to 1 with the individuals not listed), and deciding as the hint says never starts a new individual."""
+    import html
+
+    from app.tabs.match_cards import header_html
     from db.identities import match_posteriors
 
     with cat.unit_of_work() as s:
@@ -494,9 +497,12 @@ def test_following_the_hints_creates_no_duplicate_and_the_numbers_are_one_poster
         view = ms.match_query(cat, query.id)
         (post,) = match_posteriors(cat, [[query.id]], species_id=query.species_id, model=view.model_name)
         assert sum(post.probabilities) + post.p_new == pytest.approx(1.0)
+        head = header_html(view, [query.id], 0)
         if view.probability_withheld:
             assert view.p_new is None and all(c.probability is None for c in view.candidates)
+            assert html.escape(view.probability_withheld, quote=True) in head and "new individual" not in head
         else:
+            assert f"New animal: {100 * view.p_new:.0f}%" in head
             assert view.p_new == pytest.approx(post.p_new)
             assert [c.probability for c in view.candidates] == [post.probability_of(c.individual_name)
                                                                  for c in view.candidates]
