@@ -240,7 +240,7 @@ def test_demo_catalogue_merge_and_split_with_undo(demo_server, page, shot):
     expect(page.locator("#catalogue-split-pick input:checked")).to_have_count(0, timeout=TIMEOUT_MS)
     expect(headline).to_contain_text("nyala_61: 4 photos", timeout=TIMEOUT_MS)
     page.locator("#catalogue-undo").click()
-    expect(status).to_contain_text("Undone: assigned photo", timeout=TIMEOUT_MS)
+    expect(status).to_contain_text("Undone: assigned animal", timeout=TIMEOUT_MS)
     expect(headline).to_contain_text("nyala_61: 5 photos", timeout=TIMEOUT_MS)
 
     # --- search narrows the overview
