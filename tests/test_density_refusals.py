@@ -28,6 +28,7 @@ from core.field.scr_mask import trapbuffer_mask
 from db.field.density import fit_answer
 from db.models import Deployment, Individual, Species
 from db.session import open_catalogue
+from jobs import queue
 from jobs.actions import density as ds
 from jobs.requests.density import DensityRequest
 from jobs.worker import run_one
@@ -113,6 +114,7 @@ def test_the_catalogue_s_fit_and_the_tab_s_job_are_refused_with_the_same_sentenc
         assert run_one(cat, isolate=False) == job_id
         answer, words = ds.density_status(cat, job_id)
         assert words == f"Density fit job #{job_id} refused: {SENTENCE}"
+        assert queue.get_job(cat, job_id).message == f"no density: {SENTENCE}"  # the Jobs tab's line
         assert answer["refused"] and "D_per_100km2" not in answer
         assert ds.estimate_rows(answer) == [["D (animals per 100 km²)", "no estimate", "—", SENTENCE]]
         # the map shows the array the sentence speaks of, with every station named

@@ -179,6 +179,8 @@ def _mask_words(answer: Mapping[str, Any]) -> str:
     if p.get("buffer_start_m") is not None:
         buffer = (f"buffer {_fmt(p['buffer_m'], 0)} m (widened by itself from {_fmt(p['buffer_start_m'], 0)} m, "
                   "4 × the spread of the animals' detections, until D was stable)")
+    elif p["buffer_default"] and p["mask_file"]:  # the habitat is the user's: the buffer only bounds it
+        buffer = f"within {_fmt(p['buffer_m'], 0)} m of a detector (4 × the spread of the animals' detections)"
     elif p["buffer_default"]:
         buffer = f"buffer {_fmt(p['buffer_m'], 0)} m (4 × the spread of the animals' detections, the default)"
     else:
