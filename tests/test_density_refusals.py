@@ -118,7 +118,7 @@ def test_the_catalogue_s_fit_and_the_tab_s_job_are_refused_with_the_same_sentenc
         assert answer["refused"] and "D_per_100km2" not in answer
         assert ds.estimate_rows(answer) == [["D (animals per 100 km²)", "no estimate", "—", SENTENCE]]
         # the map shows the array the sentence speaks of, with every station named
-        assert list(ds.map_figure(answer).data[0].text) == ["A", "B", "C"]
+        assert list(ds.map_figure(answer).data[-1].text) == ["A", "B", "C"]
         report = Path(ds.write_density_report(cat, answer)).read_text()
         assert f"**No density: {SENTENCE}**" in report
         # the identities the refusal rests on, and the two annotations nobody identified left out
@@ -255,3 +255,18 @@ def test_the_identities_sentence_on_each_basis():
     assert "3 machine-identified and 2 unreviewed annotation(s) given an animal in each draw; 1 unreviewed" in \
         ds.identities_sentence({"provenance_counts": counts, "identities": "uncertain", "outside_occasions": 1})
     assert "secr files" in ds.identities_sentence({"provenance_counts": None})
+
+
+def test_the_map_opens_on_the_stations_of_a_wide_mask_with_their_names_and_a_scale():
+    grid = np.arange(-15_000.0, 17_001.0, 1000.0)
+    answer = {"stations": [{"name": n, "x": 1000.0 * k, "y": 0.0, "detections": 3, "animals": 2, "usage": 5.0}
+                           for k, n in enumerate("ABC")],
+              "animals": [{"name": "a", "x": 500.0, "y": 0.0, "detections": 2, "detectors": 2}],
+              "mask_xy": [[x, y] for x in grid for y in grid], "sigma_m": 400.0, "parameters": {"buffer_m": 15_000}}
+    figure = ds.map_figure(answer)
+    (x0, x1), (y0, y1) = figure.layout.xaxis.range, figure.layout.yaxis.range
+    assert x0 < 0 and x1 > 2000 and x1 - x0 < 4000 < 32_000  # the 3 km of stations, not the 32 km of mask
+    stations = figure.data[-1]  # drawn last, over the mask and the animals
+    assert stations.name == "stations" and list(stations.text) == ["A", "B", "C"] and stations.textfont.size >= 14
+    assert figure.layout.annotations[0].text == "<b>500 m</b>" and figure.layout.shapes[0].x1 - \
+        figure.layout.shapes[0].x0 == 500

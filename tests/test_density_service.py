@@ -142,7 +142,14 @@ def test_the_tab_s_background_job_gives_the_same_answer_and_a_report(sim, capsys
         text = report.read_text()
         assert report.parent == cat.data_dir / "exports"
         assert f"{answer['D_per_100km2']:,.1f}" in text and '"D_per_100km2"' in text and "mask_xy" not in text
-        assert ds.map_figure(answer).data[1].name == "stations"
+        figure = ds.map_figure(answer)
+        assert [t.name for t in figure.data] == ["habitat mask", "animals (mean detection)", "stations"]
+        # first seen zoomed to the stations (the whole mask a double-click away), with a scale bar
+        (x0, x1), _ = ds.map_view(answer)
+        xs = [s["x"] for s in answer["stations"]]
+        assert tuple(figure.layout.xaxis.range) == (x0, x1) and x0 < min(xs) and max(xs) < x1
+        assert figure.layout.annotations[0].text in ("<b>1 km</b>", "<b>2 km</b>", "<b>5 km</b>")
+        assert figure.data[2].textfont.size >= 14  # station names legible
         assert ds.curve_figure(answer).data[0].y[0] == pytest.approx(answer["g0"])
     finally:
         cat.close()

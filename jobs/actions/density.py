@@ -318,22 +318,29 @@ def nice_length(span: float) -> float:
 
 
 def map_view(answer: Mapping[str, Any]) -> tuple[tuple[float, float], tuple[float, float]]:
-    """The map's first view: the stations with a margin of about 2 sigma (at least half the array's width, at most
-    the buffer), so that on a wide mask the stations and the animals stay apart; the whole mask is a double-click
-    away."""
+    """The map's first view: the stations with a margin of about 1.5 sigma (at least a quarter of the array's
+    width, at most the buffer), so that on a wide mask the stations and the animals stay apart; the whole mask is a
+    double-click away."""
     xs = [s["x"] for s in answer["stations"]]
     ys = [s["y"] for s in answer["stations"]]
     width = max(max(xs) - min(xs), max(ys) - min(ys), 1.0)
     sigma = answer.get("sigma_m")
     buffer = (answer.get("parameters") or {}).get("buffer_m") or math.inf
-    margin = max(0.5 * width, 2 * sigma if sigma and math.isfinite(sigma) else 0.0, 100.0)
-    margin = min(margin, buffer) if answer.get("mask_xy") else 0.5 * width
-    return (min(xs) - margin, max(xs) + margin), (min(ys) - margin, max(ys) + margin)
+    margin = max(0.25 * width, 1.5 * sigma if sigma and math.isfinite(sigma) else 0.0, 100.0)
+    mask = answer.get("mask_xy")
+    margin = min(margin, buffer) if mask else 0.25 * width
+    view = [min(xs) - margin, max(xs) + margin, min(ys) - margin, max(ys) + margin]
+    if mask:  # no wider than the mask (a habitat polygon may hug the stations), the stations always inside
+        pad = 0.05 * width + 50.0
+        mx, my = [p[0] for p in mask], [p[1] for p in mask]
+        view = [min(max(view[0], min(mx)), min(xs) - pad), max(min(view[1], max(mx)), max(xs) + pad),
+                min(max(view[2], min(my)), min(ys) - pad), max(min(view[3], max(my)), max(ys) + pad)]
+    return (view[0], view[1]), (view[2], view[3])
 
 
 def map_figure(answer: Mapping[str, Any]) -> Any:
-    """Plan view in metres: the mask's points, the stations (sized by detections, each named in dark type) and each
-    animal's mean detection place, zoomed to the stations (:func:`map_view`) with a scale bar."""
+    """Plan view in metres: the mask's points, each animal's mean detection place, and on top the stations (sized by
+    detections, each named in dark type), zoomed to the stations (:func:`map_view`) with a scale bar."""
     import plotly.graph_objects as go  # lazy: plotly is heavy and only needed when a chart is drawn
 
     mask = answer.get("mask_xy") or []
@@ -343,29 +350,29 @@ def map_figure(answer: Mapping[str, Any]) -> Any:
         fig.add_trace(go.Scattergl(x=[p[0] for p in mask], y=[p[1] for p in mask], mode="markers",
                                    name="habitat mask", marker=dict(symbol="square", size=4, color="#dcefdc"),
                                    hoverinfo="skip"))
+    # animals under the stations: one seen at a single station sits on it, and the station's name stays readable
+    fig.add_trace(go.Scatter(
+        x=[a["x"] for a in animals], y=[a["y"] for a in animals], mode="markers", name="animals (mean detection)",
+        text=[a["name"] for a in animals], marker=dict(symbol="circle", color="#c0392b", size=8),
+        customdata=[[a["detections"], a["detectors"]] for a in animals],
+        hovertemplate="%{text}: %{customdata[0]} detections at %{customdata[1]} stations<extra></extra>"))
     most = max([1, *(s["detections"] for s in stations)])
     fig.add_trace(go.Scatter(
         x=[s["x"] for s in stations], y=[s["y"] for s in stations], mode="markers+text", name="stations",
         text=[s["name"] for s in stations], textposition="top center",
-        textfont=dict(size=14, color="#0b1f44", family="Arial Black, Arial, sans-serif"),
+        textfont=dict(size=14, color="#0b1f44"),
         marker=dict(symbol="triangle-up", color="#1f3b73", line=dict(color="white", width=1.5),
-                    size=[12 + 12 * s["detections"] / most for s in stations]),
+                    size=[14 + 10 * s["detections"] / most for s in stations]),
         customdata=[[s["detections"], s["animals"], s["usage"]] for s in stations],
         hovertemplate="%{text}: %{customdata[0]} detections of %{customdata[1]} animals, "
                       "%{customdata[2]:.1f} occasions of use<extra></extra>"))
-    fig.add_trace(go.Scatter(
-        x=[a["x"] for a in animals], y=[a["y"] for a in animals], mode="markers", name="animals (mean detection)",
-        text=[a["name"] for a in animals],
-        marker=dict(symbol="circle", color="#c0392b", size=9, opacity=0.85, line=dict(color="white", width=1)),
-        customdata=[[a["detections"], a["detectors"]] for a in animals],
-        hovertemplate="%{text}: %{customdata[0]} detections at %{customdata[1]} stations<extra></extra>"))
     (x0, x1), (y0, y1) = map_view(answer)
     bar = nice_length(x1 - x0)
     bx, by = x0 + 0.05 * (x1 - x0), y0 + 0.06 * (y1 - y0)
     fig.add_shape(type="line", x0=bx, x1=bx + bar, y0=by, y1=by, line=dict(color="#222", width=4))
     fig.add_annotation(x=bx + bar / 2, y=by, text=f"<b>{_distance(bar)}</b>", showarrow=False, yshift=12,
                        font=dict(size=13, color="#222"))
-    fig.update_layout(title="Stations, habitat mask and detections (metres; double-click for the whole mask)",
+    fig.update_layout(title="Stations and detections (double-click: the whole mask)",
                       height=480, margin=dict(l=60, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.12),
                       xaxis=dict(title="x (m)", range=[x0, x1]),
                       yaxis=dict(title="y (m)", range=[y0, y1], scaleanchor="x", scaleratio=1))
