@@ -348,7 +348,7 @@ def map_figure(answer: Mapping[str, Any]) -> Any:
     fig = go.Figure()
     if mask:
         fig.add_trace(go.Scattergl(x=[p[0] for p in mask], y=[p[1] for p in mask], mode="markers",
-                                   name="habitat mask", marker=dict(symbol="square", size=4, color="#dcefdc"),
+                                   name="habitat mask", marker=dict(symbol="square", size=4, color="#c9e4c9"),
                                    hoverinfo="skip"))
     # animals under the stations: one seen at a single station sits on it, and the station's name stays readable
     fig.add_trace(go.Scatter(
@@ -360,7 +360,8 @@ def map_figure(answer: Mapping[str, Any]) -> Any:
     fig.add_trace(go.Scatter(
         x=[s["x"] for s in stations], y=[s["y"] for s in stations], mode="markers+text", name="stations",
         text=[s["name"] for s in stations], textposition="top center",
-        textfont=dict(size=14, color="#0b1f44"),
+        # a white halo keeps a name readable over the mask and over an animal's dot
+        textfont=dict(size=14, color="#0b1f44", weight="bold", shadow="0 0 3px white, 0 0 3px white, 0 0 2px white"),
         marker=dict(symbol="triangle-up", color="#1f3b73", line=dict(color="white", width=1.5),
                     size=[14 + 10 * s["detections"] / most for s in stations]),
         customdata=[[s["detections"], s["animals"], s["usage"]] for s in stations],
@@ -374,8 +375,9 @@ def map_figure(answer: Mapping[str, Any]) -> Any:
                        font=dict(size=13, color="#222"))
     fig.update_layout(title="Stations and detections (double-click: the whole mask)",
                       height=480, margin=dict(l=60, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.12),
-                      xaxis=dict(title="x (m)", range=[x0, x1]),
-                      yaxis=dict(title="y (m)", range=[y0, y1], scaleanchor="x", scaleratio=1))
+                      plot_bgcolor="white",  # the mask's green shows where the habitat ends
+                      xaxis=dict(title="x (m)", range=[x0, x1], gridcolor="#eee"),
+                      yaxis=dict(title="y (m)", range=[y0, y1], scaleanchor="x", scaleratio=1, gridcolor="#eee"))
     return fig
 
 
