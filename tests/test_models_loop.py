@@ -267,3 +267,12 @@ def test_the_map_says_what_its_job_waits_for_and_never_waits_behind_training(tmp
     note = map_wait_note(cat, "efficientnet_lite0")
     assert f"behind job #{first} (sleep, queued)" in note and f"#{training}" not in note
     assert "Compute map" not in map_html(None, note=note)
+
+
+def test_rosette_calibration_without_outcomes_names_the_real_cause(tmp_path, capsys):
+    """An empty catalogue: the refusal says what it has (0 pairs) and what to do, as the Population tab does."""
+    from app.cli import main as cli
+
+    assert cli(["--data-dir", str(tmp_path / "data"), "calibration", "efficientnet_lite0"]) == 1
+    err = capsys.readouterr().err
+    assert "has no calibration yet" in err and "has 0" in err and "Match review" in err, err

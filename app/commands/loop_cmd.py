@@ -40,10 +40,7 @@ def register(sub) -> None:
 
 
 def run_calibration(args, ctx) -> int:
-    rep = calibration(ctx.catalogue, args.model, args.species)
-    if rep is None:
-        raise ValueError(f"{args.model} cannot be calibrated yet: it needs at least 10 same / not-the-same "
-                         "decisions (or a benchmark of this species) with both outcomes among them")
+    rep = calibration(ctx.catalogue, args.model, args.species)  # raises with the real cause when there is none
     if args.json:
         print(json.dumps(rep, default=float))
         return 0

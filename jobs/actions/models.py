@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.inspect.diagnostics import tier_colour
-from db.identify.calibration import calibration_report, new_individual_threshold
+from db.identify.calibration import calibration_refusal, calibration_report, new_individual_threshold
 from db.identify.compare import compare as compare_on_benchmark
 from db.identify.compare import difference_figure  # noqa: F401  (the Models tab's per-query differences)
 from db.identities import new_animal_report
@@ -108,15 +108,16 @@ def compare_markdown(res: dict[str, Any]) -> str:
     return text
 
 
-def calibration(cat: Catalogue, model: str, species: str | int | None = None) -> dict[str, Any] | None:
-    """How ``model``'s scores read as "probability this is the same animal" for a species (None: not enough
-    outcomes yet), with the species' new-individual threshold and how well p(new), the probability that a query's
+def calibration(cat: Catalogue, model: str, species: str | int | None = None) -> dict[str, Any]:
+    """How ``model``'s scores read as "probability this is the same animal" for a species (``ValueError`` with
+    the real cause when it has none yet), with the species' new-individual threshold and how well p(new), the probability that a query's
     animal is not in the catalogue, is calibrated (``new_animal``: its cross-fitted ECE; ``rosette calibration``)."""
     sid = species_id(cat, species)
     rep = calibration_report(cat, model, species_id=sid)
-    if rep is not None:
-        rep["new_individual_threshold"] = new_individual_threshold(cat, sid)
-        rep["new_animal"] = new_animal_report(cat, model, species_id=sid)
+    if rep is None:
+        raise ValueError(calibration_refusal(cat, model, species_id=sid) or f"{model} has no calibration yet")
+    rep["new_individual_threshold"] = new_individual_threshold(cat, sid)
+    rep["new_animal"] = new_animal_report(cat, model, species_id=sid)
     return rep
 
 
@@ -128,9 +129,9 @@ def calibration_view(cat: Catalogue, model: str | None, species: str | None) -> 
         raise ValueError("Choose a model.")
     rep = calibration_report(cat, model, species_id=species_id(cat, species))
     fig = go.Figure()
-    if rep is None:
-        return (f"{model} cannot be calibrated yet: it needs a few same / not-the-same decisions with both outcomes "
-                "among them (or a benchmark, or two identified individuals of this species).", fig)
+    if rep is None:  # the real cause, in the words the Population tab and the command line give
+        sid = species_id(cat, species)
+        return (calibration_refusal(cat, model, species_id=sid) or f"{model} has no calibration yet.", fig)
     fig.add_trace(go.Scatter(x=rep["curve"]["score"], y=rep["curve"]["probability"], mode="lines",
                              name=f"score → probability ({rep['method']}, top candidate)"))
     rel = rep["reliability_on_decisions"]
