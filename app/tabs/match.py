@@ -253,7 +253,7 @@ def build(ctx: UIContext) -> None:
         entries = ms.review_queue(cat, model_name=model_name or ms.DEFAULT_MODEL, progress=step)
         ordered, words = ident.informative_first(cat, [e.image_id for e in entries])
         pos = ordered.index(int(image_id)) if int(image_id) in ordered else -1
-        where = f"Photo #{int(image_id)}, opened from the Population tab's review list. " + (
+        where = f"Animal #{int(image_id)}, opened from the Population tab's review list. " + (
             words if pos >= 0 else "It is not in the review queue: what was decided on it shows under the photo.")
         # the picker gets its choices with the value: the tab's own refresh of them may not have run yet
         pick = gr.update(choices=ms.photo_choices(cat), value=int(image_id))

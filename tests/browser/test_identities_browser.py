@@ -75,7 +75,7 @@ def test_both_columns_and_the_review_list_opening_match_review(server, page, sho
     facts = page.locator("#match-facts .rz-facts")
     expect(facts).to_have_attribute("data-image-id", str(annotation), timeout=JOB_TIMEOUT_MS)
     expect(facts).to_contain_text(f"#{annotation}")
-    expect(page.locator("#match-status")).to_contain_text(f"Photo #{annotation}, opened from the Population tab")
+    expect(page.locator("#match-status")).to_contain_text(f"Animal #{annotation}, opened from the Population tab")
     expect(page.locator("#match-status")).to_contain_text("Most informative for the")
     expect(page.locator("#match-header")).to_contain_text(re.compile(r"Photo ([2-9]|\d\d+) of \d+ in the review queue"))
     picker = page.locator("#match-open input")

@@ -135,7 +135,7 @@ def test_review_says_which_animal_and_ends_the_queue_cleanly(review_server, page
     # no waiting for navigations after a click: under a loaded machine that wait, not the app, ran out of time
     page.locator("#match-not").click(no_wait_after=True)
     status = page.locator("#match-status")
-    expect(status).to_contain_text("Not the only candidate.", timeout=TIMEOUT_MS)
+    expect(status).to_contain_text("the only candidate, is not this animal", timeout=TIMEOUT_MS)
     expect(status).to_contain_text("New individual (I)")
     assert _shown(page) == a
     shot("not-the-only-candidate")
