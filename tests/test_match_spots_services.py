@@ -115,7 +115,10 @@ def ids(cat) -> dict[str, int]:
 # --------------------------------------------------------------------------- match review with a pipeline
 
 
-def test_pipeline_cards_carry_the_fused_probability_and_matched_spots(cat):
+def test_pipeline_cards_carry_the_fused_probability_and_matched_spots(cat, capsys):
+    import json
+
+    from app.cli import main as cli_main
     from app.tabs.match import candidates_html, header_html
     from db.identify.matching import rank_candidates
 
@@ -126,17 +129,34 @@ def test_pipeline_cards_carry_the_fused_probability_and_matched_spots(cat):
     assert len(view.candidates) == len(result.candidates)
     for card, cand in zip(view.candidates, result.candidates):
         assert card.image_id == cand.image_id
-        assert card.probability == pytest.approx(cand.score)  # the fused probability, not re-calibrated
+        assert card.score == pytest.approx(cand.score)  # the pair's fused probability ranks, not re-calibrated
         assert card.global_score == pytest.approx(cand.global_score)
         assert card.inliers == cand.inliers and card.spot_status == cand.spot_status
         assert card.spot_status is not None and card.inliers is not None
+    # one posterior over the individuals and a new animal, as every other view: an individual's photos share its
+    # probability, and the individuals' probabilities and p(new) sum to 1 (pair probabilities would sum above it)
+    assert view.p_new is not None and view.probability_withheld is None
+    per_individual = {c.individual_name: c.probability for c in view.candidates if c.probability is not None}
+    assert per_individual and sum(per_individual.values()) + view.p_new == pytest.approx(1.0)
+    assert sum(c.score for c in view.candidates) > 1.0
+    assert max(per_individual, key=per_individual.get) == "A"
+    head = header_html(view, [], 0)
+    assert "New animal:" in head and "likely the same animal" not in head and "match-suggest-new" not in head
+    assert not view.suggest_new
+    # rosette match --json reads the same numbers
+    assert cli_main(["--data-dir", str(cat.data_dir), "match", str(photo["a0.png"]), "--model", PIPELINE,
+                     "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["p_new"] == pytest.approx(view.p_new) and out["probability_withheld"] is None
+    assert [c["probability"] for c in out["candidates"]] == pytest.approx([c.probability for c in view.candidates])
     top = view.candidates[0]
     assert top.image_id == photo["a1.png"] and top.spot_status == "verified" and top.inliers >= 15
     assert top.spot_probability == pytest.approx(1.0)
     cross = next(c for c in view.candidates if c.image_id == photo["e0.png"])
     assert cross.spot_status == "cross_flank" and cross.inliers == 0
     assert "fused calibrated probability" in view.calibration_note and "isotonic calibration" in view.calibration_note
-    assert view.new_threshold is not None  # a new individual can be suggested on the fused probability
+    assert "summing to 1" in view.calibration_note
+    assert view.new_threshold is not None  # a new individual can be suggested on the posterior's p(new)
     html = candidates_html(view, 1)
     assert f"{top.inliers} matched spots" in html and "rz-spots" in html
     assert "opposite flank: no spots to compare" in html

@@ -56,16 +56,15 @@ def run_match(args, ctx) -> int:
     query = _target(ctx, args.image_id, args.annotation)
     res = ranked_candidates(ctx.catalogue, query, model_name=args.model, k=args.k, flank_filter=args.flank,
                             place=args.place, date_from=args.date_from, date_to=args.date_to)
-    # the one posterior Match review and the Population tab show; a fused pipeline's scores are pair probabilities
-    numbers = None if res.pipeline else candidate_numbers(ctx.catalogue, res,
-                                                          species_id=photo_species(ctx.catalogue, query))
-    probs = numbers.probabilities if numbers is not None else [None] * len(res.candidates)
+    # the one posterior Match review and the Population tab show (a fused pipeline's from its fused probabilities)
+    numbers = candidate_numbers(ctx.catalogue, res, species_id=photo_species(ctx.catalogue, query))
+    probs = numbers.probabilities
     if args.json:
         print(json.dumps({"query_image_id": res.query_image_id, "query_annotation_id": res.query_image_id,
                           "model": res.model_name, "provenance": res.model_provenance, "index": res.index_used,
-                          "p_new": numbers.p_new if numbers is not None else None,
-                          "probability_withheld": numbers.withheld if numbers is not None else None,
-                          "probability_basis": numbers.note if numbers is not None else None,
+                          "p_new": numbers.p_new,
+                          "probability_withheld": numbers.withheld,
+                          "probability_basis": numbers.note,
                           "candidates": [{"rank": c.rank, "image_id": c.image_id, "annotation_id": c.image_id,
                                           "individual": c.individual_name, "score": c.score, "flank": c.flank,
                                           "same_sighting": c.same_sighting, "probability": p,
@@ -78,9 +77,9 @@ def run_match(args, ctx) -> int:
                                         f"already in this photo as #{c.in_photo_as}" if c.in_photo_as else "") if w))
                  for c, p in zip(res.candidates, probs)],
                 ["rank", "individual", "annotation", "score", "probability", "flank", ""])
-    if numbers is not None and numbers.withheld:
+    if numbers.withheld:
         print(numbers.withheld)
-    elif numbers is not None and numbers.p_new is not None:
+    elif numbers.p_new is not None:
         print(f"a new animal: {100 * numbers.p_new:.0f}% ({numbers.note})")
     print(f"scored by {res.model_provenance}")
     if res.index_used:

@@ -37,9 +37,11 @@ def candidates_html(view: ms.MatchView | None, selected: int | None, pictures: d
         if view.pipeline:
             raw = (f"raw global score {c.global_score:.4f} (cosine of the two photos' features by the pipeline's "
                    f"global model)" if c.global_score is not None else "no raw global score")
-            fused = (f"the score is the fused probability {c.probability:.3f} that this is the same animal "
-                     f"(global shortlist + spot evidence)" if c.probability is not None else
-                     "outside the pipeline's verified shortlist: no fused probability, ranked by the global model")
+            fused = ("outside the pipeline's verified shortlist: no fused probability, ranked by the global model"
+                     if c.spot_status == "outside_shortlist" else
+                     f"the bar is this pair's fused probability {c.score:.3f} of the same animal (global shortlist "
+                     f"+ spot evidence), which ranks it; the percentage is its individual's share of the one "
+                     f"distribution over the individuals and a new animal")
             score_tip = f"{fused} by {view.model_name}; {raw}. Provenance: {view.model_provenance}"
         else:
             score_tip = (f"similarity score {c.score:.4f} (cosine of the two photos' features; 1 = identical) "
@@ -68,7 +70,8 @@ def candidates_html(view: ms.MatchView | None, selected: int | None, pictures: d
             ptip = f"{_e(view.calibration_note or '')}; raw {'global ' if view.pipeline else ''}score {raw_score:.4f}"
             badges.append(f"<span class='rz-badge rz-prob' data-probability='{c.probability:.6f}' title='{ptip}'>"
                           f"{100 * c.probability:.0f}% same animal</span>")
-        bar = (c.probability or 0.0) if view.pipeline else c.score
+        # a pipeline's score is its pair's fused probability (none outside its verified shortlist)
+        bar = (0.0 if c.spot_status == "outside_shortlist" else c.score) if view.pipeline else c.score
         width = max(0.0, min(1.0, bar)) * 100
         src = (pictures or {}).get(c.image_id) or (file_url(c.thumb) if c.thumb else "")
         img = (f"<img src='{_e(src)}' alt='candidate {c.rank}: {_e(c.individual_name)}' loading='lazy'>"
@@ -160,11 +163,6 @@ def header_html(view: ms.MatchView | None, queue: list[int], pos: int, *, end_wo
     if view.candidates and view.suggest_new and view.p_new is not None:
         suggestion += (f"<span class='rz-suggest-new' id='match-suggest-new'>A new animal is "
                        f"{100 * view.p_new:.0f}% likely, more than any candidate (your threshold: "
-                       f"{100 * view.new_threshold:.0f}%): probably a <b>new individual</b> (key I)</span>")
-    elif view.candidates and view.suggest_new and view.candidates[0].probability is not None:
-        top = view.candidates[0]  # a fused pipeline: its pair probability
-        suggestion += (f"<span class='rz-suggest-new' id='match-suggest-new'>Best candidate only "
-                       f"{100 * top.probability:.0f}% likely the same animal (your threshold: "
                        f"{100 * view.new_threshold:.0f}%): probably a <b>new individual</b> (key I)</span>")
     spot_note = (f"<span class='rz-spot-note' id='match-spot-note' title='spot evidence of this photo' "
                  f"style='background:#f5f5f4;border:1px solid #a8a29e;border-radius:6px;padding:1px 8px'>"

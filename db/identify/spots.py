@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from core.identify.calibration import ENOUGH_DECISIONS, Calibrator
+from core.identify.calibration import ENOUGH_DECISIONS, Calibrator, Discrimination, discrimination
 from core.identify.features import ExtractionCancelled
 from core.identify.evaluation import flank_counts, flank_gallery
 from core.metrics import all_vs_all_valid, retrieval_metrics
@@ -83,7 +83,7 @@ __all__ = ["CALIBRATION_PHOTOS", "COMPONENTS", "PIPELINE_HEAD", "StoredPipeline"
            "decided_pairs", "evaluate_pipeline", "evaluate_request", "evaluate_stored_pipeline", "extract_keypoints", "features_for",
            "folder_features", "fuse_pairs", "get_matcher", "is_pipeline", "load_pipeline", "matcher_for",
            "pipeline_name", "pipeline_similarity", "rerank_with_pipeline", "spot_summary", "verify_candidates",
-           "with_decision_calibration"]  # the pure part (StoredPipeline, fuse_pairs...) lives in core.identify.spots.stored
+           "pipeline_discrimination", "with_decision_calibration"]  # the pure part (StoredPipeline, fuse_pairs...) lives in core.identify.spots.stored
 
 #: Photos of the benchmark's train split (whole identities, seeded) on which the scorers are first calibrated;
 #: the sample grows until every scorer has ENOUGH_SAME_PAIRS same-animal pairs, or the train split runs out.
@@ -711,3 +711,34 @@ def with_decision_calibration(cat: Catalogue, pipeline: StoredPipeline, *, speci
     _DECISION_CALIBRATION.clear()
     _DECISION_CALIBRATION[key] = fitted
     return fitted
+
+
+_DISCRIMINATION: dict[tuple, Discrimination | None] = {}
+
+
+def pipeline_discrimination(cat: Catalogue, pipeline: StoredPipeline, *, species_id: int | None = None
+                            ) -> Discrimination | None:
+    """The held-out discrimination (:func:`core.identify.calibration.discrimination`) of the pipeline's fused
+    probability on the curators' decided pairs, once there are :data:`ENOUGH_DECISIONS` of them with both outcomes
+    (the number from which they also recalibrate it); None below that, where its probabilities rest on the
+    benchmark calibration it was built and evaluated with. The pairs are scored with the calibration as stored, so
+    no pair's outcome helped fit the probability it is judged by (:func:`fuse_pairs`: global score and inliers)."""
+    pairs = decided_pairs(cat, species_id=species_id)
+    same = [y for _, _, y in pairs]
+    if len(pairs) < ENOUGH_DECISIONS or len(set(same)) < 2:
+        return None
+    key = (str(cat.data_dir), pipeline.name, species_id, tuple(pairs))
+    if key not in _DISCRIMINATION:
+        ids = sorted({i for a, b, _ in pairs for i in (a, b)})
+        pos = {i: n for n, i in enumerate(ids)}
+        backbone = get_backbone(cat, pipeline.global_model)
+        emb = embed_images(cat, ids, backbone=backbone)
+        a_idx = [pos[a] for a, _, _ in pairs]
+        b_idx = [pos[b] for _, b, _ in pairs]
+        g = paired_scores(emb[a_idx], emb[b_idx], metric=backbone.config.metric).astype(np.float64)
+        matcher = matcher_for(pipeline)
+        fused, _ = fuse_pairs(pipeline, list(zip(a_idx, b_idx)), g, features_for(cat, ids, matcher=matcher),
+                              matcher=matcher)
+        _DISCRIMINATION.clear()
+        _DISCRIMINATION[key] = discrimination(np.asarray(fused, np.float64), same)
+    return _DISCRIMINATION[key]

@@ -18,12 +18,15 @@ import numpy as np
 from sqlalchemy import select
 
 from core.identify.backbones import DEFAULT_BACKBONE, list_backbones, weights_available
+from core.identify.calibration import ENOUGH_DECISIONS
 from core.io.images import load_rgb
 from core.inspect.masking import decode_mask_png
+from core.field import identities as ids
 from core.field.identities import suggests_new_animal
+from core.identify.spots.fusion import GLOBAL
 from core.identify.spots.verify import STATUS_WORDS
 from db.identify.calibration import calibrator_for, new_individual_threshold
-from db.identities import NoCalibration, match_posteriors
+from db.identities import NoCalibration, curator_gallery, match_posteriors
 from db.catalogue import CatalogueError, check_date
 from db.identify.matching import MatchResult, rank_candidates
 from db.identify.matching import review_queue as ranked_queue
@@ -39,8 +42,8 @@ from db.models import (
     Sighting,
 )
 from db.session import Catalogue
-from db.species import active_model_name, species_of_image
-from db.identify.spots import PIPELINE_HEAD
+from db.species import active_model_name, find_species, species_of_image
+from db.identify.spots import PIPELINE_HEAD, load_pipeline, pipeline_discrimination, with_decision_calibration
 from db.identify.vector_index import build_vector_index as build_index_now
 from db.identify.vector_index import index_state
 from jobs.actions.frames import annotation_picture
@@ -226,7 +229,8 @@ class CandidateCard:
     mirror_sim: float | None = None  # from the model's latest diagnostics run, when there is one
     danger_margin: float | None = None
     # the posterior probability that this candidate's individual (all its photos together) is the query's animal,
-    # from the one distribution over the catalogue and "a new animal" (a fused pipeline: its fused pair probability)
+    # from the one distribution over the catalogue and "a new animal" (a fused pipeline's too: its pair probability
+    # is ``score``)
     probability: float | None = None
     # with a fused pipeline (then ``score`` is the fused probability): what it rests on
     global_score: float | None = None  # the global model's raw score (cosine)
@@ -257,24 +261,20 @@ class MatchView:
     pipeline: bool = False  # ranked by a fused pipeline: scores are fused calibrated probabilities
     query_spot_note: str | None = None  # e.g. the query photo has no mask / no spot evidence
     index_note: str | None = None  # which index answered (exact flat, or the on-disk IVF-PQ with its recall)
-    p_new: float | None = None  # the posterior's "a new animal" (None: withheld, or a pipeline's pair probabilities)
+    p_new: float | None = None  # the posterior's "a new animal" (None: withheld)
     probability_withheld: str | None = None  # why no probability is shown, and what would change it
 
     @property
     def suggest_new(self) -> bool:
-        """The "probably a new individual" hint: from p(new) of the one posterior; none while probabilities are
-        withheld; a fused pipeline (pair probabilities, no p(new)) suggests one below the threshold."""
-        top = self.candidates[0] if self.candidates else None
-        if top is None:
+        """The "probably a new individual" hint: from p(new) of the one posterior, whatever scored the view (a pair's
+        score against a threshold calls almost every photo new when the calibration tops out low); none while
+        probabilities are withheld."""
+        if not self.candidates:
             return True
-        if self.probability_withheld or self.new_threshold is None:
+        if self.probability_withheld or self.new_threshold is None or self.p_new is None:
             return False
-        if self.p_new is not None:
-            return suggests_new_animal(self.p_new, [c.probability for c in self.candidates if c.probability is not None],
-                                       threshold=self.new_threshold)
-        # no p(new): a fused pipeline's pair probability, the only number it has (every other view carries p(new)
-        # or the sentence withholding it)
-        return bool(top.probability is not None and top.probability < self.new_threshold)
+        return suggests_new_animal(self.p_new, [c.probability for c in self.candidates if c.probability is not None],
+                                   threshold=self.new_threshold)
 
     @property
     def seen_individual_id(self) -> int | None:
@@ -396,7 +396,10 @@ class CandidateNumbers:
 def candidate_numbers(cat: Catalogue, result: MatchResult, *, species_id: int) -> CandidateNumbers:
     """The one posterior over the catalogue's individuals plus "a new animal" for the ranked query, read at its
     candidates (several photos of one individual share that individual's probability; an individual already in the
-    query's photo has none of it). The Population tab's review list reads the same posterior."""
+    query's photo has none of it). The Population tab's review list reads the same posterior; a fused pipeline's
+    view reads its own (:func:`pipeline_numbers`)."""
+    if result.pipeline:
+        return pipeline_numbers(cat, result, species_id=species_id)
     none: list[float | None] = [None] * len(result.candidates)
     try:
         post = match_posteriors(cat, [[result.query_image_id]], species_id=species_id, model=result.model_name)[0]
@@ -415,6 +418,57 @@ def candidate_numbers(cat: Catalogue, result: MatchResult, *, species_id: int) -
                             note)
 
 
+def pipeline_numbers(cat: Catalogue, result: MatchResult, *, species_id: int) -> CandidateNumbers:
+    """A fused pipeline's posterior over the individuals it scored plus "a new animal", summing to 1: each
+    individual's best fused probability among its candidates (a calibrated p(same), read against the base rate of
+    the pairs the pipeline's global scorer was calibrated on) turned into the distribution by
+    :func:`core.field.identities.match_distribution`, the prior of a new animal and each individual's share from
+    the curator gallery's counts, as :func:`db.identities.match_posteriors` reads them. Individuals only outside the
+    pipeline's verified shortlist have no fused probability and no share (it ranked them below every shortlisted
+    one); an individual already in the query's photo gets 0. Withheld, with the same sentence, while the fused
+    probability does not tell the curators' same pairs from their different ones
+    (:func:`db.identify.spots.pipeline_discrimination`)."""
+    none: list[float | None] = [None] * len(result.candidates)
+    stored = load_pipeline(cat, result.model_name)
+    if stored is None:
+        raise CatalogueError(f"{result.model_name!r} is no longer a stored pipeline: open the photo again.")
+    with cat.unit_of_work() as s:
+        species = find_species(s, species_id).name
+    found = pipeline_discrimination(cat, stored, species_id=species_id)
+    if found is not None and not found.discriminates:
+        return CandidateNumbers(none, None, found.withheld(species), None)
+    pipeline = with_decision_calibration(cat, stored, species_id=species_id)
+    cal = pipeline.calibrators.get(GLOBAL)
+    if cal is None or not 0 < cal.n_positive < cal.n_outcomes:
+        return CandidateNumbers(none, None, f"No match probabilities from pipeline {result.model_name}: it stores no "
+                                f"count of the same and different pairs its global calibration rests on, so its "
+                                f"fused probabilities cannot be shared between the individuals and a new animal. "
+                                f"Build the pipeline again (rosette eval) to store them.", None)
+    ruled = {c.individual_name for c in result.candidates if c.in_photo_as is not None}
+    best: dict[str, float] = {}  # one individual's photos: its best pair speaks for it, as match_posteriors reads
+    for c in result.candidates:
+        if c.spot_status != "outside_shortlist" and c.individual_name not in ruled:
+            best[c.individual_name] = max(best.get(c.individual_name, 0.0), min(1.0, max(0.0, float(c.score))))
+    gallery = curator_gallery(cat, species_id)
+    everyone = sorted({n for n, photos in gallery.items() if photos} | set(best))
+    counts = np.array([len(gallery.get(n, ())) for n in everyone], dtype=np.int64)
+    share = dict(zip(everyone, ids.capture_prior(counts)))
+    names = list(best)
+    dist, p_new = ids.match_distribution([best[n] for n in names], prior_new=ids.good_turing_new(counts),
+                                         pair_base_rate=cal.n_positive / cal.n_outcomes,
+                                         prior=[share[n] for n in names] if names else None)
+    posterior = dict(zip(names, (float(p) for p in dist)))
+    probs: list[float | None] = [0.0 if c.individual_name in ruled else posterior.get(c.individual_name)
+                                 for c in result.candidates]
+    checked = (f"; on the curators' decided pairs {found.figure()}" if found is not None else
+               f"; not yet checked on curators' decisions (fewer than {ENOUGH_DECISIONS} decided pairs with both "
+               f"outcomes): it rests on the calibration the pipeline was built with")
+    note = (f"the probability that each candidate is this animal, one distribution over the individuals the pipeline "
+            f"scored and a new animal (summing to 1), from the pipeline's fused calibrated probability (global "
+            f"shortlist + spot evidence) by {result.model_name}: {result.model_provenance}{checked}")
+    return CandidateNumbers(probs, float(p_new), None, note)
+
+
 def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODEL, flank_filter: str = "any",
                 place: str | None = None, date_from: str | None = None, date_to: str | None = None,
                 k: int = CANDIDATES_SHOWN, progress: Callable[[int, int], None] | None = None) -> MatchView:
@@ -428,20 +482,9 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
     queue_follow_up(cat, result)
     badges, source = laterality_badges(cat, model_name)
     species_id = species_of_image(cat, photo.image_id)
-    cal_note = None
-    calibrated = False
-    if result.pipeline:
-        # the pipeline's score already is its fused calibrated probability (never re-calibrated here: that would
-        # re-score the whole benchmark); candidates outside its verified shortlist get none
-        probs = [None if c.spot_status == "outside_shortlist" else max(0.0, min(1.0, float(c.score)))
-                 for c in result.candidates]
-        calibrated = bool(result.candidates)
-        cal_note = (f"the pipeline's fused calibrated probability (global shortlist + spot evidence) by "
-                    f"{result.model_name}: {result.model_provenance}")
-    else:
-        numbers = candidate_numbers(cat, result, species_id=species_id)
-        probs, cal_note = numbers.probabilities, numbers.note
-        calibrated = numbers.p_new is not None
+    numbers = candidate_numbers(cat, result, species_id=species_id)
+    probs, cal_note = numbers.probabilities, numbers.note
+    calibrated = numbers.p_new is not None
     places = animal_places(cat, [c.image_id for c in result.candidates]) if result.candidates else {}
     cards = [CandidateCard(rank=c.rank, image_id=c.image_id, individual_id=c.individual_id,
                            individual_name=c.individual_name, score=c.score, flank=c.flank, sighting=c.sighting,
@@ -465,8 +508,7 @@ def match_query(cat: Catalogue, image_id: int, *, model_name: str = DEFAULT_MODE
                      new_threshold=new_individual_threshold(cat, species_id) if calibrated else None,
                      pipeline=bool(result.pipeline), query_spot_note=result.query_spot_note,
                      index_note=result.index_used,
-                     p_new=None if result.pipeline else numbers.p_new,
-                     probability_withheld=None if result.pipeline else numbers.withheld)
+                     p_new=numbers.p_new, probability_withheld=numbers.withheld)
 
 
 # =========================================================================== matched spots
