@@ -167,6 +167,20 @@ def test_pipeline_cards_carry_the_fused_probability_and_matched_spots(cat, capsy
     assert view.query_spot_note is None and "match-spot-note" not in header_html(view, [], 0)
 
 
+def test_a_pipeline_that_does_not_discriminate_shows_no_probability_and_no_hint(cat, monkeypatch):
+    from app.tabs.match import header_html
+    from core.identify.calibration import Discrimination
+
+    # as the curators' decided pairs would measure it: held-out AUC at chance
+    monkeypatch.setattr(ms, "pipeline_discrimination", lambda *a, **k: Discrimination(0.5, 0.3, 60, 20))
+    view = ms.match_query(cat, ids(cat)["blank.png"], model_name=PIPELINE)
+    assert view.candidates and all(c.probability is None for c in view.candidates)
+    assert view.p_new is None and not view.suggest_new
+    assert view.probability_withheld and "cannot tell the same animal" in view.probability_withheld
+    head = header_html(view, [], 0)
+    assert "match-probability-withheld" in head and "new individual" not in head
+
+
 def test_a_photo_without_spots_is_said_so_in_the_header(cat):
     from app.tabs.match import header_html
 
@@ -174,6 +188,9 @@ def test_a_photo_without_spots_is_said_so_in_the_header(cat):
     assert view.query_spot_note and "no spot evidence" in view.query_spot_note
     assert "no spot evidence" in header_html(view, [], 0)
     assert {c.spot_status for c in view.candidates} == {"no_keypoints", "cross_flank"}  # E is the other flank
+    # nothing to go on but weak global scores: p(new) of the one posterior says new, not a pair under a threshold
+    assert view.p_new is not None and view.p_new > 0.5 and view.suggest_new
+    assert "A new animal is" in header_html(view, [], 0)
 
 
 def test_a_global_model_view_has_no_spot_facts(cat):
