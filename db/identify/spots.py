@@ -82,8 +82,8 @@ from db.session import Catalogue
 __all__ = ["CALIBRATION_PHOTOS", "COMPONENTS", "PIPELINE_HEAD", "StoredPipeline", "calibration_image_ids",
            "decided_pairs", "evaluate_pipeline", "evaluate_request", "evaluate_stored_pipeline", "extract_keypoints", "features_for",
            "folder_features", "fuse_pairs", "get_matcher", "is_pipeline", "load_pipeline", "matcher_for",
-           "pipeline_name", "pipeline_similarity", "rerank_with_pipeline", "spot_summary", "verify_candidates",
-           "pipeline_discrimination", "with_decision_calibration"]  # the pure part (StoredPipeline, fuse_pairs...) lives in core.identify.spots.stored
+           "pipeline_discrimination", "pipeline_name", "pipeline_similarity", "rerank_with_pipeline", "spot_summary",
+           "verify_candidates", "with_decision_calibration"]  # the pure part (StoredPipeline, fuse_pairs...) lives in core.identify.spots.stored
 
 #: Photos of the benchmark's train split (whole identities, seeded) on which the scorers are first calibrated;
 #: the sample grows until every scorer has ENOUGH_SAME_PAIRS same-animal pairs, or the train split runs out.
