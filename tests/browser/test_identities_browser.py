@@ -77,7 +77,7 @@ def test_both_columns_and_the_review_list_opening_match_review(server, page, sho
     expect(facts).to_contain_text(f"#{annotation}")
     expect(page.locator("#match-status")).to_contain_text(f"Animal #{annotation}, opened from the Population tab")
     expect(page.locator("#match-status")).to_contain_text("Most informative for the")
-    expect(page.locator("#match-header")).to_contain_text(re.compile(r"Photo ([2-9]|\d\d+) of \d+ in the review queue"))
+    expect(page.locator("#match-header")).to_contain_text(re.compile(r"Animal ([2-9]|\d\d+) of \d+ in the review queue"))
     picker = page.locator("#match-open input")
     expect(picker).to_have_value(re.compile(rf"^#{annotation} "))
     expect(page.locator("#match-query img")).to_be_visible()

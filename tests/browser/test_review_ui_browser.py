@@ -153,7 +153,7 @@ def test_review_says_which_animal_and_ends_the_queue_cleanly(review_server, page
         page.locator("#match-unsure" if has_candidate else "#match-new").click(no_wait_after=True)
         wait_for(lambda: end.count() > 0 or _shown(page) != shown, what="the next photo or the queue's end")
         time.sleep(0.3)
-    expect(end).to_contain_text("The review queue is done: all 4 photos have a decision.", timeout=TIMEOUT_MS)
+    expect(end).to_contain_text("The review queue is done: all 4 animals have a decision.", timeout=TIMEOUT_MS)
     expect(page.locator("#match-candidates")).to_contain_text("Nothing is waiting for review")
     expect(page.locator("#match-facts .rz-facts")).to_have_count(0)
     expect(page.locator("#match-compare")).not_to_contain_text("Candidate 1")
