@@ -242,6 +242,10 @@ def test_the_population_tab_shows_both_columns_and_the_review_list(study):
         ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
         assert {"pop-identities", "pop-provenance", "pop-side-by-side", "pop-review-first",
                 "pop-identities-cancel"} <= ids
+        # one control per choice: the identities section and the density fit read the same radio
+        bases = [b for b in demo.blocks.values() if type(b).__name__ == "Radio"
+                 and "with identification uncertainty" in {c[0] for c in b.choices}]
+        assert [b.elem_id for b in bases] == ["pop-identities"]
         start = fns["population_identities"]
         out = start(None, "", 1, "", "", "confirmed", 50, 0)
         assert out[0] is None and "identified by a curator" in out[4]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from app.tabs._identities import BASES
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text
 from core.field.scr_data import DETECTOR_TYPES
 from core.field.scr_likelihood import DETECTION_FUNCTIONS
@@ -63,8 +62,9 @@ def _density_outputs(answer) -> tuple:
 
 
 def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: gr.Textbox, last: gr.Textbox,
-                  timer: gr.Timer) -> None:
-    """The density section, reading the study from the Population form's fields."""
+                  identities: gr.Radio, timer: gr.Timer) -> None:
+    """The density section, reading the study from the Population form's fields and the tab's one choice of
+    identities (``identities``, which the identities section reads too)."""
     cat = ctx.catalogue
     gr.Markdown(DENSITY_HELP, elem_classes=["help-text"])
     with gr.Row(equal_height=True):
@@ -78,12 +78,10 @@ def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
                              placeholder="64 points across", info="empty: 64 points across the mask")
         conditional = gr.Checkbox(value=False, label="Conditional likelihood (D derived)", elem_id="dens-cl", scale=1)
     with gr.Row(equal_height=True):
-        identities = gr.Radio(BASES, value="decided", label="Identities", elem_id="dens-identities-basis", scale=3)
-        draws = gr.Number(value=DEFAULT_DENSITY_DRAWS, minimum=1, maximum=10_000, precision=0, label="Draws",
-                          elem_id="dens-draws", scale=1, info="with identification uncertainty: a fit each")
-    with gr.Row(equal_height=True):
         mask = gr.File(label="Habitat (optional): GeoJSON polygon or CSV of x,y",
                        file_types=[".geojson", ".json", ".csv"], elem_id="dens-mask", scale=2)
+        draws = gr.Number(value=DEFAULT_DENSITY_DRAWS, minimum=1, maximum=10_000, precision=0, label="Draws",
+                          elem_id="dens-draws", scale=1, info="with identification uncertainty: a fit each")
         fit = gr.Button("Fit density", variant="primary", elem_id="dens-fit", scale=0, min_width=160)
     job = gr.State(None)
     shown = gr.State(None)  # the job whose answer is on screen: polled no further

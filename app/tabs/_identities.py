@@ -71,12 +71,12 @@ def linked_annotation(first_cell: object) -> int | None:
 
 
 def build_identities(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: gr.Textbox, last: gr.Textbox,
-                     timer: gr.Timer) -> None:
-    """The section, reading the study from the Population form's fields."""
+                     basis: gr.Radio, timer: gr.Timer) -> None:
+    """The section, reading the study from the Population form's fields and the tab's one choice of identities
+    (``basis``, which the density section reads too)."""
     cat = ctx.catalogue
     gr.Markdown(HELP, elem_classes=["help-text"])
     with gr.Row(equal_height=True):
-        basis = gr.Radio(BASES, value="uncertain", label="Identities", elem_id="pop-identities", scale=3)
         draws = gr.Number(value=200, minimum=1, maximum=10_000, precision=0, label="Draws", elem_id="pop-draws",
                           scale=1)
         seed = gr.Number(value=0, minimum=0, precision=0, label="Seed", elem_id="pop-seed", scale=1)

@@ -10,7 +10,7 @@ import pandas as pd
 
 from app.tabs._activity import build_activity
 from app.tabs._density import build_density
-from app.tabs._identities import build_identities
+from app.tabs._identities import BASES, build_identities
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text, refreshed_choices
 from db.models import Role
 from jobs.actions import population as ps
@@ -128,10 +128,15 @@ def build(ctx: UIContext) -> None:
     download.click(write_files, inputs=[species, days, first, last], outputs=[files, download_status],
                    api_name="population_files")
 
+    # one choice of identities for both sections below: two radios for it let a click land on the one not shown
+    identities = gr.Radio(BASES, value="decided", label="Identities the two sections below rest on",
+                          info="as decided: every assigned animal as assigned; confirmed only: a curator's; with "
+                               "identification uncertainty: draws from the match probabilities",
+                          elem_id="pop-identities")
     with gr.Accordion("Whose identities: as decided, confirmed, with identification uncertainty", open=False,
                       elem_id="pop-identities-panel"):
-        build_identities(ctx, species, days, first, last, ctx.tab_timer(2.0))
+        build_identities(ctx, species, days, first, last, identities, ctx.tab_timer(2.0))
     with gr.Accordion("Density (spatial capture-recapture)", open=False, elem_id="dens-panel"):
-        build_density(ctx, species, days, first, last, ctx.tab_timer(2.0))
+        build_density(ctx, species, days, first, last, identities, ctx.tab_timer(2.0))
     with gr.Accordion("Activity over the day", open=False, elem_id="act-panel"):
         build_activity(ctx, species)

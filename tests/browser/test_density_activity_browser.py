@@ -90,7 +90,7 @@ def test_density_and_activity_panels(server, page, shot):
     expect(page.locator("#dens-identities")).to_be_hidden()  # as decided: no second column to show
 
     # the same study on the curators' identities only: each estimate as decided beside it, and their provenance
-    page.locator("#dens-identities-basis").get_by_text("confirmed only", exact=True).click()
+    page.locator("#pop-identities").get_by_text("confirmed only", exact=True).click()
     expect(status).not_to_contain_text("done: D = ", timeout=TIMEOUT_MS)  # the fit shown answered another basis
     page.locator("#dens-fit").click()
     expect(status).to_contain_text("on confirmed identities", timeout=TIMEOUT_MS)

@@ -420,6 +420,7 @@ def test_5_identification_uncertainty_after_rejections_and_one_probability(seaso
     page.get_by_role("tab", name="Population").click()
     choose(page, "pop-species", SPECIES)
     page.locator("#pop-days input").fill("1")
+    page.locator("#pop-identities").get_by_text("with identification uncertainty", exact=True).click()
     page.locator("#pop-identities-panel").get_by_text("Whose identities").first.click()
     draws = page.locator("#pop-draws input")
     expect(draws).to_have_value("200", timeout=TIMEOUT_MS)

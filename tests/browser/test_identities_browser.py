@@ -40,6 +40,7 @@ def test_both_columns_and_the_review_list_opening_match_review(server, page, sho
     box.fill(SPECIES)
     page.locator("#pop-species [role='option']", has_text=SPECIES).first.click()
     page.locator("#pop-days input").fill("1")
+    page.locator("#pop-identities").get_by_text("with identification uncertainty", exact=True).click()
     page.locator("#pop-identities-panel").get_by_text("Whose identities").first.click()
     # the panel's fields mount as it opens: fill once the field shows its default, and leave it (Tab) so that the
     # number is committed before the click reads it (a run once went off with the default 200 draws)
