@@ -392,8 +392,13 @@ def match_posteriors(cat: Catalogue, groups: list[list[int]], *, species_id: int
     counts = np.array([len(gallery[n]) for n in names], dtype=np.int64)
     prior = ids.capture_prior(counts)
     prior_new = ids.good_turing_new(counts)
-    new_cal = _new_animal_fit(cat, model, gallery_ids, [n for n in names for _ in gallery[n]], g_emb, metric)
     base_rate = cal.n_positive / cal.n_outcomes
+    if withheld:  # scores that cannot tell animals apart carry no evidence: the priors alone, no fitted slope
+        same_probability = _no_evidence(base_rate)
+        new_cal = None
+    else:
+        same_probability = cal.probability
+        new_cal = _new_animal_fit(cat, model, gallery_ids, [n for n in names for _ in gallery[n]], g_emb, metric)
     out = []
     for j, g in enumerate(groups):
         present = frame_individuals(cat, list(g))
@@ -405,7 +410,7 @@ def match_posteriors(cat: Catalogue, groups: list[list[int]], *, species_id: int
             if 0.0 < prior_new < 1.0:  # read at the catalogue's share of new animals, not the fit's
                 p_new = float(ids.shift_p_new(p_new, fitted_rate=new_cal.n_new / new_cal.n_queries,
                                               study_rate=prior_new))
-        keep, dist, pn = ids.unit_distribution(best[j], same_probability=cal.probability, pair_base_rate=base_rate,
+        keep, dist, pn = ids.unit_distribution(best[j], same_probability=same_probability, pair_base_rate=base_rate,
                                                p_new=p_new, prior_new=prior_new, prior=prior, floor=0.0,
                                                ruled_out=ruled)
         full = np.zeros(len(names))
@@ -413,6 +418,13 @@ def match_posteriors(cat: Catalogue, groups: list[list[int]], *, species_id: int
         out.append(MatchPosterior(tuple(int(a) for a in g), tuple(names), tuple(float(x) for x in full), float(pn),
                                   {n: present[n] for n in names if n in present}, withheld))
     return out
+
+
+def _no_evidence(base_rate: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """p(same) at the pairs' base rate whatever the score: a likelihood ratio of 1 for every candidate."""
+    def same_probability(scores: np.ndarray, ranks: np.ndarray | None = None) -> np.ndarray:
+        return np.full(np.shape(scores), base_rate, dtype=np.float64)
+    return same_probability
 
 
 def check_uncertain(cat: Catalogue, ident: IdentityStudy) -> None:
@@ -481,7 +493,9 @@ def _imputation(cat: Catalogue, ident: IdentityStudy, *, progress: Callable[[int
         out_units.append(ids.UncertainUnit(key=d0.annotation_id, occasions=tuple(sorted({d.occasion for d in u})),
                                            candidates=cands, probabilities=probs, provenance=d0.provenance,
                                            annotation_ids=tuple(d.annotation_id for d in u)))
-    pairwise = cal.probability(pair.reshape(-1), np.ones(pair.size)).reshape(pair.shape)
+    withheld = any(p.withheld for p in posteriors)
+    link = _no_evidence(cal.n_positive / cal.n_outcomes) if withheld else cal.probability
+    pairwise = link(pair.reshape(-1), np.ones(pair.size)).reshape(pair.shape)
     np.fill_diagonal(pairwise, 0.0)
     counts = np.array([len(v) for v in ident.gallery.values() if v], dtype=np.int64)
     share = (float(np.sum(counts == 1)), float(counts.sum())) if counts.sum() > 0 else None
@@ -557,7 +571,9 @@ def uncertain_answer(cat: Catalogue, *, species: str | int | None = None, occasi
                      "nothing to review for the estimate.")
     withheld = next((p.withheld for p in posteriors if p.withheld), None)
     if withheld:  # last, where the Population tab's status line reads it
-        notes.append(withheld)
+        notes.append("The draws give each unreviewed animal an individual (or a new one) by how often each is seen, "
+                     "not by its match scores, which cannot tell animals apart yet: the wider interval says how "
+                     "little the unreviewed animals' identities are known. " + withheld)
     return {"species": study.species, "estimates": [combined_dict(c) for c in result.estimates],
             "share_from_identification": {c.model: c.share_from_identification for c in result.estimates},
             "draws": result.draws if result.units else 0, "seed": seed, "uncertain_units": result.units,

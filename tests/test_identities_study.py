@@ -404,7 +404,27 @@ def test_rejected_top_candidates_still_let_the_uncertain_basis_run(study, capsys
         cat.close()
     unc = _population(target, capsys, "--identities", "uncertain", "--draws", "5")
     assert unc["identities"] == "uncertain" and unc["draws"] == 5
-    assert unc["notes"][-1].startswith("No match probabilities for Panthera onca yet")  # numbers withheld, said why
+    assert "No match probabilities for Panthera onca yet" in unc["notes"][-1]  # numbers withheld, said why
+    assert "not by its match scores" in unc["notes"][-1]  # and what the draws rest on instead
+    # withheld, the scores carry no evidence: each query's shares follow the individuals' prior alone
+    from db.identities import curator_gallery, match_posteriors
+
+    cat = open_catalogue(target)
+    try:
+        with cat.unit_of_work() as s:
+            sid = s.get(Image, anns[0]).species_id
+        gallery = curator_gallery(cat, sid)
+        names = sorted(n for n in gallery if gallery[n])
+        prior = ids.capture_prior([len(gallery[n]) for n in names])
+        posts = match_posteriors(cat, [[a] for a in anns[:4]], species_id=sid, model=MODEL, gallery=gallery)
+    finally:
+        cat.close()
+    for post in posts:
+        assert post.withheld and list(post.individuals) == names
+        probs = np.asarray(post.probabilities)
+        kept = probs > 0
+        assert kept.sum() >= 2
+        np.testing.assert_allclose(probs[kept] / probs[kept].sum(), prior[kept] / prior[kept].sum(), rtol=1e-9)
 
 
 def test_a_refusal_is_given_at_the_click_in_the_jobs_own_words(study, capsys, monkeypatch, tmp_path):

@@ -158,7 +158,7 @@ def informative_first(cat: Catalogue, queue_ids: list[int]) -> tuple[list[int], 
     first = list(dict.fromkeys(first))
     rest = [i for i in queue_ids if i not in set(first)]
     return first + rest, (f"Most informative for the {answer['species']} population estimate first: {len(first)} "
-                          "photo(s) ranked by how much their review would narrow its interval, then the rest.")
+                          "animal(s) ranked by how much their review would narrow its interval, then the rest.")
 
 
 # --------------------------------------------------------------------------- words and tables
