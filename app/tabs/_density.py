@@ -13,6 +13,7 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
+from app.tabs._identities import unique_headers
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text
 from core.field.scr_data import DETECTOR_TYPES
 from core.field.scr_likelihood import DETECTION_FUNCTIONS
@@ -43,9 +44,9 @@ def _side_by_side(answer) -> tuple:
     """The estimates as decided beside the answer's basis, and where its identities come from: shown only when the
     basis is another than decided (the estimates table above is then the basis's)."""
     if not answer or answer.get("identities", "decided") == "decided" or answer.get("refused"):
-        return gr.update(visible=False, value=pd.DataFrame([], columns=ds.SIDE_BY_SIDE_HEADERS)), ""
+        return gr.update(visible=False, value=pd.DataFrame([], columns=unique_headers(ds.SIDE_BY_SIDE_HEADERS))), ""
     headers = basis_headers(answer["identities"], ds.SIDE_BY_SIDE_HEADERS, confirmed_header=ds.CONFIRMED_HEADER)
-    return (gr.update(visible=True, value=pd.DataFrame(ds.identity_rows(answer), columns=headers)),
+    return (gr.update(visible=True, value=pd.DataFrame(ds.identity_rows(answer), columns=unique_headers(headers))),
             markdown_text(" ".join(ds.identity_lines(answer, table=False))))
 
 
@@ -92,7 +93,7 @@ def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
                              column_widths=["200px", "90px", "140px", "520px"])
     basis = gr.Markdown(elem_id="dens-basis", elem_classes=["status-line"])
     provenance = gr.Markdown(elem_id="dens-provenance", elem_classes=["status-line"])
-    side = gr.Dataframe(headers=ds.SIDE_BY_SIDE_HEADERS, value=[], interactive=False, wrap=True, visible=False,
+    side = gr.Dataframe(headers=unique_headers(ds.SIDE_BY_SIDE_HEADERS), value=[], interactive=False, wrap=True, visible=False,
                         label="Each estimate as decided and on the chosen identities (95% intervals)",
                         elem_id="dens-identities")
     with gr.Row():
