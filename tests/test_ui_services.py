@@ -215,7 +215,7 @@ def test_build_app_constructs_with_all_tabs(cat, two_animals):
     assert isinstance(demo, gr.Blocks)
     ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
     assert {"rosette-identity", "ingest-files", "ingest-import", "ingest-report", "catalogue-individuals",
-            "catalogue-open", "catalogue-undo", "catalogue-history", "rosette-provenance", "dens-identities-basis",
+            "catalogue-open", "catalogue-undo", "catalogue-history", "rosette-provenance", "pop-identities",
             "dens-draws", "dens-identities"} <= ids
     # every poll starts stopped and belongs to a tab: selecting that tab starts its own polls and stops the rest
     timers = [b for b in demo.blocks.values() if isinstance(b, gr.Timer)]
