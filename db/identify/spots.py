@@ -693,13 +693,7 @@ def with_decision_calibration(cat: Catalogue, pipeline: StoredPipeline, *, speci
     key = (str(cat.data_dir), pipeline.name, species_id, tuple(pairs))
     if key in _DECISION_CALIBRATION:
         return _DECISION_CALIBRATION[key]
-    ids = sorted({i for a, b, _ in pairs for i in (a, b)})
-    pos = {i: n for n, i in enumerate(ids)}
-    backbone = get_backbone(cat, pipeline.global_model)
-    emb = embed_images(cat, ids, backbone=backbone)
-    a_idx = [pos[a] for a, _, _ in pairs]
-    b_idx = [pos[b] for _, b, _ in pairs]
-    g = paired_scores(emb[a_idx], emb[b_idx], metric=backbone.config.metric).astype(np.float64)
+    ids, a_idx, b_idx, g = _decided_pair_scores(cat, pipeline, pairs)
     inliers = None
     if VERIFICATION in pipeline.settings.scorers:
         matcher = matcher_for(pipeline)
@@ -711,6 +705,18 @@ def with_decision_calibration(cat: Catalogue, pipeline: StoredPipeline, *, speci
     _DECISION_CALIBRATION.clear()
     _DECISION_CALIBRATION[key] = fitted
     return fitted
+
+
+def _decided_pair_scores(cat: Catalogue, pipeline: StoredPipeline, pairs: list[tuple[int, int, int]]
+                         ) -> tuple[list[int], list[int], list[int], np.ndarray]:
+    """The decided pairs' annotations (sorted), each pair's two rows among them, and its global score."""
+    ids = sorted({i for a, b, _ in pairs for i in (a, b)})
+    pos = {i: n for n, i in enumerate(ids)}
+    backbone = get_backbone(cat, pipeline.global_model)
+    emb = embed_images(cat, ids, backbone=backbone)
+    a_idx = [pos[a] for a, _, _ in pairs]
+    b_idx = [pos[b] for _, b, _ in pairs]
+    return ids, a_idx, b_idx, paired_scores(emb[a_idx], emb[b_idx], metric=backbone.config.metric).astype(np.float64)
 
 
 _DISCRIMINATION: dict[tuple, Discrimination | None] = {}
@@ -729,13 +735,7 @@ def pipeline_discrimination(cat: Catalogue, pipeline: StoredPipeline, *, species
         return None
     key = (str(cat.data_dir), pipeline.name, species_id, tuple(pairs))
     if key not in _DISCRIMINATION:
-        ids = sorted({i for a, b, _ in pairs for i in (a, b)})
-        pos = {i: n for n, i in enumerate(ids)}
-        backbone = get_backbone(cat, pipeline.global_model)
-        emb = embed_images(cat, ids, backbone=backbone)
-        a_idx = [pos[a] for a, _, _ in pairs]
-        b_idx = [pos[b] for _, b, _ in pairs]
-        g = paired_scores(emb[a_idx], emb[b_idx], metric=backbone.config.metric).astype(np.float64)
+        ids, a_idx, b_idx, g = _decided_pair_scores(cat, pipeline, pairs)
         matcher = matcher_for(pipeline)
         fused, _ = fuse_pairs(pipeline, list(zip(a_idx, b_idx)), g, features_for(cat, ids, matcher=matcher),
                               matcher=matcher)
