@@ -48,6 +48,7 @@ from sqlalchemy import select
 from core.field import population as pop
 from core.field import identities as ids
 from core.field import new_animal as na
+from core.identify.calibration import Calibrator
 from core.similarity import pairwise_scores
 from core.field.stations import StationError
 from db.identify.calibration import calibration_refusal, calibrator_for
@@ -356,10 +357,12 @@ def _new_animal_fit(cat: Catalogue, model: str, gallery_ids: list[int], labels: 
 def match_posteriors(cat: Catalogue, groups: list[list[int]], *, species_id: int, model: str,
                      gallery: dict[str, tuple[int, ...]] | None = None,
                      progress: Callable[[int, int], None] | None = None,
-                     should_cancel: Callable[[], bool] | None = None) -> list[MatchPosterior]:
+                     should_cancel: Callable[[], bool] | None = None,
+                     calibrator: Calibrator | None = None) -> list[MatchPosterior]:
     """Each group's posterior (see the module notes). Refused (:class:`NoCalibration`, with its real cause) when
-    ``model`` has no calibration for the species."""
-    cal = calibrator_for(cat, model, species_id=species_id)
+    ``model`` has no calibration for the species. A caller that already holds the model's ``calibrator`` passes
+    it: looking it up reads and scores every decided pair again."""
+    cal = calibrator if calibrator is not None else calibrator_for(cat, model, species_id=species_id)
     with cat.unit_of_work() as s:
         species = find_species(s, species_id).name
     if cal is None:
@@ -472,7 +475,8 @@ def _imputation(cat: Catalogue, ident: IdentityStudy, *, progress: Callable[[int
     model = active_model_name(cat, ident.species_id)
     cal = calibrator_for(cat, model, species_id=ident.species_id)
     posteriors = match_posteriors(cat, [[d.annotation_id for d in u] for u in units], species_id=ident.species_id,
-                                  model=model, gallery=ident.gallery, progress=progress, should_cancel=should_cancel)
+                                  model=model, gallery=ident.gallery, progress=progress, should_cancel=should_cancel,
+                                  calibrator=cal)
     backbone = get_backbone(cat, model)
     u_emb = embed_images(cat, [d.annotation_id for u in units for d in u], backbone=backbone)
     unit_rows, pos = [], 0

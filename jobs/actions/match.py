@@ -401,13 +401,14 @@ def candidate_numbers(cat: Catalogue, result: MatchResult, *, species_id: int) -
     if result.pipeline:
         return pipeline_numbers(cat, result, species_id=species_id)
     none: list[float | None] = [None] * len(result.candidates)
+    cal = calibrator_for(cat, result.model_name, species_id=species_id)
     try:
-        post = match_posteriors(cat, [[result.query_image_id]], species_id=species_id, model=result.model_name)[0]
+        post = match_posteriors(cat, [[result.query_image_id]], species_id=species_id, model=result.model_name,
+                                calibrator=cal)[0]
     except NoCalibration as exc:
         return CandidateNumbers(none, None, str(exc), None)
     if post.withheld:
         return CandidateNumbers(none, None, post.withheld, None)
-    cal = calibrator_for(cat, result.model_name, species_id=species_id)
     parts = ", ".join(f"{n} {what}" for what, n in cal.sources.items() if n)
     rough = " — rough: few outcomes yet" if cal.n_outcomes < 50 else ""
     found = f"; {cal.discrimination.figure()}" if cal.discrimination is not None else ""
