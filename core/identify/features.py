@@ -4,7 +4,8 @@
 identifies the pixels (callers append a mask hash for mask-dependent variants); ``loader()`` returns the prepared
 HxWx3 uint8 RGB array and is only called on a cache miss. An entry is keyed by (content_key, the backbone config's
 fingerprint, variant), so a different model never reads another's features; writes are atomic and a damaged entry
-is recomputed. Torch backbones may run through ONNX Runtime (not in the key: both give the same features to 1e-4).
+is recomputed. Torch backbones may run through ONNX Runtime (not in the key: both give the same features to 1e-4),
+and :class:`PhotoFile` JPEGs may be decoded and resized on the GPU (not in the key either: core.identify.gpu_decode).
 
 The cache layout, why writes are atomic, and the runtime and worker options: docs/retrieval.md."""
 
@@ -22,9 +23,12 @@ from typing import Any
 
 import numpy as np
 
+# cheap: gpu_decode imports torch/torchvision only when a batch is decoded on a device
+from core.identify.gpu_decode import PhotoFile, device_decode_default, device_decode_supported, prepare_on_device
 from core.io.images import load_rgb
 
-__all__ = ["ExtractionCancelled", "extract_features", "feature_cache_path", "load_rgb", "read_cached", "write_cached"]
+__all__ = ["ExtractionCancelled", "PhotoFile", "extract_features", "feature_cache_path", "load_rgb", "read_cached",
+           "write_cached"]
 
 Loader = Callable[[], np.ndarray]
 _SAFE = re.compile(r"^[A-Za-z0-9._+=-]{1,120}$")
@@ -116,6 +120,7 @@ def extract_features(
     stats: dict[str, int] | None = None,
     runtime: str | None = None,
     workers: int = 1,
+    decode_on_device: bool | None = None,
 ) -> np.ndarray:
     """Embed ``items`` -> N x D float32 (rows in item order, L2-normalised by the backbone).
 
@@ -134,6 +139,12 @@ def extract_features(
     runtime; the ONNX export is kept under ``cache_dir`` beside the features it gives (same fingerprint).
     ``workers`` > 1 prepares up to that many batches at once in that many threads (loaders then run
     concurrently and must be thread-safe; order and values of the result do not change).
+
+    ``decode_on_device``: items whose loader is a :class:`PhotoFile` (the loader names its JPEG) are decoded,
+    resized and normalised on the backbone's device (:mod:`core.identify.gpu_decode`; the same features to float
+    tolerance); other loaders and the photos that path does not take run the CPU path in the same batch. None
+    (default): on when the backbone runs on CUDA and its preprocessing allows it; False: always the CPU path;
+    True: also on a CPU backbone (ValueError where the backbone's preprocessing does not allow it).
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
@@ -175,7 +186,19 @@ def extract_features(
     # the prepare step done in the loader thread too, overlapping resize/normalise with the forward pass
     split = callable(getattr(backbone, "prepare", None)) and callable(getattr(backbone, "embed_prepared", None))
 
+    # decoding on the device stands in for the whole prepare step, so it needs a backbone with that split
+    if decode_on_device is None:
+        on_device = split and device_decode_default(backbone)
+    elif decode_on_device:
+        if not (split and device_decode_supported(backbone)):
+            raise ValueError(f"{config.name}: its preprocessing cannot run on the device (decode_on_device=True)")
+        on_device = True
+    else:
+        on_device = False
+
     def load_batch(batch_keys: list[str]) -> Any:
+        if on_device and any(isinstance(loaders[k], PhotoFile) for k in batch_keys):
+            return prepare_on_device(backbone, [loaders[k] for k in batch_keys])[0]
         images = [loaders[k]() for k in batch_keys]
         return backbone.prepare(images) if split else images
 
