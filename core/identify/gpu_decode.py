@@ -16,6 +16,8 @@ stream the decoder refuses. The CPU path then gives exactly today's result, erro
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import io
 import os
 import sys
@@ -58,11 +60,18 @@ class PhotoFile:
         return f"PhotoFile({str(self.path)!r})"
 
 
+@functools.lru_cache(maxsize=1)
+def _torchvision_present() -> bool:
+    """Whether torchvision is installed (the lent GPU machine may have torch alone), without importing it."""
+    return importlib.util.find_spec("torchvision") is not None
+
+
 def _preprocessor(backbone: Any) -> Any | None:
     """The :class:`TorchBackbone` whose own ``preprocess`` prepares ``backbone``'s batches, else None (a subclass
     with another preprocessing, a non-torch backbone, a resize mode or filter torch does not reproduce)."""
     module = sys.modules.get("core.identify.backbones.torch_base")
-    if module is None:  # never imported: backbone cannot be a TorchBackbone, and torch need not be loaded
+    # torch_base never imported: not a TorchBackbone (and torch need not be loaded); no torchvision: no decoder
+    if module is None or not _torchvision_present():
         return None
     torch_backbone = module.TorchBackbone
     if not isinstance(backbone, torch_backbone):
@@ -78,7 +87,7 @@ def _preprocessor(backbone: Any) -> Any | None:
 
 def device_decode_supported(backbone: Any) -> bool:
     """Whether :func:`prepare_on_device` can stand in for ``backbone.prepare`` (a torch backbone resizing with
-    stretch/letterbox and a bilinear or bicubic filter)."""
+    stretch/letterbox and a bilinear or bicubic filter, and torchvision installed)."""
     return _preprocessor(backbone) is not None
 
 
@@ -123,7 +132,8 @@ def _read_jpeg(loader: Callable[[], np.ndarray]) -> tuple[bytes, tuple[int, int]
 
 
 def _decode(blobs: list[bytes], device: torch.device) -> list[torch.Tensor | None]:
-    """3 x H x W uint8 tensors on ``device``, one per JPEG, None where the decoder refused one."""
+    """3 x H x W uint8 tensors on ``device``, one per JPEG, None where the decoder refused one (all None where
+    torchvision was built without its image library)."""
     import torch  # lazy: heavy import, only when photos are decoded on a device
     from torchvision.io import ImageReadMode, decode_jpeg
 
