@@ -3,8 +3,11 @@
 Runs as its own process (``rosette worker``) or as daemon threads inside
 ``rosette serve`` (one per queue, so the light queue -- mask, embed, export --
 never waits behind a heavy training run). For each claimed job the supervisor
-starts ``python -m jobs.runner`` in a new process group with its output in the
-job's ``log.txt`` and watches it:
+starts a child in a new process group with its output in the job's ``log.txt``
+and watches it. The child is forked by the pre-forked runner (:mod:`jobs.prefork`:
+a zygote that imported torch and timm once, so a job starts in well under a
+second); where that runner cannot start, a fresh ``python -m jobs.runner``
+(seconds of imports), and the job's log says so. Either way:
 
 - the child records its own outcome; a child that dies without one (a crash,
   out-of-memory, SIGKILL) is queued again while attempts remain, else failed,
@@ -15,7 +18,9 @@ job's ``log.txt`` and watches it:
   (job param, default :data:`~jobs.queue.STALE_AFTER_S`) the child is killed as hung.
 
 The loop survives any exception. ``isolate=False`` runs jobs in this process
-(synchronous tests); the default is a child process.
+(synchronous tests); the default is a child process. An idle worker thread wakes
+at once for a job queued in its own process (the server's UI) and polls the
+table every ``poll_s`` for jobs queued by other processes.
 
 Engines: ``local`` (the default, above) or ``ray`` (:mod:`jobs.ray_engine`: the same claims from the same jobs
 table, each job run as Ray work on a cluster, ``rosette worker --engine ray [--address HOST:PORT]``).
@@ -32,11 +37,14 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from sqlalchemy import update
 
 from db.models import Job, JobStatus
 from db.session import Catalogue
+from jobs import prefork
+from jobs.prefork import PreforkedChild, PreforkUnavailable
 from jobs.queue import (
     QUEUES,
     STALE_AFTER_S,
@@ -49,9 +57,11 @@ from jobs.queue import (
     execute,
     get_job,
     job_dir,
+    queued_mark,
     read_log_tail,
     recover_stale_jobs,
     requeue_or_fail,
+    wait_for_queued,
     worker_name,
 )
 
@@ -60,6 +70,13 @@ ENGINES = ("local", "ray")
 RAY_CLUSTER_FILE = "ray-cluster.json"  # <data_dir>/jobs/: what the serving Ray worker's cluster declares
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CANCEL_GRACE_S = 10.0
+#: An idle worker's look at the jobs table for work queued by another process (a job queued in this process wakes
+#: it at once). Two indexed queries per queue: about 1 % of a slow core at this rate, and a job queued by another
+#: process still starts within a second.
+IDLE_POLL_S = 0.5
+RECOVER_EVERY_S = 1.0  # the look for jobs of dead workers, a scan of the running jobs, need not be as frequent
+
+ChildProcess = subprocess.Popen | PreforkedChild  # both: pid, poll(), wait(timeout), returncode
 
 
 def _signal_name(rc: int) -> str:
@@ -73,7 +90,7 @@ def _signal_name(rc: int) -> str:
     return f"exited with code {rc} without recording an outcome"
 
 
-def _terminate(proc: subprocess.Popen, *, grace_s: float = 3.0) -> None:
+def _terminate(proc: ChildProcess, *, grace_s: float = 3.0) -> None:
     """SIGTERM the child's process group, then SIGKILL it if it is still there after ``grace_s``."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -86,18 +103,34 @@ def _terminate(proc: subprocess.Popen, *, grace_s: float = 3.0) -> None:
         proc.wait(timeout=30)
 
 
+def _start_child(cat: Catalogue, job_id: int, out: BinaryIO, *, prefork_ok: bool) -> ChildProcess:
+    """The job's process, its stdout and stderr on ``out``: forked by the pre-forked runner, or (where that cannot
+    start, or ``prefork_ok`` is False) a fresh ``python -m jobs.runner``."""
+    if prefork_ok:
+        try:
+            return prefork.spawn_job(job_id=job_id, data_dir=str(cat.data_dir), database_url=cat.url,
+                                     log_fd=out.fileno())
+        except PreforkUnavailable as exc:
+            log.warning("job %s: pre-forked runner unavailable (%s); starting a fresh process", job_id, exc)
+            out.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} supervisor: pre-forked runner unavailable ({exc}); "
+                      f"starting a fresh process\n".encode())
+            out.flush()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "jobs.runner", "--data-dir", str(cat.data_dir),
+                             "--database-url", cat.url, str(job_id)],
+                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, cwd=str(REPO_ROOT), env=env)
+
+
 def supervise(cat: Catalogue, job_id: int, *, poll_s: float = 0.25, cancel_grace_s: float = CANCEL_GRACE_S,
-              hang_after_s: float | None = None) -> JobStatus:
-    """Run a job already in ``running`` in a child process and watch it until it ends."""
+              hang_after_s: float | None = None, prefork_ok: bool = True) -> JobStatus:
+    """Run a job already in ``running`` in a child process and watch it until it ends (``prefork_ok`` False: in a
+    fresh process, not one forked by the pre-forked runner)."""
     job = get_job(cat, job_id)
     hang_after_s = float(job.params.get("hang_after_s", hang_after_s or STALE_AFTER_S))
     folder = job_dir(cat, job_id)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
     with open(folder / "log.txt", "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "jobs.runner", "--data-dir", str(cat.data_dir),
-                                 "--database-url", cat.url, str(job_id)],
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=str(REPO_ROOT), env=env)
+        proc = _start_child(cat, job_id, out, prefork_ok=prefork_ok)
     with cat.unit_of_work() as s:
         s.execute(update(Job).where(Job.id == job_id).values(pid=proc.pid))
         s.commit()
@@ -136,29 +169,43 @@ def supervise(cat: Catalogue, job_id: int, *, poll_s: float = 0.25, cancel_grace
 
 
 def run_one(cat: Catalogue, *, worker: str | None = None, queue: str | None = None, isolate: bool = True,
-            cancel_grace_s: float = CANCEL_GRACE_S, poll_s: float = 0.25) -> int | None:
+            cancel_grace_s: float = CANCEL_GRACE_S, poll_s: float = 0.25, prefork_ok: bool = True) -> int | None:
     """Claim and run one queued job (of ``queue``, or any); returns its id, or None if none was queued."""
     job_id = claim_next(cat, worker=worker or worker_name(), queue=queue)
     if job_id is None:
         return None
     if isolate:
-        supervise(cat, job_id, cancel_grace_s=cancel_grace_s, poll_s=poll_s)
+        supervise(cat, job_id, cancel_grace_s=cancel_grace_s, poll_s=poll_s, prefork_ok=prefork_ok)
     else:
         execute(cat, job_id)
     return job_id
 
 
-def work_loop(cat: Catalogue, *, stop: threading.Event | None = None, poll_s: float = 1.0,
-              max_jobs: int | None = None, queue: str | None = None, isolate: bool = True) -> int:
+def _wait_for_work(stop: threading.Event, mark: int, poll_s: float) -> None:
+    """Wait up to ``poll_s`` for a job queued in this process after ``mark``; in short slices, as ``stop`` (an
+    event of its own) cannot wake the wait itself."""
+    deadline = time.monotonic() + poll_s
+    while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+        if wait_for_queued(mark, min(left, 0.5)):
+            return
+
+
+def work_loop(cat: Catalogue, *, stop: threading.Event | None = None, poll_s: float = IDLE_POLL_S,
+              max_jobs: int | None = None, queue: str | None = None, isolate: bool = True,
+              prefork_ok: bool = True) -> int:
     """Run jobs of ``queue`` (or any) until ``stop`` is set (or ``max_jobs`` ran); returns how many ran.
     Any exception is logged and the loop goes on."""
     stop = stop or threading.Event()
     done = 0
+    recovered_at = -RECOVER_EVERY_S
     while not stop.is_set() and (max_jobs is None or done < max_jobs):
+        mark = queued_mark()  # before the claim: a job queued after it ends the wait below at once
         try:
-            recover_stale_jobs(cat)
-            if run_one(cat, queue=queue, isolate=isolate) is None:
-                stop.wait(poll_s)
+            if time.monotonic() - recovered_at >= RECOVER_EVERY_S:
+                recover_stale_jobs(cat)
+                recovered_at = time.monotonic()
+            if run_one(cat, queue=queue, isolate=isolate, prefork_ok=prefork_ok) is None:
+                _wait_for_work(stop, mark, poll_s)
             else:
                 done += 1
         except Exception:  # the worker outlives any job or database hiccup
@@ -167,14 +214,19 @@ def work_loop(cat: Catalogue, *, stop: threading.Event | None = None, poll_s: fl
     return done
 
 
-def start_worker_thread(cat: Catalogue, *, poll_s: float = 1.0, queues: tuple[str, ...] = QUEUES,
-                        isolate: bool = True) -> tuple[list[threading.Thread], threading.Event]:
-    """One daemon thread per queue; set the returned event to stop them."""
+def start_worker_thread(cat: Catalogue, *, poll_s: float = IDLE_POLL_S, queues: tuple[str, ...] = QUEUES,
+                        isolate: bool = True, prefork_ok: bool = True
+                        ) -> tuple[list[threading.Thread], threading.Event]:
+    """One daemon thread per queue; set the returned event to stop them. Starts the pre-forked runner now, so its
+    imports are done before the first job comes."""
+    if isolate and prefork_ok:
+        prefork.warm_up()
     stop = threading.Event()
     threads = []
     for q in queues:
         t = threading.Thread(target=work_loop, args=(cat,), name=f"rosette-worker-{q}", daemon=True,
-                             kwargs={"stop": stop, "poll_s": poll_s, "queue": q, "isolate": isolate})
+                             kwargs={"stop": stop, "poll_s": poll_s, "queue": q, "isolate": isolate,
+                                     "prefork_ok": prefork_ok})
         t.start()
         threads.append(t)
     return threads, stop
@@ -239,7 +291,8 @@ def run_once(cat: Catalogue, *, engine: str = "local", address: str | None = Non
         from jobs import ray_engine  # lazy: imports ray (seconds of start-up), which only --engine ray needs
 
         return ray_engine.run_one(cat, address=address, queue=queue, num_cpus=num_cpus)
-    return run_one(cat, queue=queue, isolate=isolate)
+    # one job: a pre-forked runner would only add its imports (torch, timm) to this one job's start
+    return run_one(cat, queue=queue, isolate=isolate, prefork_ok=False)
 
 
 def main_loop(cat: Catalogue, *, queues: tuple[str, ...] = QUEUES, engine: str = "local",
