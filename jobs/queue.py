@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 import traceback
 from collections.abc import Iterable
@@ -65,6 +66,32 @@ TERMINAL = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled
 STALE_AFTER_S = 600.0  # no progress for this long: the job is hung or its worker is gone
 HEARTBEAT_EVERY_S = 5.0
 DEFAULT_MAX_ATTEMPTS = 2
+
+
+# a job queued in this process (the server's UI) wakes this process's idle workers at once (wait_for_queued)
+# instead of at their next poll of the table; a job queued by another process is found by that poll
+_queued = threading.Condition()
+_queued_count = 0
+
+
+def _announce_queued() -> None:
+    global _queued_count
+    with _queued:
+        _queued_count += 1
+        _queued.notify_all()
+
+
+def queued_mark() -> int:
+    """How many jobs this process has queued so far: read it before looking for work, hand it to
+    :func:`wait_for_queued`, and a job queued in between is not missed."""
+    return _queued_count
+
+
+def wait_for_queued(mark: int, timeout: float) -> bool:
+    """Block until this process queues a job after ``mark`` (:func:`queued_mark`) or ``timeout`` s pass; True
+    when one was queued."""
+    with _queued:
+        return _queued.wait_for(lambda: _queued_count != mark, timeout)
 
 
 class JobError(ValueError):
@@ -123,7 +150,10 @@ def transition(cat: Catalogue, job_id: int, new: JobStatus, *, expect: Iterable[
         check_transition(old, new)
         res = s.execute(update(Job).where(Job.id == job_id, Job.status == old).values(status=new, **fields))
         s.commit()
-        return res.rowcount == 1
+    won = res.rowcount == 1
+    if won and new == JobStatus.queued:  # a retry, or a crashed job's next attempt
+        _announce_queued()
+    return won
 
 
 def worker_name() -> str:
@@ -141,7 +171,9 @@ def submit(cat: Catalogue, kind: str, params: dict[str, Any] | None = None, *,
                   message="waiting for a worker", max_attempts=int(max_attempts), attempts=0)
         s.add(job)
         s.commit()
-        return job.id
+        job_id = job.id
+    _announce_queued()
+    return job_id
 
 
 def get_job(cat: Catalogue, job_id: int) -> Job:
