@@ -1,7 +1,7 @@
 """The pre-forked job runner: a zygote process that imports the heavy libraries once and forks one child per job.
 
-A fresh ``python -m jobs.runner`` spends seconds importing torch, timm, cv2 and faiss before its job says a word.
-The zygote (``python -m jobs.prefork``, started by the worker) pays that once, then waits on a socket; for each job
+A fresh ``python -m jobs.runner`` spends seconds importing the job code (cv2, faiss, scipy) before its job says a
+word, and a job that trains or embeds seconds more on torch and timm. The zygote (``python -m jobs.prefork``, started by the worker) pays that once, then waits on a socket; for each job
 the supervisor sends the job's id, catalogue and environment with three file descriptors -- the job's ``log.txt``,
 a status pipe and a liveness pipe -- and the zygote forks a child that runs the job exactly as ``jobs.runner``
 does. Each job is still its own process (a crash or an OOM-kill ends the child, never the supervisor or the
@@ -45,15 +45,28 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PRELOAD: tuple[str, ...] = ("numpy", "torch", "timm", "cv2", "faiss", "jobs.queue", "jobs.runner")
 ZYGOTE_MODULE = "jobs.prefork"
 ENV_SWITCH = "ROSETTE_PREFORK"  # "0": every job starts a fresh process
-READY_TIMEOUT_S = 180.0  # the zygote's imports (a cold disk took 14 s here); a job waits no longer for them
+READY_TIMEOUT_S = 180.0  # the zygote's imports (a cold disk took 14 s here), for callers that wait for them
 SPAWN_TIMEOUT_S = 30.0  # a ready zygote answers a fork request in milliseconds
 RETRY_AFTER_S = 300.0  # after a zygote that failed to start, jobs start fresh processes this long before a new try
 MAX_REQUEST = 1 << 20  # one request (the job's environment as JSON) fits one datagram of this size
 _CODE = struct.Struct("q")  # a pid, then the exit status (negative: the signal)
 
 
+def _readable(fd: int | socket.socket, timeout: float | None) -> bool:
+    """Whether ``fd`` can be read within ``timeout`` s (None: wait). poll, not select: a server with many
+    connections has descriptors above select's limit of 1024."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if timeout is None else max(0, int(timeout * 1000))))
+
+
 class PreforkUnavailable(RuntimeError):
     """The pre-forked runner cannot start this job (the message says why); the caller starts a fresh process."""
+
+
+class PreforkNotReady(PreforkUnavailable):
+    """The zygote is still importing: a job queued meanwhile starts a fresh process rather than wait, so it never
+    starts later than it would have without the zygote."""
 
 
 def _write_code(fd: int, n: int) -> None:
@@ -81,13 +94,13 @@ class PreforkedChild:
         self._alive_w = alive_w  # closing it (or this process dying) tells the child's watchdog to end the child
 
     def poll(self) -> int | None:
-        if self.returncode is None and select.select([self._status_r], [], [], 0)[0]:
+        if self.returncode is None and _readable(self._status_r, 0):
             self._collect()
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
-            if not select.select([self._status_r], [], [], timeout)[0]:
+            if not _readable(self._status_r, timeout):
                 raise subprocess.TimeoutExpired(f"job process {self.pid}", timeout or 0.0)
             self._collect()
         assert self.returncode is not None
@@ -125,6 +138,7 @@ class Zygote:
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()  # two supervisor threads (light and heavy queue) share one zygote
+        self._started = time.monotonic()
 
     def start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -142,9 +156,14 @@ class Zygote:
         finally:
             theirs.close()
         self._sock = ours
+        self._started = time.monotonic()
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> dict[str, Any]:
         """Block until the zygote has imported :data:`PRELOAD` (its ready message); raises
@@ -157,8 +176,9 @@ class Zygote:
             return self.info
         if self._sock is None or self._proc is None:
             raise PreforkUnavailable("the pre-forked runner was not started")
-        if not select.select([self._sock], [], [], timeout)[0]:
-            raise PreforkUnavailable(f"the pre-forked runner did not finish its imports in {timeout:.0f} s")
+        if not _readable(self._sock, timeout):
+            raise PreforkNotReady(f"the pre-forked runner is still importing its libraries, started "
+                                  f"{time.monotonic() - self._started:.0f} s ago")
         msg = self._sock.recv(MAX_REQUEST)
         if not msg:
             rc = self._proc.wait(timeout=5)
@@ -168,7 +188,8 @@ class Zygote:
 
     def spawn(self, *, job_id: int, data_dir: str, database_url: str, log_fd: int,
               ready_timeout: float = READY_TIMEOUT_S) -> PreforkedChild:
-        """Fork a child that runs job ``job_id`` with its stdout and stderr on ``log_fd``."""
+        """Fork a child that runs job ``job_id`` with its stdout and stderr on ``log_fd``, once the zygote is ready
+        (waiting up to ``ready_timeout`` s for that)."""
         request = json.dumps({"job_id": int(job_id), "data_dir": data_dir, "database_url": database_url,
                               "env": dict(os.environ), "cwd": str(REPO_ROOT)}).encode()
         status_r, status_w = os.pipe()
@@ -184,7 +205,7 @@ class Zygote:
             os.close(status_w)
             os.close(alive_r)
             status_w = alive_r = -1
-            if not select.select([status_r], [], [], SPAWN_TIMEOUT_S)[0]:
+            if not _readable(status_r, SPAWN_TIMEOUT_S):
                 raise PreforkUnavailable(f"the pre-forked runner did not fork in {SPAWN_TIMEOUT_S:.0f} s")
             try:
                 pid = _read_code(status_r)
@@ -237,8 +258,10 @@ def shared_zygote() -> Zygote:
         if _failed is not None and time.monotonic() - _failed[0] < RETRY_AFTER_S:
             raise PreforkUnavailable(_failed[1])
         if _shared is not None and not _shared.alive():
-            _shared.close(timeout=1.0)
-            _shared = None
+            dead, _shared = _shared, None
+            dead.close(timeout=1.0)
+            if dead.info is None:  # it never got ready: another would most likely fail the same way
+                raise _failure(f"the pre-forked runner exited with code {dead.exit_code} before it was ready")
         if _shared is None:
             zygote = Zygote()
             try:
@@ -256,14 +279,18 @@ def _failure(why: str) -> PreforkUnavailable:
 
 
 def spawn_job(*, job_id: int, data_dir: str, database_url: str, log_fd: int) -> PreforkedChild:
-    """Fork a child of this process's zygote for job ``job_id`` (starting the zygote if needed and waiting for its
-    imports); raises :class:`PreforkUnavailable` saying why not. A zygote that never got ready is given up for
+    """Fork a child of this process's zygote for job ``job_id`` (starting the zygote if needed); raises
+    :class:`PreforkUnavailable` saying why not (:class:`PreforkNotReady` while its imports go on: it does not
+    wait for them). A zygote that died before it was ready is given up for
     :data:`RETRY_AFTER_S` (jobs start fresh processes meanwhile instead of each waiting for a new one); one that
     died after it was ready is started again for the next job."""
     global _shared
     zygote = shared_zygote()
     try:
-        return zygote.spawn(job_id=job_id, data_dir=data_dir, database_url=database_url, log_fd=log_fd)
+        return zygote.spawn(job_id=job_id, data_dir=data_dir, database_url=database_url, log_fd=log_fd,
+                            ready_timeout=0.0)
+    except PreforkNotReady:
+        raise
     except PreforkUnavailable as exc:
         if zygote.info is None:
             with _shared_lock:

@@ -44,7 +44,7 @@ from sqlalchemy import update
 from db.models import Job, JobStatus
 from db.session import Catalogue
 from jobs import prefork
-from jobs.prefork import PreforkedChild, PreforkUnavailable
+from jobs.prefork import PreforkedChild, PreforkNotReady
 from jobs.queue import (
     QUEUES,
     STALE_AFTER_S,
@@ -110,8 +110,9 @@ def _start_child(cat: Catalogue, job_id: int, out: BinaryIO, *, prefork_ok: bool
         try:
             return prefork.spawn_job(job_id=job_id, data_dir=str(cat.data_dir), database_url=cat.url,
                                      log_fd=out.fileno())
-        except PreforkUnavailable as exc:
-            log.warning("job %s: pre-forked runner unavailable (%s); starting a fresh process", job_id, exc)
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong there, the claimed job must still run
+            level = logging.INFO if isinstance(exc, PreforkNotReady) else logging.WARNING
+            log.log(level, "job %s: pre-forked runner unavailable (%s); starting a fresh process", job_id, exc)
             out.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} supervisor: pre-forked runner unavailable ({exc}); "
                       f"starting a fresh process\n".encode())
             out.flush()

@@ -123,6 +123,8 @@ def test_without_a_zygote_a_fresh_process_runs_the_job_and_the_log_says_so(cat, 
     prefork.reset()
     monkeypatch.setattr(prefork, "ZYGOTE_MODULE", "no_such_zygote_module")
     try:
+        dying = prefork.shared_zygote()  # started as by a worker that starts; this one dies at once
+        wait_for(lambda: dying.exit_code is not None, what="the zygote to exit")
         jid = queue.submit(cat, "sleep", {"steps": 1, "seconds": 0})
         with caplog.at_level(logging.WARNING, logger="rosette.worker"):
             assert run_one(cat) == jid
