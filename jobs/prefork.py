@@ -4,7 +4,8 @@ A fresh ``python -m jobs.runner`` spends seconds importing the job code (cv2, fa
 word, and a job that trains or embeds seconds more on torch and timm. The zygote (``python -m jobs.prefork``,
 started by the worker) pays that once, then waits on a socket. For each job the supervisor sends the job's id,
 catalogue and environment with three file descriptors -- the job's ``log.txt``, a status pipe and a liveness
-pipe -- and the zygote forks a child that runs the job exactly as ``jobs.runner`` does. Each job is still its own process (a crash or an OOM-kill ends the child, never the supervisor or the
+pipe -- and the zygote forks a child that runs the job exactly as ``jobs.runner`` does.
+Each job is still its own process (a crash or an OOM-kill ends the child, never the supervisor or the
 zygote) in its own session (``killpg`` of its pid ends it and what it started); the zygote reports the child's
 pid, then its exit status (negative: the signal) on the status pipe, so the supervisor reads the same return
 codes as from :class:`subprocess.Popen`. The child's watchdog reads the liveness pipe, whose write end only the

@@ -3,7 +3,8 @@ pre-forked runner (a zygote that imported torch and timm once) and through a fre
 it; and what an idle worker's poll of the jobs table costs.
 
 The job is a Camtrap DP export of a catalogue of one camera station and no photos, tables only
-(``camtrap_dp_export``: a production kind that takes well under a second once started). The worker runs as in ``rosette serve``: a thread of this process, which
+(``camtrap_dp_export``: a production kind that takes well under a second once started).
+The worker runs as in ``rosette serve``: a thread of this process, which
 queues the job, so the in-process wake-up is part of the figure; the first log line is the one ``execute`` writes
 ("job N (kind) attempt 1 started in process PID") before the handler runs.
 """
