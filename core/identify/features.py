@@ -15,7 +15,8 @@ import json
 import os
 import re
 import tempfile
-from collections import deque
+import threading
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -56,11 +57,64 @@ def _safe_name(text: str) -> str:
 def feature_cache_path(cache_dir: str | os.PathLike[str], fingerprint: str, variant: str, content_key: str) -> Path:
     """Where the embedding of (content_key, fingerprint, variant) lives under ``cache_dir``."""
     key = _safe_name(content_key)
-    return Path(cache_dir) / _safe_name(fingerprint) / _safe_name(variant) / key[:2] / f"{key}.npy"
+    # one join of strings and one Path: a ranking asks for the whole gallery's paths, and each "/" parses again
+    return Path(os.path.join(cache_dir, _safe_name(fingerprint), _safe_name(variant), key[:2], f"{key}.npy"))
 
 
-def read_cached(path: Path, dim: int) -> np.ndarray | None:
-    """The cached D-vector at ``path``, or None when missing or corrupt (wrong shape/dtype, non-finite)."""
+class _VectorMemo:
+    """Cached vectors already read, by path, while their file is unchanged (same inode, size and mtime): ranking a
+    query against a gallery reads every gallery photo's vector, and a review screen ranks one query per click. A
+    stat is much cheaper than opening and parsing an ``.npy`` file; a file replaced or corrupted since is read
+    again. Bounded in bytes, least recently used first out."""
+
+    def __init__(self, *, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[str, tuple[tuple[int, int, int], np.ndarray]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: str, stamp: tuple[int, int, int]) -> np.ndarray | None:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is None or hit[0] != stamp:
+                return None
+            self._items.move_to_end(key)
+            return hit[1]
+
+    def put(self, key: str, stamp: tuple[int, int, int], arr: np.ndarray) -> None:
+        arr.setflags(write=False)  # shared between callers: nobody may change it in place
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1].nbytes
+            self._items[key] = (stamp, arr)
+            self._bytes += arr.nbytes
+            while self._bytes > self.max_bytes and self._items:
+                _, (_, dropped) = self._items.popitem(last=False)
+                self._bytes -= dropped.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
+
+#: vectors read from the feature cache, kept in memory (``ROSETTE_FEATURE_MEMO_MB``, default 256 MB: about 50,000
+#: photos of a 1,280-wide backbone)
+FEATURE_MEMO = _VectorMemo(max_bytes=int(float(os.environ.get("ROSETTE_FEATURE_MEMO_MB", "256")) * 2**20))
+
+
+def read_cached(path: Path | str, dim: int) -> np.ndarray | None:
+    """The cached D-vector at ``path``, or None when missing or corrupt (wrong shape/dtype, non-finite).
+    The vector returned is read-only (it may be shared through :data:`FEATURE_MEMO`)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key, stamp = str(path), (st.st_ino, st.st_size, st.st_mtime_ns)
+    arr = FEATURE_MEMO.get(key, stamp)
+    if arr is not None and arr.shape == (dim,):
+        return arr
     try:
         arr = np.load(path, allow_pickle=False)
     except FileNotFoundError:
@@ -69,6 +123,7 @@ def read_cached(path: Path, dim: int) -> np.ndarray | None:
         return None
     if arr.dtype != np.float32 or arr.shape != (dim,) or not np.all(np.isfinite(arr)):
         return None
+    FEATURE_MEMO.put(key, stamp, arr)
     return arr
 
 
@@ -157,16 +212,19 @@ def extract_features(
     fp = config.fingerprint()
     cache_root = Path(cache_dir) / _safe_name(fp) if cache_dir is not None else None
 
-    # cache scan; group positions by key so duplicates are computed once
+    # cache scan; group positions by key so duplicates are computed once. The folder of the entries is joined
+    # once (a ranking scans the whole gallery: a Path per entry cost more than reading the vectors)
     pending: dict[str, list[int]] = {}
     loaders: dict[str, Loader] = {}
     done = 0
+    folder = os.path.join(cache_dir, _safe_name(fp), _safe_name(variant)) if cache_dir is not None else ""
     for i, (key, loader) in enumerate(items):
         if key in pending:
             pending[key].append(i)
             continue
         if cache_root is not None:
-            vec = read_cached(feature_cache_path(cache_dir, fp, variant, key), dim)
+            safe = _safe_name(key)
+            vec = read_cached(f"{folder}/{safe[:2]}/{safe}.npy", dim)
             if vec is not None:
                 out[i] = vec
                 done += 1
