@@ -4,6 +4,7 @@ catalogue's own identified photos (what a curator sees in match review)."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,8 @@ from db.session import Catalogue
 
 DEFAULT_NEW_THRESHOLD = 0.5
 _CACHE: dict[tuple, tuple[Calibrator | None, str | None]] = {}
+#: the catalogue's own top-k pairs by what they are computed from (a few, oldest out first)
+_PAIRS: dict[tuple, tuple[np.ndarray, ...]] = {}
 
 
 def decision_outcomes(cat: Catalogue, model: str, *, species_id: int | None = None,
@@ -89,10 +92,23 @@ def catalogue_outcomes(cat: Catalogue, model: str, *, species_id: int, top_k: in
         return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0)
     backbone = get_backbone(cat, model)
     emb = embed_images(cat, ids, backbone=backbone)
-    sim = pairwise_scores(emb, emb, metric=backbone.config.metric)
     sightings = [rows[i].sighting_id for i in ids]
+    # the same photos, features and identities give the same pairs: a decision that leaves them as they were
+    # (one "not the same") recalibrates without scoring every identified photo against every other again
+    key = (backbone.config.metric, hashlib.sha256(np.ascontiguousarray(emb).tobytes()).hexdigest(), tuple(labels),
+           tuple(sightings), top_k)
+    hit = _PAIRS.get(key)
+    if hit is not None:
+        return hit
+    sim = pairwise_scores(emb, emb, metric=backbone.config.metric)
     valid = all_vs_all_valid(len(ids), sightings=sightings if any(sightings) else None)
-    return top_k_outcomes(sim, valid, labels, top_k=top_k)
+    out = top_k_outcomes(sim, valid, labels, top_k=top_k)
+    for array in out:
+        array.setflags(write=False)  # shared by every later caller with the same photos
+    if len(_PAIRS) >= 16:
+        _PAIRS.pop(next(iter(_PAIRS)))
+    _PAIRS[key] = out
+    return out
 
 
 def _species_benchmark(cat: Catalogue, species_id: int) -> str | None:
