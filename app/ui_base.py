@@ -213,6 +213,20 @@ class UIContext:
     seen: dict[str, gr.State] = field(default_factory=dict)
     #: per tab, the catalogue version while the tab is shown (its refreshes that also run on selection follow it)
     live: dict[str, gr.State] = field(default_factory=dict)
+    #: changes a tab made and already drew itself (a decision in Match review): counted with ``version`` when another
+    #: tab is selected, so that tab refreshes, but not fanned out to the tab that made them (see
+    #: :meth:`changed_here`)
+    quiet: gr.State | None = None
+
+    def __post_init__(self) -> None:
+        if self.quiet is None:
+            self.quiet = gr.State(0)
+
+    def changed_here(self, count: int | None) -> int:
+        """For a handler that changed the catalogue and returns its whole screen itself (``ctx.quiet`` is one of
+        its inputs and outputs): the new count. Other tabs refresh when next selected; the tab shown does not
+        re-run its refreshes, which would redraw what the handler just drew, one round trip each."""
+        return (count or 0) + 1
 
     def _owner(self) -> str:
         return next((name for name, tab in self.tabs.items() if tab is self.tab), "")
@@ -266,25 +280,27 @@ class UIContext:
         for name, tab in self.tabs.items():
             states = [self.seen[name]] if name in self.seen else []
             tab.select(guarded_viewer(functools.partial(tab_selected, name, owners, with_seen=bool(states))),
-                       inputs=[self.version], outputs=[self.shown, *timers, *states],
+                       inputs=[self.version, self.quiet], outputs=[self.shown, *timers, *states],
                        show_progress="hidden", api_visibility="private")
         names = list(self.seen)
         if names:
             self.version.change(guarded_viewer(functools.partial(version_reaches, names)),
-                                inputs=[self.version, self.shown],
+                                inputs=[self.version, self.shown, self.quiet],
                                 outputs=[*(self.live[n] for n in names), *(self.seen[n] for n in names)],
                                 show_progress="hidden", api_visibility="private")
 
 
-def tab_selected(shown: str, owners: Sequence[str], version: int | None, *, with_seen: bool) -> list[Any]:
+def tab_selected(shown: str, owners: Sequence[str], version: int | None, quiet: int | None = 0, *,
+                 with_seen: bool) -> list[Any]:
     """For the tab ``shown`` when it is selected: its name, its timers on and the others off, and (when it has
-    refreshes) the version it now shows."""
-    return [shown, *tab_timers_switch(shown, owners), *([version] if with_seen else [])]
+    refreshes) the version it now shows (changes made quietly by a tab count too)."""
+    return [shown, *tab_timers_switch(shown, owners), *([(version or 0) + (quiet or 0)] if with_seen else [])]
 
 
-def version_reaches(names: Sequence[str], version: int | None, shown: str | None) -> list[Any]:
+def version_reaches(names: Sequence[str], version: int | None, shown: str | None,
+                    quiet: int | None = 0) -> list[Any]:
     """A catalogue change: the new version for the tab shown (its live and seen states), nothing for the others."""
-    live = [version if n == shown else gr.skip() for n in names]
+    live = [(version or 0) + (quiet or 0) if n == shown else gr.skip() for n in names]
     return [*live, *live]
 
 

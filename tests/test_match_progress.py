@@ -22,7 +22,7 @@ def test_every_event_that_fills_the_review_screen_shows_its_progress_over_the_ca
     finally:
         cat.close()
     by_id = {block._id: block for block in demo.blocks.values()}
-    candidates = next(i for i, b in by_id.items() if getattr(b, "elem_id", None) == "match-candidates")
+    candidates = next(i for i, b in by_id.items() if getattr(b, "elem_id", None) == "match-board")
     shown = []
     for dep in demo.get_config_file()["dependencies"]:
         if candidates not in dep["outputs"] or dep["show_progress"] == "hidden":
@@ -31,3 +31,36 @@ def test_every_event_that_fills_the_review_screen_shows_its_progress_over_the_ca
         assert dep["show_progress_on"] == [candidates], (dep["targets"], dep["show_progress_on"])
     first_opening = [d for d in shown if (tab._id, "select") in [tuple(t) for t in d["targets"]]]
     assert len(first_opening) == 1 and len(shown) >= 10
+
+
+def test_a_decision_is_one_round_trip_that_draws_the_next_animal_itself(tmp_path):
+    """Each event costs the page a round trip and each updated component a walk over the page: a decision's event
+    draws the query, the candidates and the counter itself (two HTML pieces), and nothing follows it."""
+    import gradio as gr
+
+    from app.tabs import match
+    from app.ui_base import UIContext
+    from db.session import open_catalogue
+
+    cat = open_catalogue(tmp_path / "data")
+    try:
+        with gr.Blocks() as demo:
+            with gr.Tabs():
+                with gr.Tab("Match review") as tab:
+                    ctx = UIContext(catalogue=cat, user=gr.State("ana"), version=gr.State(0), demo=demo)
+                    ctx.tab = tab
+                    match.build(ctx)
+    finally:
+        cat.close()
+    config = demo.get_config_file()
+    kinds = {c["id"]: c["type"] for c in config["components"]}
+    deps = config["dependencies"]
+    decisions = [d for d in deps if (d.get("api_name") or "").startswith("decide_")]
+    assert len(decisions) == 5
+    for d in decisions:
+        drawn = [kinds[o] for o in d["outputs"] if kinds[o] not in ("state",)]
+        assert drawn.count("html") == 2, drawn  # the pair (query, chosen candidate, facts) and the board
+        assert not any(x.get("trigger_after") == d["id"] for x in deps), "a decision chains another event"
+        states = {o for o in d["outputs"] if kinds[o] == "state"}
+        followers = [x for x in deps if any(t[0] in states for t in x["targets"])]
+        assert followers == [], "a state the decision writes sets off another event"

@@ -258,7 +258,7 @@ def test_photo_choices_and_upload_of_a_known_photo(cat, nyala_dir, nyala_manifes
 
 
 def test_candidate_grid_html_escapes_names_and_shows_badges():
-    from app.tabs.match import candidates_html
+    from app.tabs.match_cards import candidates_html
 
     q = ms.QueryPhoto(image_id=1, path="/x.jpg", original_name="x.jpg", flank="left", sighting="s1", date=None,
                       place=None, individual_id=None, individual_name=None, mask_path=None, mask_source=None)

@@ -119,7 +119,7 @@ def test_pipeline_cards_carry_the_fused_probability_and_matched_spots(cat, capsy
     import json
 
     from app.cli import main as cli_main
-    from app.tabs.match import candidates_html, header_html
+    from app.tabs.match_cards import candidates_html, header_html
     from db.identify.matching import rank_candidates
 
     photo = ids(cat)
@@ -168,7 +168,7 @@ def test_pipeline_cards_carry_the_fused_probability_and_matched_spots(cat, capsy
 
 
 def test_a_pipeline_that_does_not_discriminate_shows_no_probability_and_no_hint(cat, monkeypatch):
-    from app.tabs.match import header_html
+    from app.tabs.match_cards import header_html
     from core.identify.calibration import Discrimination
 
     # as the curators' decided pairs would measure it: held-out AUC at chance
@@ -182,7 +182,7 @@ def test_a_pipeline_that_does_not_discriminate_shows_no_probability_and_no_hint(
 
 
 def test_a_photo_without_spots_is_said_so_in_the_header(cat):
-    from app.tabs.match import header_html
+    from app.tabs.match_cards import header_html
 
     view = ms.match_query(cat, ids(cat)["blank.png"], model_name=PIPELINE)
     assert view.query_spot_note and "no spot evidence" in view.query_spot_note
@@ -194,7 +194,7 @@ def test_a_photo_without_spots_is_said_so_in_the_header(cat):
 
 
 def test_a_global_model_view_has_no_spot_facts(cat):
-    from app.tabs.match import candidates_html
+    from app.tabs.match_cards import candidates_html
 
     view = ms.match_query(cat, ids(cat)["a0.png"], model_name="efficientnet_lite0")
     assert not view.pipeline and view.candidates

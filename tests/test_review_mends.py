@@ -3,7 +3,7 @@ diagnostics' tier colours, calibrated probabilities and the new-individual sugge
 
 from __future__ import annotations
 
-from app.tabs.match import candidates_html, header_html
+from app.tabs.match_cards import candidates_html, header_html
 from core.inspect.diagnostics import TIER_BANDS, tier_colour
 from db.session import open_catalogue
 from jobs.actions import match as ms

@@ -16,6 +16,7 @@ This module holds the layout and the handlers; what the grid, the facts line and
 from __future__ import annotations
 
 import base64
+import html
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Any
 
 import gradio as gr
 
-from app.tabs.match_cards import FACTS_CSS, candidates_html, compare_label, facts_html, header_html
+from app.tabs.match_cards import PAIR_CSS, board_html, pair_html
 from app.ui_base import ASSETS_DIR, UIContext, acting_role, curator_action, guarded_viewer, refreshed_choices
 from db.models import Role
 from jobs.actions import decisions as ds
@@ -43,6 +44,16 @@ ORDER = 20
 
 KEYS_JS = (ASSETS_DIR / "keys.js").read_text(encoding="utf-8") if (ASSETS_DIR / "keys.js").exists() else None
 GRID_CSS = (ASSETS_DIR / "match.css").read_text(encoding="utf-8") if (ASSETS_DIR / "match.css").exists() else ""
+# what the screen was last drawn with (see ``render``): outline / whole frames asked for; a mask, matched spots, a
+# picker naming a photo, the queue's end shown
+LOOK = {"outline": False, "whole": False, "mask": False, "spots": False, "picked": None, "end": False}
+# the pair's own buttons (accept the suggested flank) send their action to the server
+PAIR_JS = """
+element.addEventListener('click', (e) => {
+  const b = e.target.closest('[data-action]');
+  if (b) trigger('click', {action: b.dataset.action});
+});
+"""
 # Clicking a candidate card sends its rank to the server as the selected candidate.
 PICK_JS = """
 element.addEventListener('click', (e) => {
@@ -134,14 +145,12 @@ def build(ctx: UIContext) -> None:
 
     with gr.Row(equal_height=False, elem_id="match-main"):
         # the photo to identify and the chosen candidate side by side, decisions right under them:
-        # everything a decision needs fits above the fold at 1400 x 900
+        # everything a decision needs fits above the fold at 1400 x 900. The pair (with the query's facts) and the
+        # board (header and candidates) are one HTML each: moving to the next animal updates two pieces of the
+        # page, not one per picture, caption and line (each update costs the browser a walk over the page)
         with gr.Column(scale=6, min_width=520):
-            with gr.Row(equal_height=True, elem_id="match-pair"):
-                query_image = gr.Image(label="Photo to identify", interactive=False, height=280,
-                                       elem_id="match-query", buttons=["fullscreen"], show_label=True)
-                compare_image = gr.Image(label="Chosen candidate", interactive=False, height=280,
-                                         elem_id="match-compare", buttons=["fullscreen"])
-            facts = gr.HTML("", elem_id="match-facts", js_on_load=None, css_template=FACTS_CSS)
+            pair = gr.HTML(pair_html(None, None, query_src=None, compare_src=None), elem_id="match-pair",
+                           css_template=PAIR_CSS, js_on_load=PAIR_JS)
             outline = gr.Checkbox(label="Show mask outline", value=False, visible=False, elem_id="match-outline")
             with gr.Row(equal_height=True):
                 same_button = gr.Button("Same individual (M)", variant="primary", elem_id="match-same")
@@ -158,10 +167,6 @@ def build(ctx: UIContext) -> None:
                                           min_width=150)
                 new_name = gr.Textbox(label="Name for a new individual", placeholder="new individual's name (optional)",
                                       max_lines=1, elem_id="match-new-name", scale=2, container=False)
-            with gr.Row(equal_height=True):
-                flank_hint = gr.Markdown(elem_id="match-flank-suggestion")
-                accept_flank = gr.Button("Accept suggested flank (F)", elem_id="match-accept-flank", size="sm",
-                                         visible=False, scale=0, min_width=220)
             status = gr.Markdown(elem_id="match-status", elem_classes=["status-line"])
             gr.HTML(KEYS_HELP, elem_id="match-keys", js_on_load=KEYS_JS)
             # the matched spots of the compared pair: the same coat spots joined by lines, on demand (S)
@@ -174,27 +179,65 @@ def build(ctx: UIContext) -> None:
                                        interactive=False, height=300, elem_id="match-spots-image", visible=False,
                                        buttons=["fullscreen"])
         with gr.Column(scale=6, min_width=420):
-            header = gr.HTML("", elem_id="match-header", js_on_load=None)
-            candidates = gr.HTML(LOADING_QUEUE, elem_id="match-candidates", css_template=GRID_CSS,
-                                 js_on_load=PICK_JS, min_height=200)
+            board = gr.HTML(f"<div id='match-candidates'>{LOADING_QUEUE}</div>", elem_id="match-board",
+                            css_template=GRID_CSS, js_on_load=PICK_JS, min_height=200)
     with gr.Accordion("Match a new photo (upload)", open=False, elem_id="match-upload-box"):
         upload = gr.File(label="Photo", file_count="single", file_types=["image"], elem_id="match-upload", height=110)
 
-    screen = [query_image, outline, facts, compare_image, header, candidates, view_state, selected_state]
+    decision_buttons = [same_button, not_button, unsure_button, new_button, sighting_button]
+    # how the screen is drawn beyond the photo: outline and whole frames asked for, and what the last drawing left
+    # that the next must undo (spots shown, a picker naming a photo, the queue's end); a server-side value, so the
+    # next drawing sends only what changed
+    look_state = gr.State(dict(LOOK))
+    screen = [pair, outline, board, spots_image, spots_text, photo_pick, *decision_buttons, view_state, selected_state,
+              look_state]
 
     # ------------------------------------------------------------------ rendering
 
-    def render(view, selected, show_outline, queue, pos):
+    def render(view, selected, look, queue, pos):
+        """The whole screen for ``view`` (None: the queue's end), as the outputs of ``screen``: what did not change
+        since the last drawing (per ``look``) is skipped, so the page updates only what it must."""
+        look = {**LOOK, **(look or {})}
+        new_look = dict(look, spots=False, picked=None, end=view is None)
+        spots = (gr.update(value=None, visible=False), SPOTS_HINT) if look["spots"] else (gr.skip(), gr.skip())
+        picker = None if look["picked"] is not None and (view is None or view.query.image_id != look["picked"]) \
+            else gr.skip()
+        buttons = _buttons(view is None) if look["end"] != (view is None) else [gr.skip()] * len(decision_buttons)
         if view is None:  # the queue's end (or an empty queue): no candidate, nothing left of the last photo
-            return (None, gr.update(visible=False, value=False), "", gr.update(value=None, label=compare_label(None)),
-                    header_html(None, queue, pos, end_words=rw.queue_end_words(cat, queue)),
-                    candidates_html(None, None), None, 1)
+            new_look["mask"] = False
+            return (pair_html(None, None, query_src=None, compare_src=None),
+                    gr.update(visible=False, value=False) if look["mask"] else gr.skip(),
+                    board_html(None, None, queue, pos, end_words=rw.queue_end_words(cat, queue)),
+                    *spots, picker, *buttons, None, 1, new_look)
         chosen = view.candidate(selected)
         has_mask = bool(view.query.mask_path)
-        return (_query_crop(view, bool(show_outline) and has_mask),
-                gr.update(visible=has_mask, value=bool(show_outline) and has_mask), facts_html(view),
-                gr.update(value=_full_photo(chosen), label=compare_label(chosen)), header_html(view, queue, pos),
-                candidates_html(view, chosen.rank if chosen else None), view, chosen.rank if chosen else 1)
+        new_look["mask"] = has_mask
+        rank = chosen.rank if chosen else None
+        pictures = None
+        if look["whole"]:
+            query_src = fr.screen_file(cat, fr.frame_with_boxes(cat, view.query.image_id, legend="photo to identify"))
+            compare_src = fr.screen_file(cat, fr.frame_with_boxes(
+                cat, chosen.image_id, legend=f"candidate {chosen.rank}, {chosen.individual_name}")) if chosen else None
+            pictures = {c.image_id: _frame_uri(c.image_id) for c in view.candidates}
+        else:
+            query_src = fr.screen_file(cat, _query_crop(view, look["outline"] and has_mask))
+            compare_src = fr.screen_file(cat, _full_photo(chosen))
+        hint, button = fs.flank_suggestion(cat, view.query.image_id)
+        outline_update = (gr.update(visible=has_mask, value=look["outline"] and has_mask)
+                          if has_mask != look["mask"] else gr.skip())
+        return (pair_html(view, chosen, query_src=query_src, compare_src=compare_src,
+                          flank_hint=_markdown_bold(hint), flank_button=button),
+                outline_update, board_html(view, rank, queue, pos, pictures=pictures),
+                *spots, picker, *buttons, view, chosen.rank if chosen else 1, new_look)
+
+    def _buttons(at_end):
+        # no photo on screen (the queue's end): nothing to decide on, so no button offers it; a viewer's buttons
+        # stay as the role lock left them
+        if at_end:
+            return [gr.update(interactive=False)] * len(decision_buttons)
+        role = acting_role()
+        allowed = role is not None and role_allows(role, Role.curator)
+        return [gr.update(interactive=True) if allowed else gr.skip()] * len(decision_buttons)
 
     def _query_crop(view, show_outline):
         return ms.query_picture(cat, view.query, outline=show_outline)
@@ -208,7 +251,7 @@ def build(ctx: UIContext) -> None:
     def _frame_uri(image_id):
         return "data:image/jpeg;base64," + base64.b64encode(fr.frame_jpeg(cat, image_id)).decode("ascii")
 
-    def show(image_id, model_name, flank, show_outline, queue, pos, progress=None, selected=1):
+    def show(image_id, model_name, flank, look, queue, pos, progress=None, selected=1):
         step = None
         if progress is not None:
             def step(done, total):
@@ -218,9 +261,9 @@ def build(ctx: UIContext) -> None:
                               flank_filter=filters.get("flank") or "any", place=filters.get("place"),
                               date_from=filters.get("date_from"), date_to=filters.get("date_to"),
                               progress=step) if image_id is not None else None
-        return render(view, selected, show_outline, queue, pos)
+        return render(view, selected, look, queue, pos)
 
-    def load_queue(model_name, flank, show_outline, progress, *, keep_view=None):
+    def load_queue(model_name, flank, look, progress, *, keep_view=None):
         def step(done, total):
             progress((done, total), desc="Computing photo features for the review queue", unit="photos")
 
@@ -228,24 +271,24 @@ def build(ctx: UIContext) -> None:
         queue = [e.image_id for e in entries]
         if keep_view is not None:
             pos = queue.index(keep_view.query.image_id) if keep_view.query.image_id in queue else 0
-            return (queue, pos, *render(keep_view, 1, show_outline, queue, pos))
+            return (queue, pos, *render(keep_view, 1, look, queue, pos))
         first = queue[0] if queue else None
-        return (queue, 0, *show(first, model_name, flank, show_outline, queue, 0, progress))
+        return (queue, 0, *show(first, model_name, flank, look, queue, 0, progress))
 
     # ------------------------------------------------------------------ handlers
 
     @curator_action(role=Role.viewer)
-    def on_open_tab(view, linked, model_name, flank, show_outline, progress=gr.Progress()):
+    def on_open_tab(view, linked, model_name, flank, look, progress=gr.Progress()):
         # keep the curator's place when coming back to the tab; a photo opened from another tab loads by itself
         if view is not None or linked is not None:
             return (gr.skip(),) * (2 + len(screen))
-        return load_queue(model_name, flank, show_outline, progress)
+        return load_queue(model_name, flank, look, progress)
 
     @curator_action(role=Role.viewer)
-    def on_follow_link(image_id, model_name, flank, show_outline, progress=gr.Progress()):
+    def on_follow_link(image_id, model_name, flank, look, progress=gr.Progress()):
         """Open the annotation another tab linked to, at its place in the queue most informative first."""
         if image_id is None:
-            return (gr.skip(),) * (5 + len(screen))
+            return (gr.skip(),) * (4 + len(screen))
 
         def step(done, total):
             progress((done, total), desc="Computing photo features for the review queue", unit="photos")
@@ -255,37 +298,38 @@ def build(ctx: UIContext) -> None:
         pos = ordered.index(int(image_id)) if int(image_id) in ordered else -1
         where = f"Animal #{int(image_id)}, opened from the Population tab's review list. " + (
             words if pos >= 0 else "It is not in the review queue: what was decided on it shows under the photo.")
+        out = list(show(int(image_id), model_name, flank, look, ordered, pos, progress))
         # the picker gets its choices with the value: the tab's own refresh of them may not have run yet
-        pick = gr.update(choices=ms.photo_choices(cat), value=int(image_id))
-        return (ordered, max(pos, 0), *show(int(image_id), model_name, flank, show_outline, ordered, pos, progress),
-                pick, where, None)
+        out[screen.index(photo_pick)] = gr.update(choices=ms.photo_choices(cat), value=int(image_id))
+        out[-1] = dict(out[-1], picked=int(image_id))
+        return (ordered, max(pos, 0), *out, where, None)
 
     @curator_action(role=Role.viewer)
-    def on_reload(model_name, flank, show_outline, progress=gr.Progress()):
-        return (*load_queue(model_name, flank, show_outline, progress), "Review queue reloaded.")
+    def on_reload(model_name, flank, look, progress=gr.Progress()):
+        return (*load_queue(model_name, flank, look, progress), "Review queue reloaded.")
 
     @curator_action(role=Role.viewer)
-    def on_informative_first(model_name, flank, show_outline, progress=gr.Progress()):
+    def on_informative_first(model_name, flank, look, progress=gr.Progress()):
         def step(done, total):
             progress((done, total), desc="Computing photo features for the review queue", unit="photos")
 
         entries = ms.review_queue(cat, model_name=model_name or ms.DEFAULT_MODEL, progress=step)
         ordered, words = ident.informative_first(cat, [e.image_id for e in entries])
         first = ordered[0] if ordered else None
-        return (ordered, 0, *show(first, model_name, flank, show_outline, ordered, 0, progress), words)
+        return (ordered, 0, *show(first, model_name, flank, look, ordered, 0, progress), words)
 
     @curator_action(role=Role.viewer)
-    def on_move(delta, queue, pos, model_name, flank, show_outline, progress=gr.Progress()):
+    def on_move(delta, queue, pos, model_name, flank, look, progress=gr.Progress()):
         if not queue:
             raise gr.Error("The review queue is empty.", title="Nothing to show", print_exception=False)
         new = max(0, min(len(queue) - 1, pos + delta))
         if new == pos:
             return (pos, *(gr.skip(),) * len(screen), "This is the " + ("first" if delta < 0 else "last") +
                     " photo of the queue.")
-        return (new, *show(queue[new], model_name, flank, show_outline, queue, new, progress), "")
+        return (new, *show(queue[new], model_name, flank, look, queue, new, progress), "")
 
     @curator_action
-    def on_decide(kind, view, selected, name, user, queue, pos, model_name, flank, show_outline,
+    def on_decide(kind, view, selected, name, user, queue, pos, model_name, flank, look, quiet,
                   progress=gr.Progress()):
         try:
             if kind == "sighting":
@@ -293,99 +337,93 @@ def build(ctx: UIContext) -> None:
             else:
                 outcome = ds.decide(cat, ds.decision_request(view, kind, user=user, rank=selected, new_name=name))
         except ConflictError as exc:  # another curator decided this photo meanwhile: show it as it is now
-            return (pos, *show(view.query.image_id, model_name, flank, show_outline, queue, pos, progress),
-                    gr.skip(), f"**Not recorded:** {exc}. The photo is shown again as it is now.")
+            return (pos, *show(view.query.image_id, model_name, flank, look, queue, pos, progress),
+                    gr.skip(), f"**Not recorded:** {exc}. The photo is shown again as it is now.", gr.skip())
+        changed = ctx.changed_here(quiet)
         if kind == "not" and view.candidate((selected or 1) + 1) is not None \
                 and view.candidate((selected or 1) + 1).rank == (selected or 1) + 1:
             # "not the same" on a candidate: stay on this photo and compare the next candidate
             rank = (selected or 1) + 1
-            return (pos, *show(view.query.image_id, model_name, flank, show_outline, queue, pos, progress,
-                               selected=rank), "", outcome.message + f" Now comparing candidate {rank}.")
+            return (pos, *show(view.query.image_id, model_name, flank, look, queue, pos, progress,
+                               selected=rank), gr.skip(), outcome.message + f" Now comparing candidate {rank}.",
+                    changed)
         if kind == "not":
             # "not the same" on the last candidate: none of them is this animal, so it may be a new individual;
             # the photo stays on screen for that decision instead of the queue moving on
             rank = (selected or 1)
-            return (pos, *show(view.query.image_id, model_name, flank, show_outline, queue, pos, progress,
+            return (pos, *show(view.query.image_id, model_name, flank, look, queue, pos, progress,
                                selected=rank), gr.skip(),
                     outcome.message + " " + rw.last_candidate_words(
                         rank, candidates=len(view.candidates),
-                        name=view.candidate(rank).individual_name if view.candidate(rank) else None))
+                        name=view.candidate(rank).individual_name if view.candidate(rank) else None), changed)
+        new_name_update = "" if name else gr.skip()
         nxt = ms.next_pending(cat, queue, pos)
         if nxt is None:
-            return (pos, *render(None, 1, show_outline, queue, pos), "", outcome.message + " The queue is done.")
-        return (nxt, *show(queue[nxt], model_name, flank, show_outline, queue, nxt, progress), "",
-                outcome.message)
+            return (pos, *render(None, 1, look, queue, pos), new_name_update,
+                    outcome.message + " The queue is done.", changed)
+        return (nxt, *show(queue[nxt], model_name, flank, look, queue, nxt, progress), new_name_update,
+                outcome.message, changed)
 
     @curator_action
-    def on_undo(user, queue, model_name, flank, show_outline, progress=gr.Progress()):
+    def on_undo(user, queue, model_name, flank, look, quiet, progress=gr.Progress()):
         undone = ds.undo_last_decision(cat, ds.UndoDecisionRequest(user=curator_name(user)))
         pos = queue.index(undone.image_id) if undone.image_id in queue else 0
-        return (pos, *show(undone.image_id, model_name, flank, show_outline, queue, pos, progress), undone.message)
+        return (pos, *show(undone.image_id, model_name, flank, look, queue, pos, progress), undone.message,
+                ctx.changed_here(quiet))
+
+    @curator_action
+    def on_pair_action(view, user, model_name, filters, look, queue, pos, quiet, evt: gr.EventData):
+        # the flank suggestion's Accept button (key F) lives in the pair's HTML
+        action = (getattr(evt, "_data", {}) or {}).get("action")
+        if action != "accept-flank" or view is None:
+            return (*(gr.skip(),) * len(screen), gr.skip(), gr.skip())
+        message = fs.accept_suggestion(cat, fs.AcceptFlankRequest(view.query.image_id, user=curator_name(user)))
+        return (*show(view.query.image_id, model_name, filters, look, queue, pos), message, ctx.changed_here(quiet))
 
     @curator_action(role=Role.viewer)
-    def on_pick_candidate(view, show_outline, queue, pos, evt: gr.EventData):
+    def on_pick_candidate(view, look, queue, pos, evt: gr.EventData):
         rank = getattr(evt, "_data", {}) or {}
-        return render(view, rank.get("rank"), show_outline, queue, pos)
+        if view is None:
+            return (gr.skip(),) * len(screen)
+        return render(view, rank.get("rank"), look, queue, pos)
 
     @curator_action(role=Role.viewer)
-    def on_open_photo(image_id, model_name, flank, show_outline, queue, progress=gr.Progress()):
+    def on_open_photo(image_id, model_name, flank, look, queue, progress=gr.Progress()):
         if image_id is None:
             return (gr.skip(),) * (1 + len(screen))
         pos = queue.index(int(image_id)) if int(image_id) in queue else -1
-        return (pos if pos >= 0 else 0, *show(image_id, model_name, flank, show_outline, queue, pos, progress))
+        out = list(show(image_id, model_name, flank, look, queue, pos, progress))
+        out[screen.index(photo_pick)] = gr.skip()
+        out[-1] = dict(out[-1], picked=int(image_id))
+        return (pos if pos >= 0 else 0, *out)
 
     @curator_action(role=Role.viewer)
-    def on_rerank(view, model_name, flank, show_outline, queue, pos, progress=gr.Progress()):
+    def on_rerank(view, model_name, flank, look, queue, pos, progress=gr.Progress()):
         if view is None:
             return (gr.skip(),) * len(screen)
-        return show(view.query.image_id, model_name, flank, show_outline, queue, pos, progress)
+        return show(view.query.image_id, model_name, flank, look, queue, pos, progress)
 
     @curator_action(role=Role.viewer)
-    def on_outline(view, show_outline, whole):
-        if view is None or whole:
-            return gr.skip()
-        return _query_crop(view, bool(show_outline))
-
-    @curator_action(role=Role.viewer)
-    def on_whole_frame(view, selected, whole, show_outline):
-        """The query, the chosen candidate and the cards as whole frames with their boxes, or back to crops."""
+    def on_look(view, selected, show_outline, whole, look, queue, pos):
+        """The outline or whole-frame box changed: draw the same animal and candidate again that way."""
+        look = dict(look or LOOK, outline=bool(show_outline), whole=bool(whole))
         if view is None:
-            return (gr.skip(),) * 3
-        chosen = view.candidate(selected)
-        rank = chosen.rank if chosen else None
-        if not whole:
-            return (_query_crop(view, bool(show_outline) and bool(view.query.mask_path)),
-                    _full_photo(chosen), candidates_html(view, rank))
-        pictures = {c.image_id: _frame_uri(c.image_id) for c in view.candidates}
-        return (fr.frame_with_boxes(cat, view.query.image_id, legend="photo to identify"),
-                fr.frame_with_boxes(cat, chosen.image_id, legend=f"candidate {chosen.rank}, {chosen.individual_name}")
-                if chosen else None,
-                candidates_html(view, rank, pictures))
-
-    @curator_action(role=Role.viewer)
-    def follow_whole_frame(view, selected, whole, show_outline):
-        # a new photo or candidate was drawn as crops: draw it again as whole frames while the box is ticked
-        if not whole:
-            return (gr.skip(),) * 3
-        return on_whole_frame(view, selected, whole, show_outline)
+            return (*(gr.skip(),) * (len(screen) - 1), look)
+        return render(view, selected, look, queue, pos)
 
     @curator_action
-    def on_upload(file, user, model_name, flank, show_outline, queue, progress=gr.Progress()):
+    def on_upload(file, user, model_name, flank, look, queue, progress=gr.Progress()):
         if file is None:
             return (gr.skip(),) * (len(screen) + 1)
         image_id, message = ds.ingest_query(cat, ds.IngestQueryRequest(path=upload_path(file),
                                                                         user=curator_name(user)))
-        return (*show(image_id, model_name, flank, show_outline, queue, -1, progress), message)
+        return (*show(image_id, model_name, flank, look, queue, -1, progress), message)
 
     @curator_action(role=Role.viewer)
-    def on_show_spots(view, selected, progress=gr.Progress()):
+    def on_show_spots(view, selected, look, progress=gr.Progress()):
         progress(0, desc="Matching spots")
         sv = ms.candidate_spots(cat, view, selected)
-        return gr.update(value=sv.picture, visible=True), sv.text
-
-    @curator_action(role=Role.viewer)
-    def clear_spots():
-        return gr.update(value=None, visible=False), SPOTS_HINT
+        return gr.update(value=sv.picture, visible=True), sv.text, dict(look or LOOK, spots=True)
 
     def photo_list(current):
         choices = ms.photo_choices(cat)
@@ -395,53 +433,25 @@ def build(ctx: UIContext) -> None:
 
     hidden = dict(show_progress="hidden", api_visibility="private")
     # one progress line, in one place: over the candidates, not over every output of the screen
-    one_bar = dict(show_progress_on=[candidates])
+    one_bar = dict(show_progress_on=[board])
     if tab is not None:
-        tab.select(on_open_tab, inputs=[view_state, link_state, model, filters_state, outline],
+        tab.select(on_open_tab, inputs=[view_state, link_state, model, filters_state, look_state],
                    outputs=[queue_state, pos_state, *screen], show_progress="full", api_visibility="private", **one_bar)
 
         def opener(event, progress_on):
             # the request is emptied last, once the photo is stored as on screen: the tab's opening, reading
             # both meanwhile, sees one or the other and leaves the screen to this
-            return event.success(on_follow_link, inputs=[link_state, model, filters_state, outline],
-                                 outputs=[queue_state, pos_state, *screen, photo_pick, status, link_state],
+            return event.success(on_follow_link, inputs=[link_state, model, filters_state, look_state],
+                                 outputs=[queue_state, pos_state, *screen, status, link_state],
                                  api_visibility="private", show_progress="full",
-                                 show_progress_on=[candidates, *([progress_on] if progress_on is not None else [])])
+                                 show_progress_on=[board, *([progress_on] if progress_on is not None else [])])
 
         if isinstance(tab.parent, gr.Tabs):
             _LINKS[ctx.demo] = PhotoLink(request=link_state, tabs=tab.parent, tab_id=str(tab.id), opener=opener)
     ctx.on_refresh(photo_list, inputs=[photo_pick], outputs=[photo_pick], on_tab_select=False)
-    # flank suggestion for the photo on screen (when its flank is not labelled), accepted with F
-    @curator_action(role=Role.viewer)
-    def suggest_flank(view):
-        text, show = fs.flank_suggestion(cat, view.query.image_id if view else None)
-        return text, gr.update(visible=show)
-
-    @curator_action
-    def take_flank(view, user, model_name, filters, show_outline, queue, pos):
-        message = fs.accept_suggestion(cat, fs.AcceptFlankRequest(view.query.image_id if view else None,
-                                                                  user=curator_name(user)))
-        return (*show(view.query.image_id, model_name, filters, show_outline, queue, pos), message, "",
-                gr.update(visible=False))
-
-    view_state.change(suggest_flank, inputs=[view_state], outputs=[flank_hint, accept_flank], **hidden)
-    decision_buttons = [same_button, not_button, unsure_button, new_button, sighting_button]
-
-    @curator_action(role=Role.viewer)
-    def decisions_enabled(view):
-        # no photo on screen (the queue's end): nothing to decide on, so no button offers it; a viewer's buttons
-        # stay as the role lock left them
-        if view is None:
-            return [gr.update(interactive=False)] * len(decision_buttons)
-        role = acting_role()
-        allowed = role is not None and role_allows(role, Role.curator)
-        return [gr.update(interactive=True) if allowed else gr.update()] * len(decision_buttons)
-
-    view_state.change(decisions_enabled, inputs=[view_state], outputs=decision_buttons, **hidden)
-    ctx.changed(accept_flank.click(take_flank, inputs=[view_state, ctx.user, model, filters_state, outline,
-                                                       queue_state, pos_state],
-                                   outputs=[*screen, status, flank_hint, accept_flank], api_name="accept_flank",
-                                   **one_bar))
+    pair.click(on_pair_action, inputs=[view_state, ctx.user, model, filters_state, look_state, queue_state, pos_state,
+                                       ctx.quiet], outputs=[*screen, status, ctx.quiet], api_name="accept_flank",
+               **one_bar)
 
     # the species' new-individual threshold (a calibrated probability), set by the curator
     @curator_action(role=Role.viewer)
@@ -449,7 +459,7 @@ def build(ctx: UIContext) -> None:
         return ms.new_threshold_percent(cat, view.query.image_id if view else None)
 
     @curator_action
-    def save_threshold(value, view, model_name, filters, show_outline, queue, pos, user):
+    def save_threshold(value, view, model_name, filters, look, queue, pos, user):
         if value is None:
             return gr.skip()
         species = ms.photo_species(cat, view.query.image_id if view else None)
@@ -457,11 +467,11 @@ def build(ctx: UIContext) -> None:
             species=str(species), threshold=float(value) / 100.0, user=curator_name(user)))
         if view is None:
             return (gr.skip(),) * len(screen) + (f"New-individual threshold set to {value:.0f}%.",)
-        return (*show(view.query.image_id, model_name, filters, show_outline, queue, pos),
+        return (*show(view.query.image_id, model_name, filters, look, queue, pos),
                 f"New-individual threshold set to {value:.0f}%.")
 
     ctx.on_refresh(load_threshold, inputs=[view_state], outputs=[threshold], on_tab_select=False)
-    threshold.submit(save_threshold, inputs=[threshold, view_state, model, filters_state, outline, queue_state,
+    threshold.submit(save_threshold, inputs=[threshold, view_state, model, filters_state, look_state, queue_state,
                                              pos_state, ctx.user], outputs=[*screen, status], **hidden)
 
     # trained models appear in the picker once their training job registered them; after a promotion, once its
@@ -475,50 +485,41 @@ def build(ctx: UIContext) -> None:
             return gr.update(choices=ms.matcher_choices(cat), value=active), active, True
         return gr.update(choices=ms.matcher_choices(cat)), last, False
 
-    def reload_if_switched(flag, model_name, flank, show_outline, progress=gr.Progress()):
+    def reload_if_switched(flag, model_name, flank, look, progress=gr.Progress()):
         if not flag:
             return (gr.skip(),) * (3 + len(screen))
-        out = on_reload(model_name, flank, show_outline, progress)
+        out = on_reload(model_name, flank, look, progress)
         return (*out[:-1], f"The active model is now {model_name}: the review queue was re-ranked with it.")
 
     ctx.on_refresh(follow_active, inputs=[model, last_active], outputs=[model, last_active, switched]).then(
-        guarded_viewer(reload_if_switched), inputs=[switched, model, filters_state, outline],
+        guarded_viewer(reload_if_switched), inputs=[switched, model, filters_state, look_state],
         outputs=[queue_state, pos_state, *screen, status], api_visibility="private", **one_bar)
-    reload_button.click(on_reload, inputs=[model, filters_state, outline],
+    reload_button.click(on_reload, inputs=[model, filters_state, look_state],
                         outputs=[queue_state, pos_state, *screen, status], api_name="reload_review_queue",
                         **one_bar)
-    informative_button.click(on_informative_first, inputs=[model, filters_state, outline],
+    informative_button.click(on_informative_first, inputs=[model, filters_state, look_state],
                              outputs=[queue_state, pos_state, *screen, status], api_name="review_informative_first",
                              **one_bar)
     for button, delta in ((prev_button, -1), (next_button, 1)):
         button.click(guarded_viewer(lambda *a, _d=delta: on_move(_d, *a)),
-                     inputs=[queue_state, pos_state, model, filters_state, outline],
+                     inputs=[queue_state, pos_state, model, filters_state, look_state],
                      outputs=[pos_state, *screen, status], api_visibility="private", **one_bar)
+    # a decision draws the next animal itself: no refresh of this tab follows it (other tabs refresh when shown)
     for button, kind in ((same_button, "same"), (not_button, "not"), (unsure_button, "unsure"), (new_button, "new"),
                          (sighting_button, "sighting")):
-        ctx.changed(button.click(
+        button.click(
             curator_action(lambda *a, _k=kind: on_decide(_k, *a)),
             inputs=[view_state, selected_state, new_name, ctx.user, queue_state, pos_state, model, filters_state,
-                    outline],
-            outputs=[pos_state, *screen, new_name, status], api_name=f"decide_{kind}", trigger_mode="once",
-            **one_bar))
-    ctx.changed(undo_button.click(on_undo, inputs=[ctx.user, queue_state, model, filters_state, outline],
-                                  outputs=[pos_state, *screen, status], api_name="undo_decision", **one_bar,
-                                  trigger_mode="once"))
-    candidates.click(on_pick_candidate, inputs=[view_state, outline, queue_state, pos_state], outputs=screen,
-                     **hidden)
-    photo_pick.input(on_open_photo, inputs=[photo_pick, model, filters_state, outline, queue_state],
+                    look_state, ctx.quiet],
+            outputs=[pos_state, *screen, new_name, status, ctx.quiet], api_name=f"decide_{kind}",
+            trigger_mode="once", **one_bar)
+    undo_button.click(on_undo, inputs=[ctx.user, queue_state, model, filters_state, look_state, ctx.quiet],
+                      outputs=[pos_state, *screen, status, ctx.quiet], api_name="undo_decision", **one_bar,
+                      trigger_mode="once")
+    board.click(on_pick_candidate, inputs=[view_state, look_state, queue_state, pos_state], outputs=screen,
+                **hidden)
+    photo_pick.input(on_open_photo, inputs=[photo_pick, model, filters_state, look_state, queue_state],
                      outputs=[pos_state, *screen], api_visibility="private", **one_bar)
-
-    @curator_action(role=Role.viewer)
-    def picker_follows(view, picked):
-        # the picker names the photo on screen or nothing: after a decision moved on, it named the previous animal
-        if picked is None or (view is not None and view.query.image_id == int(picked)):
-            return gr.skip()
-        return None
-
-    # unqueued: a click on it must not wait behind the refreshes every decision sets off
-    view_state.change(picker_follows, inputs=[view_state, photo_pick], outputs=[photo_pick], queue=False, **hidden)
 
     @curator_action(role=Role.viewer)
     def set_filters(flank, place, start, end):
@@ -528,22 +529,23 @@ def build(ctx: UIContext) -> None:
     gr.on([flank_filter.input, place_filter.submit, date_from.submit, date_to.submit, place_filter.blur,
            date_from.blur, date_to.blur], set_filters, inputs=[flank_filter, place_filter, date_from, date_to],
           outputs=[filters_state], **hidden).success(
-        on_rerank, inputs=[view_state, model, filters_state, outline, queue_state, pos_state], outputs=screen,
+        on_rerank, inputs=[view_state, model, filters_state, look_state, queue_state, pos_state], outputs=screen,
         api_visibility="private", **one_bar)
-    model.input(on_rerank, inputs=[view_state, model, filters_state, outline, queue_state, pos_state],
+    model.input(on_rerank, inputs=[view_state, model, filters_state, look_state, queue_state, pos_state],
                 outputs=screen, api_visibility="private", **one_bar)
-    outline.input(on_outline, inputs=[view_state, outline, whole_frame], outputs=[query_image], **hidden)
-    # one queue for the box and the redraws that follow a new photo: run in the order they were asked, a redraw
-    # asked while the box was ticked can no longer land after the untick and leave whole frames under an empty box
-    whole_frame.input(on_whole_frame, inputs=[view_state, selected_state, whole_frame, outline],
-                      outputs=[query_image, compare_image, candidates], concurrency_id="match-whole-frame", **hidden)
-    gr.on([view_state.change, selected_state.change], follow_whole_frame,
-          inputs=[view_state, selected_state, whole_frame, outline],
-          outputs=[query_image, compare_image, candidates], concurrency_id="match-whole-frame", **hidden)
-    spots_button.click(on_show_spots, inputs=[view_state, selected_state], outputs=[spots_image, spots_text],
-                       api_name="show_matched_spots", concurrency_limit=2)
-    # another photo or candidate on screen: the matched spots shown belong to the previous pair
-    gr.on([view_state.change, selected_state.change], clear_spots, outputs=[spots_image, spots_text], **hidden)
-    ctx.changed(upload.upload(on_upload, inputs=[upload, ctx.user, model, filters_state, outline, queue_state],
+    # one queue for the two boxes: redraws run in the order they were asked, a redraw asked while a box was ticked
+    # can no longer land after the untick
+    gr.on([outline.input, whole_frame.input], on_look,
+          inputs=[view_state, selected_state, outline, whole_frame, look_state, queue_state, pos_state],
+          outputs=screen, concurrency_id="match-look", **hidden)
+    spots_button.click(on_show_spots, inputs=[view_state, selected_state, look_state],
+                       outputs=[spots_image, spots_text, look_state], api_name="show_matched_spots",
+                       concurrency_limit=2)
+    ctx.changed(upload.upload(on_upload, inputs=[upload, ctx.user, model, filters_state, look_state, queue_state],
                               outputs=[*screen, status], api_visibility="private", **one_bar))
 
+
+def _markdown_bold(text: str) -> str:
+    """The flank suggestion's words (Markdown with **bold**) as HTML for the pair."""
+    parts = html.escape(text or "").split("**")
+    return "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts))

@@ -187,3 +187,50 @@ def compare_label(chosen: ms.CandidateCard | None) -> str:
              and chosen.spot_status not in ms.SPOT_CARD_WORDS else "")
     fused = f" · {100 * chosen.probability:.0f}% same animal" if chosen.probability is not None else ""
     return f"{label} · score {chosen.global_score:.3f}{spots}{fused}"
+
+
+PAIR_CSS = FACTS_CSS + """
+.rz-pair { display: grid; grid-template-columns: 1fr 1fr; gap: 8px; }
+.rz-photo { position: relative; border: 1px solid var(--border-color-primary); border-radius: 8px; overflow: hidden;
+            background: var(--background-fill-secondary); height: 300px; display: flex; flex-direction: column; }
+.rz-photo-label { font-size: var(--text-sm); padding: 3px 8px; white-space: nowrap; overflow: hidden;
+                  text-overflow: ellipsis; color: var(--body-text-color-subdued); }
+.rz-photo-box { flex: 1; min-height: 0; overflow: hidden; display: flex; align-items: center; justify-content: center; }
+.rz-photo-box img { max-width: 100%; max-height: 100%; object-fit: contain; display: block; }
+.rz-photo a.rz-full { position: absolute; top: 2px; right: 6px; font-size: var(--text-sm); text-decoration: none; }
+.rz-flank-hint { display: flex; gap: 10px; align-items: center; font-size: var(--text-sm); margin-top: 4px; }
+"""
+
+
+def _photo(box_id: str, label: str, src: str | None, alt: str) -> str:
+    url = file_url(src) if src else ""
+    img = f"<img src='{_e(url)}' alt='{_e(alt)}' draggable='false'>" if url else ""
+    full = (f"<a class='rz-full' href='{_e(url)}' target='_blank' rel='noopener' title='open the picture at full "
+            f"size in a new browser tab'>⤢</a>") if url else ""
+    return (f"<div class='rz-photo' id='{box_id}'><div class='rz-photo-label' title='{_e(label)}'>{_e(label)}</div>"
+            f"<div class='rz-photo-box'>{img}</div>{full}</div>")
+
+
+def pair_html(view: ms.MatchView | None, chosen: ms.CandidateCard | None, *, query_src: str | None,
+              compare_src: str | None, flank_hint: str = "", flank_button: bool = False) -> str:
+    """The photo to identify and the chosen candidate side by side, the query's facts and the flank suggestion
+    (``flank_hint``, HTML) under them: one piece of the page, so moving to the next animal is one update."""
+    query_alt = f"photo to identify: animal #{view.query.image_id}" if view is not None else "no photo to identify"
+    chosen_alt = (f"candidate {chosen.rank}: {chosen.individual_name}" if chosen is not None else "no candidate")
+    button = ("<button class='lg secondary sm' id='match-accept-flank' data-action='accept-flank'>Accept suggested "
+              "flank (F)</button>") if flank_button else ""
+    hint = (f"<div class='rz-flank-hint' id='match-flank-suggestion'><span>{flank_hint}</span>{button}</div>"
+            if flank_hint else "")
+    key = f"{view.query.image_id}:{chosen.rank if chosen else 0}" if view is not None else "none"
+    return (f"<div class='rz-pair' data-key='{_e(key)}'>"
+            f"{_photo('match-query', 'Photo to identify', query_src, query_alt)}"
+            f"{_photo('match-compare', compare_label(chosen), compare_src, chosen_alt)}</div>"
+            f"<div id='match-facts'>{facts_html(view)}</div>{hint}")
+
+
+def board_html(view: ms.MatchView | None, selected: int | None, queue: list[int], pos: int, *,
+               end_words: str | None = None, pictures: dict[int, str] | None = None) -> str:
+    """The right of the screen: the header line (where the animal stands in the queue, model, filters, the
+    probability of a new animal) above the ranked candidates."""
+    return (f"<div id='match-header'>{header_html(view, queue, pos, end_words=end_words)}</div>"
+            f"<div id='match-candidates'>{candidates_html(view, selected, pictures)}</div>")

@@ -4,7 +4,9 @@ Person boxes (``Photo.people``, from the detector) are blurred before anything i
 
 from __future__ import annotations
 
+import hashlib
 import io
+from pathlib import Path
 
 import numpy as np
 from PIL import Image as PILImage
@@ -20,7 +22,7 @@ from db.models import Image, Individual, Photo
 from db.session import Catalogue
 from jobs.actions.review_words import frame_legend
 
-__all__ = ["annotation_crop", "annotation_picture", "frame_jpeg", "frame_with_boxes", "frame_words", "photo_frame",
+__all__ = ["SCREEN_DIR", "annotation_crop", "annotation_picture", "frame_jpeg", "screen_file", "frame_with_boxes", "frame_words", "photo_frame",
            "photo_of", "shows_whole_file"]
 
 
@@ -141,3 +143,30 @@ def frame_jpeg(cat: Catalogue, annotation_id: int, *, max_side: int = 480) -> by
     buf = io.BytesIO()
     img.save(buf, format="JPEG", quality=82)
     return buf.getvalue()
+
+
+#: where pictures drawn for a screen (crops, outlines, whole frames) are written, under a served folder of the data
+#: dir: named by their content, so a picture is written once and a browser may keep it
+SCREEN_DIR = Path("thumbs") / "screen"
+
+
+def screen_file(cat: Catalogue, picture: str | np.ndarray | None, *, quality: int = 88) -> str | None:
+    """A picture as a file the browser can load: a stored file as it is, an array as a JPEG named by its content.
+
+    A page that shows a picture by URL gets it once (later screens reuse the browser's copy) and an update of the
+    page carries a short URL instead of an encoded picture."""
+    if picture is None or (isinstance(picture, str) and not picture):
+        return None
+    if isinstance(picture, str):
+        return picture
+    buf = io.BytesIO()
+    PILImage.fromarray(np.ascontiguousarray(picture, dtype=np.uint8)).save(buf, format="JPEG", quality=quality)
+    data = buf.getvalue()
+    folder = cat.data_dir / SCREEN_DIR
+    path = folder / f"{hashlib.sha256(data).hexdigest()[:32]}.jpg"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{id(data)}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)  # atomic: two screens drawing the same picture never leave half a file
+    return str(path)

@@ -63,7 +63,7 @@ def run() -> list[dict]:
         server = start_rosette(data, sign_in=True)
         try:
             warm = Client(server.url, auth=(names[0], PASSWORD), verbose=False)
-            warm.predict(MODEL, False, api_name="/reload_review_queue")  # features of every photo, once
+            warm.predict(MODEL, api_name="/reload_review_queue")  # features of every photo, once
             recorded: Counter[str] = Counter()
             told: Counter[str] = Counter()
             refused: Counter[str] = Counter()
@@ -77,7 +77,7 @@ def run() -> list[dict]:
                 rng = random.Random(k)
                 me = names[k]
                 client = Client(server.url, auth=(me, PASSWORD), verbose=False)
-                client.predict(MODEL, False, api_name="/reload_review_queue")
+                client.predict(MODEL, api_name="/reload_review_queue")
                 start_gate.wait()
                 if k == 0:
                     stop_at.append(time.monotonic() + SECONDS)
@@ -88,7 +88,7 @@ def run() -> list[dict]:
                     time.sleep(rng.uniform(0, 0.05))  # a glance at the screen
                     t0 = time.perf_counter()
                     try:
-                        out = client.predict("", MODEL, False, api_name=f"/decide_{kind}")
+                        out = client.predict("", MODEL, api_name=f"/decide_{kind}")
                         status = str(out[-1])
                         outcome = "told" if "Not recorded" in status else "recorded"
                     except Exception as exc:  # noqa: BLE001 - a refusal shown as a message box ("already in ...")
@@ -100,7 +100,7 @@ def run() -> list[dict]:
                         latencies.append(elapsed)
                         {"told": told, "recorded": recorded, "refused": refused}[outcome][me] += 1
                     if "queue is done" in status or outcome == "refused":
-                        client.predict(MODEL, False, api_name="/reload_review_queue")
+                        client.predict(MODEL, api_name="/reload_review_queue")
 
             threads = [threading.Thread(target=curator, args=(k,)) for k in range(CURATORS)]
             for t in threads:
