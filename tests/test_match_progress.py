@@ -60,6 +60,9 @@ def test_a_decision_is_one_round_trip_that_draws_the_next_animal_itself(tmp_path
     for d in decisions:
         drawn = [kinds[o] for o in d["outputs"] if kinds[o] not in ("state",)]
         assert drawn.count("html") == 2, drawn  # the pair (query, chosen candidate, facts) and the board
+        # besides them only the status line and the spots (sent as "unchanged" unless they must go);
+        # the name box only for a new individual
+        assert len(drawn) == 5 + (d["api_name"] == "decide_new"), drawn
         assert not any(x.get("trigger_after") == d["id"] for x in deps), "a decision chains another event"
         states = {o for o in d["outputs"] if kinds[o] == "state"}
         followers = [x for x in deps if any(t[0] in states for t in x["targets"])]

@@ -25,7 +25,7 @@ from typing import Any
 import gradio as gr
 
 from app.tabs.match_cards import PAIR_CSS, board_html, pair_html
-from app.ui_base import ASSETS_DIR, UIContext, acting_role, curator_action, guarded_viewer, refreshed_choices
+from app.ui_base import ASSETS_DIR, UIContext, curator_action, guarded_viewer, refreshed_choices
 from db.models import Role
 from jobs.actions import decisions as ds
 from jobs.actions import flanks as fs
@@ -34,7 +34,6 @@ from jobs.actions import identities as ident
 from jobs.actions import match as ms
 from jobs.actions import review_words as rw
 from jobs.actions import species as sa
-from jobs.actions.accounts import role_allows
 from jobs.actions.common import curator_name, upload_path
 from jobs.actions.errors import ConflictError
 from jobs.requests.catalogue import SpeciesThresholdRequest
@@ -44,15 +43,38 @@ ORDER = 20
 
 KEYS_JS = (ASSETS_DIR / "keys.js").read_text(encoding="utf-8") if (ASSETS_DIR / "keys.js").exists() else None
 GRID_CSS = (ASSETS_DIR / "match.css").read_text(encoding="utf-8") if (ASSETS_DIR / "match.css").exists() else ""
-# what the screen was last drawn with (see ``render``): outline / whole frames asked for; a mask, matched spots, a
-# picker naming a photo, the queue's end shown
-LOOK = {"outline": False, "whole": False, "mask": False, "spots": False, "picked": None, "end": False}
-# the pair's own buttons (accept the suggested flank) send their action to the server
+# what the screen was last drawn with (see ``render``): outline / whole frames asked for; matched spots shown
+LOOK = {"outline": False, "whole": False, "spots": False}
+# the pair's own buttons (accept the suggested flank) send their action to the server; and what follows from the
+# animal shown is set here in the page, not sent as more updates with every decision (each costs a walk over the
+# page): the decision buttons are off at the queue's end (a viewer's stay as the role lock left them), the mask
+# outline box shows only for a photo with a mask, and the photo picker forgets an animal no longer shown
 PAIR_JS = """
 element.addEventListener('click', (e) => {
   const b = e.target.closest('[data-action]');
   if (b) trigger('click', {action: b.dataset.action});
 });
+const DECIDE = ['match-same', 'match-not', 'match-unsure', 'match-new', 'match-same-sighting'];
+const sync = () => {
+  const pair = element.querySelector('.rz-pair');
+  if (!pair) return;
+  const end = pair.dataset.end === '1';
+  for (const id of DECIDE) {
+    const b = document.getElementById(id);
+    if (!b) continue;
+    if (end && !b.disabled) { b.disabled = true; b.dataset.rzEnd = '1'; }
+    else if (!end && b.dataset.rzEnd) { b.disabled = false; delete b.dataset.rzEnd; }
+  }
+  const box = document.getElementById('match-outline');
+  if (box) box.style.display = pair.dataset.mask === '1' ? '' : 'none';
+  // "Open a photo" names the animal it opened: once another is on screen it names nothing (its choices, every
+  // photo of the catalogue, are not sent again with each decision)
+  const pick = document.querySelector('#match-open input');
+  const shown = pair.dataset.query || '';
+  if (pick && pick.value && !pick.value.startsWith('#' + shown + ' ')) pick.value = '';
+};
+new MutationObserver(sync).observe(element, {childList: true, subtree: true, attributes: true});
+sync();
 """
 # Clicking a candidate card sends its rank to the server as the selected candidate.
 PICK_JS = """
@@ -151,7 +173,8 @@ def build(ctx: UIContext) -> None:
         with gr.Column(scale=6, min_width=520):
             pair = gr.HTML(pair_html(None, None, query_src=None, compare_src=None), elem_id="match-pair",
                            css_template=PAIR_CSS, js_on_load=PAIR_JS)
-            outline = gr.Checkbox(label="Show mask outline", value=False, visible=False, elem_id="match-outline")
+            # shown by the pair's script when the photo has a mask
+            outline = gr.Checkbox(label="Show mask outline", value=False, elem_id="match-outline")
             with gr.Row(equal_height=True):
                 same_button = gr.Button("Same individual (M)", variant="primary", elem_id="match-same")
                 not_button = gr.Button("Not the same (N)", elem_id="match-not")
@@ -184,13 +207,11 @@ def build(ctx: UIContext) -> None:
     with gr.Accordion("Match a new photo (upload)", open=False, elem_id="match-upload-box"):
         upload = gr.File(label="Photo", file_count="single", file_types=["image"], elem_id="match-upload", height=110)
 
-    decision_buttons = [same_button, not_button, unsure_button, new_button, sighting_button]
     # how the screen is drawn beyond the photo: outline and whole frames asked for, and what the last drawing left
     # that the next must undo (spots shown, a picker naming a photo, the queue's end); a server-side value, so the
     # next drawing sends only what changed
     look_state = gr.State(dict(LOOK))
-    screen = [pair, outline, board, spots_image, spots_text, photo_pick, *decision_buttons, view_state, selected_state,
-              look_state]
+    screen = [pair, board, spots_image, spots_text, view_state, selected_state, look_state]
 
     # ------------------------------------------------------------------ rendering
 
@@ -198,20 +219,14 @@ def build(ctx: UIContext) -> None:
         """The whole screen for ``view`` (None: the queue's end), as the outputs of ``screen``: what did not change
         since the last drawing (per ``look``) is skipped, so the page updates only what it must."""
         look = {**LOOK, **(look or {})}
-        new_look = dict(look, spots=False, picked=None, end=view is None)
+        new_look = dict(look, spots=False)
         spots = (gr.update(value=None, visible=False), SPOTS_HINT) if look["spots"] else (gr.skip(), gr.skip())
-        picker = None if look["picked"] is not None and (view is None or view.query.image_id != look["picked"]) \
-            else gr.skip()
-        buttons = _buttons(view is None) if look["end"] != (view is None) else [gr.skip()] * len(decision_buttons)
         if view is None:  # the queue's end (or an empty queue): no candidate, nothing left of the last photo
-            new_look["mask"] = False
-            return (pair_html(None, None, query_src=None, compare_src=None),
-                    gr.update(visible=False, value=False) if look["mask"] else gr.skip(),
+            return (pair_html(None, None, query_src=None, compare_src=None, at_end=True),
                     board_html(None, None, queue, pos, end_words=rw.queue_end_words(cat, queue)),
-                    *spots, picker, *buttons, None, 1, new_look)
+                    *spots, None, 1, new_look)
         chosen = view.candidate(selected)
         has_mask = bool(view.query.mask_path)
-        new_look["mask"] = has_mask
         rank = chosen.rank if chosen else None
         pictures = None
         if look["whole"]:
@@ -223,21 +238,10 @@ def build(ctx: UIContext) -> None:
             query_src = fr.screen_file(cat, _query_crop(view, look["outline"] and has_mask))
             compare_src = fr.screen_file(cat, _full_photo(chosen))
         hint, button = fs.flank_suggestion(cat, view.query.image_id)
-        outline_update = (gr.update(visible=has_mask, value=look["outline"] and has_mask)
-                          if has_mask != look["mask"] else gr.skip())
         return (pair_html(view, chosen, query_src=query_src, compare_src=compare_src,
-                          flank_hint=_markdown_bold(hint), flank_button=button),
-                outline_update, board_html(view, rank, queue, pos, pictures=pictures),
-                *spots, picker, *buttons, view, chosen.rank if chosen else 1, new_look)
-
-    def _buttons(at_end):
-        # no photo on screen (the queue's end): nothing to decide on, so no button offers it; a viewer's buttons
-        # stay as the role lock left them
-        if at_end:
-            return [gr.update(interactive=False)] * len(decision_buttons)
-        role = acting_role()
-        allowed = role is not None and role_allows(role, Role.curator)
-        return [gr.update(interactive=True) if allowed else gr.skip()] * len(decision_buttons)
+                          flank_hint=_markdown_bold(hint), flank_button=button, has_mask=has_mask),
+                board_html(view, rank, queue, pos, pictures=pictures),
+                *spots, view, chosen.rank if chosen else 1, new_look)
 
     def _query_crop(view, show_outline):
         return ms.query_picture(cat, view.query, outline=show_outline)
@@ -288,7 +292,7 @@ def build(ctx: UIContext) -> None:
     def on_follow_link(image_id, model_name, flank, look, progress=gr.Progress()):
         """Open the annotation another tab linked to, at its place in the queue most informative first."""
         if image_id is None:
-            return (gr.skip(),) * (4 + len(screen))
+            return (gr.skip(),) * (5 + len(screen))
 
         def step(done, total):
             progress((done, total), desc="Computing photo features for the review queue", unit="photos")
@@ -298,11 +302,10 @@ def build(ctx: UIContext) -> None:
         pos = ordered.index(int(image_id)) if int(image_id) in ordered else -1
         where = f"Animal #{int(image_id)}, opened from the Population tab's review list. " + (
             words if pos >= 0 else "It is not in the review queue: what was decided on it shows under the photo.")
-        out = list(show(int(image_id), model_name, flank, look, ordered, pos, progress))
         # the picker gets its choices with the value: the tab's own refresh of them may not have run yet
-        out[screen.index(photo_pick)] = gr.update(choices=ms.photo_choices(cat), value=int(image_id))
-        out[-1] = dict(out[-1], picked=int(image_id))
-        return (ordered, max(pos, 0), *out, where, None)
+        pick = gr.update(choices=ms.photo_choices(cat), value=int(image_id))
+        return (ordered, max(pos, 0), *show(int(image_id), model_name, flank, look, ordered, pos, progress), pick,
+                where, None)
 
     @curator_action(role=Role.viewer)
     def on_reload(model_name, flank, look, progress=gr.Progress()):
@@ -392,10 +395,7 @@ def build(ctx: UIContext) -> None:
         if image_id is None:
             return (gr.skip(),) * (1 + len(screen))
         pos = queue.index(int(image_id)) if int(image_id) in queue else -1
-        out = list(show(image_id, model_name, flank, look, queue, pos, progress))
-        out[screen.index(photo_pick)] = gr.skip()
-        out[-1] = dict(out[-1], picked=int(image_id))
-        return (pos if pos >= 0 else 0, *out)
+        return (pos if pos >= 0 else 0, *show(image_id, model_name, flank, look, queue, pos, progress))
 
     @curator_action(role=Role.viewer)
     def on_rerank(view, model_name, flank, look, queue, pos, progress=gr.Progress()):
@@ -442,7 +442,7 @@ def build(ctx: UIContext) -> None:
             # the request is emptied last, once the photo is stored as on screen: the tab's opening, reading
             # both meanwhile, sees one or the other and leaves the screen to this
             return event.success(on_follow_link, inputs=[link_state, model, filters_state, look_state],
-                                 outputs=[queue_state, pos_state, *screen, status, link_state],
+                                 outputs=[queue_state, pos_state, *screen, photo_pick, status, link_state],
                                  api_visibility="private", show_progress="full",
                                  show_progress_on=[board, *([progress_on] if progress_on is not None else [])])
 
@@ -507,12 +507,14 @@ def build(ctx: UIContext) -> None:
     # a decision draws the next animal itself: no refresh of this tab follows it (other tabs refresh when shown)
     for button, kind in ((same_button, "same"), (not_button, "not"), (unsure_button, "unsure"), (new_button, "new"),
                          (sighting_button, "sighting")):
+        # only a new individual takes (and empties) the name box: every other decision leaves it out of its answer
+        named = kind == "new"
         button.click(
-            curator_action(lambda *a, _k=kind: on_decide(_k, *a)),
+            curator_action(lambda *a, _k=kind, _named=named: _named_or_not(on_decide(_k, *a), _named)),
             inputs=[view_state, selected_state, new_name, ctx.user, queue_state, pos_state, model, filters_state,
                     look_state, ctx.quiet],
-            outputs=[pos_state, *screen, new_name, status, ctx.quiet], api_name=f"decide_{kind}",
-            trigger_mode="once", **one_bar)
+            outputs=[pos_state, *screen, *([new_name] if named else []), status, ctx.quiet],
+            api_name=f"decide_{kind}", trigger_mode="once", **one_bar)
     undo_button.click(on_undo, inputs=[ctx.user, queue_state, model, filters_state, look_state, ctx.quiet],
                       outputs=[pos_state, *screen, status, ctx.quiet], api_name="undo_decision", **one_bar,
                       trigger_mode="once")
@@ -543,6 +545,13 @@ def build(ctx: UIContext) -> None:
                        concurrency_limit=2)
     ctx.changed(upload.upload(on_upload, inputs=[upload, ctx.user, model, filters_state, look_state, queue_state],
                               outputs=[*screen, status], api_visibility="private", **one_bar))
+
+
+def _named_or_not(answer, named: bool):
+    """A decision's answer without the name box's update, for the buttons that do not output it."""
+    if named or not isinstance(answer, tuple) or len(answer) < 3:
+        return answer
+    return (*answer[:-3], *answer[-2:])
 
 
 def _markdown_bold(text: str) -> str:

@@ -212,7 +212,8 @@ def _photo(box_id: str, label: str, src: str | None, alt: str) -> str:
 
 
 def pair_html(view: ms.MatchView | None, chosen: ms.CandidateCard | None, *, query_src: str | None,
-              compare_src: str | None, flank_hint: str = "", flank_button: bool = False) -> str:
+              compare_src: str | None, flank_hint: str = "", flank_button: bool = False, has_mask: bool = False,
+              at_end: bool = False) -> str:
     """The photo to identify and the chosen candidate side by side, the query's facts and the flank suggestion
     (``flank_hint``, HTML) under them: one piece of the page, so moving to the next animal is one update."""
     query_alt = f"photo to identify: animal #{view.query.image_id}" if view is not None else "no photo to identify"
@@ -222,7 +223,10 @@ def pair_html(view: ms.MatchView | None, chosen: ms.CandidateCard | None, *, que
     hint = (f"<div class='rz-flank-hint' id='match-flank-suggestion'><span>{flank_hint}</span>{button}</div>"
             if flank_hint else "")
     key = f"{view.query.image_id}:{chosen.rank if chosen else 0}" if view is not None else "none"
-    return (f"<div class='rz-pair' data-key='{_e(key)}'>"
+    # read by the tab's script: the decision buttons are off at the queue's end, the outline box needs a mask
+    query = view.query.image_id if view is not None else ""
+    return (f"<div class='rz-pair' data-key='{_e(key)}' data-query='{query}' data-end='{int(at_end)}' "
+            f"data-mask='{int(has_mask)}'>"
             f"{_photo('match-query', 'Photo to identify', query_src, query_alt)}"
             f"{_photo('match-compare', compare_label(chosen), compare_src, chosen_alt)}</div>"
             f"<div id='match-facts'>{facts_html(view)}</div>{hint}")
