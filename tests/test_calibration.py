@@ -213,3 +213,44 @@ def test_before_any_benchmark_the_catalogues_own_pairs_give_a_probability(tmp_pa
         assert cal.discrimination.figure() in view.probability_withheld
     finally:
         cat.close()
+
+
+def test_a_review_screen_reuses_a_large_calibration_while_it_is_refitted(tmp_path, monkeypatch):
+    """A screen drawn after every decision may read the calibration of a moment ago while the new one is fitted in
+    the background, only past STALE_MIN_PAIRS pairs and within STALE_FRACTION of them; every other reader (and the
+    screen once the refit lands) gets the exact one."""
+    import time
+
+    from db.identify import calibration as dc
+
+    manifest = make_reid_set(tmp_path / "photos", individuals=6, photos_each=5, seed=9)
+    cat = open_catalogue(tmp_path / "data")
+    create_benchmark(cat, "syn", manifest=manifest, split="identity", test_fraction=0.5, seed=0)
+    before = calibrator_for(cat, "efficientnet_lite0", allow_stale=True)
+    n_pairs = before.n_outcomes
+    with cat.unit_of_work() as s:
+        ids = [i for (i,) in s.query(Image.id).all()]
+        for k, kind in enumerate((DecisionKind.same, DecisionKind.not_same)):
+            s.add(MatchDecision(query_image_id=ids[k], candidate_image_id=ids[k + 1], decision=kind,
+                                score=0.9 - 0.5 * k, model_name="efficientnet_lite0", user="ana"))
+        s.commit()
+    # a small calibration (the default threshold) is always refitted at once
+    assert n_pairs < dc.STALE_MIN_PAIRS
+    assert calibrator_for(cat, "efficientnet_lite0", allow_stale=True).sources["decisions"] == 2
+    # past the threshold, within the drift allowed: the screen gets the previous one and a refit starts
+    dc._CACHE.clear()
+    dc._LATEST[(str(cat.data_dir), "efficientnet_lite0", 1, None)] = (0, 0, n_pairs, (before, None))
+    monkeypatch.setattr(dc, "STALE_MIN_PAIRS", n_pairs)
+    monkeypatch.setattr(dc, "STALE_FRACTION", 2 / n_pairs)
+    assert calibrator_for(cat, "efficientnet_lite0", allow_stale=True) is before
+    deadline = time.monotonic() + 60
+    while dc._REFITTING and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert calibrator_for(cat, "efficientnet_lite0", allow_stale=True).sources["decisions"] == 2  # the refit landed
+    # beyond the drift allowed the screen waits for the exact fit
+    dc._CACHE.clear()
+    dc._LATEST[(str(cat.data_dir), "efficientnet_lite0", 1, None)] = (0, 0, n_pairs, (before, None))
+    monkeypatch.setattr(dc, "STALE_FRACTION", 1 / n_pairs)
+    assert calibrator_for(cat, "efficientnet_lite0", allow_stale=True).sources["decisions"] == 2
+    assert calibrator_for(cat, "efficientnet_lite0").sources["decisions"] == 2  # other readers: always exact
+    cat.close()

@@ -5,6 +5,8 @@ catalogue's own identified photos (what a curator sees in match review)."""
 from __future__ import annotations
 
 import hashlib
+import logging
+import threading
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,16 @@ from db.session import Catalogue
 
 DEFAULT_NEW_THRESHOLD = 0.5
 _CACHE: dict[tuple, tuple[Calibrator | None, str | None]] = {}
+#: per (data dir, model, species, benchmark): the latest calibration computed and what it rested on (decided pairs,
+#: identified photos, pairs in all), which a review screen may reuse while a refit runs (``allow_stale``)
+_LATEST: dict[tuple, tuple[int, int, int, tuple[Calibrator | None, str | None]]] = {}
+_REFITTING: set[tuple] = set()
+_REFIT_LOCK = threading.Lock()
+#: a calibration on fewer pairs is always refitted at once; past it, reused until this share of its pairs changed
+STALE_MIN_PAIRS = 1000
+STALE_FRACTION = 0.01
+TOP_K_PAIRS = 5  # pairs each identified photo adds to the catalogue's own outcomes
+log = logging.getLogger("rosette.calibration")
 #: the catalogue's own top-k pairs by what they are computed from (a few, oldest out first)
 _PAIRS: dict[tuple, tuple[np.ndarray, ...]] = {}
 
@@ -119,17 +131,24 @@ def _species_benchmark(cat: Catalogue, species_id: int) -> str | None:
 
 
 def calibrator_for(cat: Catalogue, model: str, *, species_id: int = DEFAULT_SPECIES_ID,
-                   benchmark: str | None = None) -> Calibrator | None:
+                   benchmark: str | None = None, allow_stale: bool = False) -> Calibrator | None:
     """The calibrator of ``model`` for a species (core.identify.calibration.fit_match_calibrator: Platt on score and
     rank while outcomes are few), its held-out discrimination measured: its decisions, topped up while there are
     fewer than :data:`ENOUGH_DECISIONS` with benchmark top-5 pairs, or the catalogue's own identified photos' top-5
-    pairs when no benchmark exists. None when nothing gives a fit (:func:`calibration_refusal` says why)."""
-    return calibration_state(cat, model, species_id=species_id, benchmark=benchmark)[0]
+    pairs when no benchmark exists. None when nothing gives a fit (:func:`calibration_refusal` says why).
+    ``allow_stale``: see :func:`calibration_state`."""
+    return calibration_state(cat, model, species_id=species_id, benchmark=benchmark, allow_stale=allow_stale)[0]
 
 
 def calibration_state(cat: Catalogue, model: str, *, species_id: int = DEFAULT_SPECIES_ID,
-                      benchmark: str | None = None) -> tuple[Calibrator | None, str | None]:
-    """(the calibrator, None), or (None, why there is none and what to do, in a curator's words)."""
+                      benchmark: str | None = None, allow_stale: bool = False) -> tuple[Calibrator | None, str | None]:
+    """(the calibrator, None), or (None, why there is none and what to do, in a curator's words).
+
+    ``allow_stale`` (a review screen, drawn after every decision): a calibration resting on at least
+    :data:`STALE_MIN_PAIRS` pairs is reused while the decisions and identified photos since differ by at most
+    :data:`STALE_FRACTION` of its pairs, and refitted in the background meanwhile; the screen names the outcomes it
+    rests on. Refitting with its held-out check costs about a second per decision at a thousand photos, while one
+    more pair among a thousand cannot move it visibly."""
     scores, outcomes, ranks = decision_outcomes(cat, model, species_id=species_id, with_ranks=True)
     bench = benchmark or (_species_benchmark(cat, species_id) if scores.size < ENOUGH_DECISIONS else None)
     few = scores.size < ENOUGH_DECISIONS
@@ -138,6 +157,14 @@ def calibration_state(cat: Catalogue, model: str, *, species_id: int = DEFAULT_S
            int(outcomes.sum()) if outcomes.size else 0, bench, n_identified)
     if key in _CACHE:
         return _CACHE[key]
+    line = (str(cat.data_dir), model, species_id, benchmark)
+    latest = _LATEST.get(line)
+    if allow_stale and latest is not None:
+        n_decided, n_ident, n_pairs, state = latest
+        drift = abs(scores.size - n_decided) + abs(n_identified - n_ident) * TOP_K_PAIRS
+        if state[0] is not None and n_pairs >= STALE_MIN_PAIRS and drift <= STALE_FRACTION * n_pairs:
+            _refit_later(cat, model, species_id=species_id, benchmark=benchmark)
+            return state
     sources = {"decisions": int(scores.size)}
     extra = None
     if few and bench:
@@ -155,7 +182,29 @@ def calibration_state(cat: Catalogue, model: str, *, species_id: int = DEFAULT_S
         cal.discrimination = discrimination(scores, outcomes, ranks=ranks)
         state = (cal, None)
     _CACHE[key] = state
+    _LATEST[line] = (int(key[3]), n_identified, int(outcomes.size), state)
     return state
+
+
+def _refit_later(cat: Catalogue, model: str, *, species_id: int, benchmark: str | None) -> None:
+    """Fit the current calibration in a background thread (one at a time per model and species); the screens read
+    it from the cache once it is there."""
+    line = (str(cat.data_dir), model, species_id, benchmark)
+    with _REFIT_LOCK:
+        if line in _REFITTING:
+            return
+        _REFITTING.add(line)
+
+    def refit() -> None:
+        try:
+            calibration_state(cat, model, species_id=species_id, benchmark=benchmark)
+        except Exception:  # noqa: BLE001 - a background refresh: the next exact call computes (and reports) it
+            log.exception("background recalibration of %s failed", model)
+        finally:
+            with _REFIT_LOCK:
+                _REFITTING.discard(line)
+
+    threading.Thread(target=refit, name=f"rosette-recalibrate-{model}", daemon=True).start()
 
 
 def _refusal_words(model: str, sources: dict[str, int], outcomes: np.ndarray) -> str:

@@ -401,7 +401,9 @@ def candidate_numbers(cat: Catalogue, result: MatchResult, *, species_id: int) -
     if result.pipeline:
         return pipeline_numbers(cat, result, species_id=species_id)
     none: list[float | None] = [None] * len(result.candidates)
-    cal = calibrator_for(cat, result.model_name, species_id=species_id)
+    # a screen drawn after every decision: a calibration on thousands of pairs may lag a few decisions behind while
+    # it is refitted in the background (the note says how many outcomes it rests on)
+    cal = calibrator_for(cat, result.model_name, species_id=species_id, allow_stale=True)
     try:
         post = match_posteriors(cat, [[result.query_image_id]], species_id=species_id, model=result.model_name,
                                 calibrator=cal)[0]
