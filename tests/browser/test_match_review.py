@@ -130,6 +130,17 @@ def test_confirm_top_candidate_by_button_and_key_then_undo(match_server, page, s
     first_query = shown_query(page)
     assert assignment(data, first_query) is None  # the queue starts with photos not yet assigned
     _, first_name = top_candidate(page)
+    # every state the review area passes through, as (query, top candidate, counter): one decision's answer must
+    # change the three together, never show the next animal beside the last one's candidates or counter
+    page.evaluate("""() => {
+      const read = () => [document.querySelector('#match-facts .rz-facts')?.dataset.imageId,
+                          document.querySelector("#match-candidates .rz-card[data-rank='1']")?.dataset.imageId,
+                          document.querySelector('#match-header')?.innerText.match(/Animal \\d+ of \\d+/)?.[0]];
+      window.rzStates = [read()];
+      new MutationObserver(() => window.rzStates.push(read()))
+        .observe(document.querySelector('#match-main'), {subtree: true, childList: true, characterData: true,
+                                                         attributes: true});
+    }""")
     page.locator("#match-same").click()
     status = page.locator("#match-status")
     expect(status).to_contain_text(f"animal #{first_query} is {first_name}", timeout=TIMEOUT_MS)
@@ -137,6 +148,11 @@ def test_confirm_top_candidate_by_button_and_key_then_undo(match_server, page, s
     # the next photo loaded at once
     expect(page.locator("#match-facts .rz-facts")).not_to_have_attribute("data-image-id", str(first_query))
     expect(page.locator("#match-header")).to_contain_text("Animal 2 of")
+    states = [tuple(x) for x in page.evaluate("window.rzStates")]
+    before, after = states[0], states[-1]
+    assert before[0] == str(first_query) and before[2] == "Animal 1 of " + before[2].split(" of ")[1]
+    assert after[0] != before[0] and after[1] is not None and after[2].startswith("Animal 2 of")
+    assert set(states) <= {before, after}, states  # nothing in between: one update drew all three
 
     # --- 2. confirm the next one with the M key (focus on the page, not in a text box)
     second_query = shown_query(page)
