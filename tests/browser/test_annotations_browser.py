@@ -215,6 +215,8 @@ def test_review_two_animals_of_one_frame_with_whole_frame(trap_server, page, sho
 
     # --- mask animal A on its own (prompted with its box, no click needed), accept it: B stays unmasked
     choose(page, "mask-pick", f"#{a} ·")
+    # A is on screen once its box is (B's starts at x 0.52): "No mask proposed yet" reads the same for both
+    expect(page.locator("#box-x input")).not_to_have_value(re.compile(r"^0\.52"), timeout=TIMEOUT_MS)
     report = page.locator("#mask-report")
     expect(report).to_contain_text("No mask proposed yet", timeout=TIMEOUT_MS)
     page.locator("#mask-run").click()
