@@ -193,7 +193,7 @@ PAIR_CSS = FACTS_CSS + """
 .rz-pair { display: grid; grid-template-columns: 1fr 1fr; gap: 8px; }
 .rz-photo { position: relative; border: 1px solid var(--border-color-primary); border-radius: 8px; overflow: hidden;
             background: var(--background-fill-secondary); height: 300px; display: flex; flex-direction: column; }
-.rz-photo-label { font-size: var(--text-sm); padding: 3px 8px; white-space: nowrap; overflow: hidden;
+.rz-photo-label { font-size: var(--text-sm); padding: 3px 26px 3px 8px; white-space: nowrap; overflow: hidden;
                   text-overflow: ellipsis; color: var(--body-text-color-subdued); }
 .rz-photo-box { flex: 1; min-height: 0; overflow: hidden; display: flex; align-items: center; justify-content: center; }
 .rz-photo-box img { max-width: 100%; max-height: 100%; object-fit: contain; display: block; }
