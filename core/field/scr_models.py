@@ -33,6 +33,7 @@ from core.field.scr_mask import Mask, read_mask_csv
 _TINY = 1e-300
 _LINK_LIMIT = 700.0
 _KERNEL_CACHE = 8  # distance kernels kept per session (a gradient visits the current sigma and two neighbours)
+_HAZARD_CACHE = 2  # hazard arrays kept: the latest, for the other sessions of the same layout
 
 #: The real parameters a formula may name, with secr's default links.
 LINKS = {"D": "log", "g0": "logit", "lambda0": "log", "sigma": "log", "pmix": "logit"}
@@ -281,7 +282,10 @@ class _SessionData:
     classes: list[_ClassData]
     membership: np.ndarray  # (n,) class index, -1 unknown (mixture) ; all 0 without classes
     constant: float
-    kernels: dict[float, np.ndarray] = field(default_factory=dict)  # sigma -> distance kernel (K, M), the latest
+    # caches shared by sessions with the same detectors and mask (sites surveyed in several years): sigma -> the
+    # distance kernel (K, M); the parameter rows' (g0, sigma) -> their hazards (F, M)
+    kernels: dict[float, np.ndarray] = field(default_factory=dict)
+    hazards: dict[tuple[bytes, bytes], np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -432,6 +436,10 @@ class PreparedModels:
         """The hazard of every parameter row at every detector and mask point, (rows x detectors, M). The
         distance kernel of each sigma is kept for the next evaluations: a numerical gradient moves one coefficient
         at a time, and most leave sigma where it was."""
+        key = (first.tobytes(), sigma.tobytes())
+        cached = data.hazards.get(key)
+        if cached is not None:
+            return cached
         out = np.empty((first.size * data.K, data.n_mask))
         for c, (f, s) in enumerate(zip(first, sigma)):
             kernel = data.kernels.get(float(s))
@@ -448,6 +456,9 @@ class PreparedModels:
                 np.multiply(kernel, -f, out=block)
                 np.log1p(block, out=block)
                 np.negative(block, out=block)
+        if len(data.hazards) >= _HAZARD_CACHE:
+            data.hazards.pop(next(iter(data.hazards)))
+        data.hazards[key] = out
         return out
 
     def _log_pr(self, cd: _ClassData, h: np.ndarray) -> np.ndarray:
@@ -708,10 +719,14 @@ def _prepare_session(session: ScrSession, index: int, *, sessions: Sequence[ScrS
         classes.append(_ClassData(hit_idx=np.asarray(hit_idx, dtype=int), hit_usage=np.asarray(hit_usage, dtype=float),
                                   hit_w=hit_w, exp_idx=np.asarray(exp_keys, dtype=int), exp_w=exp_w, prof=prof,
                                   caught_w=caught_w, miss_w=miss_w, naive=naive))
-    if pooled:  # the binomial coefficients of the pooled occasions, sum over animals and detectors of log C(S_k, y)
+    if pooled:
+        # secr pools before it counts: the binomial coefficients of the pooled occasions, sum over animals and
+        # detectors of log C(S_k, y_ik), and the multinomial term over the pooled histories (animals whose
+        # detections differ only in their occasions now share a history)
         size = used.sum(axis=0)[None, :]
         y = hit.sum(axis=1)
         constant += float((gammaln(size + 1) - gammaln(y + 1) - gammaln(size - y + 1)).sum())
+        constant += logmultinomial(y) - logmultinomial(_signed_counts(history))
     design = {p: _detection_design(formula.of(p), combos, session_index=index, sessions=sessions,
                                    max_occasions=max_occasions) for p in (first_name, "sigma")}
     design_d = None if conditional else _density_design(formula.of("D"), session, session_index=index,
@@ -789,12 +804,24 @@ def prepare_models(sessions: Sequence[ScrSession], model: str | ModelFormula, *,
     data = tuple(_prepare_session(s, j, sessions=sessions, formula=formula, first_name=first_name,
                                   class_mode=class_mode, conditional=conditional, pooled=pooled,
                                   max_occasions=max_occasions) for j, s in enumerate(sessions))
+    _share_layouts(data)
     links = {p: LINKS[p] for p in order}
     if not conditional:
         links["D"] = d_link
     return PreparedModels(formula=formula, detectfn=detectfn, detector_type=detector_type, conditional=conditional,
                           links=links, class_mode=class_mode, pooled=pooled, coefficients=tuple(coefficients),
                           sessions=tuple(sessions), _data=data, _slices=slices, _max_occasions=max_occasions)
+
+
+def _share_layouts(data: Sequence[_SessionData]) -> None:
+    """Sessions with the same detectors and mask share their distances and caches: their hazards at the same
+    parameters are computed once. Only sessions with the same parameter rows share hazards."""
+    groups: dict[tuple, _SessionData] = {}
+    for d in data:
+        key = (d.d2.shape, d.d2.tobytes(), d.combos.tobytes())
+        first = groups.setdefault(key, d)
+        if first is not d:
+            d.d2, d.kernels, d.hazards = first.d2, first.kernels, first.hazards
 
 
 def _check_estimable(sessions: Sequence[ScrSession], formula: ModelFormula, first_name: str, *,
