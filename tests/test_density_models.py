@@ -27,6 +27,7 @@ from core.field.scr_mask import Mask, trapbuffer_mask
 from core.field.scr_models import (
     ScrSession,
     build_sessions,
+    mask_covariate_from_geojson,
     normalise_sex,
     parse_model,
     prepare_models,
@@ -409,6 +410,19 @@ def test_refusals_are_one_line():
     with pytest.raises(DensityInputError) as caught:
         prepare_models(with_cov, "D~habitat")
     assert "\n" not in str(caught.value)
+
+
+def test_mask_covariate_from_geojson_attribute():
+    mask = Mask(np.array([[5.0, 5.0], [15.0, 5.0], [25.0, 5.0]]), 10.0, None, "csv")
+    habitat = {"type": "FeatureCollection", "features": [
+        {"type": "Feature", "properties": {"forest": 0.8},
+         "geometry": {"type": "Polygon", "coordinates": [[[0, 0], [10, 0], [10, 10], [0, 10], [0, 0]]]}},
+        {"type": "Feature", "properties": {"forest": 0.1},
+         "geometry": {"type": "Polygon", "coordinates": [[[10, 0], [20, 0], [20, 10], [10, 10], [10, 0]]]}}]}
+    values = mask_covariate_from_geojson(mask, habitat, "forest")
+    assert values[:2].tolist() == [0.8, 0.1] and math.isnan(values[2])
+    with pytest.raises(DensityInputError, match="no GeoJSON feature has the attribute 'grass'"):
+        mask_covariate_from_geojson(mask, habitat, "grass")
 
 
 def test_mask_covariates_and_sex_are_read_from_files(tmp_path):

@@ -15,6 +15,7 @@ docs/density.md, "Models beyond the null"."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,7 +29,7 @@ from core.field.capthist import Trap
 from core.field.scr_data import Capture, CaptureHistory, build_capture_history
 from core.field.scr_errors import DensityInputError, MaskError
 from core.field.scr_likelihood import DETECTION_FUNCTIONS, logmultinomial
-from core.field.scr_mask import Mask, read_mask_csv
+from core.field.scr_mask import Mask, points_in_polygons, read_geojson_polygon, read_mask_csv
 
 _TINY = 1e-300
 _LINK_LIMIT = 700.0
@@ -155,6 +156,31 @@ def read_mask_with_covariates(path: str | Path, *,
                 raise MaskError(f"{path}: mask covariate {name!r} has a value {cell!r} that is not a number") from None
         covariates[name] = np.array(values, dtype=float)
     return mask, covariates
+
+
+def mask_covariate_from_geojson(mask: Mask, source: str | Path | dict, attribute: str) -> np.ndarray:
+    """A covariate at each mask point from a GeoJSON of habitat polygons (in the detectors' metres): the numeric
+    ``attribute`` of the feature whose polygon holds the point (the first such feature), NaN where none does; a
+    model using the covariate then refuses the points without a value."""
+    data = source if isinstance(source, dict) else json.loads(Path(source).read_text(encoding="utf-8"))
+    features = data.get("features", [data]) if data.get("type") == "FeatureCollection" else [data]
+    values = np.full(mask.n_points, np.nan)
+    found = False
+    for feature in features:
+        props = feature.get("properties") or {}
+        if attribute not in props or feature.get("geometry") is None:
+            continue
+        try:
+            value = float(props[attribute])
+        except (TypeError, ValueError):
+            raise MaskError(f"GeoJSON attribute {attribute!r} has a value {props[attribute]!r} that is not a "
+                            "number") from None
+        found = True
+        inside = points_in_polygons(mask.xy, read_geojson_polygon(feature)) & np.isnan(values)
+        values[inside] = value
+    if not found:
+        raise MaskError(f"no GeoJSON feature has the attribute {attribute!r}")
+    return values
 
 
 def read_secr_sex(path: str | Path, *, fmt: str = "trapID", column: int | None = None) -> dict[tuple[str, str], str]:
