@@ -20,7 +20,7 @@ import pytest
 from core.field.capthist import Trap
 from core.field.density import numerical_gradient
 from core.field.scr_data import build_capture_history, read_secr_captures, read_secr_traps
-from core.field.scr_errors import DensityInputError
+from core.field.scr_errors import DensityInputError, SigmaNotEstimable
 from core.field.scr_fit import fit_scr_model
 from core.field.scr_likelihood import logmultinomial
 from core.field.scr_mask import Mask, trapbuffer_mask
@@ -385,6 +385,11 @@ def test_refusals_are_one_line():
         build_sessions(rows, {"s1": [Trap(f"T{k}", 50.0 * k, 0.0, (1.0,) * 3) for k in range(4)]} |
                        {n: [Trap(f"T{k}", 50.0 * k, 0.0, (1.0,) * 3) for k in range(4)] for n in ("s2", "s3")},
                        Mask(np.array([[0.0, 0.0], [50.0, 0.0]]), 50.0, None, "csv"), detector_type="proximity")
+    # a session where no animal reached a second detector shares sigma with the others; none at all is refused
+    lone = _sessions_of(rows[:2] + [("s2", "b", 1, "T1"), ("s2", "b", 3, "T1")])
+    assert lone[1].history.n_animals == 1
+    with pytest.raises(SigmaNotEstimable, match="in any session"):
+        _sessions_of([("s1", "a", 1, "T0"), ("s2", "b", 1, "T1")])
     sessions = _sessions_of(rows)
     with pytest.raises(DensityInputError, match="g0 ~ b cannot be estimated: no animal was detected again"):
         prepare_models([ScrSession("s1", build_capture_history([("s1", "a", 1, "T0"), ("s1", "a", 1, "T1"),

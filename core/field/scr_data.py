@@ -209,8 +209,11 @@ def _trap_fields(item) -> tuple[str, float, float, tuple[float, ...]]:
 
 
 def build_capture_history(captures: Iterable[Capture | Sequence], traps: Sequence[Trap], *,
-                          detector_type: str, session: str | None = None) -> CaptureHistory:
-    """The capture history of one session, every input fault refused with what to do about it."""
+                          detector_type: str, session: str | None = None,
+                          require_spread: bool = True) -> CaptureHistory:
+    """The capture history of one session, every input fault refused with what to do about it.
+    ``require_spread=False`` leaves the check that some animal reached two detectors to the caller (a session
+    fitted jointly with others may share their sigma)."""
     if detector_type == "single":
         raise DensityInputError("detector 'single' is fitted as secr fits it, with the multi-catch likelihood: "
                                 "use detector 'multi'")
@@ -286,7 +289,7 @@ def build_capture_history(captures: Iterable[Capture | Sequence], traps: Sequenc
             raise DensityInputError(f"animal {animals[i]!r} is caught at two traps on occasion {s + 1}, which a "
                                     "multi-catch trap cannot do; use detector 'proximity' or correct the captures")
     spread = (counts.sum(axis=1) > 0).sum(axis=1)
-    if not np.any(spread >= 2):
+    if require_spread and not np.any(spread >= 2):
         raise SigmaNotEstimable("no animal was detected at two different detectors, so sigma (how far an animal "
                                 "ranges) cannot be estimated; a longer study or more detectors may catch some "
                                 "animal at a second detector")

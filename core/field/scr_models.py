@@ -27,7 +27,7 @@ from scipy.special import expit, gammaln
 
 from core.field.capthist import Trap
 from core.field.scr_data import Capture, CaptureHistory, build_capture_history
-from core.field.scr_errors import DensityInputError, MaskError
+from core.field.scr_errors import DensityInputError, MaskError, SigmaNotEstimable
 from core.field.scr_likelihood import DETECTION_FUNCTIONS, logmultinomial
 from core.field.scr_mask import Mask, points_in_polygons, read_geojson_polygon, read_mask_csv
 
@@ -249,9 +249,10 @@ def build_sessions(captures: Iterable[Capture | Sequence], traps: Sequence[Trap]
     covs = per_session(mask_covariates, "mask covariates",
                        lambda v: isinstance(v, Mapping) and not any(isinstance(x, Mapping) for x in v.values())
                        ) if mask_covariates is not None else [{}] * len(names)
-    out = []
+    out: list[ScrSession] = []
     for name, session_traps, mask, cov in zip(names, trap_sets, mask_list, covs):
-        history = build_capture_history(rows, session_traps, detector_type=detector_type, session=name)
+        history = build_capture_history(rows, session_traps, detector_type=detector_type, session=name,
+                                        require_spread=False)
         codes = None
         if sex is not None:
             lookup: Mapping = sex
@@ -262,6 +263,10 @@ def build_sessions(captures: Iterable[Capture | Sequence], traps: Sequence[Trap]
                 raise MaskError(f"mask covariate {key!r} of session {name!r} has {np.asarray(values).size} values "
                                 f"for {mask.n_points} mask points")
         out.append(ScrSession(name=name, history=history, mask=mask, sex=codes, mask_covariates=dict(cov)))
+    if not any(((s.history.counts.sum(axis=1) > 0).sum(axis=1) >= 2).any() for s in out):
+        raise SigmaNotEstimable("no animal was detected at two different detectors in any session, so sigma (how "
+                                "far an animal ranges) cannot be estimated; a longer study or more detectors may "
+                                "catch some animal at a second detector")
     return out
 
 
