@@ -265,6 +265,24 @@ def test_unknown_sex_is_mixed_and_known_sex_adds_the_class_share(blackbear):
     assert math.isfinite(partly.log_likelihood(apart)) and partly.log_likelihood(apart) != expected
 
 
+def test_known_sex_covariate_and_hcov_mixture_differ_by_the_class_term(blackbear):
+    """Conditional likelihood, every bear sexed: sex as a known covariate (secr's sigma.sexM) and as the hcov
+    mixture differ by sum over classes of n_x log(pmix_x p._x / sum_y pmix_y p._y), secr's likelihood component 4."""
+    covariate = prepare_models(blackbear, "g0~sex, sigma~sex", detectfn="EX", conditional=True, fastproximity=False)
+    mixture = prepare_models(blackbear, "g0~sex, sigma~sex", detectfn="EX", conditional=True, hcov=True,
+                             fastproximity=False)
+    assert covariate.names == ("g0", "g0.sexM", "sigma", "sigma.sexM") and covariate.class_mode == "covariate"
+    assert mixture.names == ("g0", "g0.h2M", "sigma", "sigma.h2M", "pmix.h2M")
+    beta = np.array([-3.0, 0.6, 7.0, -0.2])
+    pmix_m = 0.45
+    pdots = mixture.class_pdots(0, np.append(beta, 0.0))
+    share = np.array([1 - pmix_m, pmix_m]) * pdots
+    counts = [blackbear[0].sex.count("F"), blackbear[0].sex.count("M")]
+    term = sum(n * math.log(v / share.sum()) for n, v in zip(counts, share))
+    assert mixture.log_likelihood(np.append(beta, math.log(pmix_m / (1 - pmix_m)))) == pytest.approx(
+        covariate.log_likelihood(beta) + term, abs=1e-8)
+
+
 def _loop_loglik(history, mask, g0_of, sigma, density):
     """The full likelihood with g0 by occasion and learned state, one animal, occasion and detector at a time:
     proximity (Bernoulli), count (Poisson) or multi-catch (competing hazards) detectors, half-normal."""

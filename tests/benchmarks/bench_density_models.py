@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -87,7 +88,7 @@ def _speed_rows() -> list[dict]:
     t0 = time.perf_counter()
     comparison = compare_models(sessions, "~1; g0~b; g0~sex, sigma~sex; D~session")
     table = time.perf_counter() - t0
-    print(format_aic_table(comparison.table))
+    print(format_aic_table(comparison.table), file=sys.stderr)
     note = f"2 sessions x 25 cameras x 10 occasions, 60 animals, {mask.n_points} mask points per session"
     return [{"benchmark": "SCR two-session two-sex fit (g0~sex, sigma~sex, hcov)", "value": one, "unit": "s",
              "goal": "< 30 s", "note": f"{note}; {fit.likelihood_form}"},
