@@ -288,7 +288,7 @@ class _ClassData:
     """One class's (sex or mixture class) data terms in one session, as weights over flat (row, detector) pairs."""
 
     hit_idx: np.ndarray  # (R,) flat hazard rows of detection terms
-    hit_usage: np.ndarray  # (R,) usage of each (proximity: log(exp(T h) - 1) depends on T and h together)
+    hit_usage: np.ndarray  # (R,) usage of each (proximity: log(1 - exp(-T h)) depends on T and h together)
     hit_w: np.ndarray  # (n, R)
     exp_idx: np.ndarray  # (Q,) flat rows of exposure terms (-T h summed)
     exp_w: np.ndarray  # (n, Q) usage-weighted
@@ -847,12 +847,16 @@ def prepare_models(sessions: Sequence[ScrSession], model: str | ModelFormula, *,
 def _share_layouts(data: Sequence[_SessionData]) -> None:
     """Sessions with the same detectors and mask share their distances and caches: their hazards at the same
     parameters are computed once. Only sessions with the same parameter rows share hazards."""
-    groups: dict[tuple, _SessionData] = {}
+    layouts: dict[tuple, _SessionData] = {}
+    rows: dict[tuple, _SessionData] = {}
     for d in data:
-        key = (d.d2.shape, d.d2.tobytes(), d.combos.tobytes())
-        first = groups.setdefault(key, d)
+        key = (d.d2.shape, d.d2.tobytes())
+        first = layouts.setdefault(key, d)
         if first is not d:
-            d.d2, d.kernels, d.hazards = first.d2, first.kernels, first.hazards
+            d.d2, d.kernels = first.d2, first.kernels
+        same_rows = rows.setdefault(key + (d.combos.tobytes(),), d)
+        if same_rows is not d:
+            d.hazards = same_rows.hazards
 
 
 def _check_estimable(sessions: Sequence[ScrSession], formula: ModelFormula, first_name: str, *,
