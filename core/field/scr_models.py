@@ -317,6 +317,7 @@ class _SessionData:
     # distance kernel (K, M); the parameter rows' (g0, sigma) -> their hazards (F, M)
     kernels: dict[float, np.ndarray] = field(default_factory=dict)
     hazards: dict[tuple[bytes, bytes], np.ndarray] = field(default_factory=dict)
+    terms: dict[tuple[bytes, bytes], list] = field(default_factory=dict)  # this session's own, by (g0, sigma)
 
 
 @dataclass(frozen=True, eq=False)
@@ -416,7 +417,7 @@ class PreparedModels:
             return -math.inf, np.array([])
         if self.detectfn != "HHN" and np.any(first >= 1):
             return -math.inf, np.array([])
-        h = self._hazards(data, first, sigma)  # (F, M): row c * K + k
+        per_class = self._class_terms(data, first, sigma)
         if self.conditional:
             log_pi = np.full(data.n_mask, -math.log(data.n_mask))
             density = None
@@ -429,11 +430,9 @@ class PreparedModels:
         n_classes = len(data.classes)
         log_class = np.empty((data.n, n_classes))
         pdot_class = np.empty(n_classes)
-        for x, cd in enumerate(data.classes):
-            log_pr = self._log_pr(cd, h)  # (n, M)
-            top = log_pr.max(axis=1, keepdims=True) if data.n else np.zeros((0, 1))
-            log_class[:, x] = np.log(np.exp(log_pr - top) @ pi) + top[:, 0]
-            pdot_class[x] = float(pi @ -np.expm1(-(cd.naive @ h)))
+        for x, (scaled, top, detected) in enumerate(per_class):
+            log_class[:, x] = np.log(scaled @ pi) + top
+            pdot_class[x] = float(pi @ detected)
         if np.any(pdot_class <= 0):
             return -math.inf, np.array([])
         membership = data.membership
@@ -462,6 +461,26 @@ class PreparedModels:
             expected = float(density.sum() * data.cell_ha) * data.n / float((1.0 / pdot_i).sum())
             value += data.n * math.log(expected) - expected - float(gammaln(data.n + 1))
         return value, pdot_i
+
+    def _class_terms(self, data: _SessionData, first: np.ndarray,
+                     sigma: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per class: Pr(history | centre at each mask point) scaled by each animal's largest (n, M), that log
+        scale (n,), and p.(x) at each mask point (M,). They depend on the detection parameters only, so they are
+        kept for the evaluations that move D or pmix alone (a third or more of a numerical gradient's)."""
+        key = (first.tobytes(), sigma.tobytes())
+        cached = data.terms.get(key)
+        if cached is not None:
+            return cached
+        h = self._hazards(data, first, sigma)  # (F, M): row c * K + k
+        out = []
+        for cd in data.classes:
+            log_pr = self._log_pr(cd, h)  # (n, M)
+            top = log_pr.max(axis=1, keepdims=True) if data.n else np.zeros((0, 1))
+            out.append((np.exp(log_pr - top), top[:, 0], -np.expm1(-(cd.naive @ h))))
+        if len(data.terms) >= _HAZARD_CACHE:
+            data.terms.pop(next(iter(data.terms)))
+        data.terms[key] = out
+        return out
 
     def _hazards(self, data: _SessionData, first: np.ndarray, sigma: np.ndarray) -> np.ndarray:
         """The hazard of every parameter row at every detector and mask point, (rows x detectors, M). The
