@@ -200,6 +200,19 @@ def test_hcov_mixture_matches_secr_at_its_maximum(blackbear):
     assert np.max(np.abs(grad)) < 0.05
 
 
+def test_sessions_with_their_own_detectors_occasions_and_masks_add_up(captdata, ovenbird):
+    """captdata (100 traps, 5 occasions, its mask) and ovenbird 2005 (44 nets, 9 occasions, ovenmask) fitted
+    jointly with every parameter by session: log L is the sum of the two sessions' own log-likelihoods."""
+    joint = prepare_models([captdata[0], ovenbird[0]], "D~session, g0~session, sigma~session")
+    assert joint.names == ("D", "D.session2005", "g0", "g0.session2005", "sigma", "sigma.session2005")
+    first, second = np.array(SECRDEMO_0[0]), np.array([-0.05, -3.5, 4.3])
+    beta = np.array([first[0], second[0] - first[0], first[1], second[1] - first[1], first[2],
+                     second[2] - first[2]])
+    alone = (prepare_models(captdata, "~1").log_likelihood(first)
+             + prepare_models(ovenbird[:1], "~1").log_likelihood(second))
+    assert joint.log_likelihood(beta) == pytest.approx(alone, abs=1e-8)
+
+
 def test_pooled_proximity_differs_by_the_binomial_constant(blackbear):
     """secr's default for proximity detectors pools the occasions (binomial with size = occasions used) when
     nothing varies by occasion; the log-likelihood then gains sum over animals and detectors of log C(S, y)."""
