@@ -167,11 +167,12 @@ def compare_models(sessions: Sequence[ScrSession], models: str | Sequence[str], 
 
 def format_aic_table(table: Sequence[AicRow], *, criterion: str = "AICc") -> str:
     """The table as secr's ``AIC()`` prints it."""
-    header = f"{'model':<32} {'detectfn':<16} {'npar':>4} {'logLik':>11} {'AIC':>9} {'AICc':>9} " \
+    header = f"{'model':<32} {'detectfn':<17} {'npar':>4} {'logLik':>11} {'AIC':>9} {'AICc':>9} " \
              f"{'d' + criterion:>7} {criterion + 'wt':>7}"
     names = {"HN": "halfnormal", "HHN": "hazard halfnormal", "EX": "exponential"}
     lines = [header]
     for r in table:
-        lines.append(f"{r.model:<32} {names.get(r.detectfn, r.detectfn):<16} {r.n_parameters:>4} {r.loglik:>11.3f} "
+        detectfn = names.get(r.detectfn, r.detectfn)
+        lines.append(f"{r.model:<32} {detectfn:<17} {r.n_parameters:>4} {r.loglik:>11.3f} "
                      f"{r.aic:>9.3f} {r.aicc:>9.3f} {r.delta:>7.3f} {r.weight:>7.4f}")
     return "\n".join(lines)
