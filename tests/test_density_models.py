@@ -50,6 +50,7 @@ POSSUM_DS = ([2.0402595052794714, -0.0008369588275905454, -1.4349961551617803, 3
 # their SEs, sqrt(diag(beta.vcv)) (secr's from nlm's numerical Hessian)
 SECRDEMO_B_SE = [0.11953507633711448, 0.22715929829957351, 0.23459010690378085, 0.044428681123739815]
 OVENBIRD_D_SE = [0.19145977842179268, 0.0701515118144222, 0.15062294292503695, 0.08114865862997404]
+BLACKBEAR_0_SE = [0.09815880269716361, 0.15914064842266393, 0.06698590593731757, 0.17200752709816536]
 BLACKBEAR_0 = ([-4.668965833725568, -1.6908330404245986, 6.55201265324691, -0.3340055973244159], -1164.54731094)
 BLACKBEAR_H2BK = ([-4.462242527074042, -3.421369012097584, 0.7868542801377496, 2.3143793379496524,
                    6.995865446490102, -0.054902847635485676, -0.7279507084785597], -1114.10995799)
@@ -189,6 +190,23 @@ def test_density_over_a_mask_covariate_matches_secr():
     scale = np.array([1.0, 500.0, 1.0, 1.0])  # d.to.shore spans about 500 m
     grad = numerical_gradient(lambda z: prepared.log_likelihood(z / scale), beta * scale)
     assert np.max(np.abs(grad)) < 0.5  # at a point 0.01 away on any coefficient it exceeds 10
+
+
+def test_hcov_fit_matches_secr(blackbear):
+    """blackbear.0 = secr.fit(blackbearCH, hcov = "sex", detectfn = "EX", details = list(fastproximity = FALSE)):
+    g0 and sigma shared, pmix ~ h2; from our starts, coefficients to 1e-4, SEs to 0.2%, log L to 1e-5; pmix is the
+    share of males among the 139 sexed bears, 58 / 139."""
+    fit = fit_scr_model(blackbear, "~1", detectfn="EX", hcov=True, fastproximity=False)
+    assert fit.names == ("D", "g0", "sigma", "pmix.h2M") and fit.model == "pmix~h2"
+    np.testing.assert_allclose(fit.beta, BLACKBEAR_0[0], atol=1e-4)
+    np.testing.assert_allclose(fit.se, BLACKBEAR_0_SE, rtol=2e-3)
+    assert fit.loglik == pytest.approx(BLACKBEAR_0[1], abs=1e-5)
+    session = fit.sessions[0]
+    assert session.pmix["M"].value == pytest.approx(58 / 139, abs=1e-5)
+    assert session.pmix["F"].value == pytest.approx(81 / 139, abs=1e-5)
+    assert set(session.detection) == {""}  # g0 and sigma do not differ by sex in this model
+    doc = json.loads(json.dumps(fit.as_dict()))
+    assert doc["sex"] == "hcov mixture" and "occasion by occasion" in doc["likelihood_form"]
 
 
 def test_hcov_mixture_matches_secr_at_its_maximum(blackbear):
