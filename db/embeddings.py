@@ -77,25 +77,67 @@ def masked_content_key(src: ImageSource) -> str:
     return f"{src.pixel_key}-m{_mask_digest(src.mask_path)}"
 
 
-def sources_for(cat: Catalogue, image_ids: Sequence[int]) -> list[ImageSource]:
-    # plain columns, not ORM objects: ranking one query reads the sources of the whole gallery, and building an
-    # ORM instance per row cost most of a review screen's time at a thousand photos
+_SOURCE_COLUMNS = (Image.id, Image.content_hash, Image.blob_path, Image.mask_path, Image.mask_source, Image.bbox_x,
+                   Image.bbox_y, Image.bbox_w, Image.bbox_h, Image.width, Image.height, Image.format, Image.mode)
+
+
+def _source_rows(cat: Catalogue, image_ids: Sequence[int]) -> list[tuple]:
+    """The columns an :class:`ImageSource` is built from, one plain tuple per id, in order."""
     wanted = list(dict.fromkeys(int(i) for i in image_ids))
-    cols = (Image.id, Image.content_hash, Image.blob_path, Image.mask_path, Image.mask_source, Image.bbox_x,
-            Image.bbox_y, Image.bbox_w, Image.bbox_h, Image.width, Image.height, Image.format, Image.mode)
-    rows: dict[int, Any] = {}
+    rows: dict[int, tuple] = {}
     with cat.unit_of_work() as s:
         for start in range(0, len(wanted), 5000):  # a bounded IN list per query
-            rows.update((r[0], r) for r in s.execute(select(*cols).where(Image.id.in_(wanted[start:start + 5000]))))
+            rows.update((r[0], tuple(r)) for r in s.execute(select(*_SOURCE_COLUMNS)
+                                                            .where(Image.id.in_(wanted[start:start + 5000]))))
     missing = [i for i in image_ids if i not in rows]
     if missing:
         raise CatalogueError(f"unknown image id(s): {missing[:10]}")
-    out = []
-    for i in image_ids:
-        r = rows[i]
-        out.append(ImageSource(i, r[1], r[2], r[3], r[4], Box(r[5], r[6], r[7], r[8]), (r[9], r[10]),
-                               r[11] == "JPEG" and r[12] in DRAFTABLE_MODES))
-    return out
+    return [rows[i] for i in image_ids]
+
+
+def _source_of(r: tuple) -> ImageSource:
+    return ImageSource(r[0], r[1], r[2], r[3], r[4], Box(r[5], r[6], r[7], r[8]), (r[9], r[10]),
+                       r[11] == "JPEG" and r[12] in DRAFTABLE_MODES)
+
+
+def sources_for(cat: Catalogue, image_ids: Sequence[int]) -> list[ImageSource]:
+    # plain columns, not ORM objects: ranking one query reads the sources of the whole gallery, and building an
+    # ORM instance per row cost most of a review screen's time at a thousand photos
+    return [_source_of(r) for r in _source_rows(cat, image_ids)]
+
+
+class _RowVectors:
+    """Each annotation's vector by everything it is computed from: its row of the sources' columns (photo content,
+    box, size, format) and the catalogue's feature cache, the model's fingerprint, variant, crop margin and decode
+    size. A review screen ranks
+    one query against the whole gallery on every click; rebuilding a thousand sources and their cache keys cost
+    more than the vectors. The feature cache is keyed by the same facts, so a vector here is the one it holds.
+    Bounded in entries, oldest first out."""
+
+    def __init__(self, *, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._items: dict[tuple, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def known(self, context: tuple, rows: Sequence[tuple]) -> list[np.ndarray | None]:
+        """Each row's vector, None where it is not known."""
+        with self._lock:
+            return [self._items.get((context, r)) for r in rows]
+
+    def remember(self, context: tuple, rows: Sequence[tuple], vectors: np.ndarray) -> None:
+        with self._lock:
+            for r, v in zip(rows, vectors):
+                self._items[(context, r)] = np.array(v, dtype=np.float32)
+            while len(self._items) > self.max_entries:
+                del self._items[next(iter(self._items))]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+#: ``ROSETTE_ROW_VECTORS`` entries (default 100,000: about 300 MB of 768-wide vectors at most).
+ROW_VECTORS = _RowVectors(max_entries=int(os.environ.get("ROSETTE_ROW_VECTORS", "100000")))
 
 
 #: PIL modes of JPEGs that decode DCT-scaled (``core.io.images``' draft rule).
@@ -408,6 +450,9 @@ def embed_images(cat: Catalogue, image_ids: Sequence[int], *, backbone: Any, var
     ``sources`` (one per id, in order) replaces the catalogue's view of the photos, e.g. with a diagnostic's
     cached masks (:func:`db.inspect.masks.diagnostic_masks`). ``runtime`` (``auto``/``torch``/``onnx``) picks the
     forward runtime of torch backbones (:func:`core.identify.features.extract_features`); the features are the same."""
+    if sources is None and variant in MASK_FREE_VARIANTS:
+        return _embed_catalogue_crops(cat, image_ids, backbone=backbone, variant=variant, batch_size=batch_size,
+                                      progress=progress, should_cancel=should_cancel, runtime=runtime)
     if sources is None:
         sources = sources_for(cat, image_ids)
     elif [s.image_id for s in sources] != [int(i) for i in image_ids]:
@@ -425,6 +470,32 @@ def embed_images(cat: Catalogue, image_ids: Sequence[int], *, backbone: Any, var
     return extract_features(backbone, items, variant=variant, cache_dir=cat.cache_dir / "features",
                             batch_size=batch_size, progress=progress, should_cancel=should_cancel, runtime=runtime,
                             workers=workers)
+
+
+def _embed_catalogue_crops(cat: Catalogue, image_ids: Sequence[int], *, backbone: Any, variant: str,
+                           batch_size: int, progress: Callable[[int, int], None] | None,
+                           should_cancel: Callable[[], bool] | None, runtime: str | None) -> np.ndarray:
+    """:func:`embed_images` of the catalogue's own crops (a mask-free variant): the rows already known
+    (:data:`ROW_VECTORS`) are not built into sources again; the others go through the feature pipeline."""
+    rows = _source_rows(cat, image_ids)
+    context = (str(cat.cache_dir), backbone.config.fingerprint(), variant,
+               getattr(backbone.config, "crop_margin", CROP_MARGIN), decode_side(backbone))
+    found = ROW_VECTORS.known(context, rows)
+    todo = [i for i, v in enumerate(found) if v is None]
+    if not todo:
+        if progress is not None:
+            progress(len(rows), len(rows))
+        return np.stack(found) if found else np.empty((0, int(backbone.config.embed_dim)), dtype=np.float32)
+    skipped = len(rows) - len(todo)
+    step = None if progress is None else (lambda done, total: progress(skipped + done, skipped + total))
+    todo_rows = [rows[i] for i in todo]
+    computed = embed_images(cat, [r[0] for r in todo_rows], backbone=backbone, variant=variant,
+                            batch_size=batch_size, progress=step, should_cancel=should_cancel,
+                            sources=[_source_of(r) for r in todo_rows], runtime=runtime)
+    ROW_VECTORS.remember(context, todo_rows, computed)
+    for i, vec in zip(todo, computed):
+        found[i] = vec
+    return np.stack(found)
 
 
 def gallery_image_ids(cat: Catalogue, *, species_id: int | None = None) -> list[int]:

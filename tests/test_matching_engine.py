@@ -88,6 +88,46 @@ def test_second_embedding_run_uses_the_cache(bench_dir):
     np.testing.assert_allclose(np.linalg.norm(first, axis=1), 1.0, atol=1e-5)
 
 
+def test_the_gallery_vectors_are_known_by_their_rows(bench_dir, tmp_path):
+    """A review screen embeds the whole gallery on every click: the vectors are kept by what they are computed
+    from, so a second call reads neither the backbone nor the cache's files; an annotation whose box changed is
+    another row and is computed again."""
+    import shutil
+
+    from sqlalchemy import update
+
+    from db.embeddings import ROW_VECTORS, embed_images, get_backbone
+    from db.identify.benchmarks import load_benchmark
+    from db.models import Image as ImageRow
+    from db.session import open_catalogue
+
+    copy = tmp_path / "cat"
+    shutil.copytree(bench_dir, copy)
+    cat = open_catalogue(copy)
+    ids = load_benchmark(cat, "small", split="all").image_ids
+    backbone = get_backbone(cat, "efficientnet_lite0")
+    first = embed_images(cat, ids, backbone=backbone)
+    shutil.rmtree(cat.cache_dir / "features")  # the files gone: the rows still know their vectors
+    calls = []
+    real_embed, real_prepared = backbone.embed, backbone.embed_prepared  # the pipeline calls one or the other
+    backbone.embed = lambda images: calls.append(len(images)) or real_embed(images)
+    backbone.embed_prepared = lambda batch: calls.append(len(batch)) or real_prepared(batch)
+    try:
+        np.testing.assert_array_equal(embed_images(cat, ids, backbone=backbone), first)
+        assert calls == []
+        with cat.unit_of_work() as s:  # the first animal's box is now the photo's top-left quarter
+            s.execute(update(ImageRow).where(ImageRow.id == ids[0]).values(bbox_x=0.0, bbox_y=0.0, bbox_w=0.5,
+                                                                           bbox_h=0.5))
+            s.commit()
+        again = embed_images(cat, ids, backbone=backbone)
+    finally:
+        backbone.embed, backbone.embed_prepared = real_embed, real_prepared
+        ROW_VECTORS.clear()
+    assert calls == [1]  # only the changed annotation was computed
+    np.testing.assert_array_equal(again[1:], first[1:])
+    assert not np.allclose(again[0], first[0])
+
+
 def test_unknown_backbone_and_benchmark_are_clear_errors(bench_dir, capsys):
     assert cli(["--data-dir", str(bench_dir), "eval", "--backbone", "nope", "--benchmark", "small"]) == 1
     assert "unknown backbone" in capsys.readouterr().err
