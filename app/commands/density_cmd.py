@@ -11,12 +11,14 @@ from app.commands.population_cmd import CHOOSE_SPECIES
 from core.field.identities import BASES, MAX_DRAWS
 from jobs.actions import activity as act
 from jobs.actions import density as ds
+from jobs.actions import density_models as dm
 from jobs.actions import population as ps
 from jobs.requests.density import (
     ACTIVITY_GROUPINGS,
     DEFAULT_DENSITY_DRAWS,
     DEFAULT_RESAMPLES,
     ActivityRequest,
+    DensityModelsRequest,
     DensityRequest,
 )
 
@@ -31,7 +33,9 @@ def register(sub) -> None:
                    help="last day of the study window, included (default: the last deployment's end)")
     p.add_argument("--captures", default=None, metavar="FILE",
                    help="secr captures file ('Session ID Occasion Detector'), with --traps, instead of the catalogue")
-    p.add_argument("--traps", default=None, metavar="FILE", help="secr traps file ('Detector X Y [usage]', metres)")
+    p.add_argument("--traps", action="append", default=[], metavar="FILE",
+                   help="secr traps file ('Detector X Y [usage]', metres); with --model or --compare once for every "
+                        "session, in the order the sessions first appear in the captures file, or once for all")
     p.add_argument("--detector", default="proximity",
                    help="proximity (camera traps, default), count or multi (single-catch traps: multi, as secr fits "
                         "them)")
@@ -41,8 +45,18 @@ def register(sub) -> None:
                         "detections and widen it until D is stable)")
     p.add_argument("--spacing", dest="spacing_m", type=float, default=None, metavar="M",
                    help="mask cell size in metres (default: 64 points across)")
-    p.add_argument("--mask", default=None, metavar="FILE",
-                   help="habitat as a CSV of x,y points or a GeoJSON polygon, in the detectors' metres")
+    p.add_argument("--mask", action="append", default=[], metavar="FILE",
+                   help="habitat as a CSV of x,y points or a GeoJSON polygon, in the detectors' metres; with --model "
+                        "or --compare a CSV once per session or once for all, its columns after x,y covariates "
+                        "(D~name)")
+    p.add_argument("--model", default=None, metavar="FORMULA",
+                   help="fit one model on the files, in secr's formula language, e.g. \"g0~sex, sigma~sex\" or "
+                        "\"D~session\" (sex from the captures file's column after Detector)")
+    p.add_argument("--compare", default=None, metavar="MODELS",
+                   help="fit models separated by ';' on the files and rank them by AICc, with the model-averaged D, "
+                        "e.g. \"g0~1; g0~b; g0~sex, sigma~sex\"")
+    p.add_argument("--link", default=None, metavar="D=LINK",
+                   help="with --model or --compare: density's link, D=log (default) or D=identity")
     p.add_argument("--cl", action="store_true", help="conditional likelihood, D derived (Horvitz-Thompson)")
     p.add_argument("--identities", choices=BASES, default="decided",
                    help="decided: every assigned annotation as assigned (default); confirmed: curator identities "
@@ -71,12 +85,45 @@ def register(sub) -> None:
     a.set_defaults(func=run_activity)
 
 
+def _d_link(text: str | None) -> str:
+    """'log' or 'identity' from ``--link D=identity``; only density's link can be chosen."""
+    if text is None:
+        return "log"
+    parameter, _, link = text.partition("=")
+    if parameter.strip() != "D" or not link.strip():
+        raise ValueError(f"--link {text!r}: only density's link can be set, as D=log or D=identity")
+    return link.strip()
+
+
+def run_models(args) -> int:
+    """``--model`` or ``--compare`` on secr's files."""
+    request = DensityModelsRequest(captures=args.captures or "", traps=tuple(args.traps), masks=tuple(args.mask),
+                                   model=args.model, compare=args.compare, d_link=_d_link(args.link),
+                                   detector=args.detector, detectfn=args.detectfn, buffer_m=args.buffer_m,
+                                   spacing_m=args.spacing_m, conditional=args.cl)
+
+    def progress(fraction: float, message: str) -> None:
+        if not args.json:
+            print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+
+    answer = dm.density_models(request, progress=progress)
+    print(json.dumps(answer, indent=2) if args.json else dm.models_text(answer))
+    return 0
+
+
 def run(args, ctx) -> int:
+    if args.model is not None or args.compare is not None:
+        return run_models(args)
+    if args.link is not None:
+        raise ValueError("--link sets a model's link: give it with --model or --compare")
+    if len(args.traps) > 1 or len(args.mask) > 1:
+        raise ValueError("several --traps or --mask files are for several sessions: give them with --model or "
+                         "--compare (e.g. --model \"D~session\")")
     request = DensityRequest(species=args.species, occasion_days=args.occasion_days, date_from=args.date_from,
-                             date_to=args.date_to, captures=args.captures, traps=args.traps, detector=args.detector,
-                             detectfn=args.detectfn, buffer_m=args.buffer_m, spacing_m=args.spacing_m,
-                             mask=args.mask, conditional=args.cl, identities=args.identities, draws=args.draws,
-                             seed=args.seed)
+                             date_to=args.date_to, captures=args.captures, traps=(args.traps or [None])[0],
+                             detector=args.detector, detectfn=args.detectfn, buffer_m=args.buffer_m,
+                             spacing_m=args.spacing_m, mask=(args.mask or [None])[0], conditional=args.cl,
+                             identities=args.identities, draws=args.draws, seed=args.seed)
 
     def progress(fraction: float, message: str) -> None:
         if not args.json:

@@ -10,6 +10,8 @@ from typing import Any
 from core.field.identities import check_draws
 from core.field.scr_data import DETECTOR_TYPES
 from core.field.scr_likelihood import DETECTION_FUNCTIONS
+from core.field.scr_models import parse_model
+from core.field.scr_select import split_models
 from core.requests import Request
 from jobs.requests._values import settle
 from jobs.requests.identities import identity_basis, whole_number
@@ -153,3 +155,67 @@ class ActivityRequest(Request):
                              f"(overlap's authors advise 1,000 or more), got {self.resamples!r}")
         settle(self, species=names, by=by, record_table=optional_path(self.record_table),
                independent_minutes=float(self.independent_minutes))
+
+
+#: How the density's link can be set on files (``--link D=identity``): secr's log (default) or identity.
+DENSITY_LINKS = ("log", "identity")
+
+
+@dataclass(frozen=True)
+class DensityModelsRequest(Request):
+    """Fit one model (``model``, secr's formula language: ``"g0~sex, sigma~sex"``) or rank several by AICc
+    (``compare``: models separated by ';') on secr's text files: ``captures`` may hold several sessions (its
+    ``Session`` column), ``traps`` and ``masks`` are one file for every session or one per session in the order
+    the sessions first appear. A mask CSV's columns after x and y are covariates a model can use (``D~name``);
+    without a mask each session's mask is ``buffer_m`` round its detectors. Sex comes from the captures file's
+    column after ``Detector`` when a model uses it. The formulas are parsed here, so a typo is refused before any
+    file is read."""
+
+    captures: str = ""
+    traps: tuple[str, ...] = ()
+    masks: tuple[str, ...] = ()
+    model: str | None = None
+    compare: str | None = None
+    d_link: str = "log"
+    detector: str = "proximity"
+    detectfn: str = "HN"
+    buffer_m: float | None = None
+    spacing_m: float | None = None
+    conditional: bool = False
+
+    def __post_init__(self) -> None:
+        model, compare = optional_path(self.model), optional_path(self.compare)
+        if (model is None) == (compare is None):
+            raise ValueError("give one model (--model \"g0~b\") or a set to rank (--compare \"g0~1; g0~b\"), not "
+                             "both")
+        models = [model] if model is not None else split_models(compare)
+        for text in models:
+            parse_model(text)
+        captures = optional_path(self.captures)
+        traps = tuple(p for p in (optional_path(t) for t in self.traps) if p)
+        if captures is None or not traps:
+            raise ValueError("models are fitted on secr's files here: give --captures FILE and --traps FILE")
+        link = str(self.d_link).strip().lower()
+        if link not in DENSITY_LINKS:
+            raise ValueError(f"link {self.d_link!r} for D unknown; use one of {', '.join(DENSITY_LINKS)}")
+        detector = str(self.detector).strip().lower()
+        if detector not in DETECTOR_TYPES:
+            raise ValueError(f"detector {self.detector!r} unknown; use one of {', '.join(DETECTOR_TYPES)} "
+                             "(proximity for camera traps)")
+        detectfn = str(self.detectfn).strip().upper()
+        if detectfn not in DETECTION_FUNCTIONS:
+            raise ValueError(f"detection function {self.detectfn!r} unknown; use one of "
+                             f"{', '.join(DETECTION_FUNCTIONS)}")
+        masks = tuple(p for p in (optional_path(m) for m in self.masks) if p)
+        buffer_m = optional_metres(self.buffer_m, "buffer")
+        if not masks and buffer_m is None:
+            raise ValueError("give the habitat mask (--mask FILE, a CSV of x,y points) or a buffer round the "
+                             "detectors (--buffer M, about 4 x sigma)")
+        settle(self, captures=captures, traps=traps, masks=masks, model=model, compare=compare, d_link=link,
+               detector=detector, detectfn=detectfn, buffer_m=buffer_m,
+               spacing_m=optional_metres(self.spacing_m, "mask spacing"), conditional=bool(self.conditional))
+
+    @property
+    def models(self) -> list[str]:
+        """The models to fit, in the order given."""
+        return [self.model] if self.model is not None else split_models(self.compare or "")
