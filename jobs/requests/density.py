@@ -49,6 +49,20 @@ def optional_metres(value: object, what: str) -> float | None:
     return metres
 
 
+def detector_and_function(detector: object, detectfn: object) -> tuple[str, str]:
+    """The detector type and detection function as the fits name them, or a one-line refusal."""
+    kind = str(detector).strip().lower()
+    if kind == "single":  # secr itself fits single-catch traps with the multi-catch likelihood
+        raise ValueError("detector 'single' is fitted as secr fits it, with the multi-catch likelihood (an "
+                         "approximation that secr also warns of): give detector multi")
+    if kind not in DETECTOR_TYPES:
+        raise ValueError(f"detector {detector!r} unknown; use one of {', '.join(DETECTOR_TYPES)} "
+                         "(proximity for camera traps)")
+    function = str(detectfn).strip().upper()
+    if function not in DETECTION_FUNCTIONS:
+        raise ValueError(f"detection function {detectfn!r} unknown; use one of {', '.join(DETECTION_FUNCTIONS)}")
+    return kind, function
+
 @dataclass(frozen=True)
 class DensityRequest(PopulationRequest):
     """Fit density by spatial capture-recapture (secr's model) to the catalogue's study of a species (the window
@@ -79,17 +93,7 @@ class DensityRequest(PopulationRequest):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        detector = str(self.detector).strip().lower()
-        if detector == "single":  # secr itself fits single-catch traps with the multi-catch likelihood
-            raise ValueError("detector 'single' is fitted as secr fits it, with the multi-catch likelihood (an "
-                             "approximation that secr also warns of): give detector multi")
-        if detector not in DETECTOR_TYPES:
-            raise ValueError(f"detector {self.detector!r} unknown; use one of {', '.join(DETECTOR_TYPES)} "
-                             "(proximity for camera traps)")
-        detectfn = str(self.detectfn).strip().upper()
-        if detectfn not in DETECTION_FUNCTIONS:
-            raise ValueError(f"detection function {self.detectfn!r} unknown; use one of "
-                             f"{', '.join(DETECTION_FUNCTIONS)}")
+        detector, detectfn = detector_and_function(self.detector, self.detectfn)
         settle(self, captures=optional_path(self.captures), traps=optional_path(self.traps), detector=detector,
                detectfn=detectfn, buffer_m=optional_metres(self.buffer_m, "buffer"),
                spacing_m=optional_metres(self.spacing_m, "mask spacing"), mask=optional_path(self.mask),
@@ -198,14 +202,7 @@ class DensityModelsRequest(Request):
         link = str(self.d_link).strip().lower()
         if link not in DENSITY_LINKS:
             raise ValueError(f"link {self.d_link!r} for D unknown; use one of {', '.join(DENSITY_LINKS)}")
-        detector = str(self.detector).strip().lower()
-        if detector not in DETECTOR_TYPES:
-            raise ValueError(f"detector {self.detector!r} unknown; use one of {', '.join(DETECTOR_TYPES)} "
-                             "(proximity for camera traps)")
-        detectfn = str(self.detectfn).strip().upper()
-        if detectfn not in DETECTION_FUNCTIONS:
-            raise ValueError(f"detection function {self.detectfn!r} unknown; use one of "
-                             f"{', '.join(DETECTION_FUNCTIONS)}")
+        detector, detectfn = detector_and_function(self.detector, self.detectfn)
         masks = tuple(p for p in (optional_path(m) for m in self.masks) if p)
         buffer_m = optional_metres(self.buffer_m, "buffer")
         if not masks and buffer_m is None:
