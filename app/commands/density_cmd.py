@@ -50,11 +50,15 @@ def register(sub) -> None:
                         "or --compare a CSV once per session or once for all, its columns after x,y covariates "
                         "(D~name)")
     p.add_argument("--model", default=None, metavar="FORMULA",
-                   help="fit one model on the files, in secr's formula language, e.g. \"g0~sex, sigma~sex\" or "
-                        "\"D~session\" (sex from the captures file's column after Detector)")
+                   help="fit one model, in secr's formula language, e.g. \"g0~sex, sigma~sex\" or \"D~session\" "
+                        "(sex from the captures file's column after Detector, or each individual's in the catalogue)")
     p.add_argument("--compare", default=None, metavar="MODELS",
-                   help="fit models separated by ';' on the files and rank them by AICc, with the model-averaged D, "
+                   help="fit models separated by ';' and rank them by AICc, with the model-averaged D, "
                         "e.g. \"g0~1; g0~b; g0~sex, sigma~sex\"")
+    p.add_argument("--sessions", default=None, metavar="BY",
+                   help="with --model or --compare on the catalogue: year (the calendar year of each detection), "
+                        "deployment-group (each deployment's Camtrap DP deploymentGroups) or deployment-group:KEY "
+                        "(its group written KEY:value); default: the window as one session")
     p.add_argument("--link", default=None, metavar="D=LINK",
                    help="with --model or --compare: density's link, D=log (default) or D=identity")
     p.add_argument("--cl", action="store_true", help="conditional likelihood, D derived (Horvitz-Thompson)")
@@ -95,25 +99,36 @@ def _d_link(text: str | None) -> str:
     return link.strip()
 
 
-def run_models(args) -> int:
-    """``--model`` or ``--compare`` on secr's files."""
-    request = DensityModelsRequest(captures=args.captures or "", traps=tuple(args.traps), masks=tuple(args.mask),
-                                   model=args.model, compare=args.compare, d_link=_d_link(args.link),
-                                   detector=args.detector, detectfn=args.detectfn, buffer_m=args.buffer_m,
-                                   spacing_m=args.spacing_m, conditional=args.cl)
+def run_models(args, ctx) -> int:
+    """``--model`` or ``--compare`` on secr's files or on the catalogue's study (its sessions with --sessions)."""
+    if args.identities != "decided":
+        raise ValueError("--model and --compare fit the identities as decided; drop --identities")
+    request = DensityModelsRequest(species=args.species, occasion_days=args.occasion_days, date_from=args.date_from,
+                                   date_to=args.date_to, captures=args.captures or "", traps=tuple(args.traps),
+                                   masks=tuple(args.mask), model=args.model, compare=args.compare,
+                                   d_link=_d_link(args.link), detector=args.detector, detectfn=args.detectfn,
+                                   buffer_m=args.buffer_m, spacing_m=args.spacing_m, conditional=args.cl,
+                                   sessions=args.sessions)
 
     def progress(fraction: float, message: str) -> None:
         if not args.json:
             print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
 
-    answer = dm.density_models(request, progress=progress)
+    try:
+        answer = dm.density_models(request, cat=None if request.from_files else ctx.catalogue, progress=progress)
+    except ps.SpeciesNotChosen as exc:
+        raise ValueError(f"{exc} {CHOOSE_SPECIES}") from None
     print(json.dumps(answer, indent=2) if args.json else dm.models_text(answer))
-    return 0
+    # a model the sessions cannot carry is an answer (its reason) but not a success for a script
+    return 1 if answer.get("refused") else 0
 
 
 def run(args, ctx) -> int:
     if args.model is not None or args.compare is not None:
-        return run_models(args)
+        return run_models(args, ctx)
+    if args.sessions is not None:
+        raise ValueError("--sessions splits the catalogue into sessions for a model: give it with --model or "
+                         "--compare (e.g. --model \"D~session\")")
     if args.link is not None:
         raise ValueError("--link sets a model's link: give it with --model or --compare")
     if len(args.traps) > 1 or len(args.mask) > 1:

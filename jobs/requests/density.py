@@ -12,6 +12,7 @@ from core.field.scr_data import DETECTOR_TYPES
 from core.field.scr_likelihood import DETECTION_FUNCTIONS
 from core.field.scr_models import parse_model
 from core.field.scr_select import split_models
+from db.field.density_sessions import parse_grouping
 from core.requests import Request
 from jobs.requests._values import settle
 from jobs.requests.identities import identity_basis, whole_number
@@ -166,14 +167,21 @@ DENSITY_LINKS = ("log", "identity")
 
 
 @dataclass(frozen=True)
-class DensityModelsRequest(Request):
+class DensityModelsRequest(PopulationRequest):
     """Fit one model (``model``, secr's formula language: ``"g0~sex, sigma~sex"``) or rank several by AICc
-    (``compare``: models separated by ';') on secr's text files: ``captures`` may hold several sessions (its
-    ``Session`` column), ``traps`` and ``masks`` are one file for every session or one per session in the order
-    the sessions first appear. A mask CSV's columns after x and y are covariates a model can use (``D~name``);
-    without a mask each session's mask is ``buffer_m`` round its detectors. Sex comes from the captures file's
-    column after ``Detector`` when a model uses it. The formulas are parsed here, so a typo is refused before any
-    file is read."""
+    (``compare``: models separated by ';'), on secr's text files or on the catalogue's study.
+
+    On files: ``captures`` may hold several sessions (its ``Session`` column), ``traps`` and ``masks`` are one file
+    for every session or one per session in the order the sessions first appear. A mask CSV's columns after x and y
+    are covariates a model can use (``D~name``); without a mask each session's mask is ``buffer_m`` round its
+    detectors. Sex comes from the captures file's column after ``Detector`` when a model uses it.
+
+    On the catalogue (no ``captures``): the study of :class:`PopulationRequest` (species, window, occasions), split
+    into ``sessions``: ``year`` (the calendar year of each detection), ``deployment-group`` (each deployment's
+    Camtrap DP deploymentGroups) or ``deployment-group:KEY`` (its group written KEY:value), None for one session;
+    sex is each individual's in the catalogue; each session's mask is ``buffer_m`` round its stations (None: 4 x
+    the spread of the detections, widened until secr's suggested buffer is inside it). The formulas are parsed
+    here, so a typo is refused before anything is read."""
 
     captures: str = ""
     traps: tuple[str, ...] = ()
@@ -186,8 +194,10 @@ class DensityModelsRequest(Request):
     buffer_m: float | None = None
     spacing_m: float | None = None
     conditional: bool = False
+    sessions: str | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         model, compare = optional_path(self.model), optional_path(self.compare)
         if (model is None) == (compare is None):
             raise ValueError("give one model (--model \"g0~b\") or a set to rank (--compare \"g0~1; g0~b\"), not "
@@ -197,20 +207,40 @@ class DensityModelsRequest(Request):
             parse_model(text)
         captures = optional_path(self.captures)
         traps = tuple(p for p in (optional_path(t) for t in self.traps) if p)
-        if captures is None or not traps:
-            raise ValueError("models are fitted on secr's files here: give --captures FILE and --traps FILE")
+        masks = tuple(p for p in (optional_path(m) for m in self.masks) if p)
+        buffer_m = optional_metres(self.buffer_m, "buffer")
+        sessions = optional_path(self.sessions)
+        if captures is None and traps:
+            raise ValueError("--traps goes with --captures (secr's files); without them the catalogue's stations "
+                             "are the detectors")
+        if captures is not None:
+            if not traps:
+                raise ValueError("models on secr's files need --captures FILE and --traps FILE")
+            if sessions is not None:
+                raise ValueError("--sessions splits the catalogue's detections; secr's captures file names its own "
+                                 "sessions in its first column")
+            if not masks and buffer_m is None:
+                raise ValueError("give the habitat mask (--mask FILE, a CSV of x,y points) or a buffer round the "
+                                 "detectors (--buffer M, about 4 x sigma)")
+        else:
+            if masks:
+                raise ValueError("a mask file goes with secr's files; on the catalogue each session's mask is a "
+                                 "buffer round its stations (--buffer M, or the default)")
+            grouping, key = parse_grouping(sessions)
+            sessions = None if grouping is None else (f"{grouping}:{key}" if key else grouping)
         link = str(self.d_link).strip().lower()
         if link not in DENSITY_LINKS:
             raise ValueError(f"link {self.d_link!r} for D unknown; use one of {', '.join(DENSITY_LINKS)}")
         detector, detectfn = detector_and_function(self.detector, self.detectfn)
-        masks = tuple(p for p in (optional_path(m) for m in self.masks) if p)
-        buffer_m = optional_metres(self.buffer_m, "buffer")
-        if not masks and buffer_m is None:
-            raise ValueError("give the habitat mask (--mask FILE, a CSV of x,y points) or a buffer round the "
-                             "detectors (--buffer M, about 4 x sigma)")
-        settle(self, captures=captures, traps=traps, masks=masks, model=model, compare=compare, d_link=link,
+        settle(self, captures=captures or "", traps=traps, masks=masks, model=model, compare=compare, d_link=link,
                detector=detector, detectfn=detectfn, buffer_m=buffer_m,
-               spacing_m=optional_metres(self.spacing_m, "mask spacing"), conditional=bool(self.conditional))
+               spacing_m=optional_metres(self.spacing_m, "mask spacing"), conditional=bool(self.conditional),
+               sessions=sessions)
+
+    @property
+    def from_files(self) -> bool:
+        """Fitted on secr's files (else on the catalogue's study)."""
+        return bool(self.captures)
 
     @property
     def models(self) -> list[str]:

@@ -1,0 +1,250 @@
+"""Density models beyond the null on the catalogue's own study: sessions by year or by deployment group, sex from
+the individuals, the null fit's refusals, the background job and the Population tab's services.
+
+The catalogue (built with the ORM, :func:`build_two_year_study`): 12 camera stations on a 4 x 3 grid 1.5 km apart,
+one deployment per station per year (deploymentGroups 'season:2023' and 'season:2024'), 12 daily occasions each
+May. Each year 60 animals (half female, half male, the same names both years) have centres drawn in the grid's
+extent plus 2.5 km; a female is photographed at a station on a day with probability 0.2 exp(-d²/2σ²), σ 900 m, a
+male with σ 1,400 m. Two animals of each year are catalogued with sex unknown, so that sex is fitted as secr's
+hcov mixture. A thin one-week season at three stations in a line is another catalogue.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.cli import main as cli_main
+from core.field.capthist import secr_token
+from db.field.density_sessions import catalogue_sessions, deployment_group, parse_grouping
+from db.models import Deployment, Individual, Species
+from db.session import open_catalogue
+from jobs.actions import density_models as dm
+from jobs.requests.density import DensityModelsRequest
+from tests.test_population_service import _annotation, _photo
+
+SPECIES = "Leopardus geoffroyi"
+YEARS = (2023, 2024)
+DAYS = 12
+SPACING_KM = 1.5
+SIGMA_KM = {"F": 0.9, "M": 1.4}
+G0 = 0.2
+N_ANIMALS = 60
+ORIGIN = (-31.0, -64.0)
+KM_PER_DEG_LAT = 110.57
+#: The animals catalogued without a sex: the first two names of each sex-unknown pair.
+UNSEXED = {"Geo-01", "Geo-02"}
+#: Small masks keep every fit of this file to a few seconds.
+SPACING_M = "500"
+BUFFER_M = "4000"
+
+
+def _lat_lon(x_km: float, y_km: float) -> tuple[float, float]:
+    km_per_deg_lon = KM_PER_DEG_LAT * math.cos(math.radians(ORIGIN[0]))
+    return round(ORIGIN[0] + y_km / KM_PER_DEG_LAT, 6), round(ORIGIN[1] + x_km / km_per_deg_lon, 6)
+
+
+def build_two_year_study(data_dir: Path, *, seed: int = 5) -> dict[str, dict[str, set[str]]]:
+    """The two-year study as a catalogue (see the module's notes); returns year -> sex -> the animals detected."""
+    rng = np.random.default_rng(seed)
+    grid = [(col * SPACING_KM, -row * SPACING_KM) for row in range(3) for col in range(4)]
+    xy = np.array(grid)
+    names = [f"Geo-{i + 1:02d}" for i in range(N_ANIMALS)]
+    sexes = ["F" if i % 2 == 0 else "M" for i in range(N_ANIMALS)]
+    detected: dict[str, dict[str, set[str]]] = {}
+    cat = open_catalogue(data_dir)
+    with cat.unit_of_work() as s:
+        sp = Species(name=SPECIES)
+        s.add(sp)
+        s.flush()
+        individuals = {n: Individual(name=n, species_id=sp.id,
+                                     sex=None if n in UNSEXED else ("female" if x == "F" else "male"))
+                       for n, x in zip(names, sexes)}
+        s.add_all(individuals.values())
+        s.flush()
+        k = 0
+        for year in YEARS:
+            deps = []
+            for j, (x, y) in enumerate(grid):
+                lat, lon = _lat_lon(x, y)
+                deps.append(Deployment(key=f"dep-{year}-C{j + 1:02d}", location_id=f"C{j + 1:02d}", lat=lat, lon=lon,
+                                       start=f"{year}-05-01T00:00:00-03:00", end=f"{year}-05-13T00:00:00-03:00",
+                                       details={"deploymentGroups": f"season:{year} | grid:main"}))
+            s.add_all(deps)
+            s.flush()
+            centres = rng.uniform(xy.min(axis=0) - 2.5, xy.max(axis=0) + 2.5, size=(N_ANIMALS, 2))
+            sigma = np.array([SIGMA_KM[x] for x in sexes])
+            d2 = ((centres[:, None, :] - xy[None, :, :]) ** 2).sum(axis=2)
+            p = G0 * np.exp(-d2 / (2 * sigma[:, None] ** 2))
+            seen_year: dict[str, set[str]] = {"F": set(), "M": set()}
+            for day in range(DAYS):
+                caught = rng.random(p.shape) < p
+                for i, j in zip(*np.nonzero(caught)):
+                    k += 1
+                    photo = _photo(s, k, deployment=deps[j], taken_at=f"{year}-05-{day + 1:02d}T21:00:00-03:00")
+                    _annotation(s, photo, sp, individuals[names[i]])
+                    seen_year[sexes[i]].add(names[i])
+            detected[str(year)] = seen_year
+        s.commit()
+    cat.close()
+    return detected
+
+
+def build_thin_season(data_dir: Path) -> None:
+    """One week at three stations 1 km apart in a line, each animal caught at one station only but one."""
+    cat = open_catalogue(data_dir)
+    with cat.unit_of_work() as s:
+        sp = Species(name=SPECIES)
+        s.add(sp)
+        s.flush()
+        deps = [Deployment(key=f"thin-{c}", location_id=c, lat=-31.0 - 0.009 * k, lon=-64.0,
+                           start="2024-05-01T00:00:00-03:00", end="2024-05-08T00:00:00-03:00")
+                for k, c in enumerate("ABC")]
+        s.add_all(deps)
+        animals = {n: Individual(name=n, species_id=sp.id, sex=x)
+                   for n, x in (("Ana", "female"), ("Bia", "female"), ("Caio", "male"), ("Duda", "male"))}
+        s.add_all(animals.values())
+        s.flush()
+        seen = [("Ana", 0, 1), ("Ana", 0, 3), ("Ana", 1, 5), ("Bia", 1, 2), ("Bia", 1, 4), ("Caio", 2, 1),
+                ("Caio", 2, 6), ("Duda", 0, 2)]
+        for k, (name, station, day) in enumerate(seen, start=1):
+            _annotation(s, _photo(s, k, deployment=deps[station], taken_at=f"2024-05-0{day}T22:00:00-03:00"), sp,
+                        animals[name])
+        s.commit()
+    cat.close()
+
+
+@pytest.fixture(scope="module")
+def two_years(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("two-years") / "rosette-data"
+    detected = build_two_year_study(data_dir)
+    return data_dir, detected
+
+
+@pytest.fixture(scope="module")
+def thin(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("thin") / "rosette-data"
+    build_thin_season(data_dir)
+    return data_dir
+
+
+def _cli(capsys, data_dir: Path, *args: str) -> tuple[int, str, str]:
+    rc = cli_main(["--data-dir", str(data_dir), "density", *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_groupings_are_read_and_bad_ones_refused():
+    assert parse_grouping(None) == (None, None)
+    assert parse_grouping(" Year ") == ("year", None)
+    assert parse_grouping("deployment-group:season") == ("deployment-group", "season")
+    assert deployment_group("season:2023 | grid:main", "season") == "2023"
+    assert deployment_group("season:2023 | grid:main", "grid") == "main"
+    assert deployment_group("season:2023 | grid:main", None) == "season:2023 | grid:main"
+    assert deployment_group("season:2023", "site") is None
+    with pytest.raises(ValueError, match="sessions 'month' unknown"):
+        DensityModelsRequest(model="g0~1", sessions="month")
+    with pytest.raises(ValueError, match="secr's captures file names its own sessions"):
+        DensityModelsRequest(model="g0~1", captures="c.txt", traps=("t.txt",), buffer_m=100, sessions="year")
+    with pytest.raises(ValueError, match="--traps goes with --captures"):
+        DensityModelsRequest(model="g0~1", traps=("t.txt",))
+    # on the catalogue no file and no buffer are needed, and the request survives a job's storage
+    request = DensityModelsRequest(compare="g0~1; g0~sex, sigma~sex", sessions="deployment-group:season")
+    assert DensityModelsRequest.from_dict(request.to_dict()) == request and not request.from_files
+
+
+def test_two_years_give_two_sessions_with_their_animals_and_sexes(two_years):
+    data_dir, detected = two_years
+    cat = open_catalogue(data_dir)
+    try:
+        by_year = catalogue_sessions(cat, grouping="year")
+        by_group = catalogue_sessions(cat, grouping="deployment-group:season")
+    finally:
+        cat.close()
+    for found in (by_year, by_group):
+        assert [s.name for s in found.sessions] == ["2023", "2024"]
+        for s in found.sessions:
+            animals = {c.animal for c in s.captures}
+            assert animals == {secr_token(n) for n in detected[s.name]["F"] | detected[s.name]["M"]}
+            assert len(s.study.secr.traps) == 12
+            # each session's occasions are its own May, not the two years' whole span
+            assert s.study.population.histories.n_occasions == DAYS
+            assert {c.occasion for c in s.captures} <= set(range(1, DAYS + 1))
+    seen = detected["2023"]
+    female, male = sorted(seen["F"] - UNSEXED)[0], sorted(seen["M"] - UNSEXED)[0]
+    assert by_year.sex[secr_token(female)] == "female" and by_year.sex[secr_token(male)] == "male"
+    assert all(by_year.sex[secr_token(n)] is None for n in UNSEXED & (seen["F"] | seen["M"]))
+
+
+def test_a_two_year_two_sex_model_fits_sex_from_the_catalogue(two_years, capsys):
+    data_dir, detected = two_years
+    began = time.perf_counter()
+    rc, out, err = _cli(capsys, data_dir, "--model", "g0~sex, sigma~sex", "--sessions", "year", "--buffer", BUFFER_M,
+                        "--spacing", SPACING_M, "--json")
+    assert rc == 0, err
+    answer = json.loads(out)
+    assert time.perf_counter() - began < 20
+    assert answer["study"]["source"] == "catalogue" and answer["sex"] == "hcov mixture"
+    rows = {r["session"]: r for r in answer["study"]["sessions"]}
+    for year in ("2023", "2024"):
+        seen = detected[year]
+        unknown = len(UNSEXED & (seen["F"] | seen["M"]))
+        assert rows[year]["animals"] == len(seen["F"]) + len(seen["M"])
+        assert rows[year]["sex"] == {"F": len(seen["F"] - UNSEXED), "M": len(seen["M"] - UNSEXED), "unknown": unknown}
+    sessions = {s["session"]: s for s in answer["sessions"]}
+    assert set(sessions) == {"2023", "2024"}
+    for s in sessions.values():
+        # the sexes' ranges reach the fit: the males' sigma is the wider, near the simulation's
+        sigma = s["sigma_m"]
+        assert set(sigma) == {"F", "M"}
+        assert sigma["M"]["estimate"] > sigma["F"]["estimate"]
+        assert 500 < sigma["F"]["estimate"] < 1400 and 1000 < sigma["M"]["estimate"] < 2100
+        assert s["D_per_100km2"]["lcl"] < s["D_per_100km2"]["estimate"] < s["D_per_100km2"]["ucl"]
+    assert {"D", "g0", "g0.h2M", "sigma", "sigma.h2M", "pmix.h2M"} <= set(answer["coefficients"])
+
+
+def test_the_aicc_table_on_deployment_groups_in_words(two_years, capsys):
+    data_dir, _ = two_years
+    rc, out, err = _cli(capsys, data_dir, "--compare", "g0~1; sigma~sex", "--sessions", "deployment-group:season",
+                        "--buffer", BUFFER_M, "--spacing", SPACING_M)
+    assert rc == 0, err
+    assert "sessions by deployment-group:season" in out
+    assert "session 2023: 2023-05-01 to 2023-05-12" in out  # the session spans its own deployments
+    assert out.index("sigma~h2") < out.index("g0~1")  # sex-specific sigma (as the mixture) ranks first here
+    assert "Model-averaged D, session 2023:" in out and "Model-averaged D, session 2024:" in out
+    assert "hcov mixture" in out  # every model fitted with the mixture, so their AICc compare
+
+
+def test_a_thin_season_is_refused_in_one_sentence(thin, capsys):
+    rc, out, err = _cli(capsys, thin, "--model", "g0~sex, sigma~sex", "--buffer", "3000", "--spacing", "300")
+    assert rc == 1
+    assert "No density: 3 stations 1 km apart caught only 1 animal at more than one station" in out
+    assert "D_per_100km2" not in out and "per 100 km²" not in out
+    rc, out, err = _cli(capsys, thin, "--model", "D~session", "--json")
+    assert rc == 1 and json.loads(out)["criterion"] == "one_session"
+
+
+def test_a_session_term_needs_sessions_and_sex_needs_sexed_individuals(two_years, capsys):
+    data_dir, _ = two_years
+    cat = open_catalogue(data_dir)
+    try:
+        with cat.unit_of_work() as s:
+            saved = {i.name: i.sex for i in s.query(Individual)}
+            for i in s.query(Individual):
+                i.sex = "unknown"
+            s.commit()
+        answer = dm.density_models(DensityModelsRequest(model="sigma~sex", sessions="year", buffer_m=4000,
+                                                        spacing_m=500), cat=cat)
+        assert answer["refused"] and answer["criterion"] == "no_sex"
+        assert "has a sex in the catalogue" in answer["reason"]
+    finally:
+        with cat.unit_of_work() as s:
+            for i in s.query(Individual):
+                i.sex = saved[i.name]
+            s.commit()
+        cat.close()
