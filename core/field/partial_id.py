@@ -687,7 +687,7 @@ def _station_spacing(xy: np.ndarray) -> float:
 def default_augmentation(data: FlankData) -> int:
     """M: room above every detected identity unlinked, so the posterior of N rarely reaches M."""
     held = data.n_left + data.n_right - data.n_fixed
-    return int(max(3 * max(data.n_left, data.n_right), held + 40))
+    return int(max(4 * max(data.n_left, data.n_right), held + 50))
 
 
 def fit_partial_id(data: FlankData, space: StateSpace, *, chains: int = 3, iterations: int = 20_000,

@@ -1,0 +1,143 @@
+"""Density from one-flank photos on text files (``rosette density --flanks``): the two-flank partial-identity model
+of Augustine et al. (2018), fitted by :mod:`core.field.partial_id`. This layer reads the files, makes the state
+space, and words the answer (docs/density.md, "One-flank photos")."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.field.partial_id import (
+    FlankData,
+    PartialIdFit,
+    StateSpace,
+    fit_partial_id,
+    flank_data,
+    read_flank_captures,
+    read_flank_links,
+    read_flank_traps,
+    summary_dict,
+)
+from core.field.scr_mask import read_geojson_polygon, read_mask_csv, trapbuffer_mask
+from jobs.requests.partial_id import PartialIdRequest
+
+#: Links shown in the plain answer (the JSON lists every pair with a probability above 0).
+SHOWN_LINKS = 10
+
+
+def _existing(path: str, what: str) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{what} file {path} not found")
+    return p
+
+
+def state_space(request: PartialIdRequest, xy: np.ndarray) -> StateSpace:
+    """The mask's cells (a CSV of points, or a GeoJSON polygon cut to the buffer), else the paper's rectangle."""
+    if request.mask is None:
+        return StateSpace.around(xy, buffer_m=float(request.buffer_m or 0.0))
+    path = _existing(request.mask, "mask")
+    if path.suffix.lower() in (".csv", ".txt"):
+        return StateSpace.from_mask(read_mask_csv(path, spacing_m=request.spacing_m))
+    polygon = read_geojson_polygon(path)
+    return StateSpace.from_mask(trapbuffer_mask(xy, buffer_m=float(request.buffer_m or 0.0),
+                                                spacing_m=request.spacing_m, polygon=polygon))
+
+
+def read_flank_files(request: PartialIdRequest) -> FlankData:
+    """The request's captures, stations and links as the sampler's histories (bad input refused in one line)."""
+    stations = read_flank_traps(_existing(request.traps, "traps"))
+    captures = read_flank_captures(_existing(request.captures, "captures"))
+    links = read_flank_links(_existing(request.links, "links")) if request.links else []
+    return flank_data(captures, stations, links)
+
+
+def _num(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def answer_of(fit: PartialIdFit, data: FlankData, request: PartialIdRequest) -> dict[str, Any]:
+    """The JSON-ready answer: today's density keys where they apply (``D_per_100km2`` the posterior median,
+    ``ci_low``/``ci_high`` its 95% credible interval, ``sigma_m``), N with its interval, the posterior mean number
+    of linked pairs, the diagnostics, and every left-right pair's probability of being one animal. A fit whose
+    chains did not converge or mix is ``refused`` with its ``reason`` and no estimate."""
+    study = {"stations": len(data.station_names), "one_camera_occasions": int(data.k1.sum()),
+             "two_camera_occasions": int(data.k2.sum()), "left_identities": data.n_left - data.n_fixed,
+             "right_identities": data.n_right - data.n_fixed, "both_side_animals": data.n_both,
+             "known_links": data.n_fixed - data.n_both}
+    out: dict[str, Any] = {
+        "kind": "flanks", "model": "two-flank partial identity (Augustine et al. 2018)",
+        "files": {"captures": request.captures, "traps": request.traps, "links": request.links,
+                  "mask": request.mask, "buffer_m": request.buffer_m},
+        "study": study, "refused": fit.refused is not None, "reason": fit.refused,
+        "rhat_max": _num(fit.rhat_max), "ess_min": _num(fit.ess_min), "chains": fit.chains,
+        "iterations": fit.iterations, "warmup": fit.warmup, "augmented_M": fit.augmented,
+        "area_km2": fit.area_km2, "seconds": fit.seconds, "seed": request.seed,
+    }
+    if fit.refused is not None:
+        return out
+    out.update({
+        "D_per_100km2": fit.d_per_100km2.median, "ci_low": fit.d_per_100km2.lcl, "ci_high": fit.d_per_100km2.ucl,
+        "sigma_m": fit.sigma_m.median, "N": fit.n.median, "N_ci_low": fit.n.lcl, "N_ci_high": fit.n.ucl,
+        "p0_single": fit.p0_single.median, "p0_both": fit.p0_both.median if fit.p0_both else None,
+        "linked_pairs": fit.linked_pairs, "known_pairs": fit.known_pairs,
+        "posterior": summary_dict(fit), "link_probabilities": fit.link_list(),
+    })
+    return out
+
+
+def partial_id_density(request: PartialIdRequest, *,
+                       progress: Callable[[float, str], None] | None = None) -> dict[str, Any]:
+    """Read the files, fit the model, and answer (see :func:`answer_of`)."""
+    report = progress or (lambda fraction, message: None)
+    report(0.0, "reading the files")
+    data = read_flank_files(request)
+    space = state_space(request, data.xy)
+    fit = fit_partial_id(data, space, chains=request.chains, iterations=request.iterations,
+                         augmented=request.augmented, seed=request.seed, min_ess=request.min_ess, progress=report)
+    report(1.0, "done")
+    return answer_of(fit, data, request)
+
+
+def _interval(lo: float, hi: float, digits: int) -> str:
+    return f"{lo:,.{digits}f} – {hi:,.{digits}f}"
+
+
+def flanks_text(answer: Mapping[str, Any]) -> str:
+    """The CLI's plain answer."""
+    s = answer["study"]
+    lines = [f"Two-flank partial identity (Augustine et al. 2018): {s['stations']} stations "
+             f"({s['one_camera_occasions']:,} one-camera and {s['two_camera_occasions']:,} two-camera station-"
+             f"occasions); {s['left_identities']} left and {s['right_identities']} right identities unlinked, "
+             f"{s['both_side_animals']} animals seen on both sides at once, {s['known_links']} known links.",
+             f"{answer['chains']} chains x {answer['iterations']:,} iterations ({answer['warmup']:,} warm-up), "
+             f"M = {answer['augmented_M']}, state space {answer['area_km2']:,.1f} km²; R-hat at most "
+             f"{_fmt(answer['rhat_max'], 3)}, least effective sample size {_fmt(answer['ess_min'], 0)}."]
+    if answer["refused"]:
+        lines.append(f"Refused: {answer['reason']}.")
+        return "\n".join(lines)
+    post = answer["posterior"]
+    lines += [f"D {answer['D_per_100km2']:,.1f} animals per 100 km² (95% credible interval "
+              f"{_interval(answer['ci_low'], answer['ci_high'], 1)}); N {answer['N']:,.0f} "
+              f"({_interval(answer['N_ci_low'], answer['N_ci_high'], 0)}) in the state space.",
+              f"p0 one side {_estimate(post['p0_single'], 3)}"
+              + (f"; p0 both sides {_estimate(post['p0_both'], 3)}" if post["p0_both"] else "")
+              + f"; sigma {_estimate(post['sigma_m'], 0)} m.",
+              f"Linked left-right pairs: {answer['linked_pairs']:.1f} on average ({answer['known_pairs']} known)."]
+    suggested = [r for r in answer["link_probabilities"] if not r["known"]][:SHOWN_LINKS]
+    if suggested:
+        lines.append("Most probable links (left – right: probability the same animal):")
+        lines += [f"  {r['left']} – {r['right']}: {r['probability']:.2f}" for r in suggested]
+    return "\n".join(lines)
+
+
+def _estimate(p: Mapping[str, float], digits: int) -> str:
+    return f"{p['median']:,.{digits}f} ({_interval(p['lcl'], p['ucl'], digits)})"
+
+
+def _fmt(x: float | None, digits: int) -> str:
+    return "—" if x is None else f"{x:,.{digits}f}"
