@@ -12,6 +12,7 @@ from core.field.identities import BASES, MAX_DRAWS
 from jobs.actions import activity as act
 from jobs.actions import density as ds
 from jobs.actions import density_models as dm
+from jobs.actions import partial_id as pid
 from jobs.actions import population as ps
 from jobs.requests.density import (
     ACTIVITY_GROUPINGS,
@@ -21,6 +22,7 @@ from jobs.requests.density import (
     DensityModelsRequest,
     DensityRequest,
 )
+from jobs.requests.partial_id import DEFAULT_CHAINS, DEFAULT_ITERATIONS, PartialIdRequest
 
 
 def register(sub) -> None:
@@ -70,6 +72,15 @@ def register(sub) -> None:
                    help=f"imputation draws with --identities uncertain, each a whole fit (default: "
                         f"{DEFAULT_DENSITY_DRAWS}, at most {MAX_DRAWS:,})")
     p.add_argument("--seed", type=int, default=0, help="random seed of the draws (default: 0)")
+    p.add_argument("--flanks", action="store_true",
+                   help="one-flank photos: the two-flank partial-identity model (Augustine et al. 2018) on a captures "
+                        "file with a Flank column (L, R or B) and a traps file with a cameras column (1 or 2)")
+    p.add_argument("--flank-links", default=None, metavar="FILE",
+                   help="with --flanks: links known otherwise, 'left_id right_id' per line")
+    p.add_argument("--chains", type=int, default=DEFAULT_CHAINS,
+                   help=f"with --flanks: MCMC chains (default {DEFAULT_CHAINS})")
+    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
+                   help=f"with --flanks: iterations per chain, a quarter warm-up (default {DEFAULT_ITERATIONS:,})")
     p.add_argument("--json", action="store_true", help="every figure as JSON")
     p.set_defaults(func=run)
 
@@ -123,7 +134,30 @@ def run_models(args, ctx) -> int:
     return 1 if answer.get("refused") else 0
 
 
+def run_flanks(args) -> int:
+    """``--flanks`` on the flank files: the partial-identity model's answer; a fit whose chains did not converge is
+    an answer (its reason) but not a success for a script."""
+    if len(args.traps) > 1 or len(args.mask) > 1:
+        raise ValueError("--flanks fits one session: give one --traps and at most one --mask")
+    request = PartialIdRequest(captures=args.captures or "", traps=(args.traps or [""])[0],
+                               links=args.flank_links, buffer_m=args.buffer_m, mask=(args.mask or [None])[0],
+                               spacing_m=args.spacing_m, chains=args.chains, iterations=args.iterations,
+                               seed=args.seed)
+
+    def progress(fraction: float, message: str) -> None:
+        if not args.json:
+            print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+
+    answer = pid.partial_id_density(request, progress=progress)
+    print(json.dumps(answer, indent=2) if args.json else pid.flanks_text(answer))
+    return 1 if answer["refused"] else 0
+
+
 def run(args, ctx) -> int:
+    if args.flanks:
+        return run_flanks(args)
+    if args.flank_links is not None:
+        raise ValueError("--flank-links gives the known links of --flanks: give it with --flanks")
     if args.model is not None or args.compare is not None:
         return run_models(args, ctx)
     if args.sessions is not None:
