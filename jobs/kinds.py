@@ -17,6 +17,7 @@ from db.catalogue import CatalogueError
 from db.field.camtrapdp_export import export_package
 from db.identify.compare import compare
 from db.density_identities import density_on_basis
+from db.field.density_models import catalogue_models
 from db.identities import uncertain_answer
 from db.inspect.diagnostics import run_diagnose
 from db.inspect.embedding_map import compute_map
@@ -35,7 +36,7 @@ from jobs.context import JobCancelled, JobContext
 from jobs.registry import HEAVY, register_job_kind
 from jobs.requests.benchmarks import EvaluateRequest
 from jobs.requests.camtrapdp import ExportCamtrapDPRequest
-from jobs.requests.density import DensityRequest
+from jobs.requests.density import DensityModelsRequest, DensityRequest
 from jobs.requests.identities import MAX_TOP, PopulationIdentitiesRequest
 from jobs.requests.diagnostics import DiagnoseRequest, SensitivityRequest
 from jobs.requests.export import KaggleExportRequest
@@ -263,6 +264,16 @@ def density_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict
         return density_on_basis(cat, **request.fit_options(), progress=ctx.progress, should_stop=ctx.cancelled)
     except (ImputationCancelled, ExtractionCancelled):
         raise JobCancelled() from None
+
+
+@register_job_kind("density_models")  # seconds a model, numpy only: never waits behind a training run
+def density_models_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Density models beyond the null on the catalogue's study, one or a set ranked by AICc (the Population tab):
+    params are a stored :class:`jobs.requests.density.DensityModelsRequest`; the same answer as ``rosette density
+    --model`` or ``--compare`` on that request, with a progress line per model. A model the sessions cannot carry
+    is a succeeded job whose answer says why (``refused``)."""
+    request = DensityModelsRequest.from_dict(params)
+    return catalogue_models(cat, **request.fit_options(), progress=ctx.progress)
 
 
 @register_job_kind("population_uncertain")  # one embedding pass (cached) and numpy draws: never waits for training

@@ -22,10 +22,12 @@ import pytest
 from app.cli import main as cli_main
 from core.field.capthist import secr_token
 from db.field.density_sessions import catalogue_sessions, deployment_group, parse_grouping
-from db.models import Deployment, Individual, Species
+from db.models import Deployment, Individual, JobStatus, Species
 from db.session import open_catalogue
+from jobs import queue
 from jobs.actions import density_models as dm
-from jobs.requests.density import DensityModelsRequest
+from jobs.requests.density import DensityModelFiguresRequest, DensityModelsRequest
+from jobs.worker import run_one
 from tests.test_population_service import _annotation, _photo
 
 SPECIES = "Leopardus geoffroyi"
@@ -131,6 +133,11 @@ def thin(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("thin") / "rosette-data"
     build_thin_season(data_dir)
     return data_dir
+
+
+def _plain(markdown: str) -> str:
+    """Words as shown, without Markdown's escapes."""
+    return markdown.replace("\\", "")
 
 
 def _cli(capsys, data_dir: Path, *args: str) -> tuple[int, str, str]:
@@ -248,3 +255,88 @@ def test_a_session_term_needs_sessions_and_sex_needs_sexed_individuals(two_years
                 i.sex = saved[i.name]
             s.commit()
         cat.close()
+
+
+def test_the_job_kind_runs_the_stored_request_and_stores_the_aicc_table(two_years):
+    data_dir, detected = two_years
+    cat = open_catalogue(data_dir)
+    try:
+        request = DensityModelsRequest(compare="g0~1; sigma~sex", sessions="year", buffer_m=4000, spacing_m=500)
+        job_id, words = dm.queue_density_models(cat, request)
+        assert f"#{job_id}" in words and "2 models by AICc" in words
+        job = queue.get_job(cat, job_id)
+        assert job.kind == dm.DENSITY_MODELS_JOB and DensityModelsRequest.from_dict(job.params) == request
+        assert dm.density_models_status(cat, job_id)[1].startswith(f"Density models job #{job_id} queued: 0%")
+        assert run_one(cat, isolate=False) == job_id
+        answer, words = dm.density_models_status(cat, job_id)
+        assert [r["model"] for r in answer["table"]] == ["sigma~h2, pmix~h2", "g0~1, pmix~h2"]
+        assert "the best by AICc is sigma~h2, pmix~h2" in words
+        assert queue.get_job(cat, job_id).status == JobStatus.succeeded
+        # the stored answer is the one the CLI prints for the same request
+        assert answer["table"] == dm.density_models(request, cat=cat)["table"]
+        rows, line = dm.model_figures(cat, DensityModelFiguresRequest(job_id=job_id))
+        assert line.startswith("Best model sigma~h2, pmix~h2")
+        assert [(r[0], r[1]) for r in rows] == [("2023", "female"), ("2023", "male"), ("2024", "female"),
+                                                ("2024", "male")]
+        assert rows[0][2] == f"{len(detected['2023']['F'] - UNSEXED)} sexed F"
+        rows, _ = dm.model_figures(cat, DensityModelFiguresRequest(job_id=job_id, model="g0~1, pmix~h2"))
+        assert [(r[0], r[1]) for r in rows] == [("2023", "both"), ("2024", "both")]
+        with pytest.raises(ValueError, match="the background job fits the catalogue's study"):
+            dm.queue_density_models(cat, DensityModelsRequest(model="g0~1", captures="c", traps=("t",), buffer_m=9))
+    finally:
+        cat.close()
+
+
+def test_the_population_tab_offers_the_catalogue_s_models_and_shows_the_table(two_years, thin, monkeypatch):
+    """The section through its handlers (no browser): models offered from the catalogue's covariates, the
+    comparison queued as a job, and its table and the best model's figures once it is done."""
+    import gradio as gr
+
+    from app import ui_base
+    from app.tabs._density import build_density
+
+    cat = open_catalogue(two_years[0])
+    monkeypatch.setattr(ui_base, "_POLICY", ui_base.AccessPolicy(catalogue=cat, single_user="tester"))
+    try:
+        with gr.Blocks() as demo:
+            ctx = ui_base.UIContext(catalogue=cat, user=gr.State("tester"), version=gr.State(0), demo=demo)
+            build_density(ctx, gr.Dropdown([]), gr.Number(1), gr.Textbox(), gr.Textbox(),
+                          gr.Radio(["decided", "confirmed", "uncertain"], value="decided"), gr.Timer(active=False))
+        fns = {getattr(f.fn, "__name__", ""): f.fn for f in demo.fns.values()
+               if getattr(f.fn, "__module__", "") == "app.tabs._density"}
+        start = next(f.fn for f in demo.fns.values() if getattr(f, "api_name", None) == "density_models")
+        polls = [f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "poll"]
+        offer = fns["offer"]
+        update, words = offer(None, None, 1, "", "", "year")  # the guard takes the request first
+        assert "D~session" in update["choices"] and "g0~sex, sigma~sex" in update["choices"]
+        assert "2 session(s) (2023, 2024)" in _plain(words)
+        update, words = offer(None, None, 1, "", "", "")
+        assert "D~session" not in update["choices"] and "sigma~sex" in update["choices"]
+        assert "Models by session need more than one session" in _plain(words)
+        out = start(None, "", 1, "", "", "year", ["g0~1", "sigma~sex"], "proximity", "HN", "4000", "500", False)
+        job_id = out[0]
+        assert run_one(cat, isolate=False) == job_id
+        poll = polls[-1]  # the models' poll is built after the null fit's
+        shown, words, table, chosen, figures, about = poll(None, job_id, None)
+        assert shown == job_id and "the best by AICc is sigma~h2" in _plain(words)
+        assert list(table["Model"]) == ["sigma~h2, pmix~h2", "g0~1, pmix~h2"]
+        assert chosen["value"] == "sigma~h2, pmix~h2" and len(figures) == 4  # two sessions, two sexes
+        assert "Best model sigma~h2, pmix~h2" in _plain(about)
+    finally:
+        cat.close()
+    thin_cat = open_catalogue(thin)
+    monkeypatch.setattr(ui_base, "_POLICY", ui_base.AccessPolicy(catalogue=thin_cat, single_user="tester"))
+    try:
+        with gr.Blocks() as demo:
+            ctx = ui_base.UIContext(catalogue=thin_cat, user=gr.State("tester"), version=gr.State(0), demo=demo)
+            build_density(ctx, gr.Dropdown([]), gr.Number(1), gr.Textbox(), gr.Textbox(),
+                          gr.Radio(["decided"], value="decided"), gr.Timer(active=False))
+        start = next(f.fn for f in demo.fns.values() if getattr(f, "api_name", None) == "density_models")
+        poll = [f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "poll"][-1]
+        out = start(None, "", 1, "", "", "", ["g0~1"], "proximity", "HN", "3000", "300", False)
+        assert run_one(thin_cat, isolate=False) == out[0]
+        shown, words, table, chosen, figures, about = poll(None, out[0], None)
+        assert "refused: 3 stations 1 km apart caught only 1 animal" in _plain(words)
+        assert len(table) == 0 and len(figures) == 0 and chosen["choices"] == []
+    finally:
+        thin_cat.close()

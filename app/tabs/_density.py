@@ -6,6 +6,9 @@ a background job (a fit and its buffer check take seconds to a minute, each draw
 the estimates with what each assumes, on another basis than decided beside the estimates as decided, a map of the
 stations, mask and detections, the fitted detection curve and a report to download. Activity: each group's curve
 over the day (one detection per event) and the overlap of two species (or sexes) with its 95% interval.
+Models beyond the null: sessions by year or deployment group, sex from the individuals, a learned response; the
+models the catalogue's covariates carry are offered, fitted and ranked by AICc by a background job, and the chosen
+model's figures are shown per session and per sex.
 """
 
 from __future__ import annotations
@@ -19,9 +22,16 @@ from core.field.scr_data import DETECTOR_TYPES
 from core.field.scr_likelihood import DETECTION_FUNCTIONS
 from db.models import Role
 from jobs.actions import density as ds
+from jobs.actions import density_models as dm
 from jobs.actions.common import upload_path
 from jobs.actions.identities import basis_headers
-from jobs.requests.density import DEFAULT_DENSITY_DRAWS, DensityRequest
+from jobs.requests.density import (
+    DEFAULT_DENSITY_DRAWS,
+    DensityModelChoicesRequest,
+    DensityModelFiguresRequest,
+    DensityModelsRequest,
+    DensityRequest,
+)
 
 DENSITY_HELP = """\
 **Density** (animals per 100 km²) by spatial capture-recapture, as secr fits it: each animal has a centre of
@@ -38,6 +48,17 @@ identification uncertainty (the unreviewed and machine-identified annotations gi
 species' calibrated model, each of the *draws* fitted, under a second each); the last two are shown beside the
 density as decided.
 """
+
+MODELS_HELP = """\
+**Models** beyond the null, as secr fits them: the study split into *sessions* (by the calendar year of each
+detection, or by the deployments' group, Camtrap DP deploymentGroups; `deployment-group:season` takes the
+`season:...` part), fitted together; *sex* from each individual's sex in the catalogue (unsexed animals are mixed
+over both sexes, secr's hcov); `b` a learned response to the cameras. Only the models the catalogue's own covariates
+carry are offered. *Compare models* fits each in the background (with the detectors, curve, buffer and spacing
+above) and ranks them by AICc; pick a model in the table's list to see its figures per session and per sex. Where
+the sessions cannot carry a model, one sentence says why and no figure is shown.
+"""
+SESSION_CHOICES = [("one session", ""), ("by year", "year"), ("by deployment group", "deployment-group")]
 
 
 def _side_by_side(answer) -> tuple:
@@ -151,6 +172,94 @@ def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
     def latest(current):
         # after a page reload the newest fit is shown again
         job_id = current or ds.latest_density_job(cat)
+        return job_id if job_id else gr.skip()
+
+    ctx.on_refresh(latest, inputs=[job], outputs=[job], on_tab_select=False)
+    _build_models(ctx, species, days, first, last, detector, detectfn, buffer, spacing, conditional, timer)
+
+
+def _build_models(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: gr.Textbox, last: gr.Textbox,
+                  detector: gr.Dropdown, detectfn: gr.Dropdown, buffer: gr.Textbox, spacing: gr.Textbox,
+                  conditional: gr.Checkbox, timer: gr.Timer) -> None:
+    """The models part of the density section: sessions, the model picker, the comparison job and its table."""
+    cat = ctx.catalogue
+    gr.Markdown(MODELS_HELP, elem_classes=["help-text"])
+    with gr.Row(equal_height=True):
+        by = gr.Dropdown(SESSION_CHOICES, value="", allow_custom_value=True, label="Sessions",
+                         elem_id="dens-sessions", scale=1, info="or deployment-group:KEY")
+        models = gr.CheckboxGroup([], value=[], label="Models", elem_id="dens-models", scale=3)
+        compare = gr.Button("Compare models", variant="primary", elem_id="dens-compare", scale=0, min_width=180)
+    offered = gr.Markdown(elem_id="dens-models-offered", elem_classes=["status-line"])
+    job = gr.State(None)
+    shown = gr.State(None)
+    status = gr.Markdown(elem_id="dens-models-status", elem_classes=["status-line"])
+    table = gr.Dataframe(headers=dm.AIC_HEADERS, value=[], interactive=False, wrap=True,
+                         label="Models ranked by AICc", elem_id="dens-aic")
+    chosen = gr.Dropdown([], value=None, label="Model shown", elem_id="dens-model-shown")
+    figures = gr.Dataframe(headers=dm.FIGURE_HEADERS, value=[], interactive=False, wrap=True,
+                           label="The model's figures per session and sex", elem_id="dens-model-figures")
+    about = gr.Markdown(elem_id="dens-model-about", elem_classes=["status-line"])
+
+    def offer(sp, n_days, d_from, d_to, grouping):
+        request = DensityModelChoicesRequest(species=sp or None, occasion_days=n_days if n_days is not None else 1.0,
+                                             date_from=d_from or None, date_to=d_to or None,
+                                             sessions=grouping or None)
+        choices = dm.model_choices(cat, request)
+        return gr.update(choices=choices["models"], value=choices["default"]), markdown_text(choices["words"])
+
+    for field in (by, species, days, first, last):
+        field.change(guarded_viewer(offer), inputs=[species, days, first, last, by], outputs=[models, offered],
+                     api_visibility="private", show_progress="hidden")
+    ctx.on_refresh(guarded_viewer(offer), inputs=[species, days, first, last, by], outputs=[models, offered])
+
+    def _empty() -> tuple:
+        return pd.DataFrame([], columns=dm.AIC_HEADERS), gr.update(choices=[], value=None), \
+            pd.DataFrame([], columns=dm.FIGURE_HEADERS), ""
+
+    @curator_action(role=Role.viewer)
+    def start(sp, n_days, d_from, d_to, grouping, picked, det, fn, buf, space, cl):
+        picked = list(picked or [])
+        if not picked:
+            raise ValueError("choose at least one model to fit")
+        request = DensityModelsRequest(species=sp or None, occasion_days=n_days if n_days is not None else 1.0,
+                                       date_from=d_from or None, date_to=d_to or None, sessions=grouping or None,
+                                       model=picked[0] if len(picked) == 1 else None,
+                                       compare="; ".join(picked) if len(picked) > 1 else None, detector=det,
+                                       detectfn=fn, buffer_m=buf, spacing_m=space, conditional=bool(cl))
+        job_id, words = dm.queue_density_models(cat, request)
+        return (job_id, None, markdown_text(words), *_empty())
+
+    results = [table, chosen, figures, about]
+    ctx.polls_after(compare.click(start, inputs=[species, days, first, last, by, models, detector, detectfn, buffer,
+                                                 spacing, conditional],
+                                  outputs=[job, shown, status, *results], api_name="density_models"), timer)
+
+    def poll(job_id, shown_id):
+        if not job_id or job_id == shown_id:
+            return (gr.skip(),) * (2 + len(results))
+        answer, words = dm.density_models_status(cat, job_id)
+        if answer is None:
+            finished = " failed: " in words or " cancelled: " in words
+            return (job_id if finished else gr.skip(), markdown_text(words), *(gr.skip(),) * len(results))
+        rows, line = dm.model_figures(cat, DensityModelFiguresRequest(job_id=int(job_id)))
+        names = [r[0] for r in dm.aic_rows(answer)]
+        return (job_id, markdown_text(words), pd.DataFrame(dm.aic_rows(answer), columns=dm.AIC_HEADERS),
+                gr.update(choices=names, value=names[0] if names else None),
+                pd.DataFrame(rows, columns=dm.FIGURE_HEADERS), markdown_text(line))
+
+    timer.tick(guarded_viewer(poll), [job, shown], [shown, status, *results], show_progress="hidden")
+
+    @curator_action(role=Role.viewer)
+    def show(job_id, name):
+        if not job_id or not name:
+            return gr.skip(), gr.skip()
+        rows, line = dm.model_figures(cat, DensityModelFiguresRequest(job_id=int(job_id), model=name))
+        return pd.DataFrame(rows, columns=dm.FIGURE_HEADERS), markdown_text(line)
+
+    chosen.input(show, inputs=[job, chosen], outputs=[figures, about], api_name="density_model_figures")
+
+    def latest(current):
+        job_id = current or dm.latest_density_models_job(cat)
         return job_id if job_id else gr.skip()
 
     ctx.on_refresh(latest, inputs=[job], outputs=[job], on_tab_select=False)

@@ -4,23 +4,23 @@ by deployment group), sex (a column of the captures file, or each individual's i
 mask CSV's covariates, and a set of models ranked by AICc with the model-averaged D. The fits are
 :mod:`core.field.scr_fit`'s and :mod:`core.field.scr_select`'s (docs/density.md, "Models beyond the null"); this
 layer reads the files or the catalogue's sessions (:mod:`db.field.density_sessions`), pairs traps and masks with
-sessions, checks that the data can carry the models as the null fit checks them, and words the answer."""
+sessions, and words the answer. On the catalogue the fit is :func:`db.field.density_models.catalogue_models`'s,
+in the foreground (the CLI) or as a background job (the Population tab: ``queue_density_models``,
+``density_models_status``), and the tab's model picker offers the models the catalogue's own covariates carry
+(``model_choices``)."""
 
 from __future__ import annotations
 
 import math
-from datetime import timedelta
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from core.field import scr_identifiability as idf
-from core.field.density import MAX_WIDENINGS, suggest_buffer
-from core.field.scr_data import Capture, Trap, build_capture_history, read_secr_captures, read_secr_traps
+from core.field.scr_data import Capture, Trap, read_secr_captures, read_secr_traps
 from core.field.scr_errors import DensityInputError, FitNotConverged, MaskError
-from core.field.scr_fit import ScrModelFit, fit_scr_model
+from core.field.scr_fit import fit_scr_model
 from core.field.scr_mask import Mask, trapbuffer_mask
 from core.field.scr_models import (
     ScrSession,
@@ -30,11 +30,20 @@ from core.field.scr_models import (
     read_mask_with_covariates,
     read_secr_sex,
 )
-from core.field.scr_select import AicRow, ModelComparison, compare_models, format_aic_table
-from db.field.density import default_buffer
-from db.field.density_sessions import CatalogueSessions, catalogue_sessions
+from core.field.scr_select import AicRow, compare_models, format_aic_table
+from db.catalogue import CatalogueError
+from db.field.density_models import catalogue_models
+from db.field.density_sessions import catalogue_sessions
+from db.models import JobStatus
 from db.session import Catalogue
-from jobs.requests.density import DensityModelsRequest
+from jobs import queue
+from jobs.requests.density import DensityModelChoicesRequest, DensityModelFiguresRequest, DensityModelsRequest
+
+#: The job kind of a models fit or comparison run in the background (jobs.kinds).
+DENSITY_MODELS_JOB = "density_models"
+AIC_HEADERS = ["Model", "Parameters", "log-likelihood", "AICc", "dAICc", "AICc weight"]
+FIGURE_HEADERS = ["Session", "Sex", "Animals", "D per 100 km² (95% interval)", "g0 (95% interval)",
+                  "sigma m (95% interval)"]
 
 #: Terms of a formula that are not mask covariates (secr's own variables).
 _BUILT_IN_TERMS = {"session", "Session", "t", "T", "b", "bk", "sex", "h2"}
@@ -143,7 +152,10 @@ def density_models(request: DensityModelsRequest, *, cat: Catalogue | None = Non
     if not request.from_files:
         if cat is None:
             raise ValueError("give secr's captures and traps files, or a catalogue to fit its study")
-        return catalogue_models(cat, request, progress=progress)
+        try:
+            return catalogue_models(cat, **request.fit_options(), progress=progress)
+        except FitNotConverged as exc:
+            raise ValueError(str(exc)) from None
     report = progress or (lambda fraction, message: None)
     report(0.0, "reading the files")
     sessions = read_sessions(request)
@@ -161,188 +173,6 @@ def density_models(request: DensityModelsRequest, *, cat: Catalogue | None = Non
     except FitNotConverged as exc:
         raise ValueError(str(exc)) from None
     return {"kind": "compare", "files": files, **comparison.as_dict()}
-
-
-# --------------------------------------------------------------------------- on the catalogue
-
-
-def _catalogue_scr_sessions(found: CatalogueSessions, *, detector: str, buffer_m: float, spacing_m: float | None,
-                            with_sex: bool) -> list[ScrSession]:
-    """The catalogue's sessions as the models fit them, each with its mask ``buffer_m`` round its stations."""
-    captures = [c for s in found.sessions for c in s.captures]
-    traps = {s.name: list(s.study.secr.traps) for s in found.sessions}
-    masks = {name: trapbuffer_mask(np.array([[t.x, t.y] for t in ts], dtype=float), buffer_m=buffer_m,
-                                   spacing_m=spacing_m) for name, ts in traps.items()}
-    return build_sessions(captures, traps, masks, detector_type=detector, sex=found.sex if with_sex else None,
-                          session_names=[s.name for s in found.sessions])
-
-
-def _check_models(found: CatalogueSessions, models: Sequence[str], *, detector: str) -> None:
-    """Refuse, before any fit, what the sessions cannot carry, with the null fit's sentences: too few animals
-    caught at several stations (in every session where sigma is a session's own, else in all together), a term
-    of the session with one session, sex where no individual has one."""
-    formulas = [parse_model(m) for m in models]
-    if len(found.sessions) == 1 and any(f.uses("session") or f.uses("Session") for f in formulas):
-        raise idf.NotIdentifiable("The catalogue gives one session, so nothing can vary by session; split it "
-                                  "with --sessions year or --sessions deployment-group.", criterion="one_session")
-    if any(f.uses("sex") or f.uses("h2") for f in formulas):
-        animals = {c.animal for s in found.sessions for c in s.captures}
-        if not any(normalise_sex(found.sex.get(a), animal=a) for a in animals):
-            raise idf.NotIdentifiable(f"No {found.species} individual detected here has a sex in the catalogue, so "
-                                      "nothing can vary by sex; give the individuals their sex, or drop sex from "
-                                      "the model.", criterion="no_sex")
-    per_session = any({"session", "Session"} & set(f.of("sigma")) for f in formulas)
-    histories = [(s.name, build_capture_history(s.captures, s.study.secr.traps, detector_type=detector,
-                                                session=s.name, require_spread=False)) for s in found.sessions]
-    if len(histories) == 1 or per_session:
-        for name, h in histories:
-            try:
-                idf.check_history(h.counts, idf.array_shape(h.xy))
-            except idf.NotIdentifiable as exc:
-                if len(histories) == 1:
-                    raise
-                raise idf.NotIdentifiable(f"Session {name}: {exc.reason}", criterion=exc.criterion) from None
-        return
-    animals = sum(h.n_animals for _, h in histories)
-    recaptured = sum(idf.spatial_recaptures(h.counts) for _, h in histories)
-    if animals < 2 or recaptured < idf.MIN_SPATIAL_RECAPTURES:
-        raise idf.NotIdentifiable(
-            f"The {len(histories)} sessions together caught only {recaptured} animal(s) at more than one station, too "
-            f"few to measure how far these animals move; SCR needs at least {idf.MIN_SPATIAL_RECAPTURES} animals "
-            "caught at several stations, and stations closer than about 2 sigma.", criterion="spatial_recaptures")
-
-
-def _assess(fit: ScrModelFit, sessions: Sequence[ScrSession]) -> None:
-    """The null fit's checks of a fitted model, session by session and sex by sex (sigma inside the array and the
-    mask, a non-singular information matrix, intervals that say something); the first failure refused in its
-    sentence (the condition number of the vcv is that of the information matrix it inverts)."""
-    for session, est in zip(sessions, fit.sessions):
-        shape = idf.array_shape(session.history.xy)
-        pts = session.mask.xy
-        extent = float(np.hypot(*(pts.max(axis=0) - pts.min(axis=0)))) if pts.size else math.inf
-        d = est.density_per_ha
-        for sigma in est.sigma_m.values():
-            criterion = idf.failed_criterion(sigma=sigma.value, sigma_lcl=sigma.lcl, sigma_ucl=sigma.ucl,
-                                             d_lcl=d.lcl, d_ucl=d.ucl, information=fit.vcv, shape=shape,
-                                             mask_extent_m=extent)
-            if criterion is not None:
-                exc = idf.refusal(criterion, shape)
-                prefix = f"Model {fit.model}, session {session.name}: " if len(sessions) > 1 else \
-                    f"Model {fit.model}: "
-                raise idf.NotIdentifiable(prefix + exc.reason, criterion=criterion)
-
-
-def _suggested_buffer(fit: ScrModelFit, sessions: Sequence[ScrSession]) -> float:
-    """The widest of secr's suggested buffers over the sessions, at each session's widest-ranging sex."""
-    wanted = 0.0
-    for session, est in zip(sessions, fit.sessions):
-        label = max(est.sigma_m, key=lambda k: est.sigma_m[k].value)
-        first = est.detection.get(label) or next(iter(est.detection.values()))
-        wanted = max(wanted, suggest_buffer(session.history, detectfn=fit.detectfn, first=first.value,
-                                            sigma=est.sigma_m[label].value))
-    return wanted
-
-
-def _default_buffer(found: CatalogueSessions, *, detector: str) -> float:
-    """4 x the spread of the detections (RPSV), the widest over the sessions where an animal reached two stations."""
-    widths = []
-    for s in found.sessions:
-        try:
-            widths.append(default_buffer(s.captures, s.study.secr.traps, detector=detector))
-        except DensityInputError:  # no animal at two stations in this session: it shares the others' sigma
-            continue
-    if not widths:
-        raise DensityInputError("no animal was detected at two places in any session, so no buffer can be "
-                                "suggested; give --buffer (about 4 times the distance over which an animal is "
-                                "detected)")
-    return max(widths)
-
-
-def _session_rows(found: CatalogueSessions) -> list[dict[str, Any]]:
-    out = []
-    for s in found.sessions:
-        animals = sorted({c.animal for c in s.captures})
-        sexes = [normalise_sex(found.sex.get(a), animal=a) for a in animals]
-        study = s.study.study
-        stations = s.study.population.stations  # the session's effort, not its window (a year is longer)
-        first = min(st.begin for st in stations).date()
-        last = (max(st.end for st in stations) - timedelta(microseconds=1)).date()
-        out.append({"session": s.name, "start": first.isoformat(), "last_day": last.isoformat(),
-                    "animals": len(animals), "detections": len(set(s.captures)),
-                    "stations": len(s.study.secr.traps), "occasions": study["occasions"], "epsg": study["epsg"],
-                    "sex": {"F": sexes.count("F"), "M": sexes.count("M"), "unknown": sexes.count(None)}})
-    return out
-
-
-def catalogue_models(cat: Catalogue, request: DensityModelsRequest, *,
-                     progress: Callable[[float, str], None] | None = None) -> dict[str, Any]:
-    """:func:`density_models` on the catalogue's study: its sessions (:func:`db.field.density_sessions.
-    catalogue_sessions`), sex from the individuals, each session's mask a buffer round its stations (by default
-    4 x RPSV, widened while secr's suggested buffer for the fitted model lies beyond it), the null fit's checks
-    before and after each fit."""
-    report = progress or (lambda fraction, message: None)
-    report(0.0, "gathering the sessions' detections and stations")
-    found = catalogue_sessions(cat, species=request.species, occasion_days=request.occasion_days,
-                               date_from=request.first_day, date_to=request.last_day, grouping=request.sessions)
-    study = {"source": "catalogue", "species": found.species, "grouping": request.sessions,
-             "occasion_days": request.occasion_days, "from": request.date_from, "to": request.date_to,
-             "sessions": _session_rows(found)}
-    kind = "model" if request.model is not None else "compare"
-    with_sex = any(parse_model(m).uses("sex") or parse_model(m).uses("h2") for m in request.models)
-    try:
-        _check_models(found, request.models, detector=request.detector)
-    except idf.NotIdentifiable as exc:
-        report(1.0, "refused")
-        return {"kind": kind, "refused": True, "reason": exc.reason, "criterion": exc.criterion, "study": study,
-                "notes": list(found.notes)}
-    buffer_default = request.buffer_m is None
-    buffer_m = _default_buffer(found, detector=request.detector) if buffer_default else float(request.buffer_m)
-    notes = list(found.notes)
-    start_buffer = buffer_m
-    try:
-        for widening in range(MAX_WIDENINGS + 1):
-            sessions = _catalogue_scr_sessions(found, detector=request.detector, buffer_m=buffer_m,
-                                               spacing_m=request.spacing_m, with_sex=with_sex)
-            result, fits = _fit_all(sessions, request, report)
-            for fit in fits:
-                _assess(fit, sessions)
-            wanted = _suggested_buffer(fits[0] if kind == "model" else result.best, sessions)
-            if wanted <= buffer_m:
-                break
-            if not buffer_default or widening == MAX_WIDENINGS:
-                notes.append(f"the buffer of {buffer_m:,.0f} m is narrower than the {wanted:,.0f} m secr's "
-                             "suggest.buffer gives for the fitted model: D may be biased high; fit again with a "
-                             "wider --buffer")
-                break
-            buffer_m = float(math.ceil(wanted / 10.0) * 10.0)
-            report(0.05, f"widening the buffer to {buffer_m:,.0f} m (secr's suggested buffer for the fit)")
-    except idf.NotIdentifiable as exc:
-        report(1.0, "refused")
-        return {"kind": kind, "refused": True, "reason": exc.reason, "criterion": exc.criterion, "study": study,
-                "notes": notes}
-    except FitNotConverged as exc:
-        raise ValueError(str(exc)) from None
-    if buffer_m != start_buffer:
-        notes.append(f"buffer widened from {start_buffer:,.0f} m (4 × the spread of the detections) to "
-                     f"{buffer_m:,.0f} m, secr's suggested buffer for the fitted model")
-    study["buffer_m"], study["buffer_default"] = buffer_m, buffer_default
-    study["mask_points"] = [s.mask.n_points for s in sessions]
-    answer = result.as_dict()
-    answer["notes"] = [*notes, *answer.get("notes", [])]
-    report(1.0, "done")
-    return {"kind": kind, "study": study, **answer}
-
-
-def _fit_all(sessions: Sequence[ScrSession], request: DensityModelsRequest,
-             report: Callable[[float, str], None]) -> tuple[ScrModelFit | ModelComparison, list[ScrModelFit]]:
-    if request.model is not None:
-        report(0.1, f"fitting {request.model}")
-        fit = fit_scr_model(sessions, request.model, detectfn=request.detectfn, conditional=request.conditional,
-                            d_link=request.d_link)
-        return fit, [fit]
-    comparison = compare_models(sessions, request.models, detectfn=request.detectfn, conditional=request.conditional,
-                                d_link=request.d_link, progress=lambda f, m: report(0.05 + 0.9 * f, m))
-    return comparison, list(comparison.fits)
 
 
 # --------------------------------------------------------------------------- words
@@ -415,3 +245,125 @@ def models_text(answer: Mapping[str, Any]) -> str:
               for a in answer["model_averaged"]]
     lines += [f"Note: {n}" for n in answer.get("notes", [])]
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the Population tab
+
+
+#: The models the picker may offer, in the order shown, with what each needs: sex (individuals with a sex),
+#: sessions (more than one).
+_CANDIDATES = (("g0~1", ""), ("g0~b", ""), ("sigma~sex", "sex"), ("g0~sex, sigma~sex", "sex"),
+               ("D~session", "sessions"), ("D~session, g0~sex, sigma~sex", "sex sessions"))
+
+
+def model_choices(cat: Catalogue, request: DensityModelChoicesRequest) -> dict[str, Any]:
+    """The models the catalogue's own covariates can carry for the study ``request`` describes: sex only where an
+    individual detected has one, ``session`` only with more than one session; with the sessions, the sexed
+    animals and one line of words. A study that cannot be gathered gives no model and its reason as the words."""
+    try:
+        found = catalogue_sessions(cat, species=request.species, occasion_days=request.occasion_days,
+                                   date_from=request.first_day, date_to=request.last_day, grouping=request.sessions)
+    except (ValueError, CatalogueError) as exc:
+        return {"models": [], "default": [], "sessions": [], "sexed": 0, "words": str(exc)}
+    animals = {c.animal for s in found.sessions for c in s.captures}
+    sexed = sum(1 for a in animals if normalise_sex(found.sex.get(a), animal=a) is not None)
+    have = {"sex"} if sexed else set()
+    if len(found.sessions) > 1:
+        have.add("sessions")
+    models = [m for m, needs in _CANDIDATES if set(needs.split()) <= have]
+    names = [s.name for s in found.sessions]
+    words = (f"{found.species}: {len(names)} session(s) ({', '.join(names)}), {len(animals)} animals, {sexed} with a "
+             "sex in the catalogue." + ("" if sexed else " Models with sex need individuals with a sex.") +
+             ("" if len(names) > 1 else " Models by session need more than one session (by year or group)."))
+    default = [m for m in ("g0~1", "sigma~sex", "g0~sex, sigma~sex", "D~session") if m in models]
+    return {"models": models, "default": default, "sessions": names, "sexed": sexed, "words": words}
+
+
+def queue_density_models(cat: Catalogue, request: DensityModelsRequest) -> tuple[int, str]:
+    """Queue the request's model or comparison on the catalogue as a background job; returns (job id, what the tab
+    says). secr's files are fitted in the foreground (``rosette density``), so they are refused here."""
+    if request.from_files:
+        raise ValueError("the background job fits the catalogue's study; fit secr's files with rosette density")
+    job_id = queue.submit(cat, DENSITY_MODELS_JOB, request.to_dict())
+    what = f"model {request.model}" if request.model is not None else f"{len(request.models)} models by AICc"
+    return job_id, (f"Density job #{job_id} queued: {what}. Its progress is shown here and in the Jobs tab; each "
+                    "model takes seconds to a minute or two.")
+
+
+def latest_density_models_job(cat: Catalogue) -> int | None:
+    """The newest models job, so a reloaded page shows its answer again."""
+    jobs = queue.list_jobs(cat, limit=1, kind=DENSITY_MODELS_JOB)
+    return jobs[0].id if jobs else None
+
+
+def density_models_status(cat: Catalogue, job_id: int | None) -> tuple[dict[str, Any] | None, str]:
+    """(the answer once the job succeeded, else None; the status line: done with the best model, refused with its
+    one sentence, the progress meanwhile, or why it failed)."""
+    if not job_id:
+        return None, ""
+    job = queue.get_job(cat, int(job_id))
+    if job.kind != DENSITY_MODELS_JOB:
+        raise CatalogueError(f"job #{job.id} is a {job.kind} job, not a density models fit")
+    label = f"Density models job #{job.id}"
+    if job.status == JobStatus.succeeded:
+        answer = dict(job.result or {})
+        if answer.get("refused"):
+            return answer, f"{label} refused: {answer['reason']}"
+        if answer["kind"] == "compare":
+            best = answer["table"][0]
+            return answer, f"{label} done: {len(answer['table'])} models ranked; the best by AICc is {best['model']}."
+        return answer, f"{label} done: {answer['model']}."
+    if job.status in (JobStatus.failed, JobStatus.cancelled):
+        why = (job.message or "").removeprefix("failed: ")
+        return None, f"{label} {job.status.value}: {why}"
+    return None, f"{label} {job.status.value}: {job.progress:.0%} {job.message or ''}".rstrip()
+
+
+def aic_rows(answer: Mapping[str, Any] | None) -> list[list[str]]:
+    """Rows of :data:`AIC_HEADERS`, best first (one row for a single model; none for a refused one)."""
+    if not answer or answer.get("refused"):
+        return []
+    if answer["kind"] == "model":
+        return [[answer["model"], str(answer["n_parameters"]), _num(answer["loglik"], 3), _num(answer["AICc"], 3),
+                 "0.000", "1.0000"]]
+    return [[r["model"], str(r["npar"]), _num(r["logLik"], 3), _num(r["AICc"], 3), _num(r["dAICc"], 3),
+             _num(r["AICcwt"], 4)] for r in answer["table"]]
+
+
+def _fits(answer: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [answer] if answer["kind"] == "model" else list(answer["fits"])
+
+
+def model_figures(cat: Catalogue, request: DensityModelFiguresRequest) -> tuple[list[list[str]], str]:
+    """The per-session and per-sex figures of one model of a finished job (``request.model``, None: the best by
+    AICc) as rows of :data:`FIGURE_HEADERS`, with a line naming the model and its notes; no rows while the job has
+    no answer or was refused."""
+    answer, words = density_models_status(cat, request.job_id)
+    if not answer or answer.get("refused"):
+        return [], words
+    fits = {f["model"]: f for f in _fits(answer)}
+    best = answer["table"][0]["model"] if answer["kind"] == "compare" else answer["model"]
+    name = request.model or best
+    if name not in fits:
+        raise ValueError(f"model {name!r} is not among the job's models ({', '.join(fits)})")
+    fit = fits[name]
+    detection = "lambda0" if fit["detectfn"] == "HHN" else "g0"
+    animals = {r["session"]: r for r in (answer.get("study") or {}).get("sessions", [])}
+    rows = []
+    for s in fit["sessions"]:
+        by_sex = isinstance(s["sigma_m"], Mapping) and "estimate" not in s["sigma_m"] or \
+            isinstance(s[detection], Mapping) and "estimate" not in s[detection]
+        sexes = ("F", "M") if by_sex else ("",)
+        counts = animals.get(s["session"], {}).get("sex", {})
+        for sex in sexes:
+            def pick(block: Any, sex: str = sex) -> Mapping[str, Any]:
+                return block if "estimate" in block else block[sex]
+
+            n = str(s["n_animals"]) if not sex else f"{counts.get(sex, '—')} sexed {sex}"
+            rows.append([s["session"], {"F": "female", "M": "male"}.get(sex, "both"), n,
+                         _estimate(s["D_per_100km2"], 1) if sex in ("", "F") else "(as above)",
+                         _estimate(pick(s[detection]), 4), _estimate(pick(s["sigma_m"]), 0)])
+    line = f"{'Best model' if name == best else 'Model'} {name}: {fit['likelihood']} likelihood" + (
+        f", sex as {fit['sex']}" if fit.get("sex") else "") + "." + "".join(
+        f" {n[0].upper()}{n[1:].rstrip('.')}." for n in answer.get("notes", []))
+    return rows, line

@@ -246,3 +246,39 @@ class DensityModelsRequest(PopulationRequest):
     def models(self) -> list[str]:
         """The models to fit, in the order given."""
         return [self.model] if self.model is not None else split_models(self.compare or "")
+
+    def fit_options(self) -> dict[str, Any]:
+        """The keyword options of :func:`db.field.density_models.catalogue_models` (the background job calls it
+        with them too)."""
+        return {"models": self.models, "single": self.model is not None, "species": self.species,
+                "occasion_days": self.occasion_days, "date_from": self.first_day, "date_to": self.last_day,
+                "sessions": self.sessions, "detector": self.detector, "detectfn": self.detectfn,
+                "buffer_m": self.buffer_m, "spacing_m": self.spacing_m, "conditional": self.conditional,
+                "d_link": self.d_link}
+
+
+@dataclass(frozen=True)
+class DensityModelChoicesRequest(PopulationRequest):
+    """Which models the catalogue's own covariates carry for the study (the Population tab's model picker):
+    ``sessions`` as :class:`DensityModelsRequest` has it."""
+
+    sessions: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        grouping, key = parse_grouping(optional_path(self.sessions))
+        settle(self, sessions=None if grouping is None else (f"{grouping}:{key}" if key else grouping))
+
+
+@dataclass(frozen=True)
+class DensityModelFiguresRequest(Request):
+    """The per-session and per-sex figures of one model (``model``; None: the best by AICc) of a finished density
+    models job ``job_id``."""
+
+    job_id: int = 0
+    model: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.job_id, bool) or not isinstance(self.job_id, int) or self.job_id < 1:
+            raise ValueError(f"no density models job to show (got {self.job_id!r}); compare models first")
+        settle(self, model=optional_path(self.model))
