@@ -509,7 +509,10 @@ class _Chain:
         self.p0b = float(rng.uniform(0.05, 0.25))
         self.psi = float(self.z.mean())
         self.sigma_max = space.extent
-        self.step = {"sigma": 0.1 * self.sigma, "p0s": 0.03, "p0b": 0.03, "s": 0.5 * self.sigma}
+        self.step = {"sigma": 0.1 * self.sigma, "p0s": 0.03, "p0b": 0.03, "s": 0.5 * self.sigma, "block": 1.0}
+        self.block: np.ndarray | None = None
+        self.history: list[tuple[float, float, float]] = []
+        self.recording = False
         self.tries = {k: 0 for k in self.step}
         self.accepts = {k: 0 for k in self.step}
         self.two = data.has_two_cameras
@@ -595,6 +598,10 @@ class _Chain:
         self._metropolis("p0s", self.p0s + rng.normal(0, self.step["p0s"]), 0.0, 1.0)
         if self.two:
             self._metropolis("p0b", self.p0b + rng.normal(0, self.step["p0b"]), 0.0, 1.0)
+        if self.block is not None:
+            self._block_move()
+        if self.recording:
+            self.history.append((self.sigma, self.p0s, self.p0b))
         # activity centres: independent given everything else, so one vectorised Metropolis step for all
         proposal = self.s + rng.normal(0, self.step["s"], self.s.shape)
         inside = self.space.contains(proposal)
@@ -667,6 +674,40 @@ class _Chain:
     def linked(self) -> int:
         return int(((self.owner_l >= 0) & (self.owner_r >= 0)).sum())
 
+    def _block_move(self) -> None:
+        """sigma and p0 (both p0s where two-camera stations exist) together, along their posterior correlation as the
+        warm-up measured it (p0 and sigma trade off: a single-site walk crawls along that ridge)."""
+        names = ("sigma", "p0s", "p0b")[: self.block.shape[0]]
+        now = np.array([getattr(self, n) for n in names])
+        trial = now + self.step["block"] * (self.block @ self.rng.normal(size=now.size))
+        self.tries["block"] += 1
+        if not (0 < trial[0] < self.sigma_max and np.all((trial[1:] > 0) & (trial[1:] < 1))):
+            return
+        params = {"sigma": self.sigma, "p0s": self.p0s, "p0b": self.p0b} | dict(zip(names, trial.tolist()))
+        terms = self._terms(self.d2, params["sigma"], params["p0s"], params["p0b"])
+        new_ll = self._loglik(terms)
+        new = float(new_ll[self.z].sum())
+        if math.log(self.rng.random()) < new - self.ll_total:
+            for n in names:
+                setattr(self, n, params[n])
+            self.terms, self.ll, self.ll_total = terms, new_ll, new
+            self.accepts["block"] += 1
+
+    def learn_block(self) -> None:
+        """The block move's shape from the warm-up's latter draws (Haario et al.'s adaptive Metropolis, frozen
+        once the warm-up ends)."""
+        d = 3 if self.two else 2
+        past = np.array(self.history[len(self.history) // 2:])[:, :d]
+        if past.shape[0] < 20:
+            return
+        cov = np.cov(past.T) + np.diag([1e-6 * self.sigma ** 2, 1e-8, 1e-8][:d])
+        try:
+            self.block = np.linalg.cholesky(cov)
+        except np.linalg.LinAlgError:
+            return
+        self.step["block"] = 2.38 / math.sqrt(d)
+        self.tries["block"] = self.accepts["block"] = 0
+
     def adapt(self) -> None:
         """Scale each random walk towards about 0.3 acceptance (during warm-up only)."""
         for name in self.step:
@@ -738,9 +779,13 @@ def _run(data: FlankData, space: StateSpace, *, chains: int, iterations: int, wa
         for it in range(iterations):
             chain.sweep()
             if it < warmup:
+                chain.recording = True
                 if it % 50 == 49:
                     chain.adapt()
+                if it in (warmup // 2, (3 * warmup) // 4) and warmup >= 100:
+                    chain.learn_block()
                 if it == warmup - 1:
+                    chain.recording = False
                     chain.tries = {k: 0 for k in chain.step}
                     chain.accepts = {k: 0 for k in chain.step}
                 continue
