@@ -5,8 +5,8 @@ The catalogue (built with the ORM, :func:`build_two_year_study`): 12 camera stat
 one deployment per station per year (deploymentGroups 'season:2023' and 'season:2024'), 12 daily occasions each
 May. Each year 60 animals (half female, half male, the same names both years) have centres drawn in the grid's
 extent plus 2.5 km; a female is photographed at a station on a day with probability 0.2 exp(-d²/2σ²), σ 900 m, a
-male with σ 1,400 m. Two animals of each year are catalogued with sex unknown, so that sex is fitted as secr's
-hcov mixture. A thin one-week season at three stations in a line is another catalogue.
+male with σ 1,400 m. Two animals are catalogued with sex unknown, so that sex is fitted as secr's hcov mixture.
+README's worked example is this catalogue. A thin one-week season at three stations in a line is another catalogue.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ G0 = 0.2
 N_ANIMALS = 60
 ORIGIN = (-31.0, -64.0)
 KM_PER_DEG_LAT = 110.57
-#: The animals catalogued without a sex: the first two names of each sex-unknown pair.
+#: The animals catalogued without a sex (one female, one male).
 UNSEXED = {"Geo-01", "Geo-02"}
 #: Small masks keep every fit of this file to a few seconds.
 SPACING_M = "500"
