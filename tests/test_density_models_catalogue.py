@@ -22,12 +22,14 @@ import pytest
 from app.cli import main as cli_main
 from core.field.capthist import secr_token
 from db.field.density_sessions import catalogue_sessions, deployment_group, parse_grouping
+from db.io.ingest import ingest_path
 from db.models import Deployment, Individual, JobStatus, Species
 from db.session import open_catalogue
 from jobs import queue
 from jobs.actions import density_models as dm
 from jobs.requests.density import DensityModelFiguresRequest, DensityModelsRequest
 from jobs.worker import run_one
+from tests import camtrapdp_package
 from tests.test_population_service import _annotation, _photo
 
 SPECIES = "Leopardus geoffroyi"
@@ -340,3 +342,41 @@ def test_the_population_tab_offers_the_catalogue_s_models_and_shows_the_table(tw
         assert len(table) == 0 and len(figures) == 0 and chosen["choices"] == []
     finally:
         thin_cat.close()
+
+
+def test_camtrap_dp_deployment_groups_and_sexes_become_sessions(tmp_path, monkeypatch):
+    """A Camtrap DP package whose deployments name their season in deploymentGroups and whose observations give
+    each animal's sex: imported, its seasons are the sessions and its animals' sexes reach them."""
+    monkeypatch.setitem(camtrapdp_package.COLUMNS, "deployments",
+                        [*camtrapdp_package.COLUMNS["deployments"], "deploymentGroups"])
+    seasons = {"dry": "2024-07", "wet": "2025-01"}
+    deployments = [{"deploymentID": f"{season}-{c}", "locationID": c, "latitude": -31.0 - 0.01 * k,
+                    "longitude": -64.0 + 0.01 * (k % 2), "deploymentStart": f"{month}-01T00:00:00-03:00",
+                    "deploymentEnd": f"{month}-06T00:00:00-03:00", "deploymentGroups": f"season:{season} | grid:A"}
+                   for season, month in seasons.items() for k, c in enumerate("ABCD")]
+    seen = {"dry": [("Ana", "female", "A", 1), ("Ana", "female", "B", 3), ("Bia", "male", "C", 2),
+                    ("Bia", "male", "D", 4)],
+            "wet": [("Ana", "female", "B", 2), ("Caio", "unknown", "C", 1), ("Caio", "unknown", "A", 5)]}
+    media, observations = [], []
+    for season, rows in seen.items():
+        for animal, sex, station, day in rows:
+            k = len(media)
+            media.append({"mediaID": f"m{k}", "deploymentID": f"{season}-{station}", "captureMethod": "activityDetection",
+                          "timestamp": f"{seasons[season]}-0{day}T22:00:00-03:00", "filePath": f"media/{k}.jpg",
+                          "filePublic": "false", "fileName": f"{k}.jpg", "fileMediatype": "image/jpeg"})
+            observations.append({"observationID": f"o{k}", "deploymentID": f"{season}-{station}", "mediaID": f"m{k}",
+                                 "observationLevel": "media", "observationType": "animal", "scientificName": SPECIES,
+                                 "count": 1, "sex": sex, "individualID": animal})
+    package = camtrapdp_package.write_package(tmp_path / "package", deployments, media, observations)
+    cat = open_catalogue(tmp_path / "rosette-data")
+    try:
+        ingest_path(cat, package, format="camtrap-dp", user="tester")
+        found = catalogue_sessions(cat, grouping="deployment-group:season")
+        assert [s.name for s in found.sessions] == ["dry", "wet"]
+        assert [sorted({c.animal for c in s.captures}) for s in found.sessions] == [["Ana", "Bia"], ["Ana", "Caio"]]
+        assert [s.study.population.histories.n_occasions for s in found.sessions] == [5, 5]
+        assert found.sex == {"Ana": "female", "Bia": "male", "Caio": "unknown"}
+        grid = catalogue_sessions(cat, grouping="deployment-group:grid")  # one group holding both seasons
+        assert [s.name for s in grid.sessions] == ["A"]
+    finally:
+        cat.close()
