@@ -84,6 +84,7 @@ class FlankData:
     y_right1: np.ndarray  # (nR, J)
     y_right2: np.ndarray
     y_both: np.ndarray  # (n_fixed, J) both-side captures (two-camera occasions only)
+    sides: int = 2  # flanks observed: 1 for a left-only analysis (:func:`left_only`)
 
     @property
     def n_left(self) -> int:
@@ -280,6 +281,16 @@ def flank_data(captures: Sequence[FlankCapture], stations: Sequence[FlankStation
                      k2=two.sum(axis=1).astype(float), n_fixed=n_fixed, n_both=len(both), left_names=left_names,
                      right_names=right_names, y_left1=split(y_l, one), y_left2=split(y_l, two),
                      y_right1=split(y_r, one), y_right2=split(y_r, two), y_both=split(y_b, two))
+
+
+def left_only(data: FlankData) -> FlankData:
+    """The study as a left-only SCR sees it (what a study does today without this model): every left identity an
+    animal of its own, right flanks and both-side captures dropped, one side's misses in the likelihood."""
+    n, J = data.n_left, data.xy.shape[0]
+    zeros = np.zeros((n, J))
+    return FlankData(station_names=data.station_names, xy=data.xy, k1=data.k1, k2=data.k2, n_fixed=n, n_both=0,
+                     left_names=data.left_names, right_names=data.left_names, y_left1=data.y_left1,
+                     y_left2=data.y_left2, y_right1=zeros, y_right2=zeros, y_both=zeros, sides=1)
 
 
 # --------------------------------------------------------------------------- state space
@@ -554,7 +565,7 @@ class _Chain:
         miss = np.log1p(-ps)  # one side, one camera, one occasion: not photographed
         w1 = (math.log(p0s) - h) - miss
         w2 = w1 + np.log(2.0 - ps) - miss  # 1 - (1 - ps)^2 = ps (2 - ps), over (1 - ps)^2
-        base = miss @ (2.0 * d.k1 + 4.0 * d.k2)
+        base = miss @ (d.sides * (d.k1 + 2.0 * d.k2))
         if not self.two:
             return w1, w2, None, base
         pb = p0b * k
