@@ -276,12 +276,13 @@ def test_the_job_kind_runs_the_stored_request_and_stores_the_aicc_table(two_year
         assert queue.get_job(cat, job_id).status == JobStatus.succeeded
         # the stored answer is the one the CLI prints for the same request
         assert answer["table"] == dm.density_models(request, cat=cat)["table"]
-        rows, line = dm.model_figures(cat, DensityModelFiguresRequest(job_id=job_id))
-        assert line.startswith("Best model sigma~h2, pmix~h2")
+        view = dm.model_view(cat, DensityModelFiguresRequest(job_id=job_id))
+        rows, line = view["figures"], view["about"]
+        assert line.startswith("Best model sigma~h2, pmix~h2") and view["models"][0] == view["model"]
         assert [(r[0], r[1]) for r in rows] == [("2023", "female"), ("2023", "male"), ("2024", "female"),
                                                 ("2024", "male")]
         assert rows[0][2] == f"{len(detected['2023']['F'] - UNSEXED)} sexed F"
-        rows, _ = dm.model_figures(cat, DensityModelFiguresRequest(job_id=job_id, model="g0~1, pmix~h2"))
+        rows = dm.model_view(cat, DensityModelFiguresRequest(job_id=job_id, model="g0~1, pmix~h2"))["figures"]
         assert [(r[0], r[1]) for r in rows] == [("2023", "both"), ("2024", "both")]
         with pytest.raises(ValueError, match="the background job fits the catalogue's study"):
             dm.queue_density_models(cat, DensityModelsRequest(model="g0~1", captures="c", traps=("t",), buffer_m=9))
@@ -324,6 +325,8 @@ def test_the_population_tab_offers_the_catalogue_s_models_and_shows_the_table(tw
         assert list(table["Model"]) == ["sigma~h2, pmix~h2", "g0~1, pmix~h2"]
         assert chosen["value"] == "sigma~h2, pmix~h2" and len(figures) == 4  # two sessions, two sexes
         assert "Best model sigma~h2, pmix~h2" in _plain(about)
+        figures, about = fns["show"](None, job_id, "g0~1, pmix~h2")  # another model picked from the table's list
+        assert list(figures["Sex"]) == ["both", "both"] and _plain(about).startswith("Model g0~1, pmix~h2")
     finally:
         cat.close()
     thin_cat = open_catalogue(thin)

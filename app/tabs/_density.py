@@ -237,15 +237,13 @@ def _build_models(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
     def poll(job_id, shown_id):
         if not job_id or job_id == shown_id:
             return (gr.skip(),) * (2 + len(results))
-        answer, words = dm.density_models_status(cat, job_id)
-        if answer is None:
-            finished = " failed: " in words or " cancelled: " in words
-            return (job_id if finished else gr.skip(), markdown_text(words), *(gr.skip(),) * len(results))
-        rows, line = dm.model_figures(cat, DensityModelFiguresRequest(job_id=int(job_id)))
-        names = [r[0] for r in dm.aic_rows(answer)]
-        return (job_id, markdown_text(words), pd.DataFrame(dm.aic_rows(answer), columns=dm.AIC_HEADERS),
-                gr.update(choices=names, value=names[0] if names else None),
-                pd.DataFrame(rows, columns=dm.FIGURE_HEADERS), markdown_text(line))
+        view = dm.model_view(cat, DensityModelFiguresRequest(job_id=int(job_id)))
+        if not view["done"]:
+            finished = " failed: " in view["status"] or " cancelled: " in view["status"]
+            return (job_id if finished else gr.skip(), markdown_text(view["status"]), *(gr.skip(),) * len(results))
+        return (job_id, markdown_text(view["status"]), pd.DataFrame(view["table"], columns=dm.AIC_HEADERS),
+                gr.update(choices=view["models"], value=view["model"]),
+                pd.DataFrame(view["figures"], columns=dm.FIGURE_HEADERS), markdown_text(view["about"]))
 
     timer.tick(guarded_viewer(poll), [job, shown], [shown, status, *results], show_progress="hidden")
 
@@ -253,8 +251,8 @@ def _build_models(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
     def show(job_id, name):
         if not job_id or not name:
             return gr.skip(), gr.skip()
-        rows, line = dm.model_figures(cat, DensityModelFiguresRequest(job_id=int(job_id), model=name))
-        return pd.DataFrame(rows, columns=dm.FIGURE_HEADERS), markdown_text(line)
+        view = dm.model_view(cat, DensityModelFiguresRequest(job_id=int(job_id), model=name))
+        return pd.DataFrame(view["figures"], columns=dm.FIGURE_HEADERS), markdown_text(view["about"])
 
     chosen.input(show, inputs=[job, chosen], outputs=[figures, about], api_name="density_model_figures")
 

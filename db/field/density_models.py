@@ -19,7 +19,7 @@ from core.field.scr_data import build_capture_history
 from core.field.scr_errors import DensityInputError
 from core.field.scr_fit import ScrModelFit, fit_scr_model
 from core.field.scr_mask import trapbuffer_mask
-from core.field.scr_models import ScrSession, build_sessions, normalise_sex, parse_model
+from core.field.scr_models import ScrSession, build_sessions, parse_model
 from core.field.scr_select import ModelComparison, compare_models
 from db.field.density import default_buffer
 from db.field.density_sessions import CatalogueSessions, catalogue_sessions
@@ -49,7 +49,7 @@ def _check_models(found: CatalogueSessions, models: Sequence[str], *, detector: 
                                   "with --sessions year or --sessions deployment-group.", criterion="one_session")
     if any(f.uses("sex") or f.uses("h2") for f in formulas):
         animals = {c.animal for s in found.sessions for c in s.captures}
-        if not any(normalise_sex(found.sex.get(a), animal=a) for a in animals):
+        if not any(found.sex_of(a) for a in animals):
             raise idf.NotIdentifiable(f"No {found.species} individual detected here has a sex in the catalogue, so "
                                       "nothing can vary by sex; give the individuals their sex, or drop sex from "
                                       "the model.", criterion="no_sex")
@@ -124,7 +124,7 @@ def _session_rows(found: CatalogueSessions) -> list[dict[str, Any]]:
     out = []
     for s in found.sessions:
         animals = sorted({c.animal for c in s.captures})
-        sexes = [normalise_sex(found.sex.get(a), animal=a) for a in animals]
+        sexes = [found.sex_of(a) for a in animals]
         study = s.study.study
         stations = s.study.population.stations  # the session's effort, not its window (a year is longer)
         first = min(st.begin for st in stations).date()

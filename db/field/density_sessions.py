@@ -18,6 +18,7 @@ from core.field import capthist as ch
 from core.field import population as pop
 from core.field.scr_data import Capture
 from core.field.scr_errors import DensityInputError
+from core.field.scr_models import normalise_sex
 from core.field.stations import StationError, parse_timestamp
 from db.field.density import CatalogueDensityStudy, catalogue_density_study
 from db.field.population import PopulationStudy, population_study, secr_inputs
@@ -54,6 +55,14 @@ class CatalogueSessions:
     sessions: tuple[CatalogueSession, ...]
     sex: dict[str, str | None]
     notes: tuple[str, ...]
+
+    def sex_of(self, animal: str) -> str | None:
+        """'F', 'M' or None for an animal's secr name; a code the models cannot read counts as unknown here (a
+        model with sex refuses it by name when its sessions are built)."""
+        try:
+            return normalise_sex(self.sex.get(animal), animal=animal)
+        except DensityInputError:
+            return None
 
 
 def parse_grouping(text: str | None) -> tuple[str | None, str | None]:

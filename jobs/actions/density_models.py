@@ -25,7 +25,6 @@ from core.field.scr_mask import Mask, trapbuffer_mask
 from core.field.scr_models import (
     ScrSession,
     build_sessions,
-    normalise_sex,
     parse_model,
     read_mask_with_covariates,
     read_secr_sex,
@@ -266,7 +265,7 @@ def model_choices(cat: Catalogue, request: DensityModelChoicesRequest) -> dict[s
     except (ValueError, CatalogueError) as exc:
         return {"models": [], "default": [], "sessions": [], "sexed": 0, "words": str(exc)}
     animals = {c.animal for s in found.sessions for c in s.captures}
-    sexed = sum(1 for a in animals if normalise_sex(found.sex.get(a), animal=a) is not None)
+    sexed = sum(1 for a in animals if found.sex_of(a) is not None)
     have = {"sex"} if sexed else set()
     if len(found.sessions) > 1:
         have.add("sessions")
@@ -334,16 +333,25 @@ def _fits(answer: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [answer] if answer["kind"] == "model" else list(answer["fits"])
 
 
-def model_figures(cat: Catalogue, request: DensityModelFiguresRequest) -> tuple[list[list[str]], str]:
-    """The per-session and per-sex figures of one model of a finished job (``request.model``, None: the best by
-    AICc) as rows of :data:`FIGURE_HEADERS`, with a line naming the model and its notes; no rows while the job has
-    no answer or was refused."""
+def model_view(cat: Catalogue, request: DensityModelFiguresRequest) -> dict[str, Any]:
+    """What the tab shows of a density models job: ``status`` (its line), ``done`` (an answer is stored), the AICc
+    ``table`` (rows of :data:`AIC_HEADERS`), the fitted ``models`` in the table's order, the ``model`` shown
+    (``request.model``, None: the best by AICc) with its per-session and per-sex ``figures`` (rows of
+    :data:`FIGURE_HEADERS`) and a line ``about`` it and the notes; no rows while the job runs or was refused."""
     answer, words = density_models_status(cat, request.job_id)
+    view: dict[str, Any] = {"status": words, "done": answer is not None, "table": aic_rows(answer), "models": [],
+                            "model": None, "figures": [], "about": ""}
     if not answer or answer.get("refused"):
-        return [], words
+        return view
+    view["models"] = [r[0] for r in view["table"]]
+    view["model"], view["figures"], view["about"] = _figures(answer, request.model)
+    return view
+
+
+def _figures(answer: Mapping[str, Any], model: str | None) -> tuple[str, list[list[str]], str]:
     fits = {f["model"]: f for f in _fits(answer)}
     best = answer["table"][0]["model"] if answer["kind"] == "compare" else answer["model"]
-    name = request.model or best
+    name = model or best
     if name not in fits:
         raise ValueError(f"model {name!r} is not among the job's models ({', '.join(fits)})")
     fit = fits[name]
@@ -366,4 +374,4 @@ def model_figures(cat: Catalogue, request: DensityModelFiguresRequest) -> tuple[
     line = f"{'Best model' if name == best else 'Model'} {name}: {fit['likelihood']} likelihood" + (
         f", sex as {fit['sex']}" if fit.get("sex") else "") + "." + "".join(
         f" {n[0].upper()}{n[1:].rstrip('.')}." for n in answer.get("notes", []))
-    return rows, line
+    return name, rows, line
