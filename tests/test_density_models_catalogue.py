@@ -251,6 +251,17 @@ def test_a_session_term_needs_sessions_and_sex_needs_sexed_individuals(two_years
                                                         spacing_m=500), cat=cat)
         assert answer["refused"] and answer["criterion"] == "no_sex"
         assert "has a sex in the catalogue" in answer["reason"]
+        with cat.unit_of_work() as s:
+            for i in s.query(Individual):
+                i.sex = "female" if i.name != "Geo-03" else "hermaphrodite"
+            s.commit()
+        # a code the models cannot read is refused by name where a model uses sex, and ignored where none does
+        with pytest.raises(ValueError, match="sex code 'hermaphrodite' for animal 'Geo-03'"):
+            dm.density_models(DensityModelsRequest(model="sigma~sex", sessions="year", buffer_m=4000, spacing_m=500),
+                              cat=cat)
+        rows = dm.density_models(DensityModelsRequest(model="g0~1", sessions="year", buffer_m=4000, spacing_m=500),
+                                 cat=cat)["study"]["sessions"]
+        assert all(r["sex"]["M"] == 0 for r in rows) and 1 <= sum(r["sex"]["unknown"] for r in rows) <= 2
     finally:
         with cat.unit_of_work() as s:
             for i in s.query(Individual):
