@@ -67,3 +67,20 @@ def test_a_decision_is_one_round_trip_that_draws_the_next_animal_itself(tmp_path
         states = {o for o in d["outputs"] if kinds[o] == "state"}
         followers = [x for x in deps if any(t[0] in states for t in x["targets"])]
         assert followers == [], "a state the decision writes sets off another event"
+
+
+def test_a_mouse_pick_sent_twice_is_one_pick_and_a_later_pick_of_that_photo_opens_it_again():
+    """Gradio's dropdown sends one pick made with the mouse as two events: the second is recognised (same page,
+    same photo, within the window); another page, another photo, or the same photo later are picks of their own."""
+    from app.tabs.match import RepeatedPicks
+
+    picks = RepeatedPicks(window_s=2.0, sessions=2)
+    assert not picks.repeated("page-a", 7, now=100.0)
+    assert picks.repeated("page-a", 7, now=100.05)
+    assert not picks.repeated("page-b", 7, now=100.1)  # another curator's page
+    assert not picks.repeated("page-a", 8, now=100.2)
+    assert not picks.repeated("page-a", 7, now=100.3)  # back to 7 after 8: a pick of its own
+    assert not picks.repeated("page-a", 7, now=103.0)  # 7 again, after the window: opened again
+    assert not picks.repeated(None, 7, now=103.1) and not picks.repeated(None, 7, now=103.2)  # no page: never
+    assert not picks.repeated("page-c", 1, now=200.0)  # over `sessions` pages: the stale ones are forgotten
+    assert set(picks._last) == {"page-c"}

@@ -169,6 +169,34 @@ def test_same_individual_assigns_the_query_records_what_was_shown_and_undo_resto
     assert ms.decision_count(cat) == 0
 
 
+def test_a_decision_names_what_the_page_showed_and_is_refused_when_the_view_differs(cat):
+    """The page sends the photo and the card it shows chosen; a server copy redrawn late (rank 1 chosen again)
+    does not turn the curator's choice of candidate 2 into candidate 1, and a view of another photo or other
+    candidates records nothing."""
+    assert ds.ShownPair.parse("") is None and ds.ShownPair.parse(None) is None
+    assert ds.ShownPair.parse("7::") == ds.ShownPair(query_image_id=7)
+    with pytest.raises(CatalogueError, match="unreadable"):
+        ds.ShownPair.parse("7:x:3")
+    q1, q2 = _unassigned(cat)[:2]
+    view = hand_view(cat, q1.id, ["Bruno", "Amber"])
+    amber_photo = view.candidates[1].image_id
+    shown = ds.ShownPair.parse(f"{q1.id}:2:{amber_photo}")
+    ds.decide(cat, ds.decision_request(view, "same", user="ana", rank=1, shown=shown))
+    assert _image(cat, q1.original_name).individual_id == _individual_id(cat, "Amber")
+
+    other = hand_view(cat, q2.id, ["Bruno", "Amber"])
+    for text, words in ((f"{q1.id}:1:{other.candidates[0].image_id}", "page showed animal"),
+                        (f"{q2.id}:2:{other.candidates[0].image_id}", "candidates .* changed"),
+                        (f"{q2.id}:3:{other.candidates[0].image_id}", "candidates .* changed")):
+        with pytest.raises(CatalogueError, match=words):
+            ds.decision_request(other, "same", user="ana", shown=ds.ShownPair.parse(text))
+    with pytest.raises(CatalogueError, match="page showed animal"):
+        ds.sighting_request(other, user="ana", shown=ds.ShownPair.parse(f"{q1.id}::"))
+    assert _image(cat, q2.original_name).individual_id is None
+    # a new individual names no candidate: only the photo must agree
+    assert ds.decision_request(other, "new", user="ana", shown=ds.ShownPair.parse(f"{q2.id}::")).rank is None
+
+
 def test_same_defaults_to_the_top_candidate(cat):
     query = _unassigned(cat)[0]
     ds.decide(cat, ds.decision_request(hand_view(cat, query.id, ["Cleo", "Amber"]), "same", user="ana"))

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import base64
 import html
+import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,6 +85,16 @@ element.addEventListener('click', (e) => {
   if (card) trigger('click', {rank: Number(card.dataset.rank)});
 });
 """
+# Runs in the page as a decision is sent: its last input becomes the photo and the chosen card the page shows.
+DECIDE_JS = """
+(...args) => {
+  const facts = document.querySelector('#match-facts .rz-facts');
+  const card = document.querySelector('#match-candidates .rz-card.rz-selected');
+  args[args.length - 1] = [facts ? facts.dataset.imageId : '', card ? card.dataset.rank : '',
+                           card ? card.dataset.imageId : ''].join(':');
+  return args;
+}
+"""
 KEYS_HELP = ("<div class='rz-keys' style='font-size:var(--text-sm);color:var(--body-text-color-subdued)'>"
              "Keys: <kbd>M</kbd> same individual · <kbd>N</kbd> not the same · <kbd>U</kbd> unsure · "
              "<kbd>I</kbd> new individual · <kbd>Z</kbd> undo · <kbd>←</kbd>/<kbd>→</kbd> previous / next photo · "
@@ -95,6 +107,34 @@ SPOTS_HINT = ("*Matched spots:* press **Show matched spots** (key S) to see whic
 LOADING_QUEUE = ("<div class='rz-empty' id='match-loading'>Loading the review queue… The first time, the photos' "
                  "features are computed (about a second per photo on this machine); imports start this in the "
                  "background, so it is usually ready.</div>")
+
+
+class RepeatedPicks:
+    """Which picks of "Open a photo" repeat the one just made: Gradio 6's dropdown sends a pick made with the mouse
+    as two ``input`` events, run side by side (the queue runs four at once), and the second, landing after the
+    curator chose a card, would draw the top candidate chosen again. A pick of the same photo by the same page
+    within ``window_s`` of the last is the same pick."""
+
+    def __init__(self, *, window_s: float = 2.0, sessions: int = 1000) -> None:
+        self.window_s, self.sessions = window_s, sessions
+        self._last: dict[str, tuple[int, float]] = {}
+        self._lock = threading.Lock()
+
+    def repeated(self, session: str | None, image_id: int, *, now: float | None = None) -> bool:
+        if session is None:
+            return False
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            last = self._last.get(session)
+            self._last[session] = (image_id, now)
+            if len(self._last) > self.sessions:  # pages long closed
+                for key, (_, at) in list(self._last.items()):
+                    if now - at > self.window_s:
+                        del self._last[key]
+        return last is not None and last[0] == image_id and now - last[1] < self.window_s
+
+
+PICKS = RepeatedPicks()
 
 
 @dataclass(frozen=True)
@@ -207,6 +247,8 @@ def build(ctx: UIContext) -> None:
     with gr.Accordion("Match a new photo (upload)", open=False, elem_id="match-upload-box"):
         upload = gr.File(label="Photo", file_count="single", file_types=["image"], elem_id="match-upload", height=110)
 
+    # what the page shows as a decision is sent ("query:rank:candidate"), written by DECIDE_JS
+    shown_box = gr.Textbox(visible=False, elem_id="match-shown")
     # how the screen is drawn beyond the photo: outline and whole frames asked for, and what the last drawing left
     # that the next must undo (spots shown, a picker naming a photo, the queue's end); a server-side value, so the
     # next drawing sends only what changed
@@ -332,13 +374,19 @@ def build(ctx: UIContext) -> None:
         return (new, *show(queue[new], model_name, flank, look, queue, new, progress), "")
 
     @curator_action
-    def on_decide(kind, view, selected, name, user, queue, pos, model_name, flank, look, quiet,
+    def on_decide(kind, view, selected, name, user, queue, pos, model_name, flank, look, quiet, shown=None,
                   progress=gr.Progress()):
+        # the pair the page showed (DECIDE_JS), not only the server's copy of the screen: a late answer to an
+        # earlier event may have redrawn that copy after the curator chose a card
+        pair_shown = ds.ShownPair.parse(shown)
         try:
             if kind == "sighting":
-                outcome = ds.decide_sighting(cat, ds.sighting_request(view, user=user, rank=selected))
+                request = ds.sighting_request(view, user=user, rank=selected, shown=pair_shown)
+                outcome = ds.decide_sighting(cat, request)
             else:
-                outcome = ds.decide(cat, ds.decision_request(view, kind, user=user, rank=selected, new_name=name))
+                request = ds.decision_request(view, kind, user=user, rank=selected, new_name=name, shown=pair_shown)
+                outcome = ds.decide(cat, request)
+            selected = request.rank or selected
         except ConflictError as exc:  # another curator decided this photo meanwhile: show it as it is now
             return (pos, *show(view.query.image_id, model_name, flank, look, queue, pos, progress),
                     gr.skip(), f"**Not recorded:** {exc}. The photo is shown again as it is now.", gr.skip())
@@ -391,8 +439,14 @@ def build(ctx: UIContext) -> None:
         return render(view, rank.get("rank"), look, queue, pos)
 
     @curator_action(role=Role.viewer)
-    def on_open_photo(image_id, model_name, flank, look, queue, progress=gr.Progress()):
+    def on_open_photo(image_id, view, model_name, flank, look, queue, request: gr.Request = None,
+                      progress=gr.Progress()):
         if image_id is None:
+            return (gr.skip(),) * (1 + len(screen))
+        if (view is not None and view.query.image_id == int(image_id)) \
+                or PICKS.repeated(request.session_hash if request else None, int(image_id)):
+            # the photo on screen, or being opened, already: Gradio's picker sends one pick with the mouse as two
+            # events, and the second must not redraw over what the curator did since the first (a chosen card)
             return (gr.skip(),) * (1 + len(screen))
         pos = queue.index(int(image_id)) if int(image_id) in queue else -1
         return (pos if pos >= 0 else 0, *show(image_id, model_name, flank, look, queue, pos, progress))
@@ -512,15 +566,15 @@ def build(ctx: UIContext) -> None:
         button.click(
             curator_action(lambda *a, _k=kind, _named=named: _named_or_not(on_decide(_k, *a), _named)),
             inputs=[view_state, selected_state, new_name, ctx.user, queue_state, pos_state, model, filters_state,
-                    look_state, ctx.quiet],
+                    look_state, ctx.quiet, shown_box],
             outputs=[pos_state, *screen, *([new_name] if named else []), status, ctx.quiet],
-            api_name=f"decide_{kind}", trigger_mode="once", **one_bar)
+            js=DECIDE_JS, api_name=f"decide_{kind}", trigger_mode="once", **one_bar)
     undo_button.click(on_undo, inputs=[ctx.user, queue_state, model, filters_state, look_state, ctx.quiet],
                       outputs=[pos_state, *screen, status, ctx.quiet], api_name="undo_decision", **one_bar,
                       trigger_mode="once")
     board.click(on_pick_candidate, inputs=[view_state, look_state, queue_state, pos_state], outputs=screen,
                 **hidden)
-    photo_pick.input(on_open_photo, inputs=[photo_pick, model, filters_state, look_state, queue_state],
+    photo_pick.input(on_open_photo, inputs=[photo_pick, view_state, model, filters_state, look_state, queue_state],
                      outputs=[pos_state, *screen], api_visibility="private", **one_bar)
 
     @curator_action(role=Role.viewer)

@@ -54,14 +54,59 @@ class DecisionClaim:
 # --------------------------------------------------------------------------- building requests
 
 
+@dataclass(frozen=True)
+class ShownPair:
+    """What the curator's page showed when a decision button was pressed: the photo to identify and the chosen
+    card (its rank and its photo). The server keeps its own copy of the screen, and a late answer to an earlier
+    event (a photo opened twice, a redraw) can overwrite that copy after the page was drawn; a decision therefore
+    names what the page showed, and is refused when the server's view does not hold it."""
+
+    query_image_id: int
+    rank: int | None = None
+    candidate_image_id: int | None = None
+
+    @classmethod
+    def parse(cls, text: str | None) -> ShownPair | None:
+        """``"query:rank:candidate"`` as the page writes it (rank and candidate empty with no card chosen); None
+        when nothing was sent (an API client without a page)."""
+        if not text or not str(text).strip():
+            return None
+        parts = (str(text).split(":") + ["", ""])[:3]
+        try:
+            query, rank, cand = (int(p) if p.strip() else None for p in parts)
+        except ValueError:
+            raise CatalogueError(f"The page sent an unreadable screen state ({text!r}); reload the page.") from None
+        if query is None:
+            return None
+        return cls(query_image_id=query, rank=rank, candidate_image_id=cand)
+
+
+def _shown_candidate(view: MatchView, decision: str, rank: int | None, shown: ShownPair | None):
+    """The candidate a decision is about: the card the page showed chosen when it says so, else ``rank``."""
+    if shown is not None and shown.query_image_id != view.query.image_id:
+        raise CatalogueError(f"Nothing was recorded: the page showed animal #{shown.query_image_id} while the "
+                             f"screen moved to animal #{view.query.image_id}. Look at the animal now shown and "
+                             "decide again.")
+    if decision == "new":
+        return None
+    if shown is None or shown.rank is None:
+        return view.candidate(rank)
+    cand = view.candidate(shown.rank)
+    if cand is None or cand.rank != shown.rank or cand.image_id != shown.candidate_image_id:
+        raise CatalogueError(f"Nothing was recorded: the candidates of animal #{view.query.image_id} changed as "
+                             "you decided. Choose the candidate again and decide.")
+    return cand
+
+
 def decision_request(view: MatchView | None, decision: str, *, user: str, rank: int | None = None,
-                     new_name: str | None = None) -> DecideRequest:
+                     new_name: str | None = None, shown: ShownPair | None = None) -> DecideRequest:
     """The decision on the shown query against the candidate at ``rank`` (default: the top one), claiming the
-    state the screen showed: its individual, its standing decision and its decision version."""
+    state the screen showed: its individual, its standing decision and its decision version. ``shown`` (what the
+    page drew) overrides ``rank`` and must agree with ``view``."""
     user = curator_name(user)
     if view is None:
         raise CatalogueError("Open a photo to match first.")
-    cand = None if decision == "new" else view.candidate(rank)
+    cand = _shown_candidate(view, decision, rank, shown)
     request = DecideRequest(query_image_id=view.query.image_id, decision=decision, user=user,
                             candidate_image_id=cand.image_id if cand else None, rank=cand.rank if cand else None,
                             score=cand.score if cand else None, model_name=view.model_name, new_name=new_name,
@@ -72,12 +117,14 @@ def decision_request(view: MatchView | None, decision: str, *, user: str, rank: 
     return request
 
 
-def sighting_request(view: MatchView | None, *, user: str, rank: int | None = None) -> DecideSightingRequest:
-    """Bulk review of the shown query's sighting as the candidate at ``rank`` (default: the top one)."""
+def sighting_request(view: MatchView | None, *, user: str, rank: int | None = None,
+                     shown: ShownPair | None = None) -> DecideSightingRequest:
+    """Bulk review of the shown query's sighting as the candidate at ``rank`` (default: the top one); ``shown``
+    as for :func:`decision_request`."""
     user = curator_name(user)
     if view is None:
         raise CatalogueError("Open a photo to match first.")
-    cand = view.candidate(rank)
+    cand = _shown_candidate(view, "sighting", rank, shown)
     if cand is None:
         raise CatalogueError("There is no candidate to compare with.")
     return DecideSightingRequest(query_image_id=view.query.image_id, candidate_image_id=cand.image_id, user=user,
