@@ -27,6 +27,7 @@ from core.field.partial_id import (
     split_rhat,
     write_flank_files,
 )
+from core.field.scr_mask import read_mask_csv
 from jobs.actions.partial_id import partial_id_density
 from jobs.requests.partial_id import PartialIdRequest
 
@@ -180,6 +181,18 @@ def test_traps_give_cameras_per_occasion(tmp_path: Path):
     assert data.k2.tolist() == [2, 0] and data.k1.tolist() == [1, 4]
     with pytest.raises(ValueError, match="one camera sees one flank"):
         flank_data([FlankCapture("X", 3, "A", "B")], stations)
+
+
+def test_a_mask_gives_the_state_space(tmp_path: Path):
+    mask_csv = tmp_path / "mask.csv"
+    points = [(x, y) for x in range(-500, 2600, 200) for y in range(-500, 1600, 200) if not (x > 1500 and y > 900)]
+    mask_csv.write_text("x,y\n" + "".join(f"{x},{y}\n" for x, y in points), encoding="utf-8")
+    space = StateSpace.from_mask(read_mask_csv(mask_csv))
+    assert space.area_km2 == pytest.approx(len(points) * 0.04)
+    assert space.contains(np.array([[0.0, 0.0], [2000.0, 0.0], [2000.0, 1300.0], [-700.0, 0.0]])).tolist() == [
+        True, True, False, False]
+    drawn = space.sample(np.random.default_rng(0), 2000)
+    assert space.contains(drawn).all()
 
 
 @pytest.fixture(scope="module")

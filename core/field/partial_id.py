@@ -116,7 +116,9 @@ def _camera_codes(text: str, where: str) -> tuple[int, ...]:
 
 def read_flank_traps(path: str | Path) -> list[FlankStation]:
     """Stations from ``Detector X Y cameras`` lines (a header line naming the columns may come first):
-    ``cameras`` is 1 or 2 for every occasion, or a string of 0/1/2, one digit per occasion (0: not working)."""
+    ``cameras`` is 1 or 2 for every occasion, or a string of 0/1/2, one digit per occasion (0: not working). With
+    one digit on every line the occasions are counted to the last capture's, as secr's ``read.capthist`` counts
+    them; give one digit per occasion to count quiet occasions after it."""
     rows = _fields(path)
     if rows and rows[0][1] and rows[0][1][-1].lower() == "cameras":
         rows = rows[1:]
@@ -204,6 +206,8 @@ def flank_data(captures: Sequence[FlankCapture], stations: Sequence[FlankStation
     right names are separate identities unless a link joins them."""
     if not stations:
         raise DetectorLayoutError("no stations")
+    if not captures:
+        raise DensityInputError("no captures: a density needs photographed animals")
     index = {s.name: j for j, s in enumerate(stations)}
     unknown = sorted({c.station for c in captures if c.station not in index})
     if unknown:
@@ -905,8 +909,11 @@ def write_flank_files(study: FlankStudy, captures: str | Path, traps: str | Path
     lines += [f"1 {c.identity} {c.occasion} {c.station} {c.flank}" for c in study.captures]
     Path(captures).write_text("\n".join(lines) + "\n", encoding="utf-8")
     rows = ["Detector X Y cameras"]
+    n_occ = max(len(s.cameras) for s in study.stations)
+    # one digit stands for every occasion only when a capture falls on the last (the reader counts to it)
+    compact = max((c.occasion for c in study.captures), default=0) == n_occ
     for s in study.stations:
-        code = str(s.cameras[0]) if len(set(s.cameras)) == 1 else "".join(map(str, s.cameras))
+        code = str(s.cameras[0]) if compact and len(set(s.cameras)) == 1 else "".join(map(str, s.cameras))
         rows.append(f"{s.name} {s.x:g} {s.y:g} {code}")
     Path(traps).write_text("\n".join(rows) + "\n", encoding="utf-8")
 
