@@ -207,9 +207,10 @@ def _build_models(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
         choices = dm.model_choices(cat, request)
         return gr.update(choices=choices["models"], value=choices["default"]), markdown_text(choices["words"])
 
-    for field in (by, species, days, first, last):
-        field.change(guarded_viewer(offer), inputs=[species, days, first, last, by], outputs=[models, offered],
-                     api_visibility="private", show_progress="hidden")
+    # the sessions and species are picked (once a change); the numbers and days are typed (once they are left)
+    for event in (by.change, species.change, days.blur, first.blur, last.blur):
+        event(guarded_viewer(offer), inputs=[species, days, first, last, by], outputs=[models, offered],
+              api_visibility="private", show_progress="hidden")
     ctx.on_refresh(guarded_viewer(offer), inputs=[species, days, first, last, by], outputs=[models, offered])
 
     def _empty() -> tuple:
