@@ -394,3 +394,27 @@ def test_camtrap_dp_deployment_groups_and_sexes_become_sessions(tmp_path, monkey
         assert [s.name for s in grid.sessions] == ["A"]
     finally:
         cat.close()
+
+
+def test_a_group_without_identified_detections_is_left_out_with_a_note(tmp_path):
+    """A third season whose cameras caught nothing identified: the two seasons with captures are the sessions,
+    and the note names the one left out."""
+    data_dir = tmp_path / "rosette-data"
+    build_thin_season(data_dir)
+    cat = open_catalogue(data_dir)
+    try:
+        with cat.unit_of_work() as s:
+            for dep in s.query(Deployment):
+                dep.details = {"deploymentGroups": "season:spring"}
+            s.add(Deployment(key="late-A", location_id="A", lat=-31.0, lon=-64.0, start="2024-09-01T00:00:00-03:00",
+                             end="2024-09-08T00:00:00-03:00", details={"deploymentGroups": "season:late"}))
+            s.add(Deployment(key="loose", location_id="A", lat=-31.0, lon=-64.0, start="2024-10-01T00:00:00-03:00",
+                             end="2024-10-08T00:00:00-03:00"))
+            s.commit()
+        found = catalogue_sessions(cat, grouping="deployment-group:season")
+        assert [x.name for x in found.sessions] == ["spring"]
+        assert any(n.startswith("session late: no identified") for n in found.notes), found.notes
+        assert any("1 deployment(s) without a season:value group in deploymentGroups left out: loose" in n
+                   for n in found.notes), found.notes
+    finally:
+        cat.close()

@@ -177,8 +177,12 @@ def _by_group(cat: Catalogue, whole: CatalogueDensityStudy, *, key: str | None, 
         if last < first:
             notes.append(f"group {name!r} has no deployment in the window: left out.")
             continue
-        base = catalogue_density_study(cat, species=species, occasion_days=occasion_days, date_from=first,
-                                       date_to=last)
+        try:
+            base = catalogue_density_study(cat, species=species, occasion_days=occasion_days, date_from=first,
+                                           date_to=last)
+        except DensityInputError as exc:  # nothing identified at a located station in the group's window
+            notes.append(f"session {name}: {exc}; left out.")
+            continue
         study = _restricted(base.population, {k for k, _, _ in members})
         sessions.append(CatalogueSession(name, _as_density_study(base, study)))
     return sessions, notes
