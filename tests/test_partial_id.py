@@ -262,3 +262,44 @@ def test_cli_refuses_bad_input_in_one_line(files, capsys, case, words):
     errors = [line for line in err.splitlines() if not line.startswith("[")]  # after the progress lines
     assert rc == 1 and out == ""
     assert len(errors) == 1 and errors[0].startswith("error: ") and words in errors[0], err
+
+
+def test_the_id_sampler_draws_the_exact_conditional_of_the_links():
+    """With the centres, z and the parameters held, the left identities' assignment must follow
+    exp(sum of their gains) over one-to-one assignments: enumerated exactly for two lefts on four individuals."""
+    stations = [FlankStation(f"S{j}", 400.0 * j, 0.0, (1,) * 6) for j in range(4)]
+    captures = [FlankCapture("L1", 1, "S0", "L"), FlankCapture("L1", 2, "S1", "L"), FlankCapture("L2", 3, "S2", "L"),
+                FlankCapture("L2", 5, "S3", "L"), FlankCapture("R1", 4, "S1", "R")]
+    data = flank_data(captures, stations)
+    space = _space(stations, 800)
+    chain = _Chain(data, space, augmented=4, rng=np.random.default_rng(1), prop_scale=1.0)
+    chain.s = np.array([[0.0, 100.0], [500.0, -50.0], [900.0, 0.0], [1300.0, 80.0]])
+    chain.d2 = chain._d2(chain.s)
+    chain.z = np.ones(4, dtype=bool)
+    chain.sigma, chain.p0s = 450.0, 0.3
+    chain.terms = chain._terms(chain.d2, chain.sigma, chain.p0s, chain.p0b)
+    gains = data.y_left1 @ chain.terms[0].T + data.y_left2 @ chain.terms[1].T
+    states = [(a, b) for a in range(4) for b in range(4) if a != b]
+    weights = np.array([math.exp(gains[0, a] + gains[1, b]) for a, b in states])
+    exact = weights / weights.sum()
+    counts = dict.fromkeys(states, 0)
+    sweeps = 12_000
+    for _ in range(sweeps):
+        chain._id_update()
+        counts[(int(chain.at_l[0]), int(chain.at_l[1]))] += 1
+    observed = np.array([counts[s] for s in states]) / sweeps
+    assert np.abs(observed - exact).max() < 0.025, np.round(np.c_[observed, exact], 3)
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"chains": 0}, "chains must number"),
+    ({"iterations": 50}, "iterations must be"),
+    ({"seed": -1}, "seed must be"),
+    ({"buffer_m": -5}, "more than 0 m"),
+    ({"captures": ""}, "--captures FILE"),
+])
+def test_the_request_refuses_bad_values_when_made(fields, words):
+    values = {"captures": "c.txt", "traps": "t.txt", "buffer_m": 1000.0} | fields
+    with pytest.raises(ValueError, match=words):
+        PartialIdRequest(**values)
+    assert PartialIdRequest.from_dict(PartialIdRequest(captures="c.txt", traps="t.txt", buffer_m=900).to_dict())
