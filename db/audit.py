@@ -119,7 +119,7 @@ AUDITED: dict[type, Audited] = {
     User: Audited("user", {"role": "role", "password_hash": "password", "active": "active"},
                   insert_fields=("name", "role")),
     Benchmark: Audited("benchmark", {}, on_insert="create", insert_fields=("name",)),
-    # camera stations (db.field.deployments): a curator's add / edit / delete, and those a deployments CSV adds
+    # camera stations (db.records.deployments): a curator's add / edit / delete, and those a deployments CSV adds
     Deployment: Audited("deployment", {f: "edit" for f in ("key", "location_id", "location_name", "lat", "lon", "start",
                                                             "end", "camera_id", "camera_model", "details")},
                         insert_fields=("key", "location_id", "start", "end")),

@@ -16,9 +16,9 @@ from core.identify.spots.requests import KeypointsRequest, SpotEvaluationRequest
 from db.catalogue import CatalogueError
 from db.field.camtrapdp_export import export_package
 from db.identify.compare import compare
-from db.density_identities import density_on_basis
+from db.field.density_identities import density_on_basis
 from db.field.density_models import catalogue_models
-from db.identities import uncertain_answer
+from db.field.identities import uncertain_answer
 from db.inspect.diagnostics import run_diagnose
 from db.inspect.embedding_map import compute_map
 from db.embeddings import all_image_ids, count_animals, embed_images, get_backbone

@@ -6,7 +6,7 @@ detections lose their individual (``unreviewed``). Two kinds of match probabilit
 
 - :func:`simulate_photos` (:class:`PhotoStudy`): every detected animal is a real nyala of the shared photo set and
   every detection one of its photos (:class:`PhotoBank`, embedded once by Rosette's default backbone); the
-  imputation input is built as the catalogue builds it (:func:`db.identities.imputation_input`): the calibrator
+  imputation input is built as the catalogue builds it (:func:`db.field.identities.imputation_input`): the calibrator
   fitted on the identified photos' top-5 pairs, p(new) fitted on them, each unreviewed photo's best score per
   individual turned into a distribution by :func:`core.field.identities.unit_distribution`. Rosette's own
   probabilities, errors included.
@@ -34,7 +34,7 @@ from core.field import population as pop
 from core.identify.calibration import Calibrator, fit_match_calibrator
 from core.metrics import all_vs_all_valid
 from db.identify.calibration import top_k_outcomes
-from db.identities import fit_new_animal
+from db.field.identities import fit_new_animal
 
 
 
@@ -182,7 +182,7 @@ class PhotoStudy(_Truth):
     bank: PhotoBank
 
     def input(self, reviewed: Iterable[int] = ()) -> ids.ImputationInput:
-        """The imputation input as :func:`db.identities.imputation_input` builds it from the catalogue, with the
+        """The imputation input as :func:`db.field.identities.imputation_input` builds it from the catalogue, with the
         unreviewed detections ``reviewed`` (indices into :attr:`unreviewed`) answered with the truth: the fixed
         detections' photos are the gallery (each detection its own event); the bank's calibrator (a benchmark's);
         p(new) fitted on the gallery's photos and read at the study's share of new animals; each open detection's

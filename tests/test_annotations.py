@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from app.cli import main as cli
 from core.annotations import Box, InvalidBoxError, crop_rect
 from core.readers import IngestError
-from db.field.annotations import add_box, annotation_for_photo, delete_box, list_annotations, move_box, undo_box_edit
+from db.records.annotations import add_box, annotation_for_photo, delete_box, list_annotations, move_box, undo_box_edit
 from db.audit import verify_chain
 from db.catalogue import CatalogueError
 from db.embeddings import load_photo, sources_for

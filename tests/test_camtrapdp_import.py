@@ -332,7 +332,7 @@ def test_a_manifest_places_photos_catalogued_before_at_their_station(tmp_path):
     """Photos imported before the stations were known: a manifest naming their deployment links them (time from
     the manifest, events formed), reported as updated; a dry run says so and writes nothing."""
     from core.field.stations import deployment_spec
-    from db.field.deployments import store_deployments
+    from db.records.deployments import store_deployments
 
     path = package(tmp_path)
     cat = open_catalogue(tmp_path / "data")

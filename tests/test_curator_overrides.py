@@ -14,7 +14,7 @@ from sqlalchemy import select, text
 
 from app.cli import main as cli
 from core.annotations import Box
-from db.field.annotations import add_box, curator_overrides, delete_box, list_annotations, move_box, undo_box_edit
+from db.records.annotations import add_box, curator_overrides, delete_box, list_annotations, move_box, undo_box_edit
 from db.io.ingest import ingest_path
 from db.models import BoxEdit, Individual, MatchDecision, Photo
 from db.session import open_catalogue

@@ -23,7 +23,7 @@ from core.field import density_draws as dd
 from core.field import identities as ids
 from core.field.density import fit_density
 from core.field.scr_simulate import grid_traps, simulate_study as simulate_scr
-from db import identities as db_ids
+from db.field import identities as db_ids
 from db.models import JobStatus
 from db.io.ingest import ingest_path
 from db.session import open_catalogue
@@ -112,7 +112,7 @@ def test_secr_files_take_decided_identities_only():
 
 
 def _kept_or_new(cat, ident, **_) -> ids.ImputationInput:
-    """The imputation input :func:`db.identities.imputation_input` builds when no catalogue photo resembles a
+    """The imputation input :func:`db.field.identities.imputation_input` builds when no catalogue photo resembles a
     machine-identified one: its individual kept with its classificationProbability, the rest "an animal not in the
     catalogue" (:func:`core.field.identities.machine_distribution` with no other candidate). It stands in for the
     model's scoring, which tests/test_identities_study.py checks, so that this test takes a second, not fifteen."""

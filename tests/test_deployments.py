@@ -1,4 +1,4 @@
-"""Camera stations: db.field.deployments (store, list, edit, delete, audited), the deployments CSV, a photo's deployment
+"""Camera stations: db.records.deployments (store, list, edit, delete, audited), the deployments CSV, a photo's deployment
 and time at import (Camtrap DP-style ids, a manifest ``deployment`` column, the ``Station/...`` folder layout),
 events (photos of one deployment within 60 s), the services, ``rosette deployments`` and ``rosette import
 --event-gap``; every bad input with its message."""
@@ -22,7 +22,7 @@ from core.readers.folder import station_entries
 from core.field.stations import deployment_spec
 from db.audit import audit_rows
 from db.catalogue import CatalogueError
-from db.field.deployments import (
+from db.records.deployments import (
     DeploymentIndex,
     delete_deployment,
     edit_deployment,

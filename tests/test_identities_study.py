@@ -22,7 +22,7 @@ from sqlalchemy import select
 from app.cli import main as cli_main
 from core.field import identities as ids
 from core.field import population as pop
-from db import identities as db_ids
+from db.field import identities as db_ids
 from db.io.ingest import ingest_path
 from db.models import DecisionKind, Image, MatchDecision
 from db.session import open_catalogue
@@ -407,7 +407,7 @@ def test_rejected_top_candidates_still_let_the_uncertain_basis_run(study, capsys
     assert "No match probabilities for Panthera onca yet" in unc["notes"][-1]  # numbers withheld, said why
     assert "not by its match scores" in unc["notes"][-1]  # and what the draws rest on instead
     # withheld, the scores carry no evidence: each query's shares follow the individuals' prior alone
-    from db.identities import curator_gallery, match_posteriors
+    from db.field.identities import curator_gallery, match_posteriors
 
     cat = open_catalogue(target)
     try:
@@ -430,7 +430,7 @@ def test_rejected_top_candidates_still_let_the_uncertain_basis_run(study, capsys
 def test_a_refusal_is_given_at_the_click_in_the_jobs_own_words(study, capsys, monkeypatch, tmp_path):
     """No outcome to calibrate on: the command line and the Population tab's queue button refuse with one
     sentence (its real cause and what to do) before any job is queued, the one the job itself would give."""
-    from db import identities as db_identities
+    from db.field import identities as db_identities
     from db.identify import calibration as db_cal
     from jobs import queue
     from jobs.actions.identities import NoCalibration, queue_uncertain

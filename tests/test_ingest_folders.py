@@ -19,7 +19,7 @@ from app.cli import main as cli_main
 from core.readers import ImportTally
 from core.field.stations import deployment_spec
 from db.audit import audit_rows
-from db.field.deployments import store_deployments
+from db.records.deployments import store_deployments
 from db.io.ingest import ingest_path, ingest_uploads
 from db.models import DEFAULT_SPECIES_ID, Image, Individual, Photo, Species
 from db.session import open_catalogue

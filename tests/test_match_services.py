@@ -517,7 +517,7 @@ def test_following_the_hints_creates_no_duplicate_and_the_numbers_are_one_poster
     import html
 
     from app.tabs.match_cards import header_html
-    from db.identities import match_posteriors
+    from db.field.identities import match_posteriors
 
     with cat.unit_of_work() as s:
         before = s.query(Individual).count()

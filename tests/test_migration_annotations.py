@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import create_engine
 
-from db.field.annotations import add_box, annotation_for_photo, list_annotations
+from db.records.annotations import add_box, annotation_for_photo, list_annotations
 from db.audit import verify_chain
 from db.session import head_revision, open_catalogue
 from tests.old_catalogue import (

@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, inspect, select, text
 
 from app.cli import main as cli
 from core.annotations import Box
-from db.field.annotations import add_box, delete_box, list_annotations, undo_box_edit
+from db.records.annotations import add_box, delete_box, list_annotations, undo_box_edit
 from db.audit import acting_as, verify_chain
 from db.models import BoxEdit, Deployment, Species
 from db.session import head_revision, open_catalogue

@@ -1,24 +1,14 @@
 """Two-flank partial identity: density from one-flank camera photos (Augustine et al. 2018, Annals of Applied
 Statistics 12(1), "Spatial capture-recapture with partial identity: an application to camera traps").
 
-A left-flank photo can be matched only to left flanks. At a one-camera station an animal shows one side at a time,
-so a study holds left-flank identities and right-flank identities that no pattern links; at a two-camera station
-both sides may be photographed at once (a both-side capture, "B"), which links them. This module fits the paper's
-Bayesian SCR with data augmentation, the left-right linkage latent:
-
-- M augmented individuals, ``z_i ~ Bernoulli(psi)``, ``psi ~ U(0, 1)`` (so N = sum z is uniform on 0..M a priori),
-  activity centres ``s_i`` uniform over the state space (a rectangle round the stations, or a habitat mask's cells);
-- half-normal detection ``k_ij = exp(-d_ij^2 / 2 sigma^2)``; per occasion at a one-camera station the left and the
-  right flank are each photographed with ``p0S k``; at a two-camera station both sides together with ``p0B k``, and
-  each side alone with ``1 - (1 - p0S k)^2`` (two cameras, two chances), independently, as the paper has it;
-- the ID sampler: each left identity not linked by a B capture or a known link sits on one individual; a proposal
-  moves it to another individual chosen with probability proportional to ``exp(-|s_a - s_c|^2 / 2 sigma^2)``,
-  swapping with the left identity that individual holds (if any); Metropolis-Hastings with the two individuals'
-  left-flank likelihoods and the proposal's asymmetry (docs/density.md derives it). Right identities likewise.
-
-Everything per occasion is constant, so the capture histories are kept as counts per individual and station split
-by the number of cameras (a Bernoulli per occasion sums to a binomial with the same likelihood up to a constant).
-Pure numpy: no catalogue, no UI. The readers of the text files are here too (docs/density.md lists the formats).
+A left-flank photo can be matched only to left flanks, so a one-camera study holds left and right identities that
+no pattern links; a both-side capture ("B") at a two-camera station links them. This module fits the paper's
+Bayesian SCR with data augmentation (M individuals, centres uniform over the state space, half-normal detection
+with ``p0S`` for one side and ``p0B`` for both at a two-camera station), the left-right linkage latent and updated
+by the paper's ID sampler (a flank identity moves to an individual chosen by distance, swapping with the one there;
+Metropolis-Hastings with the proposal's asymmetry). The model and the sampler's derivation: docs/density.md,
+"One-flank photos". Capture histories are kept as counts per individual and station, split by the number of
+cameras (a Bernoulli per occasion sums to a binomial). Pure numpy; the readers of the text files are here too.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Camera stations: deployments, their active periods, timestamps in local time, and events (docs/DESIGN.md §8).
 
-Pure functions over dataclasses and datetimes; :mod:`db.field.deployments` stores what they check.
+Pure functions over dataclasses and datetimes; :mod:`db.records.deployments` stores what they check.
 
 - A deployment is one camera at one location for one active period ``[start, end]`` (Camtrap DP
   ``deployments``); a location with a gap is several deployments sharing its ``location_id``.

@@ -61,10 +61,10 @@ from core.readers.camtrapdp import CamtrapPackage, Observation, read_camtrapdp, 
 from core.readers.megadetector import DetectionsFormatError, match_frames, read_megadetector_json
 from core.readers.prepare import alpha_threshold, spool_folder
 from core.field.stations import EVENT_GAP_S
-from db.field.annotations import CuratorOverride, curator_overrides
+from db.records.annotations import CuratorOverride, curator_overrides
 from db.audit import acting_as
 from db.catalogue import CatalogueError, find_individual_by_name, get_or_create_individual, get_or_create_user
-from db.field.deployments import EVENT_KEY_PREFIX, DeploymentIndex, form_events, store_deployments
+from db.records.deployments import EVENT_KEY_PREFIX, DeploymentIndex, form_events, store_deployments
 from db.models import (
     DEFAULT_SPECIES_ID,
     PHOTO_FILE_COLUMNS,
@@ -549,7 +549,7 @@ class _Importer:
         return words + f", grouped into an event with the photos of its deployment within {self.event_gap_s:g} s"
 
     def _place(self, photo: Photo, e: Entry, decoded: DecodedImage) -> str:
-        """Camera stations: the photo's deployment and time (:meth:`db.field.deployments.DeploymentIndex.resolve`);
+        """Camera stations: the photo's deployment and time (:meth:`db.records.deployments.DeploymentIndex.resolve`);
         what the curator should know about them (an assumed time zone, no active deployment), or ''."""
         if self.stations is None or not (self.stations or e.deployment):
             return ""
@@ -558,7 +558,7 @@ class _Importer:
         return "; ".join(found.warnings)
 
     def _events(self, session: Session, results: list[IngestItemResult]) -> None:
-        """Group this run's new photos into events (:func:`db.field.deployments.form_events`); each photo's report line
+        """Group this run's new photos into events (:func:`db.records.deployments.form_events`); each photo's report line
         names its event."""
         by_photo = {r.photo_id: r for r in results if r.photo_id is not None
                     and (r.status == "imported" or r.photo_id in self._linked)}
@@ -817,7 +817,7 @@ class _Importer:
 
         A box already there (same source, same box) is not added again, so importing the same detections twice
         changes nothing. A detection whose box a curator moved or deleted (a standing override,
-        :func:`db.field.annotations.curator_overrides`), or one lying over that box, is left alone, and so is a machine
+        :func:`db.records.annotations.curator_overrides`), or one lying over that box, is left alone, and so is a machine
         box over an annotation a curator drew, named or decided (the curator's stays): the report names each. An
         undecided whole-photo annotation is the photo before anyone knew where the animal was: the first new box
         takes its place (same id), the others are added.
@@ -1103,7 +1103,7 @@ def camtrapdp_plan(package: CamtrapPackage, *, keep_empty: bool = False) -> Dete
 
 
 def _package_deployments(cat, package: CamtrapPackage, *, user: str, dry_run: bool) -> list[IngestItemResult]:
-    """Store a Camtrap DP package's deployments before its media (:func:`db.field.deployments.store_deployments`); the
+    """Store a Camtrap DP package's deployments before its media (:func:`db.records.deployments.store_deployments`); the
     report lines (about the package, not counted as media): what was stored, its warnings, and each deployment stored
     differently before (kept as stored). Deployments without coordinates have the package reader's own line."""
     stored = store_deployments(cat, package.deployments, user=user, dry_run=dry_run)
@@ -1217,7 +1217,7 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
     With ``detector`` (a registered detector whose weights are here) the boxes come from running it instead.
 
     A Camtrap DP 1.x package (``format`` ``camtrap-dp``: its datapackage.json, folder or zip) stores its deployments
-    first (:func:`db.field.deployments.store_deployments`), then its media: each animal observation becomes its own
+    first (:func:`db.records.deployments.store_deployments`), then its media: each animal observation becomes its own
     annotation (:func:`camtrapdp_plan`: box source ``camtrap-dp``, or the whole photo; species, individualID, life
     stage, sex, the other columns in ``observation_details``, keyed by ``observation_key`` so a second import adds
     nothing), media observed as blank are empty frames (kept only with ``keep_empty``), and a media row's eventID
@@ -1231,7 +1231,7 @@ def ingest_path(cat, path: str | Path, *, format: str | None = None, user: str, 
     (date, place, position, camera, observer) of photos already catalogued are replaced by the import's
     (an audited change); without it they are reported and left alone.
 
-    Camera stations (:mod:`db.field.deployments`): each photo is linked to the deployment its source names (a Camtrap DP
+    Camera stations (:mod:`db.records.deployments`): each photo is linked to the deployment its source names (a Camtrap DP
     deploymentID, a manifest ``deployment`` column) and given ``taken_at``; photos of one deployment within
     ``event_gap_s`` seconds of each other and without a sighting form one event. ``layout`` says how a folder's
     (or zip's) first-level sub-folders are read: ``individuals`` (one folder per individual), ``stations`` (the

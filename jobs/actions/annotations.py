@@ -4,8 +4,8 @@ means (a photo id works for a photo with one animal), and the Mask tab's box edi
 from __future__ import annotations
 
 from core.annotations import Box
-from db.field import annotations as store
-from db.field.annotations import AnnotationRow
+from db.records import annotations as store
+from db.records.annotations import AnnotationRow
 from db.session import Catalogue
 from jobs.actions.common import curator_name
 from jobs.requests.annotations import (

@@ -4,7 +4,7 @@ stations in UTM metres as ``rosette export capthist`` writes them) or to secr's 
 
 ``density_summary`` (``rosette density``) fits in the foreground on a basis of identities (``decided``,
 ``confirmed`` or ``uncertain``: the identities nobody confirmed imputed as ``rosette population --identities
-uncertain`` imputes them, each draw fitted; :mod:`db.density_identities`); the Population tab queues the same fit on
+uncertain`` imputes them, each draw fitted; :mod:`db.field.density_identities`); the Population tab queues the same fit on
 any basis as a background job (``queue_density``, ``density_status``: a fit with its buffer check takes seconds to a
 minute, each draw under a second) and draws the answer: the estimates with what each assumes, a map of the
 stations, mask and detections, the fitted detection curve, and a report to download (``write_density_report``).
@@ -22,8 +22,8 @@ from typing import Any
 from core.field import capthist as ch
 from core.field.scr_errors import FitNotConverged
 from db.catalogue import CatalogueError
-from db.density_identities import density_on_basis
-from db.identities import NoCalibration  # noqa: F401 - re-exported: the screens refuse `uncertain` with its words
+from db.field.density_identities import density_on_basis
+from db.field.identities import NoCalibration  # noqa: F401 - re-exported: the screens refuse `uncertain` with its words
 from db.models import JobStatus
 from db.session import Catalogue
 from jobs import queue
@@ -46,7 +46,7 @@ def density_summary(cat: Catalogue | None, request: DensityRequest, *,
                     progress: Callable[[float, str], None] | None = None,
                     should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The density answer for ``request`` on its basis of identities as a JSON-ready dict (``cat`` may be None for
-    secr files; :func:`db.density_identities.density_on_basis`, which the background job calls too). A fit that
+    secr files; :func:`db.field.density_identities.density_on_basis`, which the background job calls too). A fit that
     does not converge is refused as a ``ValueError`` naming the start values tried, so every screen shows it; a fit
     the array cannot carry is an answer with ``refused`` and its one-sentence ``reason`` and no estimate;
     ``uncertain`` without a calibrated model raises :class:`NoCalibration` naming the command that checks one;

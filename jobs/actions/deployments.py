@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.readers.deployments import DeploymentsCsvError, read_deployments_csv
-from db.field import deployments as store
-from db.field.deployments import DeploymentRow, DeploymentStoreReport
+from db.records import deployments as store
+from db.records.deployments import DeploymentRow, DeploymentStoreReport
 from db.session import Catalogue
 from jobs.actions.common import curator_name
 from jobs.requests.deployments import (

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from core.field import population as pop
-from db.identities import NoCalibration, check_uncertain_study, confirmed_estimates, identity_study, uncertain_answer
+from db.field.identities import NoCalibration, check_uncertain_study, confirmed_estimates, identity_study, uncertain_answer
 from db.session import Catalogue
 from jobs import queue
 from db.models import JobStatus
@@ -98,7 +98,7 @@ def check_uncertain_basis(cat: Catalogue, request: PopulationIdentitiesRequest) 
 def queue_uncertain(cat: Catalogue, request: PopulationIdentitiesRequest) -> int:
     """Queue the estimates with identification uncertainty as a background job (the Population tab), after
     :func:`check_uncertain_basis` (a refusal is given at the click, never after the job ran): its result is
-    :func:`db.identities.uncertain_answer`'s; returns the job's id."""
+    :func:`db.field.identities.uncertain_answer`'s; returns the job's id."""
     check_uncertain_basis(cat, request)
     return queue.submit(cat, "population_uncertain", request.to_dict())
 

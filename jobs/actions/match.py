@@ -26,7 +26,7 @@ from core.field.identities import suggests_new_animal
 from core.identify.spots.fusion import GLOBAL
 from core.identify.spots.verify import STATUS_WORDS
 from db.identify.calibration import calibrator_for, new_individual_threshold
-from db.identities import NoCalibration, curator_gallery, match_posteriors
+from db.field.identities import NoCalibration, curator_gallery, match_posteriors
 from db.catalogue import CatalogueError, check_date
 from db.identify.matching import MatchResult, rank_candidates
 from db.identify.matching import review_queue as ranked_queue
@@ -383,7 +383,7 @@ def laterality_badges(cat: Catalogue, model_name: str) -> tuple[dict[int, tuple[
 
 @dataclass(frozen=True)
 class CandidateNumbers:
-    """What Match review and ``rosette match`` show of the posterior (:func:`db.identities.match_posteriors`):
+    """What Match review and ``rosette match`` show of the posterior (:func:`db.field.identities.match_posteriors`):
     each candidate's individual's probability, p(new), and what they rest on; or no number and the sentence that
     says why (``withheld``)."""
 
@@ -426,7 +426,7 @@ def pipeline_numbers(cat: Catalogue, result: MatchResult, *, species_id: int) ->
     individual's best fused probability among its candidates (a calibrated p(same), read against the base rate of
     the pairs the pipeline's global scorer was calibrated on) turned into the distribution by
     :func:`core.field.identities.match_distribution`, the prior of a new animal and each individual's share from
-    the curator gallery's counts, as :func:`db.identities.match_posteriors` reads them. Individuals only outside the
+    the curator gallery's counts, as :func:`db.field.identities.match_posteriors` reads them. Individuals only outside the
     pipeline's verified shortlist have no fused probability and no share (it ranked them below every shortlisted
     one); an individual already in the query's photo gets 0. Withheld, with the same sentence, while the fused
     probability does not tell the curators' same pairs from their different ones

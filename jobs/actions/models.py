@@ -13,7 +13,7 @@ from core.inspect.diagnostics import tier_colour
 from db.identify.calibration import calibration_refusal, calibration_report, new_individual_threshold
 from db.identify.compare import compare as compare_on_benchmark
 from db.identify.compare import difference_figure  # noqa: F401  (the Models tab's per-query differences)
-from db.identities import new_animal_report
+from db.field.identities import new_animal_report
 from db.inspect.leaderboard import SORT_KEYS, leaderboard  # noqa: F401  (SORT_KEYS: the tab's sort choices)
 from db.session import Catalogue
 from db.species import find_species, model_status

@@ -116,7 +116,7 @@ class DensityRequest(PopulationRequest):
         return self.captures is not None
 
     def fit_options(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`db.density_identities.density_on_basis`: the fit's, and the basis of
+        """The keyword arguments of :func:`db.field.density_identities.density_on_basis`: the fit's, and the basis of
         identities with its draws (the command and the background job fit the same request the same way)."""
         return {"species": self.species, "occasion_days": self.occasion_days, "date_from": self.first_day,
                 "date_to": self.last_day, "captures": self.captures, "traps": self.traps, "detector": self.detector,

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from core.field.stations import DeploymentSpec  # noqa: E402
-from db.field.deployments import add_deployment  # noqa: E402
+from db.records.deployments import add_deployment  # noqa: E402
 from db.models import JobStatus  # noqa: E402
 from db.session import Catalogue, open_catalogue  # noqa: E402
 from jobs import prefork, queue  # noqa: E402

@@ -25,7 +25,7 @@ def stations_server(tmp_path_factory):
     from PIL import Image as PILImage
 
     from core.field.stations import deployment_spec
-    from db.field.deployments import store_deployments
+    from db.records.deployments import store_deployments
     from db.io.ingest import ingest_path
     from db.session import open_catalogue
 

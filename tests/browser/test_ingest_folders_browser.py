@@ -13,7 +13,7 @@ from PIL import Image as PILImage
 from sqlalchemy import select
 
 from core.field.stations import deployment_spec
-from db.field.deployments import store_deployments
+from db.records.deployments import store_deployments
 from db.models import Image, Individual, Photo, Species
 from db.session import open_catalogue
 from tests.browser.test_ingest_catalogue import upload

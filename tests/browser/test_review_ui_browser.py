@@ -30,7 +30,7 @@ def seed(data_dir: Path, work: Path) -> tuple[int, int]:
 
     from core.annotations import Box, crop_rect
     from core.field.stations import deployment_spec
-    from db.field.deployments import store_deployments
+    from db.records.deployments import store_deployments
     from db.io.ingest import ingest_path
     from db.session import open_catalogue
 

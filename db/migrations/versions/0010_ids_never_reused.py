@@ -6,10 +6,10 @@ id, and whatever named the deleted row (the audit trail's ``photo#12``, a box ed
 one. AUTOINCREMENT keeps the largest id ever handed out in ``sqlite_sequence`` and never goes below it. The tables,
 each with the delete that frees its ids and what names them:
 
-- ``images`` (annotations): a curator's box delete and the undo of an added box (``db.field.annotations``); named by
+- ``images`` (annotations): a curator's box delete and the undo of an added box (``db.records.annotations``); named by
   the audit trail (``photo#N``), ``box_edits.annotation_id`` (no foreign key: a deleted annotation is named too,
   and an undone delete brings it back under that id), feature caches and embedding sets, match decisions, reports;
-- ``deployments``: a curator deletes one entered by mistake (``db.field.deployments.delete_deployment``); named by the
+- ``deployments``: a curator deletes one entered by mistake (``db.records.deployments.delete_deployment``); named by the
   audit trail (``deployment#N``);
 - ``species``: a merge deletes the merged-away species and its undo brings it back under the same id
   (``db.species.merge_species``, ``db.catalogue._reverse_species_merge``); named by the merge's identity event and

@@ -1,12 +1,12 @@
 """The density by spatial capture-recapture (:mod:`db.field.density`) on a basis of identities, as ``rosette
 population --identities`` has them: ``decided`` (every assigned annotation as assigned), ``confirmed`` (the
 curators' detections only, fitted on the buffer of the study as decided) or ``uncertain`` (the identities nobody
-confirmed imputed as :mod:`db.identities` imputes them, each draw fitted; :mod:`core.field.density_draws`).
+confirmed imputed as :mod:`db.field.identities` imputes them, each draw fitted; :mod:`core.field.density_draws`).
 
 One function, :func:`density_on_basis`, answers for both the foreground command (``rosette density``, through
 :func:`jobs.actions.density.density_summary`) and the Population tab's background job (``jobs.kinds``), so the two
 give the same figures. It sits above ``db.field`` because the identities' provenance and scoring
-(:mod:`db.identities`) use the identify area, which ``db.field`` may not import.
+(:mod:`db.field.identities`) use the identify area, which ``db.field`` may not import.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 from core.field import capthist as ch
 from core.field import density_draws as dd
 from core.field import identities as ids
-from db import identities as db_ids
+from db.field import identities as db_ids
 from db.field.density import (
     CatalogueDensityStudy,
     annotation_stations,
@@ -46,7 +46,7 @@ def density_on_basis(cat: Catalogue | None, *, identities: str, draws: int, seed
     ``identities``, ``provenance_counts``, ``draws`` and ``share_from_identification``; on the ``confirmed`` and
     ``uncertain`` bases ``estimates_decided`` holds the estimates as decided beside them. ``draws`` and ``seed``
     are the imputation's on ``uncertain``. secr's files (``captures``, ``traps``) carry no provenance and are fitted
-    as decided. ``uncertain`` without a calibrated model raises :class:`db.identities.NoCalibration`; a stop
+    as decided. ``uncertain`` without a calibrated model raises :class:`db.field.identities.NoCalibration`; a stop
     (``should_stop``, asked before each photo batch and each draw) raises
     :class:`core.field.identities.ImputationCancelled` or the scoring's
     :class:`core.identify.features.ExtractionCancelled`, with nothing kept."""
