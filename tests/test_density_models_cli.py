@@ -139,3 +139,41 @@ def test_unknown_sex_code_is_refused(tmp_path, capsys):
                          str(SECR / "blackbear_mask.csv"), "--model", "g0~sex"], capsys)
     refusal = [line for line in err.splitlines() if not line.startswith("[")]
     assert rc != 0 and "sex code 'X'" in err and len(refusal) == 1, err
+
+
+def test_a_geojson_habitat_gives_the_fit_of_the_same_mask_as_a_csv(tmp_path, capsys):
+    """D~hab with the habitat's attribute read per mask point from GeoJSON polygons (west half 1, east half 2):
+    the same figures as the mask written out as a CSV with a hab column; a point outside every polygon is not
+    in the mask."""
+    import numpy as np
+
+    from core.field.scr_data import read_secr_traps
+    from core.field.scr_mask import read_geojson_polygon, trapbuffer_mask
+    from core.field.scr_models import mask_covariate_from_geojson
+
+    xy = np.array([[t.x, t.y] for t in read_secr_traps(TRAP)])
+    (x0, y0), (x1, y1), mid = xy.min(0) - 100, xy.max(0) + 100, float(np.median(xy[:, 0]))
+
+    def rect(a, b, hab):
+        ring = [[a, y0], [b, y0], [b, y1], [a, y1], [a, y0]]
+        return {"type": "Feature", "properties": {"hab": hab, "name": "w" if hab == 1 else "e"},
+                "geometry": {"type": "Polygon", "coordinates": [ring]}}
+
+    habitat = tmp_path / "habitat.geojson"
+    habitat.write_text(json.dumps({"type": "FeatureCollection",
+                                   "features": [rect(x0, mid, 1), rect(mid, x1 - 40, 2)]}))
+    mask = trapbuffer_mask(xy, buffer_m=100, polygon=read_geojson_polygon(habitat))
+    hab = mask_covariate_from_geojson(mask, habitat, "hab")
+    assert set(np.unique(hab)) == {1.0, 2.0} and mask.xy[:, 0].max() <= x1 - 40
+    csv = tmp_path / "mask.csv"
+    csv.write_text("x,y,hab\n" + "".join(f"{x},{y},{h:g}\n" for (x, y), h in zip(mask.xy, hab)))
+    answers = []
+    for mask_file in (habitat, csv):
+        rc, out, err = _run(["--captures", CAPT, "--traps", TRAP, "--detector", "multi", "--buffer", "100",
+                             "--mask", str(mask_file), "--model", "D~hab", "--json"], capsys)
+        assert rc == 0, err
+        answers.append(json.loads(out))
+    geo, table = answers
+    assert "D.hab" in geo["coefficients"]
+    assert geo["loglik"] == pytest.approx(table["loglik"], abs=1e-6)
+    assert geo["coefficients"]["D.hab"]["beta"] == pytest.approx(table["coefficients"]["D.hab"]["beta"], abs=1e-5)

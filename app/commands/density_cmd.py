@@ -49,8 +49,8 @@ def register(sub) -> None:
                    help="mask cell size in metres (default: 64 points across)")
     p.add_argument("--mask", action="append", default=[], metavar="FILE",
                    help="habitat as a CSV of x,y points or a GeoJSON polygon, in the detectors' metres; with --model "
-                        "or --compare a CSV once per session or once for all, its columns after x,y covariates "
-                        "(D~name)")
+                        "or --compare once per session or once for all: a CSV's columns after x,y, or the "
+                        "GeoJSON features' attributes, are covariates (D~name)")
     p.add_argument("--model", default=None, metavar="FORMULA",
                    help="fit one model, in secr's formula language, e.g. \"g0~sex, sigma~sex\" or \"D~session\" "
                         "(sex from the captures file's column after Detector, or each individual's in the catalogue)")

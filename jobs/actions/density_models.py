@@ -21,10 +21,11 @@ import numpy as np
 from core.field.scr_data import Capture, Trap, read_secr_captures, read_secr_traps
 from core.field.scr_errors import DensityInputError, FitNotConverged, MaskError
 from core.field.scr_fit import fit_scr_model
-from core.field.scr_mask import Mask, trapbuffer_mask
+from core.field.scr_mask import Mask, read_geojson_polygon, trapbuffer_mask
 from core.field.scr_models import (
     ScrSession,
     build_sessions,
+    mask_covariate_from_geojson,
     parse_model,
     read_mask_with_covariates,
     read_secr_sex,
@@ -107,6 +108,18 @@ def _check_covariates(models: Sequence[str], sessions: Sequence[ScrSession]) -> 
                                     f"(its covariates: {held}); add it as a column of the mask CSV")
 
 
+def _geojson_mask(path: Path, traps: Sequence[Trap], request: DensityModelsRequest,
+                  ) -> tuple[Mask, dict[str, np.ndarray]]:
+    """A session's mask from a GeoJSON habitat: the buffer round its detectors, clipped to the polygons; each
+    density term the models name is read per mask point from the features' attribute of that name."""
+    polygon = read_geojson_polygon(path)
+    xy = np.array([[t.x, t.y] for t in traps], dtype=float)
+    mask = trapbuffer_mask(xy, buffer_m=float(request.buffer_m or 0.0), spacing_m=request.spacing_m,
+                           polygon=polygon)
+    terms = {term for text in request.models for term in parse_model(text).of("D")} - _BUILT_IN_TERMS
+    return mask, {term: mask_covariate_from_geojson(mask, path, term) for term in sorted(terms)}
+
+
 def read_sessions(request: DensityModelsRequest) -> list[ScrSession]:
     """The request's sessions from its files (see :class:`DensityModelsRequest`)."""
     captures_path = _existing(request.captures, "captures")
@@ -123,11 +136,11 @@ def read_sessions(request: DensityModelsRequest) -> list[ScrSession]:
     masks: list[Mask] = []
     covariates: list[Mapping[str, np.ndarray]] = []
     if request.masks:
-        for path in _per_session(list(request.masks), names, "--mask"):
-            if Path(path).suffix.lower() not in (".csv", ".txt"):
-                raise MaskError(f"mask {path}: models read a CSV of x,y points (with covariate columns); "
-                                "a GeoJSON habitat is used by the null fit only")
-            mask, cov = read_mask_with_covariates(_existing(path, "mask"), spacing_m=request.spacing_m)
+        for path, traps in zip(_per_session(list(request.masks), names, "--mask"), trap_sets):
+            if Path(path).suffix.lower() in (".geojson", ".json"):
+                mask, cov = _geojson_mask(_existing(path, "mask"), traps, request)
+            else:
+                mask, cov = read_mask_with_covariates(_existing(path, "mask"), spacing_m=request.spacing_m)
             masks.append(mask)
             covariates.append(cov)
     else:
