@@ -73,7 +73,8 @@ def register(sub) -> None:
                         f"{DEFAULT_DENSITY_DRAWS}, at most {MAX_DRAWS:,})")
     p.add_argument("--seed", type=int, default=0, help="random seed of the draws (default: 0)")
     p.add_argument("--flanks", action="store_true",
-                   help="one-flank photos: the two-flank partial-identity model (Augustine et al. 2018) on a captures "
+                   help="one-flank photos: the two-flank partial-identity model (Augustine et al. 2018) on the "
+                        "catalogue's study (each photo's flank label, cameras from the deployments), or on a captures "
                         "file with a Flank column (L, R or B) and a traps file with a cameras column (1 or 2)")
     p.add_argument("--flank-links", default=None, metavar="FILE",
                    help="with --flanks: links known otherwise, 'left_id right_id' per line")
@@ -134,12 +135,18 @@ def run_models(args, ctx) -> int:
     return 1 if answer.get("refused") else 0
 
 
-def run_flanks(args) -> int:
-    """``--flanks`` on the flank files: the partial-identity model's answer; a fit whose chains did not converge is
-    an answer (its reason) but not a success for a script."""
+def run_flanks(args, ctx) -> int:
+    """``--flanks`` on the flank files or on the catalogue's study: the partial-identity model's answer; a fit whose
+    chains did not converge is an answer (its reason) but not a success for a script."""
     if len(args.traps) > 1 or len(args.mask) > 1:
         raise ValueError("--flanks fits one session: give one --traps and at most one --mask")
-    request = PartialIdRequest(captures=args.captures or "", traps=(args.traps or [""])[0],
+    if args.model is not None or args.compare is not None or args.sessions is not None or args.link is not None:
+        raise ValueError("--flanks fits its own model on one session: drop --model, --compare, --sessions and --link")
+    if args.detector != "proximity" or args.detectfn != "HN" or args.cl or args.identities != "decided":
+        raise ValueError("--flanks fits camera traps (proximity) with the half-normal curve and the full likelihood, "
+                         "on the identities as decided: drop --detector, --detectfn, --cl and --identities")
+    request = PartialIdRequest(species=args.species, occasion_days=args.occasion_days, date_from=args.date_from,
+                               date_to=args.date_to, captures=args.captures or "", traps=(args.traps or [""])[0],
                                links=args.flank_links, buffer_m=args.buffer_m, mask=(args.mask or [None])[0],
                                spacing_m=args.spacing_m, chains=args.chains, iterations=args.iterations,
                                seed=args.seed)
@@ -148,14 +155,18 @@ def run_flanks(args) -> int:
         if not args.json:
             print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
 
-    answer = pid.partial_id_density(request, progress=progress)
+    try:
+        answer = pid.partial_id_density(request, cat=None if request.from_files else ctx.catalogue,
+                                        progress=progress)
+    except ps.SpeciesNotChosen as exc:
+        raise ValueError(f"{exc} {CHOOSE_SPECIES}") from None
     print(json.dumps(answer, indent=2) if args.json else pid.flanks_text(answer))
     return 1 if answer["refused"] else 0
 
 
 def run(args, ctx) -> int:
     if args.flanks:
-        return run_flanks(args)
+        return run_flanks(args, ctx)
     if args.flank_links is not None:
         raise ValueError("--flank-links gives the known links of --flanks: give it with --flanks")
     if args.model is not None or args.compare is not None:

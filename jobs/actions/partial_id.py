@@ -1,11 +1,13 @@
-"""Density from one-flank photos on text files (``rosette density --flanks``): the two-flank partial-identity model
-of Augustine et al. (2018), fitted by :mod:`core.field.partial_id`. This layer reads the files, makes the state
-space, and words the answer (docs/density.md, "One-flank photos")."""
+"""Density from one-flank photos on text files or on the catalogue (``rosette density --flanks``): the two-flank
+partial-identity model of Augustine et al. (2018), fitted by :mod:`core.field.partial_id`. This layer reads the files
+or the catalogue's study (:mod:`db.field.partial_id_study`), makes the state space, and words the answer
+(docs/density.md, "One-flank photos")."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,9 @@ from core.field.partial_id import (
     summary_dict,
 )
 from core.field.scr_mask import read_geojson_polygon, read_mask_csv, trapbuffer_mask
+from db.field.density import default_buffer
+from db.field.partial_id_study import CatalogueFlankStudy, catalogue_flank_study
+from db.session import Catalogue
 from jobs.requests.partial_id import PartialIdRequest
 
 #: Links shown in the plain answer (the JSON lists every pair with a probability above 0).
@@ -54,6 +59,26 @@ def read_flank_files(request: PartialIdRequest) -> FlankData:
     captures = read_flank_captures(_existing(request.captures, "captures"))
     links = read_flank_links(_existing(request.links, "links")) if request.links else []
     return flank_data(captures, stations, links)
+
+
+def read_flank_catalogue(cat: Catalogue, request: PartialIdRequest) -> tuple[FlankData, CatalogueFlankStudy]:
+    """The catalogue's study of the request's species and window as the sampler's histories, with a links file's
+    links (individuals' names) added to the ones the catalogue holds."""
+    study = catalogue_flank_study(cat, species=request.species, occasion_days=request.occasion_days,
+                                  date_from=request.first_day, date_to=request.last_day)
+    links = list(study.links)
+    if request.links:
+        links += read_flank_links(_existing(request.links, "links"))
+    return flank_data(study.captures, study.stations, links), study
+
+
+def catalogue_fields(study: CatalogueFlankStudy, *, buffer_m: float | None, buffer_default: bool) -> dict[str, Any]:
+    """What the catalogue's fit rests on: the ordinary density's study fields, the identities as read, and the
+    detections left out for showing no flank."""
+    return {**study.density.study, "left_identities": list(study.left_identities),
+            "right_identities": list(study.right_identities),
+            "both_side_animals": list(study.both_side_animals), "known_links": list(study.known_links),
+            "no_flank": dict(study.no_flank), "buffer_m": buffer_m, "buffer_default": buffer_default}
 
 
 def _num(x: float | None) -> float | None:
@@ -90,17 +115,37 @@ def answer_of(fit: PartialIdFit, data: FlankData, request: PartialIdRequest) -> 
     return out
 
 
-def partial_id_density(request: PartialIdRequest, *,
+def partial_id_density(request: PartialIdRequest, *, cat: Catalogue | None = None,
                        progress: Callable[[float, str], None] | None = None) -> dict[str, Any]:
-    """Read the files, fit the model, and answer (see :func:`answer_of`)."""
+    """Read the files (or, without them, the catalogue's study), fit the model, and answer (see :func:`answer_of`;
+    on the catalogue ``source`` is ``catalogue`` and ``catalogue`` says what the fit rests on). A study with nothing
+    to fit, unset flanks or no one-flank identity raises :class:`db.catalogue.CatalogueError` in one sentence."""
     report = progress or (lambda fraction, message: None)
-    report(0.0, "reading the files")
-    data = read_flank_files(request)
+    study: CatalogueFlankStudy | None = None
+    buffer_default = False
+    if request.from_files:
+        report(0.0, "reading the files")
+        data = read_flank_files(request)
+    else:
+        if cat is None:
+            raise ValueError("give --captures and --traps files, or a catalogue to fit its study")
+        report(0.0, "gathering the study's flanks, stations and cameras")
+        data, study = read_flank_catalogue(cat, request)
+        mask_points = request.mask is not None and request.mask.lower().endswith((".csv", ".txt"))
+        if request.buffer_m is None and not mask_points:
+            # the ordinary density's default: 4 x the spread of each individual's detections
+            buffer_default = True
+            request = replace(request, buffer_m=default_buffer(list(study.density.secr.captures),
+                                                               list(study.density.secr.traps), detector="proximity"))
     space = state_space(request, data.xy)
     fit = fit_partial_id(data, space, chains=request.chains, iterations=request.iterations,
                          augmented=request.augmented, seed=request.seed, min_ess=request.min_ess, progress=report)
     report(1.0, "done")
-    return answer_of(fit, data, request)
+    answer = answer_of(fit, data, request)
+    answer["source"] = "files" if study is None else "catalogue"
+    if study is not None:
+        answer["catalogue"] = catalogue_fields(study, buffer_m=request.buffer_m, buffer_default=buffer_default)
+    return answer
 
 
 def _interval(lo: float, hi: float, digits: int) -> str:
@@ -110,13 +155,21 @@ def _interval(lo: float, hi: float, digits: int) -> str:
 def flanks_text(answer: Mapping[str, Any]) -> str:
     """The CLI's plain answer."""
     s = answer["study"]
-    lines = [f"Two-flank partial identity (Augustine et al. 2018): {s['stations']} stations "
-             f"({s['one_camera_occasions']:,} one-camera and {s['two_camera_occasions']:,} two-camera station-"
-             f"occasions); {s['left_identities']} left and {s['right_identities']} right identities unlinked, "
-             f"{s['both_side_animals']} animals seen on both sides at once, {s['known_links']} known links.",
-             f"{answer['chains']} chains x {answer['iterations']:,} iterations ({answer['warmup']:,} warm-up), "
-             f"M = {answer['augmented_M']}, state space {answer['area_km2']:,.1f} km²; R-hat at most "
-             f"{_fmt(answer['rhat_max'], 3)}, least effective sample size {_fmt(answer['ess_min'], 0)}."]
+    lines = []
+    if answer.get("source") == "catalogue":
+        c = answer["catalogue"]
+        left_out = ", ".join(f"{n} {label}" for label, n in sorted(c["no_flank"].items()))
+        lines.append(f"{c['species']}, {c['start']} to {c['last_day']}, occasions of {c['occasion_days']:g} day(s), "
+                     f"stations in UTM metres (EPSG:{c['epsg']}); buffer {_fmt(c['buffer_m'], 0)} m"
+                     + (" (4 x the spread of the animals' detections)" if c["buffer_default"] else "")
+                     + (f"; left out for showing no flank: {left_out} view(s)" if left_out else "") + ".")
+    lines += [f"Two-flank partial identity (Augustine et al. 2018): {s['stations']} stations "
+              f"({s['one_camera_occasions']:,} one-camera and {s['two_camera_occasions']:,} two-camera station-"
+              f"occasions); {s['left_identities']} left and {s['right_identities']} right identities unlinked, "
+              f"{s['both_side_animals']} animals seen on both sides at once, {s['known_links']} known links.",
+              f"{answer['chains']} chains x {answer['iterations']:,} iterations ({answer['warmup']:,} warm-up), "
+              f"M = {answer['augmented_M']}, state space {answer['area_km2']:,.1f} km²; R-hat at most "
+              f"{_fmt(answer['rhat_max'], 3)}, least effective sample size {_fmt(answer['ess_min'], 0)}."]
     if answer["refused"]:
         lines.append(f"Refused: {answer['reason']}.")
         return "\n".join(lines)
