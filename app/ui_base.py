@@ -10,8 +10,10 @@ import html
 import inspect
 import logging
 import os
+import threading
+import time
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +79,8 @@ class AccessPolicy:
 
 _POLICY: AccessPolicy | None = None  # set by build_app (one app per process)
 _ACTOR: ContextVar[str | None] = ContextVar("rosette_ui_actor", default=None)
+# the page whose event runs now (Gradio's session hash), for handlers that tell a repeated pick
+_SESSION: ContextVar[str | None] = ContextVar("rosette_ui_session", default=None)
 
 
 def _as_actor(value: Any, name: str) -> Any:
@@ -114,19 +118,21 @@ def curator_action(fn: Callable[..., Any] | None = None, *, role: Role | str = R
                 if policy is None:
                     raise PermissionDenied("This handler runs only inside the Rosette app.")
                 name = policy.actor(request, needed)
+                session = getattr(request, "session_hash", None)
             else:
-                name = nested
+                name, session = nested, _SESSION.get()
                 policy = captured or _POLICY
                 if policy is not None and not policy.single_user:
                     require_role(policy.catalogue, name, needed)
             args = tuple(_as_actor(a, name) for a in args)
             kwargs = {k: _as_actor(v, name) for k, v in kwargs.items()}
-            token = _ACTOR.set(name)
+            token, page = _ACTOR.set(name), _SESSION.set(session)
             try:
                 with acting_as(name):
                     return fn(*args, **kwargs)
             finally:
                 _ACTOR.reset(token)
+                _SESSION.reset(page)
         except gr.Error:
             raise
         except PermissionDenied as exc:
@@ -150,6 +156,40 @@ def curator_action(fn: Callable[..., Any] | None = None, *, role: Role | str = R
     wrapper.__rosette_role__ = needed
     wrapper.__rosette_handler__ = fn
     return wrapper
+
+
+class RepeatedPicks:
+    """Which picks in a dropdown repeat the one just made: Gradio 6's dropdown sends a pick made with the mouse as
+    two ``input`` events, run side by side (the queue runs four at once), and the second, landing after the
+    curator's next step (a card chosen, a field typed in), would draw over it. A pick of the same key by the same
+    page within ``window_s`` of its last pick is the same pick."""
+
+    def __init__(self, *, window_s: float = 2.0, sessions: int = 1000) -> None:
+        self.window_s, self.sessions = window_s, sessions
+        self._last: dict[str, tuple[Hashable, float]] = {}
+        self._lock = threading.Lock()
+
+    def repeated(self, session: str | None, key: Hashable, *, now: float | None = None) -> bool:
+        if session is None:
+            return False
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            last = self._last.get(session)
+            self._last[session] = (key, now)
+            if len(self._last) > self.sessions:  # pages long closed
+                for key, (_, at) in list(self._last.items()):
+                    if now - at > self.window_s:
+                        del self._last[key]
+        return last is not None and last[0] == key and now - last[1] < self.window_s
+
+
+PICKS = RepeatedPicks()
+
+
+def repeated_pick(key: Hashable) -> bool:
+    """Whether this pick (``key``: the dropdown and the value picked) repeats the last one of the page whose event
+    runs now (see :class:`RepeatedPicks`); a handler answers a repeated pick with nothing."""
+    return PICKS.repeated(_SESSION.get(), key)
 
 
 def _resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:

@@ -72,7 +72,7 @@ def test_a_decision_is_one_round_trip_that_draws_the_next_animal_itself(tmp_path
 def test_a_mouse_pick_sent_twice_is_one_pick_and_a_later_pick_of_that_photo_opens_it_again():
     """Gradio's dropdown sends one pick made with the mouse as two events: the second is recognised (same page,
     same photo, within the window); another page, another photo, or the same photo later are picks of their own."""
-    from app.tabs.match import RepeatedPicks
+    from app.ui_base import RepeatedPicks
 
     picks = RepeatedPicks(window_s=2.0, sessions=2)
     assert not picks.repeated("page-a", 7, now=100.0)

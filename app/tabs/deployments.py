@@ -7,7 +7,7 @@ import html
 
 import gradio as gr
 
-from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text, refreshed_choices
+from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text, refreshed_choices, repeated_pick
 from jobs.actions import deployments as da
 from jobs.actions.common import upload_path
 from jobs.requests.deployments import (
@@ -124,6 +124,8 @@ def build(ctx: UIContext) -> None:
     ctx.on_refresh(show, inputs=[chosen], outputs=[table, overview, chosen])
 
     def load(picked):
+        if repeated_pick(("deployment-form", picked)):  # the second event of one pick: the form may be typed in
+            return [gr.skip()] * len(form)
         row = {r.key: r for r in da.deployments(cat, ListDeploymentsRequest())}.get(picked or "")
         if row is None:
             return [""] * len(form)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app.ui_base import ASSETS_DIR, UIContext, curator_action, guarded_viewer, refreshed_choices
+from app.ui_base import ASSETS_DIR, UIContext, curator_action, guarded_viewer, refreshed_choices, repeated_pick
 from db.models import Role
 from jobs.actions import annotations as an
 from jobs.actions import flanks as fs
@@ -117,6 +117,9 @@ def build(ctx: UIContext) -> None:
 
     @curator_action(role=Role.viewer)
     def pick(image_id):
+        if image_id is not None and repeated_pick(("mask-photo", image_id)):
+            # the second event of one pick: the curator may already be clicking on the photo
+            return (gr.skip(),) * (len(shown) + 2)
         if image_id is None:
             d = mk.MaskDraft()
             return (*view(d), gr.update(value=None), "")
@@ -245,7 +248,7 @@ def build(ctx: UIContext) -> None:
                                outputs=[*box_panel, box_status], api_name="undo_box", trigger_mode="once"))
 
     shown = [draft, picture, report]
-    picker.input(pick, inputs=[picker], outputs=[*shown, flank, status], api_visibility="private").then(
+    picker.input(guarded_viewer(pick), inputs=[picker], outputs=[*shown, flank, status], api_visibility="private").then(
         suggest, inputs=[draft], outputs=[flank_hint, accept_flank], api_visibility="private").then(
         show_boxes, inputs=[draft], outputs=box_panel, api_visibility="private")
     ctx.changed(accept_flank.click(take_suggestion, inputs=[draft, ctx.user],

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import base64
 import html
-import threading
-import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +25,7 @@ from typing import Any
 import gradio as gr
 
 from app.tabs.match_cards import PAIR_CSS, board_html, pair_html
-from app.ui_base import ASSETS_DIR, UIContext, curator_action, guarded_viewer, refreshed_choices
+from app.ui_base import ASSETS_DIR, UIContext, curator_action, guarded_viewer, refreshed_choices, repeated_pick
 from db.models import Role
 from jobs.actions import decisions as ds
 from jobs.actions import flanks as fs
@@ -107,34 +105,6 @@ SPOTS_HINT = ("*Matched spots:* press **Show matched spots** (key S) to see whic
 LOADING_QUEUE = ("<div class='rz-empty' id='match-loading'>Loading the review queue… The first time, the photos' "
                  "features are computed (about a second per photo on this machine); imports start this in the "
                  "background, so it is usually ready.</div>")
-
-
-class RepeatedPicks:
-    """Which picks of "Open a photo" repeat the one just made: Gradio 6's dropdown sends a pick made with the mouse
-    as two ``input`` events, run side by side (the queue runs four at once), and the second, landing after the
-    curator chose a card, would draw the top candidate chosen again. A pick of the same photo by the same page
-    within ``window_s`` of the last is the same pick."""
-
-    def __init__(self, *, window_s: float = 2.0, sessions: int = 1000) -> None:
-        self.window_s, self.sessions = window_s, sessions
-        self._last: dict[str, tuple[int, float]] = {}
-        self._lock = threading.Lock()
-
-    def repeated(self, session: str | None, image_id: int, *, now: float | None = None) -> bool:
-        if session is None:
-            return False
-        now = time.monotonic() if now is None else now
-        with self._lock:
-            last = self._last.get(session)
-            self._last[session] = (image_id, now)
-            if len(self._last) > self.sessions:  # pages long closed
-                for key, (_, at) in list(self._last.items()):
-                    if now - at > self.window_s:
-                        del self._last[key]
-        return last is not None and last[0] == image_id and now - last[1] < self.window_s
-
-
-PICKS = RepeatedPicks()
 
 
 @dataclass(frozen=True)
@@ -439,12 +409,10 @@ def build(ctx: UIContext) -> None:
         return render(view, rank.get("rank"), look, queue, pos)
 
     @curator_action(role=Role.viewer)
-    def on_open_photo(image_id, view, model_name, flank, look, queue, request: gr.Request = None,
-                      progress=gr.Progress()):
+    def on_open_photo(image_id, view, model_name, flank, look, queue, progress=gr.Progress()):
         if image_id is None:
             return (gr.skip(),) * (1 + len(screen))
-        if (view is not None and view.query.image_id == int(image_id)) \
-                or PICKS.repeated(request.session_hash if request else None, int(image_id)):
+        if (view is not None and view.query.image_id == int(image_id)) or repeated_pick(("match-open", int(image_id))):
             # the photo on screen, or being opened, already: Gradio's picker sends one pick with the mouse as two
             # events, and the second must not redraw over what the curator did since the first (a chosen card)
             return (gr.skip(),) * (1 + len(screen))
