@@ -297,6 +297,21 @@ def choose(page, elem_id: str, text: str) -> None:
     page.get_by_role("option", name=re.compile(re.escape(text))).first.click()
 
 
+def fill_settled(locator, text: str, *, tries: int = 3, settle_s: float = 0.5) -> None:
+    """Type ``text`` into a field and leave it (Tab). A field that mounts as its accordion opens can be drawn again
+    with its default just after the first drawing; the value is checked to stay, and typed again if it did not,
+    as a curator who sees the default come back types it again."""
+    import time
+
+    for _ in range(tries):
+        locator.fill(text)
+        locator.press("Tab")
+        time.sleep(settle_s)
+        if locator.input_value() == text:
+            return
+    raise AssertionError(f"the field kept showing {locator.input_value()!r} after {text!r} was typed {tries} times")
+
+
 def shown_query_id(page) -> str | None:
     """The photo id Match review's facts name, None when none is shown. One read in the page: a count and then a
     second lookup could find the facts gone in between (the queue's end removes them) and wait for them in vain."""

@@ -35,7 +35,14 @@ import pytest
 from PIL import Image as PILImage
 from sqlalchemy import select
 
-from tests.browser.conftest import choose, require_chromium, settled_text, shown_query_id, start_rosette
+from tests.browser.conftest import (
+    choose,
+    fill_settled,
+    require_chromium,
+    settled_text,
+    shown_query_id,
+    start_rosette,
+)
 from tests.browser.test_ingest_catalogue import upload
 from tests.browser.test_match_review import wait_for
 from tests.browser.test_review_ui_browser import _lines
@@ -424,9 +431,7 @@ def test_5_identification_uncertainty_after_rejections_and_one_probability(seaso
     page.locator("#pop-identities-panel").get_by_text("Whose identities").first.click()
     draws = page.locator("#pop-draws input")
     expect(draws).to_have_value("200", timeout=TIMEOUT_MS)
-    draws.fill("20")
-    draws.press("Tab")
-    expect(draws).to_have_value("20")
+    fill_settled(draws, "20")
     page.locator("#pop-identities-compute").click()
     status = page.locator("#pop-identities-status")
     expect(status).to_contain_text("done: 20 draws", timeout=JOB_TIMEOUT_MS)

@@ -10,7 +10,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import require_chromium, start_rosette
+from tests.browser.conftest import fill_settled, require_chromium, start_rosette
 from tests.sim_study import SPECIES
 from tests.test_identities_study import add_decisions, write_uncertain_study
 
@@ -46,9 +46,7 @@ def test_both_columns_and_the_review_list_opening_match_review(server, page, sho
     # number is committed before the click reads it (a run once went off with the default 200 draws)
     draws = page.locator("#pop-draws input")
     expect(draws).to_have_value("200", timeout=TIMEOUT_MS)
-    draws.fill("30")
-    draws.press("Tab")
-    expect(draws).to_have_value("30")
+    fill_settled(draws, "30")
     page.locator("#pop-identities-compute").click()
     status = page.locator("#pop-identities-status")
     # "queued" is soon replaced by the job's progress (polled every 2 s): either shows the job was queued
