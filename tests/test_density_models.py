@@ -489,3 +489,30 @@ def test_mask_covariates_and_sex_are_read_from_files(tmp_path):
     (tmp_path / "bad.txt").write_text("1 a 1 T0 F\n1 a 2 T1 M\n")
     with pytest.raises(DensityInputError, match="has sex 'F' and 'M'"):
         read_secr_sex(tmp_path / "bad.txt")
+
+
+def test_each_fit_is_assessed_before_the_ranking(monkeypatch):
+    """A comparison hands each fit to ``assess`` as it comes: a fit the data cannot carry is refused before any
+    table is made of it (a table of such fits, or AICc undefined on a handful of animals, says nothing)."""
+    import core.field.scr_select as scr_select
+
+    fitted, seen = [], []
+    monkeypatch.setattr(scr_select, "fit_scr_model", lambda sessions, formula, **_: fitted.append(str(formula))
+                        or str(formula))
+
+    def no_table(*_a, **_k):
+        raise AssertionError("ranked before every fit was assessed")
+
+    monkeypatch.setattr(scr_select, "aic_table", no_table)
+
+    class Refused(Exception):
+        pass
+
+    def assess(fit):
+        seen.append(fit)
+        if len(seen) == 2:
+            raise Refused(fit)
+
+    with pytest.raises(Refused):
+        scr_select.compare_models([], ["g0~1", "g0~b", "sigma~1"], assess=assess)
+    assert fitted == seen == ["g0~1", "g0~b"]  # the third model is not fitted once the second is refused

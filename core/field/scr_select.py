@@ -136,11 +136,13 @@ def split_models(text: str) -> list[str]:
 def compare_models(sessions: Sequence[ScrSession], models: str | Sequence[str], *, detectfn: str = "HN",
                    conditional: bool = False, d_link: str = "log", fastproximity: bool = True,
                    criterion: str = "AICc",
-                   progress: Callable[[float, str], None] | None = None) -> ModelComparison:
+                   progress: Callable[[float, str], None] | None = None,
+                   assess: Callable[[ScrModelFit], None] | None = None) -> ModelComparison:
     """Fit every model on ``sessions`` on one likelihood scale and rank them. Where one model has sex in the full
     likelihood every model is fitted with secr's hcov mixture (pmix estimated in each), and where one has ``t``,
     ``b`` or ``bk`` every proximity model is fitted occasion by occasion, so that the table compares like with
-    like; the notes say so."""
+    like; the notes say so. ``assess`` sees each fit before the ranking (it raises to refuse one the data cannot
+    carry: a table of such fits says nothing)."""
     report = progress or (lambda fraction, message: None)
     texts = split_models(models) if isinstance(models, str) else list(models)
     formulas = [parse_model(m) for m in texts]
@@ -159,6 +161,8 @@ def compare_models(sessions: Sequence[ScrSession], models: str | Sequence[str], 
         report(j / len(formulas), f"fitting {formula} ({j + 1} of {len(formulas)})")
         fits.append(fit_scr_model(sessions, formula, detectfn=detectfn, conditional=conditional, d_link=d_link,
                                   hcov=True if hcov else None, fastproximity=pooled))
+        if assess is not None:
+            assess(fits[-1])
     table = aic_table(fits, criterion=criterion)
     report(1.0, "done")
     return ModelComparison(fits=tuple(fits), table=table, criterion=criterion,

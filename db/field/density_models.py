@@ -175,8 +175,6 @@ def catalogue_models(cat: Catalogue, *, models: Sequence[str], single: bool, spe
                                              with_sex=with_sex)
             result, fits = _fit_all(fitted, models, single=single, detectfn=detectfn, conditional=conditional,
                                     d_link=d_link, report=report)
-            for fit in fits:
-                _assess(fit, fitted)
             wanted = _suggested_buffer(fits[0] if single else result.best, fitted)
             if wanted <= buffer_m:
                 break
@@ -208,7 +206,10 @@ def _fit_all(sessions: Sequence[ScrSession], models: Sequence[str], *, single: b
     if single:
         report(0.1, f"fitting {models[0]}")
         fit = fit_scr_model(sessions, models[0], detectfn=detectfn, conditional=conditional, d_link=d_link)
+        _assess(fit, sessions)
         return fit, [fit]
+    # each fit is checked as it comes, before the ranking: a table of fits the sessions cannot carry says nothing
     comparison = compare_models(sessions, models, detectfn=detectfn, conditional=conditional, d_link=d_link,
-                                progress=lambda f, m: report(0.05 + 0.9 * f, m))
+                                progress=lambda f, m: report(0.05 + 0.9 * f, m),
+                                assess=lambda fit: _assess(fit, sessions))
     return comparison, list(comparison.fits)

@@ -487,6 +487,23 @@ def test_6_density_is_refused_where_three_stations_cannot_measure_movement(seaso
     assert not re.search(r"D \(animals per 100 km²\)\s+\d", page.locator("#dens-estimates").text_content())
     shot("8d-density-refused")
 
+    # the models beyond the null: only what the season carries is offered (no sex, one session), and the
+    # comparison is refused in one sentence with no table, as the null fit was
+    expect(page.locator("#dens-models-offered")).to_contain_text("Models with sex need individuals with a sex",
+                                                                 timeout=TIMEOUT_MS)
+    offered = page.locator("#dens-models label")
+    assert {offered.nth(i).inner_text().strip() for i in range(offered.count())} == {"g0~1", "g0~b"}
+    for name in ("g0~1", "g0~b"):
+        box = page.locator("#dens-models").get_by_label(name, exact=True)
+        if not box.is_checked():
+            box.check()
+    page.locator("#dens-compare").click()
+    models_status = page.locator("#dens-models-status")
+    expect(models_status).to_contain_text(re.compile(r"Density models job #\d+ refused: "), timeout=JOB_TIMEOUT_MS)
+    assert "AICc" not in models_status.text_content()
+    assert not re.search(r"\d", page.locator("#dens-aic tbody").text_content())
+    shot("8e-density-models-refused")
+
 
 def test_7_camtrap_dp_export_blurs_the_person_and_names_the_species(season_server, page, shot):
     from playwright.sync_api import expect
