@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 
 from app.commands.population_cmd import CHOOSE_SPECIES
 from core.field.identities import BASES, MAX_DRAWS
@@ -111,6 +112,15 @@ def _d_link(text: str | None) -> str:
     return link.strip()
 
 
+def _progress_to_stderr(args) -> Callable[[float, str], None]:
+    """Progress lines on stderr, none with --json (its stdout is one JSON document a script reads)."""
+    def progress(fraction: float, message: str) -> None:
+        if not args.json:
+            print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+
+    return progress
+
+
 def run_models(args, ctx) -> int:
     """``--model`` or ``--compare`` on secr's files or on the catalogue's study (its sessions with --sessions)."""
     if args.identities != "decided":
@@ -122,12 +132,9 @@ def run_models(args, ctx) -> int:
                                    buffer_m=args.buffer_m, spacing_m=args.spacing_m, conditional=args.cl,
                                    sessions=args.sessions)
 
-    def progress(fraction: float, message: str) -> None:
-        if not args.json:
-            print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
-
     try:
-        answer = dm.density_models(request, cat=None if request.from_files else ctx.catalogue, progress=progress)
+        answer = dm.density_models(request, cat=None if request.from_files else ctx.catalogue,
+                                   progress=_progress_to_stderr(args))
     except ps.SpeciesNotChosen as exc:
         raise ValueError(f"{exc} {CHOOSE_SPECIES}") from None
     print(json.dumps(answer, indent=2) if args.json else dm.models_text(answer))
@@ -151,13 +158,9 @@ def run_flanks(args, ctx) -> int:
                                spacing_m=args.spacing_m, chains=args.chains, iterations=args.iterations,
                                seed=args.seed)
 
-    def progress(fraction: float, message: str) -> None:
-        if not args.json:
-            print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
-
     try:
         answer = pid.partial_id_density(request, cat=None if request.from_files else ctx.catalogue,
-                                        progress=progress)
+                                        progress=_progress_to_stderr(args))
     except ps.SpeciesNotChosen as exc:
         raise ValueError(f"{exc} {CHOOSE_SPECIES}") from None
     print(json.dumps(answer, indent=2) if args.json else pid.flanks_text(answer))
@@ -185,12 +188,9 @@ def run(args, ctx) -> int:
                              spacing_m=args.spacing_m, mask=(args.mask or [None])[0], conditional=args.cl,
                              identities=args.identities, draws=args.draws, seed=args.seed)
 
-    def progress(fraction: float, message: str) -> None:
-        if not args.json:
-            print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
-
     try:
-        answer = ds.density_summary(None if request.from_files else ctx.catalogue, request, progress=progress)
+        answer = ds.density_summary(None if request.from_files else ctx.catalogue, request,
+                                    progress=_progress_to_stderr(args))
     except ps.SpeciesNotChosen as exc:
         raise ValueError(f"{exc} {CHOOSE_SPECIES}") from None
     except ds.NoCalibration as exc:
