@@ -25,6 +25,7 @@ from typing import Any
 import gradio as gr
 
 from app.tabs.match_cards import PAIR_CSS, board_html, pair_html
+from app.tabs.match_links import build_flank_links
 from app.ui_base import ASSETS_DIR, UIContext, curator_action, guarded_viewer, refreshed_choices, repeated_pick
 from db.models import Role
 from jobs.actions import decisions as ds
@@ -216,6 +217,7 @@ def build(ctx: UIContext) -> None:
                             css_template=GRID_CSS, js_on_load=PICK_JS, min_height=200)
     with gr.Accordion("Match a new photo (upload)", open=False, elem_id="match-upload-box"):
         upload = gr.File(label="Photo", file_count="single", file_types=["image"], elem_id="match-upload", height=110)
+    build_flank_links(ctx)
 
     # what the page shows as a decision is sent ("query:rank:candidate"), written by DECIDE_JS
     shown_box = gr.Textbox(visible=False, elem_id="match-shown")
