@@ -27,6 +27,7 @@ from core.field.partial_id import (
     split_rhat,
     write_flank_files,
 )
+from core.field.scr_errors import DensityInputError
 from core.field.scr_mask import read_mask_csv
 from jobs.actions.partial_id import answer_of, read_flank_files, state_space
 from jobs.requests.partial_id import PartialIdRequest
@@ -306,3 +307,47 @@ def test_the_request_refuses_bad_values_when_made(fields, words):
     with pytest.raises(ValueError, match=words):
         PartialIdRequest(**values)
     assert PartialIdRequest.from_dict(PartialIdRequest(captures="c.txt", traps="t.txt", buffer_m=900).to_dict())
+
+
+def test_a_rejected_pair_is_never_linked_and_the_others_follow_the_exact_conditional():
+    """A curator's rejected pair (cannot_link) has target density 0: with two lefts and two rights on four
+    individuals, the sampler's link probabilities must match those enumerated over the one-to-one assignments that
+    keep L1 and R1 apart, and L1-R1 must never be drawn together."""
+    stations = [FlankStation(f"S{j}", 400.0 * j, 0.0, (1,) * 6) for j in range(4)]
+    captures = [FlankCapture("L1", 1, "S0", "L"), FlankCapture("L1", 2, "S1", "L"), FlankCapture("L2", 3, "S2", "L"),
+                FlankCapture("L2", 5, "S3", "L"), FlankCapture("R1", 4, "S0", "R"), FlankCapture("R2", 6, "S3", "R")]
+    data = flank_data(captures, stations, cannot_link=[("L1", "R1"), ("L9", "R2")])  # L9: no such identity, dropped
+    assert data.cannot_link == ((0, 0),)
+    with pytest.raises(DensityInputError, match="also rejected"):
+        flank_data(captures, stations, [("L1", "R1")], cannot_link=[("L1", "R1")])
+    space = _space(stations, 800)
+    chain = _Chain(data, space, augmented=4, rng=np.random.default_rng(3), prop_scale=1.0)
+    chain.s = np.array([[0.0, 100.0], [500.0, -50.0], [900.0, 0.0], [1300.0, 80.0]])
+    chain.d2 = chain._d2(chain.s)
+    chain.z = np.ones(4, dtype=bool)
+    chain.sigma, chain.p0s = 450.0, 0.3
+    chain.terms = chain._terms(chain.d2, chain.sigma, chain.p0s, chain.p0b)
+    gl = data.y_left1 @ chain.terms[0].T + data.y_left2 @ chain.terms[1].T
+    gr = data.y_right1 @ chain.terms[0].T + data.y_right2 @ chain.terms[1].T
+    sides = [(a, b) for a in range(4) for b in range(4) if a != b]
+    states = [(lf, rt) for lf in sides for rt in sides if lf[0] != rt[0]]  # L1 and R1 never on one individual
+    weights = np.array([math.exp(gl[0, lf[0]] + gl[1, lf[1]] + gr[0, rt[0]] + gr[1, rt[1]]) for lf, rt in states])
+    weights /= weights.sum()
+    exact = np.zeros((2, 2))
+    for w, (lf, rt) in zip(weights, states):
+        for i in range(2):
+            for j in range(2):
+                exact[i, j] += w * (lf[i] == rt[j])
+    free = [(lf, rt) for lf in sides for rt in sides]  # without the rejection L1-R1, caught at S0, is probable
+    unbanned = np.array([math.exp(gl[0, lf[0]] + gl[1, lf[1]] + gr[0, rt[0]] + gr[1, rt[1]]) for lf, rt in free])
+    assert unbanned[[lf[0] == rt[0] for lf, rt in free]].sum() / unbanned.sum() > 0.3
+    assert exact[1, 1] > 0.3 and exact[0, 1] > 0.05 and exact[1, 0] > 0.05  # the others do link
+    together = np.zeros((2, 2))
+    sweeps = 10_000
+    for _ in range(sweeps):
+        chain._id_update()
+        assert chain.at_l[0] != chain.at_r[0]
+        together += chain.at_l[:, None] == chain.at_r[None, :]
+    observed = together / sweeps
+    assert observed[0, 0] == 0.0
+    assert np.abs(observed - exact).max() < 0.025, np.round(np.c_[observed, exact], 3)

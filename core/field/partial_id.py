@@ -75,6 +75,8 @@ class FlankData:
     y_right2: np.ndarray
     y_both: np.ndarray  # (n_fixed, J) both-side captures (two-camera occasions only)
     sides: int = 2  # flanks observed: 1 for a left-only analysis (:func:`left_only`)
+    #: (left, right) indices of free identities a curator said are not one animal: never put on one individual
+    cannot_link: tuple[tuple[int, int], ...] = ()
 
     @property
     def n_left(self) -> int:
@@ -190,10 +192,13 @@ def read_flank_links(path: str | Path) -> list[tuple[str, str]]:
 
 
 def flank_data(captures: Sequence[FlankCapture], stations: Sequence[FlankStation],
-               links: Sequence[tuple[str, str]] = ()) -> FlankData:
+               links: Sequence[tuple[str, str]] = (), *,
+               cannot_link: Sequence[tuple[str, str]] = ()) -> FlankData:
     """The sampler's capture histories, every input fault refused in one line. An ID on B rows names an animal whose
     left and right identities both carry that name (its L and R rows are its one-side captures); other left and
-    right names are separate identities unless a link joins them."""
+    right names are separate identities unless a link joins them. ``cannot_link`` pairs (left, right) are ones a
+    curator rejected: the sampler never links them; a pair naming no free identity on a side is dropped (the
+    sampler could not link it anyway), and one that is also a link is refused."""
     if not stations:
         raise DetectorLayoutError("no stations")
     if not captures:
@@ -252,6 +257,7 @@ def flank_data(captures: Sequence[FlankCapture], stations: Sequence[FlankStation
     left_names = tuple(both + [a for a, _ in pairs] + free_left)
     right_names = tuple(both + [b for _, b in pairs] + free_right)
     n_fixed = len(both) + len(pairs)
+    banned = _cannot_link_indices(cannot_link, links, left_names, right_names, n_fixed)
     J = len(stations)
     y_l = np.zeros((len(left_names), J, n_occ), dtype=bool)
     y_r = np.zeros((len(right_names), J, n_occ), dtype=bool)
@@ -274,7 +280,26 @@ def flank_data(captures: Sequence[FlankCapture], stations: Sequence[FlankStation
     return FlankData(station_names=tuple(s.name for s in stations), xy=xy, k1=one.sum(axis=1).astype(float),
                      k2=two.sum(axis=1).astype(float), n_fixed=n_fixed, n_both=len(both), left_names=left_names,
                      right_names=right_names, y_left1=split(y_l, one), y_left2=split(y_l, two),
-                     y_right1=split(y_r, one), y_right2=split(y_r, two), y_both=split(y_b, two))
+                     y_right1=split(y_r, one), y_right2=split(y_r, two), y_both=split(y_b, two),
+                     cannot_link=banned)
+
+
+def _cannot_link_indices(cannot_link: Sequence[tuple[str, str]], links: Sequence[tuple[str, str]],
+                         left_names: Sequence[str], right_names: Sequence[str],
+                         n_fixed: int) -> tuple[tuple[int, int], ...]:
+    """The rejected pairs as (left, right) indices of free identities; a rejected pair that is also a link is a
+    contradiction and refused."""
+    known = set(links)
+    li = {n: i for i, n in enumerate(left_names) if i >= n_fixed}
+    ri = {n: i for i, n in enumerate(right_names) if i >= n_fixed}
+    out = set()
+    for left, right in cannot_link:
+        if (left, right) in known:
+            raise DensityInputError(f"link {left} {right}: that pair was also rejected as not one animal; keep one "
+                                    "of the two")
+        if left in li and right in ri:
+            out.add((li[left], ri[right]))
+    return tuple(sorted(out))
 
 
 def left_only(data: FlankData) -> FlankData:
@@ -498,6 +523,12 @@ class _Chain:
         self.owner_r[self.at_r] = np.arange(nr)
         self.yb = np.zeros((M, J))
         self.yb[:nf] = data.y_both
+        # rejected pairs, per side: an identity -> the other side's identities it must never share an individual with
+        self.banned_l: dict[int, set[int]] = {}
+        self.banned_r: dict[int, set[int]] = {}
+        for left, right in data.cannot_link:
+            self.banned_l.setdefault(left, set()).add(right)
+            self.banned_r.setdefault(right, set()).add(left)
         self._gather()
         has = self.has_data()
         self.z = has | (rng.random(M) < 0.3)
@@ -647,15 +678,17 @@ class _Chain:
         total = cumulative[:, -1].tolist()
         log_total = [math.log(t) if t > 0 else -math.inf for t in total]
         w1, w2 = self.terms[0], self.terms[1]
-        for free, at, owner, y1, y2 in (
-                (self.free_l, self.at_l, self.owner_l, d.y_left1, d.y_left2),
-                (self.free_r, self.at_r, self.owner_r, d.y_right1, d.y_right2)):
+        for free, at, owner, y1, y2, partner, banned in (
+                (self.free_l, self.at_l, self.owner_l, d.y_left1, d.y_left2, self.owner_r, self.banned_l),
+                (self.free_r, self.at_r, self.owner_r, d.y_right1, d.y_right2, self.owner_l, self.banned_r)):
             if free.size == 0:
                 continue
             # what each identity's history adds on each individual, over an empty history there
             gains = (y1 @ w1.T + y2 @ w2.T).tolist()
             u = self.rng.random((free.size, 2)).tolist()
             where, holder = at.tolist(), owner.tolist()
+            # the other side's identity on each individual (it does not move while this side is updated)
+            partners = partner.tolist() if banned else []
             for n, ident in enumerate(free.tolist()):
                 a = where[ident]
                 if total[a] <= 0.0:
@@ -664,6 +697,10 @@ class _Chain:
                 if c == a:
                     continue
                 other = holder[c]
+                # a swap that would put a rejected pair on one individual has target density 0: refused
+                if banned and (partners[c] in banned.get(ident, ()) or
+                               (other >= 0 and partners[a] in banned.get(other, ()))):
+                    continue
                 row = gains[ident]
                 delta = row[c] - row[a] + log_total[a] - log_total[c]
                 if other >= 0:
