@@ -32,6 +32,7 @@ from db.species import active_model_name
 from db.identify.spots import evaluate_request as evaluate_spots
 from db.identify.spots import extract_keypoints
 from db.identify.vector_index import build_vector_index
+from jobs.actions.partial_id import partial_id_density
 from jobs.context import JobCancelled, JobContext
 from jobs.registry import HEAVY, register_job_kind
 from jobs.requests.benchmarks import EvaluateRequest
@@ -43,6 +44,7 @@ from jobs.requests.export import KaggleExportRequest
 from jobs.requests.map import EmbedRequest, MapRequest
 from jobs.requests.masks import MaskPhotosRequest
 from jobs.requests.match import IndexBuildRequest
+from jobs.requests.partial_id import PartialIdRequest
 from jobs.requests.training import TrainRequest, setting_names
 
 
@@ -274,6 +276,23 @@ def density_models_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) 
     is a succeeded job whose answer says why (``refused``)."""
     request = DensityModelsRequest.from_dict(params)
     return catalogue_models(cat, **request.fit_options(), progress=ctx.progress)
+
+
+@register_job_kind("flank_density")  # minutes of numpy MCMC: never waits behind a training run
+def flank_density_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """The two-flank partial-identity density on the catalogue's study (the Population tab): params are a stored
+    :class:`jobs.requests.partial_id.PartialIdRequest` without files; the answer of ``rosette density --flanks`` on
+    that request, link probabilities included. Progress follows the chains; a cancel stops at the next progress
+    line (every 1,000 iterations of a chain) and keeps nothing."""
+    request = PartialIdRequest.from_dict(params)
+    if request.from_files:
+        raise ValueError("the background job fits the catalogue's study; fit text files with rosette density --flanks")
+
+    def progress(fraction: float, message: str) -> None:
+        ctx.progress(fraction, message)
+        ctx.check_cancelled()
+
+    return partial_id_density(request, cat=cat, progress=progress)
 
 
 @register_job_kind("population_uncertain")  # one embedding pass (cached) and numpy draws: never waits for training
