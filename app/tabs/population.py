@@ -10,6 +10,7 @@ import pandas as pd
 
 from app.tabs._activity import build_activity
 from app.tabs._density import build_density
+from app.tabs._flanks import build_flanks
 from app.tabs._identities import BASES, build_identities
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text, refreshed_choices
 from db.models import Role
@@ -138,5 +139,6 @@ def build(ctx: UIContext) -> None:
         build_identities(ctx, species, days, first, last, identities, ctx.tab_timer(2.0))
     with gr.Accordion("Density (spatial capture-recapture)", open=False, elem_id="dens-panel"):
         build_density(ctx, species, days, first, last, identities, ctx.tab_timer(2.0))
+    build_flanks(ctx, species, days, first, last, ctx.tab_timer(2.0))
     with gr.Accordion("Activity over the day", open=False, elem_id="act-panel"):
         build_activity(ctx, species)
