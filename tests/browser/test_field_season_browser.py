@@ -13,7 +13,8 @@ one frame holds two animals, one an animal and a person, one nothing at all. In 
 5. runs the Population tab's estimate, then the estimate with identification uncertainty (which those rejections
    must not block), and opens the review list's first animal in Match review: both screens give it one p(new);
    no hint calls an animal of a catalogued individual new;
-6. asks for a density fit, which three stations 1-2 km apart cannot carry: it is refused in one sentence;
+6. asks for a density fit, which three stations 1-2 km apart cannot carry: it is refused in one sentence; the
+   density from one-flank photos is not offered, since no photo's flank was set, and one sentence says so;
 7. writes a Camtrap DP package in the Export tab with the people blurred: the person's pixels in the package
    differ from the photo's, the rest of the photo does not, and the species is the one named, never ``default``.
 
@@ -503,6 +504,17 @@ def test_6_density_is_refused_where_three_stations_cannot_measure_movement(seaso
     assert "AICc" not in models_status.text_content()
     assert not re.search(r"\d", page.locator("#dens-aic tbody").text_content())
     shot("8e-density-models-refused")
+
+    # the two-flank model needs each detection's flank, which nobody set this season: not offered, in one
+    # sentence that says how many lack one and where to set them, and the fit cannot be pressed
+    page.locator("#dens-flanks-panel").get_by_text("Density from one-flank photos").first.click()
+    offered = page.locator("#dens-flanks-offered")
+    expect(offered).to_contain_text(re.compile(rf"Not offered: \d+ of the \d+ {SPECIES} detection\(s\) have no flank "
+                                               r"set \(annotation\(s\) [\d, ]+\): set each one's flank in the Mask "
+                                               r"or Match review tab, then fit again\.\s*$"), timeout=TIMEOUT_MS)
+    expect(page.locator("#dens-flanks-fit")).to_be_disabled()
+    assert not re.search(r"\d", page.locator("#dens-flanks-result tbody").text_content())
+    shot("8f-flank-density-not-offered")
 
 
 def test_7_camtrap_dp_export_blurs_the_person_and_names_the_species(season_server, page, shot):
