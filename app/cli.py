@@ -31,6 +31,7 @@ from app.commands import (
     eval_cmd,
     export_cmd,
     export_data_cmd,
+    flank_links_cmd,
     import_cmd,
     index_cmd,
     individual_cmd,
@@ -51,7 +52,7 @@ from db.session import open_catalogue
 from jobs.actions.audit import acting_as
 from jobs.actions.maintenance import database_problem
 
-COMMANDS = (annotations_cmd, audit_cmd, backup_cmd, benchmark_cmd, catalogue_cmd, catalogue_copy_cmd, compare_cmd, density_cmd, deployments_cmd, detectors_cmd, diagnose_cmd, doctor_cmd, eval_cmd, export_cmd, export_data_cmd, import_cmd, index_cmd, individual_cmd, jobs_cmd, loop_cmd, mask_cmd, match_cmd, population_cmd, serve, species_cmd, spots_cmd, stats, train_cmd, users_cmd)
+COMMANDS = (annotations_cmd, audit_cmd, backup_cmd, benchmark_cmd, catalogue_cmd, catalogue_copy_cmd, compare_cmd, density_cmd, deployments_cmd, detectors_cmd, diagnose_cmd, doctor_cmd, eval_cmd, export_cmd, export_data_cmd, flank_links_cmd, import_cmd, index_cmd, individual_cmd, jobs_cmd, loop_cmd, mask_cmd, match_cmd, population_cmd, serve, species_cmd, spots_cmd, stats, train_cmd, users_cmd)
 """Every subcommand's module, in the order their help lists them."""
 
 

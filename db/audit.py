@@ -40,6 +40,7 @@ from db.models import (
     AuditEvent,
     Benchmark,
     Deployment,
+    FlankLinkDecision,
     IdentityEvent,
     Image,
     Individual,
@@ -123,6 +124,10 @@ AUDITED: dict[type, Audited] = {
     Deployment: Audited("deployment", {f: "edit" for f in ("key", "location_id", "location_name", "lat", "lon", "start",
                                                             "end", "camera_id", "camera_model", "details")},
                         insert_fields=("key", "location_id", "start", "end")),
+    # a curator's answer to a flank link the two-flank density fit suggested (db.field.flank_links)
+    FlankLinkDecision: Audited("flank_link", {"undone_at": "undo"}, on_insert="add",
+                               insert_fields=("decision", "left_individual_id", "right_individual_id", "probability",
+                                              "job_id", "identity_event_id")),
     Job: Audited("job", {"cancel_requested": "cancel"}, on_insert="submit", insert_fields=("kind",),
                  on_delete=None),
 }

@@ -26,6 +26,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -82,6 +83,13 @@ class DecisionKind(str, enum.Enum):
 
 DECISION_WORDS = {DecisionKind.same: "same individual", DecisionKind.not_same: "not the same",
                   DecisionKind.unsure: "unsure", DecisionKind.new_individual: "new individual"}
+
+
+class FlankLinkKind(str, enum.Enum):
+    """A curator's answer to a left-right pair the two-flank density fit suggested."""
+
+    linked = "linked"  # one animal: the right-flank individual was merged into the left-flank one
+    rejected = "rejected"  # two animals: the next fit never links them
 
 
 class ModelStatus(str, enum.Enum):
@@ -522,3 +530,24 @@ class MatchSuggestion(Base):
     top_image_id: Mapped[int | None] = mapped_column(ForeignKey("images.id", ondelete="SET NULL"), default=None)
     top_score: Mapped[float] = mapped_column(Float)
     computed_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class FlankLinkDecision(Base):
+    """A curator's answer to a link the two-flank partial-identity fit suggested (``jobs.actions.flank_links``):
+    a confirmed pair is merged (``identity_event_id``, undone by undoing that merge), a rejected pair is kept here
+    so that the next fit never links it. One standing answer per pair: a second curator is told, not recorded."""
+
+    __tablename__ = "flank_link_decisions"
+    __table_args__ = (Index("ix_flank_link_decisions_standing", "left_individual_id", "right_individual_id",
+                            unique=True, sqlite_where=text("undone_at IS NULL"),
+                            postgresql_where=text("undone_at IS NULL")),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    left_individual_id: Mapped[int] = mapped_column(ForeignKey("individuals.id"))
+    right_individual_id: Mapped[int] = mapped_column(ForeignKey("individuals.id"), index=True)
+    decision: Mapped[FlankLinkKind] = mapped_column(_enum(FlankLinkKind, "flank_link_kind"))
+    probability: Mapped[float | None] = mapped_column(Float, default=None)  # as the curator was shown it
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), default=None)  # the fit that suggested it
+    identity_event_id: Mapped[int | None] = mapped_column(ForeignKey("identity_events.id"), default=None)  # the merge
+    user: Mapped[str] = mapped_column(String(120))
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    undone_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)

@@ -61,7 +61,7 @@ def _head_revision() -> str:
 
 
 def test_head_revision_is_the_newest_migration():
-    assert _head_revision() == "0011"
+    assert _head_revision() == "0012"
 
 
 def test_open_catalogue_sets_wal_foreign_keys_and_migrates(cat):

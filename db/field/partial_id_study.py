@@ -12,7 +12,9 @@ The study itself (species, window, occasions, the located stations in UTM metres
   matched its two sides) is a known link, or an animal seen on both sides at once (``B``) when both its flanks were
   photographed at one station on one occasion when two cameras worked there;
 - the cameras of a station on an occasion are the most of its deployments active at one time during it, capped at
-  two (a replaced camera is still one).
+  two (a replaced camera is still one);
+- a left- and a right-flank identity a curator said are not one animal (a rejected flank link,
+  :mod:`db.field.flank_links`) are a cannot-link pair: the fit never puts them on one individual.
 
 Nothing is fitted or stored here: :mod:`jobs.actions.partial_id` fits it.
 """
@@ -28,6 +30,7 @@ from sqlalchemy import select
 from core.field.partial_id import FlankCapture, FlankStation
 from db.catalogue import CatalogueError
 from db.field.density import CatalogueDensityStudy, catalogue_density_study
+from db.field.flank_links import rejected_pairs
 from db.field.population import Station
 from db.models import Flank, Image
 from db.session import Catalogue
@@ -54,6 +57,7 @@ class CatalogueFlankStudy:
     both_side_animals: tuple[str, ...]
     known_links: tuple[str, ...]
     no_flank: dict[str, int]
+    cannot_link: tuple[tuple[str, str], ...] = ()  # (left identity, right identity) a curator rejected
 
     @property
     def species(self) -> str:
@@ -148,7 +152,10 @@ def catalogue_flank_study(cat: Catalogue, *, species: str | None = None, occasio
         raise CatalogueError(f"every {pop_study.species} individual in the window was photographed on both flanks, "
                              "so no identity is one-flank: the ordinary density applies (rosette density without "
                              "--flanks)")
+    with cat.unit_of_work() as s:
+        rejected = rejected_pairs(s)
+    cannot_link = tuple((a, b) for a, b in rejected if a in set(lefts) and b in set(rights))
     return CatalogueFlankStudy(density=study, stations=stations, captures=tuple(captures),
                                links=tuple((n, n) for n in linked), left_identities=lefts, right_identities=rights,
                                both_side_animals=tuple(sorted(both_at_once)), known_links=tuple(linked),
-                               no_flank=no_flank)
+                               no_flank=no_flank, cannot_link=cannot_link)

@@ -6,7 +6,7 @@ or the catalogue's study (:mod:`db.field.partial_id_study`), makes the state spa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from core.field.partial_id import (
+    FlankCapture,
     FlankData,
+    FlankStation,
     PartialIdFit,
     StateSpace,
     fit_partial_id,
@@ -26,6 +28,7 @@ from core.field.partial_id import (
 )
 from core.field.scr_mask import read_geojson_polygon, read_mask_csv, trapbuffer_mask
 from db.field.density import default_buffer
+from db.field.flank_links import individual_ids
 from db.field.partial_id_study import CatalogueFlankStudy, catalogue_flank_study
 from db.session import Catalogue
 from jobs.requests.partial_id import PartialIdRequest
@@ -69,7 +72,33 @@ def read_flank_catalogue(cat: Catalogue, request: PartialIdRequest) -> tuple[Fla
     links = list(study.links)
     if request.links:
         links += read_flank_links(_existing(request.links, "links"))
-    return flank_data(study.captures, study.stations, links), study
+    return flank_data(study.captures, study.stations, links, cannot_link=study.cannot_link), study
+
+
+def add_link_evidence(rows: list[dict[str, Any]], captures: Sequence[FlankCapture],
+                      stations: Sequence[FlankStation]) -> None:
+    """What each pair's probability rests on, added to its row: ``distance_m``, the least distance between a station
+    where the left identity was photographed (a left or both-side capture) and one where the right was, and that
+    closest pair of captures' ``left_station``/``left_occasion`` and ``right_station``/``right_occasion`` (of equally
+    close pairs, the one nearest in time, then the earliest). The model links flanks by where they were caught only,
+    so this is the evidence a curator weighs the probability by."""
+    xy = {st.name: (st.x, st.y) for st in stations}
+    seen: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for c in captures:
+        for side in ("L", "R"):
+            if c.flank in (side, "B"):
+                seen.setdefault((side, c.identity), []).append((c.station, c.occasion))
+    for row in rows:
+        best: tuple[float, int, int, int, str, str] | None = None
+        for ls, lo in seen.get(("L", row["left"]), []):
+            for rs, ro in seen.get(("R", row["right"]), []):
+                d = math.dist(xy[ls], xy[rs])
+                key = (round(d, 6), abs(lo - ro), lo, ro, ls, rs)
+                if best is None or key < best:
+                    best = key
+        if best is not None:
+            row.update(distance_m=best[0], left_station=best[4], left_occasion=best[2], right_station=best[5],
+                       right_occasion=best[3])
 
 
 def catalogue_fields(study: CatalogueFlankStudy, *, buffer_m: float | None, buffer_default: bool) -> dict[str, Any]:
@@ -78,6 +107,7 @@ def catalogue_fields(study: CatalogueFlankStudy, *, buffer_m: float | None, buff
     return {**study.density.study, "left_identities": list(study.left_identities),
             "right_identities": list(study.right_identities),
             "both_side_animals": list(study.both_side_animals), "known_links": list(study.known_links),
+            "rejected_links": [list(pair) for pair in study.cannot_link],
             "no_flank": dict(study.no_flank), "buffer_m": buffer_m, "buffer_default": buffer_default}
 
 
@@ -145,6 +175,11 @@ def partial_id_density(request: PartialIdRequest, *, cat: Catalogue | None = Non
     answer["source"] = "files" if study is None else "catalogue"
     if study is not None:
         answer["catalogue"] = catalogue_fields(study, buffer_m=request.buffer_m, buffer_default=buffer_default)
+        rows = answer.get("link_probabilities") or []
+        add_link_evidence(rows, study.captures, study.stations)
+        ids = individual_ids(cat, {r["left"] for r in rows} | {r["right"] for r in rows})
+        for r in rows:  # the individuals as they were fitted: a later merge or rename shows in Match review
+            r["left_individual_id"], r["right_individual_id"] = ids.get(r["left"]), ids.get(r["right"])
     return answer
 
 
