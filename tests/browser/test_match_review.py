@@ -132,10 +132,15 @@ def test_confirm_top_candidate_by_button_and_key_then_undo(match_server, page, s
     _, first_name = top_candidate(page)
     # every state the review area passes through, as (query, top candidate, counter): one decision's answer must
     # change the three together, never show the next animal beside the last one's candidates or counter
+    # the next animal is drawn ahead while this one is looked at, and shown the moment the decision is sent
+    expect(page.locator(f"#match-ahead .rz-ahead[data-from='{first_query}'][data-decision='1']")).to_have_count(
+        1, timeout=TIMEOUT_MS)
     page.evaluate("""() => {
       const read = () => [document.querySelector('#match-facts .rz-facts')?.dataset.imageId,
                           document.querySelector("#match-candidates .rz-card[data-rank='1']")?.dataset.imageId,
-                          document.querySelector('#match-header')?.innerText.match(/Animal \\d+ of \\d+/)?.[0]];
+                          document.querySelector('#match-header')?.innerText.match(/Animal \\d+ of \\d+/)?.[0],
+                          !!document.querySelector('.rz-pair[data-ahead]'),
+                          !!document.querySelector('#match-candidates[data-pending]')];
       window.rzStates = [read()];
       new MutationObserver(() => window.rzStates.push(read()))
         .observe(document.querySelector('#match-main'), {subtree: true, childList: true, characterData: true,
@@ -148,11 +153,17 @@ def test_confirm_top_candidate_by_button_and_key_then_undo(match_server, page, s
     # the next photo loaded at once
     expect(page.locator("#match-facts .rz-facts")).not_to_have_attribute("data-image-id", str(first_query))
     expect(page.locator("#match-header")).to_contain_text("Animal 2 of")
+    expect(page.locator(".rz-pair[data-ahead], #match-candidates[data-pending]")).to_have_count(0)
     states = [tuple(x) for x in page.evaluate("window.rzStates")]
     before, after = states[0], states[-1]
     assert before[0] == str(first_query) and before[2] == "Animal 1 of " + before[2].split(" of ")[1]
     assert after[0] != before[0] and after[1] is not None and after[2].startswith("Animal 2 of")
-    assert set(states) <= {before, after}, states  # nothing in between: one update drew all three
+    assert not any(before[3:] + after[3:]), states
+    # in between only the next animal drawn ahead, whole (its photo, candidates and counter together), its
+    # candidates marked as being ranked again after a "same"; then the server's answer
+    ahead = [x for x in states[1:-1] if x != after]
+    assert all(x[0] == after[0] and x[2] == after[2] and x[3] and x[4] for x in ahead), states
+    assert ahead, states
 
     # --- 2. confirm the next one with the M key (focus on the page, not in a text box)
     second_query = shown_query(page)
@@ -334,3 +345,67 @@ def test_a_refused_decision_leaves_the_screen_as_it_was(match_server, playwright
             set_role(cat, "cid", "curator", by="ada")
         finally:
             cat.close()
+
+
+def _one_flank_pair(data_dir: Path) -> tuple[str, str]:
+    """Two of Cleo's photos made a left-flank-only and a right-flank-only individual, and a finished two-flank fit
+    stored that finds them probably one animal (the job's result as the flank_density job stores it)."""
+    from db.models import Flank, Image, Individual, Job, JobStatus, utcnow
+    from db.session import open_catalogue
+
+    cat = open_catalogue(data_dir, migrate=False)
+    try:
+        with cat.unit_of_work() as s:
+            cleo = s.scalar(select(Individual).where(Individual.name == NAMES[2]))
+            photos = list(s.scalars(select(Image).where(Image.individual_id == cleo.id).order_by(Image.id)))[:2]
+            made = []
+            for name, flank, photo in (("Cleo-L", Flank.left, photos[0]), ("Cleo-R", Flank.right, photos[1])):
+                ind = Individual(name=name, species_id=cleo.species_id)
+                s.add(ind)
+                s.flush()
+                photo.individual_id, photo.flank = ind.id, flank
+                made.append(ind)
+            row = {"left": "Cleo-L", "right": "Cleo-R", "probability": 0.82, "known": False, "distance_m": 400.0,
+                   "left_occasion": 3, "right_occasion": 5, "left_individual_id": made[0].id,
+                   "right_individual_id": made[1].id}
+            s.add(Job(kind="flank_density", status=JobStatus.succeeded, finished_at=utcnow(), params={},
+                      result={"kind": "flanks", "refused": False, "reason": None, "source": "catalogue",
+                              "catalogue": {"species": "default", "occasion_days": 1.0},
+                              "link_probabilities": [row]}))
+            s.commit()
+    finally:
+        cat.close()
+    return "Cleo-L", "Cleo-R"
+
+
+def test_a_flank_link_the_density_fit_suggests_is_shown_with_its_evidence_and_rejected(match_server, page, shot):
+    """Below the review: the links panel lists the stored fit's pair in the issue's words, with what the
+    probability rests on; choosing it shows its two photos; "Not the same" records it and says so."""
+    from playwright.sync_api import expect
+
+    from db.models import FlankLinkDecision
+    from db.session import open_catalogue
+
+    left, right = _one_flank_pair(match_server.data_dir)
+    page.goto(match_server.url)
+    page.get_by_role("tab", name="Match review").click()
+    expect(page.locator("#match-candidates .rz-card").first).to_be_visible(timeout=TIMEOUT_MS)
+    page.locator("#match-links").get_by_text("Flank links the density fit suggests").click()
+    sentence = (f"left-flank identity {left} and right-flank identity {right}: 0.82 probability the same animal "
+                "(seen 400 m apart on nights 3 and 5)")
+    expect(page.locator("#match-links-pick")).to_contain_text(sentence, timeout=TIMEOUT_MS)
+    expect(page.locator("#match-links-summary")).to_contain_text("spatial model only")
+    page.locator("#match-links-pick").get_by_text(sentence).click()
+    expect(page.locator("#match-links-photos img")).to_have_count(2, timeout=TIMEOUT_MS)
+    shot("flank-link")
+    page.locator("#match-link-not").click()
+    expect(page.locator("#match-links-status")).to_contain_text(
+        f"Recorded: {left} and {right} are not the same animal", timeout=TIMEOUT_MS)
+    expect(page.locator("#match-links-pick")).not_to_contain_text(sentence)
+    cat = open_catalogue(match_server.data_dir, migrate=False)
+    try:
+        with cat.unit_of_work() as s:
+            answers = [(r.decision.value, r.user, r.probability) for r in s.scalars(select(FlankLinkDecision))]
+    finally:
+        cat.close()
+    assert answers == [("rejected", "ana", 0.82)]
