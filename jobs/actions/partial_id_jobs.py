@@ -24,9 +24,17 @@ ESTIMATE_HEADERS = ["Parameter", "Posterior median", "95% credible interval"]
 #: (posterior key, the row's name, digits shown)
 _ROWS = (("N", "N (animals in the state space)", 0), ("D_per_100km2", "D (animals per 100 km²)", 1),
          ("sigma_m", "sigma (m)", 0), ("p0_single", "p0, one side", 3), ("p0_both", "p0, both sides at once", 3))
-#: The command's advice when no identity is one-flank, and the tab's.
+#: The command's advice in a refusal -> the tab's (its fields and buttons, not the command's options).
 _CLI_ADVICE = "(rosette density without --flanks)"
 _TAB_ADVICE = "(Fit density above)"
+_TAB_WORDS = {_CLI_ADVICE: _TAB_ADVICE, "(--iterations)": "(Iterations per chain)"}
+
+
+def tab_words(reason: str) -> str:
+    """A refusal written for the command, with its options named as the tab's fields."""
+    for cli, tab in _TAB_WORDS.items():
+        reason = reason.replace(cli, tab)
+    return reason
 
 
 def flank_offer(cat: Catalogue, request: PopulationRequest) -> dict[str, Any]:
@@ -38,7 +46,7 @@ def flank_offer(cat: Catalogue, request: PopulationRequest) -> dict[str, Any]:
         study = catalogue_flank_study(cat, species=request.species, occasion_days=request.occasion_days,
                                       date_from=request.first_day, date_to=request.last_day)
     except (CatalogueError, ValueError) as exc:  # the density study's own refusals are ValueErrors too
-        reason = str(exc).rstrip(".").replace(_CLI_ADVICE, _TAB_ADVICE)
+        reason = tab_words(str(exc).rstrip("."))
         return {"offered": False, "words": f"Not offered: {reason}."}
     left_out = ", ".join(f"{n} {label}" for label, n in sorted(study.no_flank.items()))
     words = (f"Offered: {study.species} holds {len(study.left_identities)} left-flank and "
@@ -86,7 +94,7 @@ def flank_density_status(cat: Catalogue, job_id: int | None) -> tuple[dict[str, 
     if job.status == JobStatus.succeeded:
         answer = dict(job.result or {})
         if answer.get("refused"):
-            return answer, f"{label} refused: {str(answer['reason']).rstrip('.')}."
+            return answer, f"{label} refused: {tab_words(str(answer['reason']).rstrip('.'))}."
         return answer, (f"{label} done: D {_num(answer['D_per_100km2'], 1)} animals per 100 km² (95% credible "
                         f"interval {_num(answer['ci_low'], 1)} – {_num(answer['ci_high'], 1)}); R-hat at most "
                         f"{_num(answer['rhat_max'], 3)}, least effective sample size {_num(answer['ess_min'], 0)}.")
