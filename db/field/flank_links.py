@@ -128,25 +128,29 @@ def _answer(row: FlankLinkDecision) -> Answer:
                   identity_event_id=row.identity_event_id, user=row.user, created_at=row.created_at)
 
 
-def _settle_undone_merges(session: Session, rows: Sequence[FlankLinkDecision]) -> list[FlankLinkDecision]:
-    """Confirmed answers whose merge was undone elsewhere stop standing (marked undone when it was)."""
+def _settle_undone_merges(session: Session, rows: Sequence[FlankLinkDecision], *,
+                          mark: bool = True) -> list[FlankLinkDecision]:
+    """Confirmed answers whose merge was undone elsewhere stop standing (with ``mark``, marked undone when it was:
+    an answer to the pair may then be recorded again)."""
     standing = []
     events = {e.id: e for e in session.scalars(select(IdentityEvent).where(
         IdentityEvent.id.in_(sorted({r.identity_event_id for r in rows if r.identity_event_id}))))}
     for row in rows:
         ev = events.get(row.identity_event_id) if row.identity_event_id else None
         if row.decision == FlankLinkKind.linked and ev is not None and ev.undone_at is not None:
-            row.undone_at = ev.undone_at
+            if mark:
+                row.undone_at = ev.undone_at
             continue
         standing.append(row)
     return standing
 
 
 def standing_answers(session: Session) -> list[Answer]:
-    """Every standing answer (a confirmed one whose merge was undone is not)."""
+    """Every standing answer (a confirmed one whose merge was undone is not); only reads, so a viewer's list and a
+    read-only catalogue can ask."""
     rows = list(session.scalars(select(FlankLinkDecision).where(FlankLinkDecision.undone_at.is_(None))
                                 .order_by(FlankLinkDecision.id)))
-    return [_answer(r) for r in _settle_undone_merges(session, rows)]
+    return [_answer(r) for r in _settle_undone_merges(session, rows, mark=False)]
 
 
 def standing_answer(session: Session, left_id: int, right_id: int) -> Answer | None:

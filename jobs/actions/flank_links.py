@@ -169,7 +169,6 @@ def link_suggestions(cat: Catalogue, request: FlankLinkSuggestionsRequest) -> Su
         now = store.individuals_now(s, ids=[i for i in ids if i is not None], names=names)
         by_name = {ind.name: ind for ind in now.values()}
         answered = {(a.left_id, a.right_id) for a in store.standing_answers(s)}
-        s.commit()  # answers whose merge was undone elsewhere are marked so
     catalogue = result.get("catalogue") or {}
     occasion_days = catalogue.get("occasion_days")
     out: list[LinkSuggestion] = []
