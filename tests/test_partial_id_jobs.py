@@ -66,8 +66,9 @@ def _plain(markdown: str) -> str:
 def test_the_offer_says_what_the_fit_rests_on_or_why_not(cat, tmp_path):
     offer = pj.flank_offer(cat, PopulationRequest(species=JAGUAR))
     assert offer == {"offered": True, "words": (
-        "Offered: Panthera onca holds 2 left-flank and 2 right-flank identities no photo links, with 2 animal(s) seen "
-        "on both sides at once and 2 known link(s), at 6 stations; left out for showing no flank: 1 front view(s).")}
+        "Offered: Panthera onca holds 2 left-flank and 2 right-flank identities that no photo links, with 2 animal(s) "
+        "seen on both sides at once and 2 known link(s), at 6 stations; left out for showing no flank: 1 front "
+        "view(s).")}
     # every ocelot was photographed on both flanks: the ordinary density, which the tab shows above, applies
     offer = pj.flank_offer(cat, PopulationRequest(species=OCELOT))
     assert not offer["offered"]

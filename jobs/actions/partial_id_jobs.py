@@ -50,7 +50,7 @@ def flank_offer(cat: Catalogue, request: PopulationRequest) -> dict[str, Any]:
         return {"offered": False, "words": f"Not offered: {reason}."}
     left_out = ", ".join(f"{n} {label}" for label, n in sorted(study.no_flank.items()))
     words = (f"Offered: {study.species} holds {len(study.left_identities)} left-flank and "
-             f"{len(study.right_identities)} right-flank identities no photo links, with "
+             f"{len(study.right_identities)} right-flank identities that no photo links, with "
              f"{len(study.both_side_animals)} animal(s) seen on both sides at once and {len(study.known_links)} "
              f"known link(s), at {len(study.stations)} stations"
              + (f"; left out for showing no flank: {left_out} view(s)" if left_out else "") + ".")
