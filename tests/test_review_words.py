@@ -213,3 +213,30 @@ def test_an_import_embeds_only_its_new_animals_and_counts_them(trap, tmp_path):
         assert ingest.warm_features(cat, user="ana", image_ids=pair_ids) is None
     finally:
         cat.close()
+
+
+def test_the_animal_drawn_ahead_is_kept_unseen_whole_and_its_pictures_loaded():
+    from html.parser import HTMLParser
+
+    from app.tabs.match_cards import ahead_html
+
+    pair = "<div class='rz-pair' data-query='7'><img src='gradio_api/file=/d/a&amp;b.jpg' alt='q'></div>"
+    board = '<div id=\'match-candidates\'><img src="gradio_api/file=/d/c.jpg" loading=\'lazy\'></div>'
+    drawn = ahead_html(pair, board, from_query=3, after_decision=True, after_next=False)
+
+    class Read(HTMLParser):
+        tags: list[tuple[str, dict]] = []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append((tag, dict(attrs)))
+
+    reader = Read()
+    reader.feed(drawn)
+    (tag, attrs), *pictures = reader.tags
+    # the page's script puts back exactly what the server drew, from the attributes
+    assert tag == "div" and "hidden" in attrs and attrs["data-pair"] == pair and attrs["data-board"] == board
+    assert (attrs["data-from"], attrs["data-decision"], attrs["data-next"]) == ("3", "1", "0")
+    # every picture of the next screen, loaded now (not lazily) so it shows at once
+    assert [(t, a["src"]) for t, a in pictures] == [("img", "gradio_api/file=/d/a&b.jpg"),
+                                                    ("img", "gradio_api/file=/d/c.jpg")]
+    assert all("loading" not in a for _, a in pictures)

@@ -24,7 +24,7 @@ from typing import Any
 
 import gradio as gr
 
-from app.tabs.match_cards import PAIR_CSS, board_html, pair_html
+from app.tabs.match_cards import PAIR_CSS, ahead_html, board_html, pair_html
 from app.tabs.match_links import build_flank_links
 from app.ui_base import ASSETS_DIR, UIContext, curator_action, guarded_viewer, refreshed_choices, repeated_pick
 from db.models import Role
@@ -36,7 +36,7 @@ from jobs.actions import match as ms
 from jobs.actions import review_words as rw
 from jobs.actions import species as sa
 from jobs.actions.common import curator_name, upload_path
-from jobs.actions.errors import ConflictError
+from jobs.actions.errors import CatalogueError, ConflictError
 from jobs.requests.catalogue import SpeciesThresholdRequest
 
 TITLE = "Match review"
@@ -56,6 +56,15 @@ element.addEventListener('click', (e) => {
   if (b) trigger('click', {action: b.dataset.action});
 });
 const DECIDE = ['match-same', 'match-not', 'match-unsure', 'match-new', 'match-same-sighting'];
+const WAIT = [...DECIDE, 'match-next', 'match-prev', 'match-undo'];
+const hold = (on) => {
+  for (const id of WAIT) {
+    const b = document.getElementById(id);
+    if (!b) continue;
+    if (on && !b.disabled) { b.disabled = true; b.dataset.rzWait = '1'; }
+    else if (!on && b.dataset.rzWait) { b.disabled = false; delete b.dataset.rzWait; }
+  }
+};
 const sync = () => {
   const pair = element.querySelector('.rz-pair');
   if (!pair) return;
@@ -73,9 +82,40 @@ const sync = () => {
   const pick = document.querySelector('#match-open input');
   const shown = pair.dataset.query || '';
   if (pick && pick.value && !pick.value.startsWith('#' + shown + ' ')) pick.value = '';
+  if (!pair.dataset.ahead) hold(false);  // the server's answer has redrawn the animal drawn ahead
 };
 new MutationObserver(sync).observe(element, {childList: true, subtree: true, attributes: true});
 sync();
+// The next animal, drawn ahead by the server (#match-ahead), is shown the moment a decision or Next is sent; the
+// buttons wait for the server's answer, which redraws the screen as it is (a decision refused or failed puts the
+// animal decided on back). After "same" or "new" the candidates may rank differently: they say so meanwhile.
+let saved = null;
+const board = () => { const h = document.getElementById('match-header'); return h ? h.parentElement : null; };
+window.__rzAhead = (mode) => {
+  const ahead = document.querySelector('#match-ahead .rz-ahead');
+  const now = element.querySelector('.rz-pair');
+  const grid = board();
+  if (!ahead || !now || !grid || saved || ahead.dataset.from !== now.dataset.query) return false;
+  if (ahead.dataset[mode === 'next' ? 'next' : 'decision'] !== '1') return false;
+  saved = {pair: element.innerHTML, board: grid.innerHTML};
+  hold(true);
+  element.innerHTML = ahead.dataset.pair;
+  grid.innerHTML = ahead.dataset.board;
+  element.querySelector('.rz-pair').dataset.ahead = '1';
+  const cards = grid.querySelector('#match-candidates');
+  if (mode === 'changes' && cards) cards.dataset.pending = '1';
+  return true;
+};
+window.__rzSettle = () => setTimeout(() => {
+  const pair = element.querySelector('.rz-pair');
+  const grid = board();
+  if (saved && pair && pair.dataset.ahead) {
+    element.innerHTML = saved.pair;
+    if (grid) grid.innerHTML = saved.board;
+  }
+  saved = null;
+  hold(false);
+}, 0);
 """
 # Clicking a candidate card sends its rank to the server as the selected candidate.
 PICK_JS = """
@@ -84,16 +124,25 @@ element.addEventListener('click', (e) => {
   if (card) trigger('click', {rank: Number(card.dataset.rank)});
 });
 """
-# Runs in the page as a decision is sent: its last input becomes the photo and the chosen card the page shows.
+# Runs in the page as a decision is sent: its last input becomes the photo and the chosen card the page shows; then
+# the next animal drawn ahead is shown (PAIR_JS) where the decision moves on: ``__MODE__`` is "keeps" where the
+# decision leaves the next animal's candidates as drawn, "changes" where it may rank them anew, "stays" where the
+# screen stays on this animal.
 DECIDE_JS = """
 (...args) => {
   const facts = document.querySelector('#match-facts .rz-facts');
   const card = document.querySelector('#match-candidates .rz-card.rz-selected');
   args[args.length - 1] = [facts ? facts.dataset.imageId : '', card ? card.dataset.rank : '',
                            card ? card.dataset.imageId : ''].join(':');
+  if ('__MODE__' !== 'stays' && window.__rzAhead) window.__rzAhead('__MODE__');
   return args;
 }
 """
+NEXT_JS = "(...args) => { if (window.__rzAhead) window.__rzAhead('next'); return args; }"
+# after the answer (or the error) of an event that may have shown the animal drawn ahead
+SETTLE_JS = "() => { if (window.__rzSettle) window.__rzSettle(); }"
+# what a decision does to the screen (see DECIDE_JS)
+AHEAD_MODE = {"same": "changes", "new": "changes", "unsure": "keeps", "not": "stays", "sighting": "stays"}
 KEYS_HELP = ("<div class='rz-keys' style='font-size:var(--text-sm);color:var(--body-text-color-subdued)'>"
              "Keys: <kbd>M</kbd> same individual · <kbd>N</kbd> not the same · <kbd>U</kbd> unsure · "
              "<kbd>I</kbd> new individual · <kbd>Z</kbd> undo · <kbd>←</kbd>/<kbd>→</kbd> previous / next photo · "
@@ -221,6 +270,8 @@ def build(ctx: UIContext) -> None:
 
     # what the page shows as a decision is sent ("query:rank:candidate"), written by DECIDE_JS
     shown_box = gr.Textbox(visible=False, elem_id="match-shown")
+    # the next animal of the queue, drawn while the curator looks at this one (see ahead_html): never seen itself
+    ahead = gr.HTML("", elem_id="match-ahead", container=False, padding=False)
     # how the screen is drawn beyond the photo: outline and whole frames asked for, and what the last drawing left
     # that the next must undo (spots shown, a picker naming a photo, the queue's end); a server-side value, so the
     # next drawing sends only what changed
@@ -404,6 +455,22 @@ def build(ctx: UIContext) -> None:
         return (*show(view.query.image_id, model_name, filters, look, queue, pos), message, ctx.changed_here(quiet))
 
     @curator_action(role=Role.viewer)
+    def on_ahead(view, queue, pos, model_name, flank, look):
+        """The animal a decision on the one shown moves on to, drawn now (after the screen, so it delays nothing)
+        for the page to show at once; empty where the shown animal is not the queue's or nothing follows it."""
+        if view is None or not queue or not 0 <= pos < len(queue) or queue[pos] != view.query.image_id:
+            return ""
+        try:
+            target = ms.next_pending(cat, queue, pos + 1)
+            if target is None or target == pos:
+                return ""
+            drawn = show(queue[target], model_name, flank, look, queue, target)
+        except (CatalogueError, ValueError, FileNotFoundError):  # the decision's own answer will say it
+            return ""
+        return ahead_html(drawn[0], drawn[1], from_query=view.query.image_id, after_decision=True,
+                          after_next=target == pos + 1)
+
+    @curator_action(role=Role.viewer)
     def on_pick_candidate(view, look, queue, pos, evt: gr.EventData):
         rank = getattr(evt, "_data", {}) or {}
         if view is None:
@@ -458,9 +525,20 @@ def build(ctx: UIContext) -> None:
     hidden = dict(show_progress="hidden", api_visibility="private")
     # one progress line, in one place: over the candidates, not over every output of the screen
     one_bar = dict(show_progress_on=[board])
+    def settled(event):
+        """After ``event`` (answered or failed: Gradio's ``then`` skips a failure), the page checks the animal it
+        may have drawn ahead was redrawn by the answer; the returned chain goes on after an answer only."""
+        event.failure(None, js=SETTLE_JS)
+        return event.then(None, js=SETTLE_JS)
+
+    # the next animal drawn ahead, after every screen the queue moves on from
+    ahead_io = dict(fn=on_ahead, inputs=[view_state, queue_state, pos_state, model, filters_state, look_state],
+                    outputs=[ahead], concurrency_id="match-ahead", concurrency_limit=1, trigger_mode="always_last",
+                    **hidden)
     if tab is not None:
         tab.select(on_open_tab, inputs=[view_state, link_state, model, filters_state, look_state],
-                   outputs=[queue_state, pos_state, *screen], show_progress="full", api_visibility="private", **one_bar)
+                   outputs=[queue_state, pos_state, *screen], show_progress="full", api_visibility="private",
+                   **one_bar).then(**ahead_io)
 
         def opener(event, progress_on):
             # the request is emptied last, once the photo is stored as on screen: the tab's opening, reading
@@ -520,28 +598,32 @@ def build(ctx: UIContext) -> None:
         outputs=[queue_state, pos_state, *screen, status], api_visibility="private", **one_bar)
     reload_button.click(on_reload, inputs=[model, filters_state, look_state],
                         outputs=[queue_state, pos_state, *screen, status], api_name="reload_review_queue",
-                        **one_bar)
+                        **one_bar).then(**ahead_io)
     informative_button.click(on_informative_first, inputs=[model, filters_state, look_state],
                              outputs=[queue_state, pos_state, *screen, status], api_name="review_informative_first",
-                             **one_bar)
+                             **one_bar).then(**ahead_io)
     for button, delta in ((prev_button, -1), (next_button, 1)):
-        button.click(guarded_viewer(lambda *a, _d=delta: on_move(_d, *a)),
-                     inputs=[queue_state, pos_state, model, filters_state, look_state],
-                     outputs=[pos_state, *screen, status], api_visibility="private", **one_bar)
+        moved = button.click(guarded_viewer(lambda *a, _d=delta: on_move(_d, *a)),
+                             inputs=[queue_state, pos_state, model, filters_state, look_state],
+                             outputs=[pos_state, *screen, status], api_visibility="private",
+                             js=NEXT_JS if delta > 0 else None, **one_bar)
+        settled(moved).then(**ahead_io)
     # a decision draws the next animal itself: no refresh of this tab follows it (other tabs refresh when shown)
     for button, kind in ((same_button, "same"), (not_button, "not"), (unsure_button, "unsure"), (new_button, "new"),
                          (sighting_button, "sighting")):
         # only a new individual takes (and empties) the name box: every other decision leaves it out of its answer
         named = kind == "new"
-        button.click(
+        decided = button.click(
             curator_action(lambda *a, _k=kind, _named=named: _named_or_not(on_decide(_k, *a), _named)),
             inputs=[view_state, selected_state, new_name, ctx.user, queue_state, pos_state, model, filters_state,
                     look_state, ctx.quiet, shown_box],
             outputs=[pos_state, *screen, *([new_name] if named else []), status, ctx.quiet],
-            js=DECIDE_JS, api_name=f"decide_{kind}", trigger_mode="once", **one_bar)
+            js=DECIDE_JS.replace("__MODE__", AHEAD_MODE[kind]), api_name=f"decide_{kind}", trigger_mode="once",
+            **one_bar)
+        settled(decided).then(**ahead_io)
     undo_button.click(on_undo, inputs=[ctx.user, queue_state, model, filters_state, look_state, ctx.quiet],
                       outputs=[pos_state, *screen, status, ctx.quiet], api_name="undo_decision", **one_bar,
-                      trigger_mode="once")
+                      trigger_mode="once").then(**ahead_io)
     board.click(on_pick_candidate, inputs=[view_state, look_state, queue_state, pos_state], outputs=screen,
                 **hidden)
     photo_pick.input(on_open_photo, inputs=[photo_pick, view_state, model, filters_state, look_state, queue_state],

@@ -5,6 +5,7 @@ query's facts line and the header above the grid, the chosen candidate's caption
 from __future__ import annotations
 
 import html
+import re
 from urllib.parse import quote
 
 from core.inspect.diagnostics import mirror_tier, tier_colour
@@ -238,3 +239,17 @@ def board_html(view: ms.MatchView | None, selected: int | None, queue: list[int]
     probability of a new animal) above the ranked candidates."""
     return (f"<div id='match-header'>{header_html(view, queue, pos, end_words=end_words)}</div>"
             f"<div id='match-candidates'>{candidates_html(view, selected, pictures)}</div>")
+
+
+_SRC = re.compile(r"""src=(?:'([^']*)'|"([^"]*)")""")
+
+
+def ahead_html(pair: str, board: str, *, from_query: int, after_decision: bool, after_next: bool) -> str:
+    """The next animal of the queue, drawn before the curator decides on the one shown (``from_query``): the pair and
+    the board as they will be, kept in the page unseen, with their pictures loaded, so the page's script can show
+    them the moment a decision or Next is sent (``after_decision``: what a decision moves on to; ``after_next``:
+    the next place in the queue). The server's answer then redraws the screen as it is, which after "same" or "new"
+    may rank the candidates differently: the board says so until it arrives."""
+    pictures = "".join(f"<img src='{_e(html.unescape(a or b))}' alt=''>" for a, b in _SRC.findall(pair + board))
+    return (f"<div class='rz-ahead' hidden data-from='{int(from_query)}' data-decision='{int(after_decision)}' "
+            f"data-next='{int(after_next)}' data-pair='{_e(pair)}' data-board='{_e(board)}'>{pictures}</div>")

@@ -81,20 +81,26 @@ async ([areaSel, buttonSel, buttonText, timeoutMs]) => {
     }
     return text;
   };
-  const pending = () => area().querySelector('[data-testid=status-tracker]:not(.hide)') !== null;
+  const trackers = () => Array.from(area().querySelectorAll('[data-testid=status-tracker]:not(.hide)'));
+  // a tracker on screen: one the page keeps out of sight (the next animal drawn ahead is shown) is not
+  const pending = () => trackers().some(t => t.getClientRects().length > 0);
+  // the server's answer drawn: no animal drawn ahead awaits it, no tracker at all
+  const answered = () => !document.querySelector('.rz-pair[data-ahead]') && trackers().length === 0;
   let button = buttonSel ? document.querySelector(buttonSel) : null;
   if (!button && buttonText)
     button = Array.from(document.querySelectorAll('button')).find(b => b.innerText.trim() === buttonText);
   if (!button) return {error: 'no button ' + (buttonSel || buttonText)};
   const before = key();
   return await new Promise((resolve) => {
-    let done = false, timer = null, observer = null;
+    let done = false, timer = null, observer = null, shown = null;
     const t0 = performance.now();
     const finish = (extra) => { done = true; observer.disconnect(); clearInterval(timer);
-      resolve({ms: performance.now() - t0, t0: performance.timeOrigin + t0, ...extra}); };
+      const ms = performance.now() - t0;
+      resolve({ms: shown ?? ms, answered_ms: ms, t0: performance.timeOrigin + t0, ...extra}); };
     const check = () => {
       if (done) return;
-      if (key() !== before && !pending()) finish({});
+      if (shown === null && key() !== before && !pending()) shown = performance.now() - t0;
+      if (shown !== null && answered()) finish({});
       else if (performance.now() - t0 > timeoutMs) finish({timeout: true});
     };
     observer = new MutationObserver(check);
@@ -298,9 +304,11 @@ class Net:
 
 
 def timed_clicks(page, net: Net, clicks: list[tuple[str | None, str | None]], *, area: str | None
-                 ) -> tuple[dict[str, list[float]], dict[str, list[int]], int]:
-    """Each (elem_id, label) clicked in turn, timed; returns ms per label, events sent per click, and timeouts."""
+                 ) -> tuple[dict[str, list[float]], dict[str, list[int]], int, dict[str, list[float]]]:
+    """Each (elem_id, label) clicked in turn, timed; returns ms per label (to the next animal on screen), events
+    sent per click, timeouts, and ms per label to the server's answer drawn."""
     times: dict[str, list[float]] = {}
+    answered: dict[str, list[float]] = {}
     events: dict[str, list[int]] = {}
     timeouts = 0
     for elem_id, label in clicks:
@@ -310,8 +318,9 @@ def timed_clicks(page, net: Net, clicks: list[tuple[str | None, str | None]], *,
         timeouts += bool(out.get("timeout"))
         net.quiet_after(page, out["t0"])
         times.setdefault(label or elem_id, []).append(out["ms"])
+        answered.setdefault(label or elem_id, []).append(out["answered_ms"])
         events.setdefault(label or elem_id, []).append(net.joins_since(out["t0"]))
-    return times, events, timeouts
+    return times, events, timeouts, answered
 
 
 def sign_in(page, url: str) -> float:
@@ -564,7 +573,8 @@ def _measure(browser, url: str, floor_url: str, floor, root: Path, submit, get_j
 
         # decisions, each button in turn, N rounds
         order = [(elem_id, label) for _ in range(N) for label, elem_id in BUTTONS]
-        times, events, timeouts = timed_clicks(page, net, [(e, None) for e, _ in order], area="#match-main")
+        times, events, timeouts, answers = timed_clicks(page, net, [(e, None) for e, _ in order],
+                                                        area="#match-main")
         counter = page.inner_text("#match-main")
         # CPU while idle, on Match review, no job: once the last decision's follow-ups are done
         net.quiet_after(page, time.time() * 1000)
@@ -580,7 +590,7 @@ def _measure(browser, url: str, floor_url: str, floor, root: Path, submit, get_j
         fpage.wait_for_selector("text=Photo to identify")
         fnet.quiet_after(fpage, time.time() * 1000)
         fsize = page_size(fpage)
-        ftimes, fevents, ftimeouts = timed_clicks(fpage, fnet, [(None, "Next")] * max(N, 15), area=None)
+        ftimes, fevents, ftimeouts, _ = timed_clicks(fpage, fnet, [(None, "Next")] * max(N, 15), area=None)
         fpage.close()
         floor_ms = ftimes["Next"]
         fmed, fp90 = statistics.median(floor_ms), _p90(floor_ms)
@@ -600,6 +610,11 @@ def _measure(browser, url: str, floor_url: str, floor, root: Path, submit, get_j
             rows.append({"benchmark": f"{label}: p90", "value": p, "unit": "ms",
                          "goal": f"<= 4x floor p90 ({4 * fp90:.0f} ms)",
                          "note": f"{p / fp90:.1f}x floor p90 {fp90:.0f} ms"})
+            drawn = answers[elem_id]
+            rows.append({"benchmark": f"{label}: click -> the server's answer drawn, median", "value":
+                         statistics.median(drawn), "unit": "ms",
+                         "note": f"p90 {_p90(drawn):.0f} ms; the decision recorded and the screen as the server drew "
+                                 "it (the buttons wait for it where the next animal was drawn ahead)"})
         if timeouts or ftimeouts:
             rows.append({"benchmark": "clicks with no change on screen within 60 s", "value": timeouts + ftimeouts,
                          "unit": "", "goal": "0", "note": f"review {timeouts}, floor {ftimeouts}"})
