@@ -57,6 +57,7 @@ element.addEventListener('click', (e) => {
 });
 const DECIDE = ['match-same', 'match-not', 'match-unsure', 'match-new', 'match-same-sighting'];
 const WAIT = [...DECIDE, 'match-next', 'match-prev', 'match-undo'];
+let saved = null;  // the screen as it was before the animal drawn ahead was shown, until the answer
 const hold = (on) => {
   for (const id of WAIT) {
     const b = document.getElementById(id);
@@ -82,14 +83,13 @@ const sync = () => {
   const pick = document.querySelector('#match-open input');
   const shown = pair.dataset.query || '';
   if (pick && pick.value && !pick.value.startsWith('#' + shown + ' ')) pick.value = '';
-  if (!pair.dataset.ahead) hold(false);  // the server's answer has redrawn the animal drawn ahead
+  if (!pair.dataset.ahead) { saved = null; hold(false); }  // the server's answer has redrawn the screen
 };
 new MutationObserver(sync).observe(element, {childList: true, subtree: true, attributes: true});
 sync();
 // The next animal, drawn ahead by the server (#match-ahead), is shown the moment a decision or Next is sent; the
 // buttons wait for the server's answer, which redraws the screen as it is (a decision refused or failed puts the
 // animal decided on back). After "same" or "new" the candidates may rank differently: they say so meanwhile.
-let saved = null;
 const board = () => { const h = document.getElementById('match-header'); return h ? h.parentElement : null; };
 window.__rzAhead = (mode) => {
   const ahead = document.querySelector('#match-ahead .rz-ahead');
@@ -98,7 +98,6 @@ window.__rzAhead = (mode) => {
   if (!ahead || !now || !grid || saved || ahead.dataset.from !== now.dataset.query) return false;
   if (ahead.dataset[mode === 'next' ? 'next' : 'decision'] !== '1') return false;
   saved = {pair: element.innerHTML, board: grid.innerHTML};
-  hold(true);
   element.innerHTML = ahead.dataset.pair;
   grid.innerHTML = ahead.dataset.board;
   element.querySelector('.rz-pair').dataset.ahead = '1';
@@ -106,6 +105,32 @@ window.__rzAhead = (mode) => {
   if (mode === 'changes' && cards) cards.dataset.pending = '1';
   return true;
 };
+// Shown from the click itself, and painted before Gradio handles the click: its handler works a fifth of a second
+// on a full page before it lets the browser paint, so the click reaches it again a frame later (then the buttons
+// wait). The pair the page showed is kept for DECIDE_JS, which then reads a screen already moved on.
+const SHOWS = {'match-same': 'changes', 'match-new': 'changes', 'match-unsure': 'keeps', 'match-next': 'next'};
+let passing = null;
+window.__rzShownNow = () => {
+  const facts = document.querySelector('#match-facts .rz-facts');
+  const card = document.querySelector('#match-candidates .rz-card.rz-selected');
+  return [facts ? facts.dataset.imageId : '', card ? card.dataset.rank : '', card ? card.dataset.imageId : ''].join(':');
+};
+if (!window.__rzAheadClicks) {
+  window.__rzAheadClicks = true;
+  document.addEventListener('click', (e) => {
+    const b = e.target && e.target.closest ? e.target.closest('button') : null;
+    if (!b || b === passing || b.disabled || !(b.id in SHOWS) || !window.__rzAhead) return;
+    const shown = window.__rzShownNow();
+    if (!window.__rzAhead(SHOWS[b.id])) { window.__rzShown = null; return; }
+    window.__rzShown = {button: b.id, pair: shown};
+    e.stopImmediatePropagation();
+    requestAnimationFrame(() => setTimeout(() => {
+      passing = b;
+      try { b.click(); } finally { passing = null; }
+      hold(true);
+    }, 0));
+  }, true);
+}
 window.__rzSettle = () => setTimeout(() => {
   const pair = element.querySelector('.rz-pair');
   const grid = board();
@@ -124,25 +149,19 @@ element.addEventListener('click', (e) => {
   if (card) trigger('click', {rank: Number(card.dataset.rank)});
 });
 """
-# Runs in the page as a decision is sent: its last input becomes the photo and the chosen card the page shows; then
-# the next animal drawn ahead is shown (PAIR_JS) where the decision moves on: ``__MODE__`` is "keeps" where the
-# decision leaves the next animal's candidates as drawn, "changes" where it may rank them anew, "stays" where the
-# screen stays on this animal.
+# Runs in the page as a decision is sent: its last input becomes the photo and the chosen card the page showed when
+# __BUTTON__ was clicked (PAIR_JS keeps it where the click showed the next animal drawn ahead at once).
 DECIDE_JS = """
 (...args) => {
-  const facts = document.querySelector('#match-facts .rz-facts');
-  const card = document.querySelector('#match-candidates .rz-card.rz-selected');
-  args[args.length - 1] = [facts ? facts.dataset.imageId : '', card ? card.dataset.rank : '',
-                           card ? card.dataset.imageId : ''].join(':');
-  if ('__MODE__' !== 'stays' && window.__rzAhead) window.__rzAhead('__MODE__');
+  const kept = window.__rzShown;
+  if (kept && kept.button === '__BUTTON__') window.__rzShown = null;
+  args[args.length - 1] = kept && kept.button === '__BUTTON__' ? kept.pair
+      : (window.__rzShownNow ? window.__rzShownNow() : '');
   return args;
 }
 """
-NEXT_JS = "(...args) => { if (window.__rzAhead) window.__rzAhead('next'); return args; }"
 # after the answer (or the error) of an event that may have shown the animal drawn ahead
 SETTLE_JS = "() => { if (window.__rzSettle) window.__rzSettle(); }"
-# what a decision does to the screen (see DECIDE_JS)
-AHEAD_MODE = {"same": "changes", "new": "changes", "unsure": "keeps", "not": "stays", "sighting": "stays"}
 KEYS_HELP = ("<div class='rz-keys' style='font-size:var(--text-sm);color:var(--body-text-color-subdued)'>"
              "Keys: <kbd>M</kbd> same individual · <kbd>N</kbd> not the same · <kbd>U</kbd> unsure · "
              "<kbd>I</kbd> new individual · <kbd>Z</kbd> undo · <kbd>←</kbd>/<kbd>→</kbd> previous / next photo · "
@@ -454,11 +473,11 @@ def build(ctx: UIContext) -> None:
         message = fs.accept_suggestion(cat, fs.AcceptFlankRequest(view.query.image_id, user=curator_name(user)))
         return (*show(view.query.image_id, model_name, filters, look, queue, pos), message, ctx.changed_here(quiet))
 
-    @curator_action(role=Role.viewer)
-    def on_ahead(view, queue, pos, model_name, flank, look):
-        """The animal a decision on the one shown moves on to, drawn now (after the screen, so it delays nothing)
-        for the page to show at once; empty where the shown animal is not the queue's or nothing follows it."""
-        if view is None or not queue or not 0 <= pos < len(queue) or queue[pos] != view.query.image_id:
+    def ahead_of(view, queue, pos, model_name, flank, look):
+        """The animal a decision on ``view`` moves on to, drawn now for the page to show at once when the decision
+        is sent (see ahead_html); empty where the shown animal is not the queue's or nothing follows it."""
+        if view is None or not queue or not isinstance(pos, int) or not 0 <= pos < len(queue) \
+                or queue[pos] != view.query.image_id:
             return ""
         try:
             target = ms.next_pending(cat, queue, pos + 1)
@@ -469,6 +488,31 @@ def build(ctx: UIContext) -> None:
             return ""
         return ahead_html(drawn[0], drawn[1], from_query=view.query.image_id, after_decision=True,
                           after_next=target == pos + 1)
+
+    view_at = 1 + screen.index(view_state)  # where a move's answer (the position, then the screen) holds the view
+
+    def with_ahead(answer, before, queue, model_name, flank, look):
+        """A move's answer and, last, the animal drawn ahead of the one it shows: in the answer itself, so it is in
+        the page by the time the buttons take the next decision; skipped while the same animal stays."""
+        view = answer[view_at] if isinstance(answer, tuple) and len(answer) > view_at else None
+        if not isinstance(view, ms.MatchView) or (before is not None and before.query.image_id == view.query.image_id):
+            return (*answer, gr.skip())
+        return (*answer, ahead_of(view, queue, answer[0], model_name, flank, look))
+
+    @curator_action(role=Role.viewer)
+    def on_ahead(view, queue, pos, model_name, flank, look):
+        return ahead_of(view, queue, pos, model_name, flank, look)
+
+    @curator_action
+    def on_decide_ahead(kind, named, view, selected, name, user, queue, pos, model_name, flank, look, quiet,
+                        shown=None):
+        answer = _named_or_not(on_decide(kind, view, selected, name, user, queue, pos, model_name, flank, look, quiet,
+                                         shown), named)
+        return with_ahead(answer, view, queue, model_name, flank, look)
+
+    @curator_action(role=Role.viewer)
+    def on_move_ahead(delta, queue, pos, model_name, flank, look):
+        return with_ahead(on_move(delta, queue, pos, model_name, flank, look), None, queue, model_name, flank, look)
 
     @curator_action(role=Role.viewer)
     def on_pick_candidate(view, look, queue, pos, evt: gr.EventData):
@@ -527,11 +571,11 @@ def build(ctx: UIContext) -> None:
     one_bar = dict(show_progress_on=[board])
     def settled(event):
         """After ``event`` (answered or failed: Gradio's ``then`` skips a failure), the page checks the animal it
-        may have drawn ahead was redrawn by the answer; the returned chain goes on after an answer only."""
+        may have drawn ahead was redrawn by the answer."""
         event.failure(None, js=SETTLE_JS)
-        return event.then(None, js=SETTLE_JS)
+        event.then(None, js=SETTLE_JS)
 
-    # the next animal drawn ahead, after every screen the queue moves on from
+    # the next animal drawn ahead, after the screens that do not draw it in their own answer
     ahead_io = dict(fn=on_ahead, inputs=[view_state, queue_state, pos_state, model, filters_state, look_state],
                     outputs=[ahead], concurrency_id="match-ahead", concurrency_limit=1, trigger_mode="always_last",
                     **hidden)
@@ -603,24 +647,24 @@ def build(ctx: UIContext) -> None:
                              outputs=[queue_state, pos_state, *screen, status], api_name="review_informative_first",
                              **one_bar).then(**ahead_io)
     for button, delta in ((prev_button, -1), (next_button, 1)):
-        moved = button.click(guarded_viewer(lambda *a, _d=delta: on_move(_d, *a)),
+        moved = button.click(guarded_viewer(lambda *a, _d=delta: on_move_ahead(_d, *a)),
                              inputs=[queue_state, pos_state, model, filters_state, look_state],
-                             outputs=[pos_state, *screen, status], api_visibility="private",
-                             js=NEXT_JS if delta > 0 else None, **one_bar)
-        settled(moved).then(**ahead_io)
+                             outputs=[pos_state, *screen, status, ahead], api_visibility="private",
+                             **one_bar)
+        settled(moved)
     # a decision draws the next animal itself: no refresh of this tab follows it (other tabs refresh when shown)
     for button, kind in ((same_button, "same"), (not_button, "not"), (unsure_button, "unsure"), (new_button, "new"),
                          (sighting_button, "sighting")):
         # only a new individual takes (and empties) the name box: every other decision leaves it out of its answer
         named = kind == "new"
         decided = button.click(
-            curator_action(lambda *a, _k=kind, _named=named: _named_or_not(on_decide(_k, *a), _named)),
+            curator_action(lambda *a, _k=kind, _named=named: on_decide_ahead(_k, _named, *a)),
             inputs=[view_state, selected_state, new_name, ctx.user, queue_state, pos_state, model, filters_state,
                     look_state, ctx.quiet, shown_box],
-            outputs=[pos_state, *screen, *([new_name] if named else []), status, ctx.quiet],
-            js=DECIDE_JS.replace("__MODE__", AHEAD_MODE[kind]), api_name=f"decide_{kind}", trigger_mode="once",
+            outputs=[pos_state, *screen, *([new_name] if named else []), status, ctx.quiet, ahead],
+            js=DECIDE_JS.replace("__BUTTON__", button.elem_id), api_name=f"decide_{kind}", trigger_mode="once",
             **one_bar)
-        settled(decided).then(**ahead_io)
+        settled(decided)
     undo_button.click(on_undo, inputs=[ctx.user, queue_state, model, filters_state, look_state, ctx.quiet],
                       outputs=[pos_state, *screen, status, ctx.quiet], api_name="undo_decision", **one_bar,
                       trigger_mode="once").then(**ahead_io)
