@@ -105,10 +105,32 @@ window.__rzAhead = (mode) => {
   if (mode === 'changes' && cards) cards.dataset.pending = '1';
   return true;
 };
+// "Not the same" on a candidate compares the next one: its card is chosen and its caption and picture (the card's,
+// until the answer brings the whole photo) shown at once
+window.__rzNext = () => {
+  const grid = board();
+  const now = element.querySelector('.rz-pair');
+  if (!grid || !now || saved || now.dataset.end === '1') return false;
+  const cur = grid.querySelector('.rz-card.rz-selected');
+  const next = cur ? grid.querySelector(`.rz-card[data-rank='${Number(cur.dataset.rank) + 1}']`) : null;
+  const box = element.querySelector('#match-compare');
+  if (!next || !box) return false;
+  saved = {pair: element.innerHTML, board: grid.innerHTML};
+  cur.classList.remove('rz-selected');
+  next.classList.add('rz-selected');
+  const label = box.querySelector('.rz-photo-label');
+  if (label && next.dataset.label) { label.textContent = next.dataset.label; label.title = next.dataset.label; }
+  const img = box.querySelector('img');
+  const thumb = next.querySelector('img');
+  if (img && thumb) { img.src = thumb.src; img.alt = thumb.alt; }
+  now.dataset.ahead = '1';
+  return true;
+};
 // Shown from the click itself, and painted before Gradio handles the click: its handler works a fifth of a second
 // on a full page before it lets the browser paint, so the click reaches it again a frame later (then the buttons
 // wait). The pair the page showed is kept for DECIDE_JS, which then reads a screen already moved on.
-const SHOWS = {'match-same': 'changes', 'match-new': 'changes', 'match-unsure': 'keeps', 'match-next': 'next'};
+const SHOWS = {'match-same': 'changes', 'match-new': 'changes', 'match-unsure': 'keeps', 'match-next': 'next',
+               'match-not': 'not'};
 let passing = null;
 window.__rzShownNow = () => {
   const facts = document.querySelector('#match-facts .rz-facts');
@@ -121,7 +143,8 @@ if (!window.__rzAheadClicks) {
     const b = e.target && e.target.closest ? e.target.closest('button') : null;
     if (!b || b === passing || b.disabled || !(b.id in SHOWS) || !window.__rzAhead) return;
     const shown = window.__rzShownNow();
-    if (!window.__rzAhead(SHOWS[b.id])) { window.__rzShown = null; return; }
+    const mode = SHOWS[b.id];
+    if (!(mode === 'not' ? window.__rzNext() : window.__rzAhead(mode))) { window.__rzShown = null; return; }
     window.__rzShown = {button: b.id, pair: shown};
     e.stopImmediatePropagation();
     requestAnimationFrame(() => setTimeout(() => {

@@ -81,7 +81,8 @@ def candidates_html(view: ms.MatchView | None, selected: int | None, pictures: d
         sighting = f" · sighting {_e(c.sighting)}" if c.sighting else ""
         cards.append(
             f"<div class='rz-card{' rz-selected' if chosen and c.rank == chosen.rank else ''}' data-rank='{c.rank}' "
-            f"data-image-id='{c.image_id}' title='photo #{c.image_id} of {_e(c.individual_name)}'>"
+            f"data-image-id='{c.image_id}' data-label='{_e(compare_label(c))}' "
+            f"title='photo #{c.image_id} of {_e(c.individual_name)}'>"
             f"<div class='rz-thumb'>{img}</div><div class='rz-rank'>{c.rank}</div>"
             f"<div class='rz-name'>{_e(c.individual_name)}</div>"
             f"<div class='rz-bar' title='{_e(score_tip)}'><span style='width:{width:.1f}%'></span></div>"

@@ -56,8 +56,24 @@ def test_review_screen_layout_not_same_and_a_bad_date(server, page, shot):
     assert q["y"] + q["height"] <= 900 and same["y"] + same["height"] <= 900  # above the fold
     shot("layout")
     facts = settled_text(page.locator("#match-facts"))
+    # "not the same" compares the next candidate at once (its card chosen, its caption shown), before the answer
+    page.evaluate("""() => {
+      window.rzEarly = false;
+      const look = () => {
+        const early = document.querySelector('.rz-pair[data-ahead]');
+        const card = document.querySelector('#match-candidates .rz-card.rz-selected');
+        const label = document.querySelector('#match-compare .rz-photo-label');
+        if (early && card && card.dataset.rank === '2' && label && label.textContent.startsWith('Candidate 2:'))
+          window.rzEarly = true;
+      };
+      new MutationObserver(look).observe(document.querySelector('#match-main'),
+                                         {subtree: true, childList: true, attributes: true, characterData: true});
+    }""")
     page.keyboard.press("n")
     expect(page.locator("#match-status")).to_contain_text("Now comparing candidate 2", timeout=30_000)
+    assert page.evaluate("window.rzEarly")
+    expect(page.locator(".rz-pair[data-ahead]")).to_have_count(0)
+    expect(page.locator("#match-candidates .rz-card.rz-selected")).to_have_attribute("data-rank", "2")
     assert settled_text(page.locator("#match-facts")).split("Currently")[0] == facts.split("Currently")[0]
     expect(page.locator("#match-compare")).to_contain_text("Candidate 2")
     n_cards = page.locator("#match-grid .rz-card").count()
