@@ -202,6 +202,34 @@ def table_rows(engine: Engine, table: str) -> list[dict[str, Any]]:
         return [dict(r._mapping) for r in conn.execute(select(t).order_by(*t.primary_key.columns))]
 
 
+def rows_at(url: str, tables) -> dict[str, list[dict[str, Any]]]:
+    """Every row of each of ``tables`` (but ``alembic_version``) of the database at ``url``, by table."""
+    engine = create_engine(url)
+    try:
+        return {t: table_rows(engine, t) for t in tables if t != "alembic_version"}
+    finally:
+        engine.dispose()
+
+
+def columns_at(url: str) -> dict[str, list[str]]:
+    """The column names of every table of the database at ``url``."""
+    engine = create_engine(url)
+    try:
+        insp = inspect(engine)
+        return {t: [c["name"] for c in insp.get_columns(t)] for t in insp.get_table_names()}
+    finally:
+        engine.dispose()
+
+
+def revision_at(url: str) -> str | None:
+    """The Alembic revision of the database at ``url`` (None before any)."""
+    engine = create_engine(url)
+    try:
+        return revision_of(engine)
+    finally:
+        engine.dispose()
+
+
 def audit_chain_holds(engine: Engine) -> tuple[int, int | None]:
     """Recompute the audit trail's hash chain from the raw rows (``db.audit.row_hash``, the function Rosette
     hashes with): (rows, id of the first broken row or None)."""

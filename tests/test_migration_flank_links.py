@@ -6,12 +6,15 @@ refused, changing nothing, while a rejected pair stands; with none, it drops the
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine
 
 from db.audit import acting_as, verify_chain
 from db.models import FlankLinkDecision, FlankLinkKind, Individual
 from db.session import head_revision, open_catalogue
 from tests.old_catalogue import (
+    columns_at,
+    revision_at,
+    rows_at,
     OLD_CATALOGUES,
     audit_chain_holds,
     copy_old_catalogue,
@@ -25,31 +28,6 @@ from tests.old_catalogue import (
 
 OLD = OLD_CATALOGUES["0009"]
 TABLE = "flank_link_decisions"
-
-
-def _rows(url: str) -> dict[str, list[dict]]:
-    engine = create_engine(url)
-    try:
-        return {t: table_rows(engine, t) for t in OLD.counts if t != "alembic_version"}
-    finally:
-        engine.dispose()
-
-
-def _columns(url: str) -> dict[str, list[str]]:
-    engine = create_engine(url)
-    try:
-        insp = inspect(engine)
-        return {t: [c["name"] for c in insp.get_columns(t)] for t in insp.get_table_names()}
-    finally:
-        engine.dispose()
-
-
-def _revision(url: str) -> str | None:
-    engine = create_engine(url)
-    try:
-        return revision_of(engine)
-    finally:
-        engine.dispose()
 
 
 def _check_upgraded(url: str, before: dict[str, list[dict]], old_columns: dict[str, list[str]]) -> None:
@@ -70,7 +48,7 @@ def _check_upgraded(url: str, before: dict[str, list[dict]], old_columns: dict[s
         assert audit_chain_holds(engine) == (counts["audit_events"], None)
     finally:
         engine.dispose()
-    columns = _columns(url)
+    columns = columns_at(url)
     assert columns[TABLE] == ["id", "left_individual_id", "right_individual_id", "decision", "probability",
                               "job_id", "identity_event_id", "user", "created_at", "undone_at"]
     for table, names in old_columns.items():  # an older table keeps its columns (a later migration may add some)
@@ -95,44 +73,44 @@ def _forget_the_pair(cat) -> None:
 def test_sqlite_catalogue_at_0009_gets_an_empty_flank_links_table_and_keeps_everything(tmp_path):
     data_dir = copy_old_catalogue(tmp_path / "rosette-data", revision="0009")
     url = sqlite_url(data_dir / "catalogue.db")
-    before, old_columns = _rows(url), _columns(url)
+    before, old_columns = rows_at(url, OLD.counts), columns_at(url)
     assert TABLE not in old_columns
     cat = open_catalogue(data_dir)  # opening migrates
     _check_upgraded(url, before, old_columns)
     _reject_a_pair(cat)
     assert verify_chain(cat).ok  # the answer is audited in the chain
     cat.close()
-    kept = _rows(url)
+    kept = rows_at(url, OLD.counts)
     with pytest.raises(RuntimeError, match="1 rejected flank pair stands"):
         downgrade_to_revision(url, "0011")
-    assert _revision(url) == head_revision() and _rows(url) == kept and TABLE in _columns(url)  # nothing changed
+    assert revision_at(url) == head_revision() and rows_at(url, OLD.counts) == kept and TABLE in columns_at(url)  # nothing changed
     cat = open_catalogue(data_dir)
     _forget_the_pair(cat)
     cat.close()
-    forgotten = _rows(url)
+    forgotten = rows_at(url, OLD.counts)
     downgrade_to_revision(url, "0011")
-    assert _revision(url) == "0011" and TABLE not in _columns(url)
-    assert _rows(url) == forgotten  # every other row as it was
+    assert revision_at(url) == "0011" and TABLE not in columns_at(url)
+    assert rows_at(url, OLD.counts) == forgotten  # every other row as it was
     open_catalogue(data_dir).close()  # and up again
-    assert _revision(url) == head_revision() and TABLE in _columns(url)
+    assert revision_at(url) == head_revision() and TABLE in columns_at(url)
 
 
 @pytest.mark.postgres
 def test_postgres_catalogue_at_0009_gets_the_table_and_going_back_is_refused_while_a_pair_stands(pg_db_url, tmp_path):
     load_old_catalogue_into_postgres(OLD.db, pg_db_url, revision="0009")
-    before, old_columns = _rows(pg_db_url), _columns(pg_db_url)
+    before, old_columns = rows_at(pg_db_url, OLD.counts), columns_at(pg_db_url)
     data_dir = copy_old_catalogue(tmp_path / "rosette-data", revision="0009")  # the photo files, the audit head
     cat = open_catalogue(data_dir, url=pg_db_url)
     _check_upgraded(pg_db_url, before, old_columns)
     _reject_a_pair(cat)
     assert verify_chain(cat).ok
     cat.close()
-    kept = _rows(pg_db_url)
+    kept = rows_at(pg_db_url, OLD.counts)
     with pytest.raises(RuntimeError, match="1 rejected flank pair stands"):
         downgrade_to_revision(pg_db_url, "0011")
-    assert _revision(pg_db_url) == head_revision() and _rows(pg_db_url) == kept
+    assert revision_at(pg_db_url) == head_revision() and rows_at(pg_db_url, OLD.counts) == kept
     cat = open_catalogue(data_dir, url=pg_db_url)
     _forget_the_pair(cat)
     cat.close()
     downgrade_to_revision(pg_db_url, "0011")
-    assert _revision(pg_db_url) == "0011" and TABLE not in _columns(pg_db_url)
+    assert revision_at(pg_db_url) == "0011" and TABLE not in columns_at(pg_db_url)

@@ -13,6 +13,9 @@ from db.audit import acting_as, audit_rows, verify_chain
 from db.models import Species
 from db.session import head_revision, open_catalogue
 from tests.old_catalogue import (
+    columns_at,
+    revision_at,
+    rows_at,
     OLD_CATALOGUES,
     audit_chain_holds,
     copy_old_catalogue,
@@ -26,31 +29,6 @@ from tests.old_catalogue import (
 
 OLD = OLD_CATALOGUES["0009"]
 SPECIES_LARGEST_EVER = 2  # Ocelot, merged away in the fixture
-
-
-def _rows(url: str) -> dict[str, list[dict]]:
-    engine = create_engine(url)
-    try:
-        return {t: table_rows(engine, t) for t in OLD.counts if t != "alembic_version"}
-    finally:
-        engine.dispose()
-
-
-def _columns(url: str) -> dict[str, list[str]]:
-    engine = create_engine(url)
-    try:
-        insp = inspect(engine)
-        return {t: [c["name"] for c in insp.get_columns(t)] for t in insp.get_table_names()}
-    finally:
-        engine.dispose()
-
-
-def _revision(url: str) -> str | None:
-    engine = create_engine(url)
-    try:
-        return revision_of(engine)
-    finally:
-        engine.dispose()
 
 
 def _species_sql_and_sequence(url: str) -> tuple[str, int | None]:
@@ -84,7 +62,7 @@ def _check_upgraded(url: str, before: dict[str, list[dict]], old_columns: dict[s
         assert audit_chain_holds(engine) == (counts["audit_events"], None)
     finally:
         engine.dispose()
-    columns = _columns(url)
+    columns = columns_at(url)
     assert columns["species"] == [*old_columns["species"], "common_name"]
     assert {t: c for t, c in columns.items() if t != "species"} == \
         {t: c for t, c in old_columns.items() if t != "species"} | \
@@ -101,7 +79,7 @@ def _name_the_default_species(cat) -> None:
 def test_sqlite_catalogue_at_0009_gets_an_empty_common_name_and_keeps_everything(tmp_path):
     data_dir = copy_old_catalogue(tmp_path / "rosette-data", revision="0009")
     url = sqlite_url(data_dir / "catalogue.db")
-    before, old_columns = _rows(url), _columns(url)
+    before, old_columns = rows_at(url, OLD.counts), columns_at(url)
     cat = open_catalogue(data_dir)  # opening migrates
     _check_upgraded(url, before, old_columns)
     sql, seq = _species_sql_and_sequence(url)
@@ -124,46 +102,46 @@ def test_going_back_to_0010_is_refused_while_a_species_has_a_common_name_and_dro
     cat = open_catalogue(data_dir)
     _name_the_default_species(cat)
     cat.close()
-    named = _rows(url)
+    named = rows_at(url, OLD.counts)
     with pytest.raises(RuntimeError, match=r"1 species has a common name \(Leopardus pardalis\)"):
         downgrade_to_revision(url, "0010")
-    assert _revision(url) == head_revision() and _rows(url) == named  # nothing changed
-    assert "common_name" in _columns(url)["species"]
+    assert revision_at(url) == head_revision() and rows_at(url, OLD.counts) == named  # nothing changed
+    assert "common_name" in columns_at(url)["species"]
 
     cat = open_catalogue(data_dir)
     with acting_as("ana"), cat.unit_of_work() as s:
         s.get(Species, 1).common_name = None
         s.commit()
     cat.close()
-    cleared = _rows(url)
+    cleared = rows_at(url, OLD.counts)
     sql_before, seq_before = _species_sql_and_sequence(url)
     downgrade_to_revision(url, "0010")
-    assert _revision(url) == "0010"
-    assert "common_name" not in _columns(url)["species"]
-    after = _rows(url)
+    assert revision_at(url) == "0010"
+    assert "common_name" not in columns_at(url)["species"]
+    after = rows_at(url, OLD.counts)
     assert after["species"] == [{k: v for k, v in row.items() if k != "common_name"} for row in cleared["species"]]
     assert {t: r for t, r in after.items() if t != "species"} == {t: r for t, r in cleared.items() if t != "species"}
     sql, seq = _species_sql_and_sequence(url)  # dropped in place: no rebuild, AUTOINCREMENT and the sequence kept
     assert "AUTOINCREMENT" in sql and seq == seq_before and "common_name" in sql_before
     open_catalogue(data_dir).close()  # and up again
-    assert _revision(url) == head_revision() and "common_name" in _columns(url)["species"]
+    assert revision_at(url) == head_revision() and "common_name" in columns_at(url)["species"]
 
 
 @pytest.mark.postgres
 def test_postgres_catalogue_at_0009_gets_an_empty_common_name_and_going_back_is_refused_while_one_is_set(
         pg_db_url, tmp_path):
     load_old_catalogue_into_postgres(OLD.db, pg_db_url, revision="0009")
-    before, old_columns = _rows(pg_db_url), _columns(pg_db_url)
+    before, old_columns = rows_at(pg_db_url, OLD.counts), columns_at(pg_db_url)
     data_dir = copy_old_catalogue(tmp_path / "rosette-data", revision="0009")  # the photo files, the audit head
     cat = open_catalogue(data_dir, url=pg_db_url)
     _check_upgraded(pg_db_url, before, old_columns)
     _name_the_default_species(cat)
     assert verify_chain(cat).ok
     cat.close()
-    named = _rows(pg_db_url)
+    named = rows_at(pg_db_url, OLD.counts)
     with pytest.raises(RuntimeError, match="1 species has a common name"):
         downgrade_to_revision(pg_db_url, "0010")
-    assert _revision(pg_db_url) == head_revision() and _rows(pg_db_url) == named
+    assert revision_at(pg_db_url) == head_revision() and rows_at(pg_db_url, OLD.counts) == named
 
     cat = open_catalogue(data_dir, url=pg_db_url)
     with acting_as("ana"), cat.unit_of_work() as s:
@@ -171,5 +149,5 @@ def test_postgres_catalogue_at_0009_gets_an_empty_common_name_and_going_back_is_
         s.commit()
     cat.close()
     downgrade_to_revision(pg_db_url, "0010")
-    assert _revision(pg_db_url) == "0010" and "common_name" not in _columns(pg_db_url)["species"]
-    assert [sp["name"] for sp in _rows(pg_db_url)["species"]] == ["Leopardus pardalis"]
+    assert revision_at(pg_db_url) == "0010" and "common_name" not in columns_at(pg_db_url)["species"]
+    assert [sp["name"] for sp in rows_at(pg_db_url, OLD.counts)["species"]] == ["Leopardus pardalis"]
