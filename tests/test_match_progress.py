@@ -35,7 +35,8 @@ def test_every_event_that_fills_the_review_screen_shows_its_progress_over_the_ca
 
 def test_a_decision_is_one_round_trip_that_draws_the_next_animal_itself(tmp_path):
     """Each event costs the page a round trip and each updated component a walk over the page: a decision's event
-    draws the query, the candidates and the counter itself (two HTML pieces), and nothing follows it."""
+    draws the query, the candidates and the counter itself (two HTML pieces, with the next animal drawn ahead as a
+    third), and nothing follows it on the server."""
     import gradio as gr
 
     from app.tabs import match
@@ -54,16 +55,21 @@ def test_a_decision_is_one_round_trip_that_draws_the_next_animal_itself(tmp_path
         cat.close()
     config = demo.get_config_file()
     kinds = {c["id"]: c["type"] for c in config["components"]}
+    ids = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
     deps = config["dependencies"]
     decisions = [d for d in deps if (d.get("api_name") or "").startswith("decide_")]
     assert len(decisions) == 5
     for d in decisions:
         drawn = [kinds[o] for o in d["outputs"] if kinds[o] not in ("state",)]
-        assert drawn.count("html") == 2, drawn  # the pair (query, chosen candidate, facts) and the board
+        html_ids = [o for o in d["outputs"] if kinds[o] == "html"]
+        # the pair (query, chosen candidate, facts), the board, and the next animal drawn ahead (unseen)
+        assert len(html_ids) == 3 and ids[html_ids[-1]] == "match-ahead", drawn
         # besides them only the status line and the spots (sent as "unchanged" unless they must go);
         # the name box only for a new individual
-        assert len(drawn) == 5 + (d["api_name"] == "decide_new"), drawn
-        assert not any(x.get("trigger_after") == d["id"] for x in deps), "a decision chains another event"
+        assert len(drawn) == 6 + (d["api_name"] == "decide_new"), drawn
+        # what follows runs in the page only (it puts the animal back if the answer did not redraw it)
+        chained = [x for x in deps if x.get("trigger_after") == d["id"]]
+        assert chained and all(x.get("backend_fn") is False and x.get("js") for x in chained), chained
         states = {o for o in d["outputs"] if kinds[o] == "state"}
         followers = [x for x in deps if any(t[0] in states for t in x["targets"])]
         assert followers == [], "a state the decision writes sets off another event"
