@@ -27,6 +27,7 @@ from db.field.identities import NoCalibration  # noqa: F401 - re-exported: the s
 from db.models import JobStatus
 from db.session import Catalogue
 from jobs import queue
+from jobs.actions.job_words import job_of_kind, unfinished_words
 from jobs.actions.identities import basis_table_lines, provenance_line
 from jobs.requests.density import DensityRequest
 
@@ -94,9 +95,7 @@ def density_status(cat: Catalogue, job_id: int | None) -> tuple[dict[str, Any] |
     reads meanwhile, or why it failed), naming the identities the fit was asked on unless as decided."""
     if not job_id:
         return None, ""
-    job = queue.get_job(cat, int(job_id))
-    if job.kind != DENSITY_JOB:
-        raise CatalogueError(f"job #{job.id} is a {job.kind} job, not a density fit")
+    job = job_of_kind(cat, job_id, DENSITY_JOB, "a density fit")
     basis = BASIS_WORDS.get(str((job.params or {}).get("identities") or "decided"))
     label = f"Density fit job #{job.id}" + (f" {basis}" if basis else "")
     if job.status == JobStatus.succeeded:
@@ -104,10 +103,7 @@ def density_status(cat: Catalogue, job_id: int | None) -> tuple[dict[str, Any] |
         if answer.get("refused"):  # the array cannot carry a density: the one sentence, no number
             return answer, f"{label} refused: {answer['reason']}"
         return answer, f"{label} done: {answer.get('summary', '')}."
-    if job.status in (JobStatus.failed, JobStatus.cancelled):  # the message says which, and why
-        why = (job.message or "").removeprefix("failed: ")
-        return None, f"{label} {job.status.value}: {why}"
-    return None, f"{label} {job.status.value}: {job.progress:.0%} {job.message or ''}".rstrip()
+    return None, unfinished_words(job, label)
 
 
 # --------------------------------------------------------------------------- words and tables

@@ -37,6 +37,7 @@ from db.field.density_sessions import catalogue_sessions
 from db.models import JobStatus
 from db.session import Catalogue
 from jobs import queue
+from jobs.actions.job_words import job_of_kind, unfinished_words
 from jobs.requests.density import DensityModelChoicesRequest, DensityModelFiguresRequest, DensityModelsRequest
 
 #: The job kind of a models fit or comparison run in the background (jobs.kinds).
@@ -313,9 +314,7 @@ def density_models_status(cat: Catalogue, job_id: int | None) -> tuple[dict[str,
     one sentence, the progress meanwhile, or why it failed)."""
     if not job_id:
         return None, ""
-    job = queue.get_job(cat, int(job_id))
-    if job.kind != DENSITY_MODELS_JOB:
-        raise CatalogueError(f"job #{job.id} is a {job.kind} job, not a density models fit")
+    job = job_of_kind(cat, job_id, DENSITY_MODELS_JOB, "a density models fit")
     label = f"Density models job #{job.id}"
     if job.status == JobStatus.succeeded:
         answer = dict(job.result or {})
@@ -325,10 +324,7 @@ def density_models_status(cat: Catalogue, job_id: int | None) -> tuple[dict[str,
             best = answer["table"][0]
             return answer, f"{label} done: {len(answer['table'])} models ranked; the best by AICc is {best['model']}."
         return answer, f"{label} done: {answer['model']}."
-    if job.status in (JobStatus.failed, JobStatus.cancelled):
-        why = (job.message or "").removeprefix("failed: ")
-        return None, f"{label} {job.status.value}: {why}"
-    return None, f"{label} {job.status.value}: {job.progress:.0%} {job.message or ''}".rstrip()
+    return None, unfinished_words(job, label)
 
 
 def aic_rows(answer: Mapping[str, Any] | None) -> list[list[str]]:

@@ -9,8 +9,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from db.models import Image, Job, Species
+from db.catalogue import CatalogueError
+from db.models import Image, Job, JobStatus, Species
 from db.session import Catalogue
+from jobs import queue
 
 #: Ids listed before "…" (the count is always complete).
 SHOWN_IDS = 3
@@ -63,3 +65,19 @@ def job_params_words(cat: Catalogue, job_ids: Sequence[int]) -> dict[int, str]:
         of = sorted({names.get(species_of[i], "") for i in ids or () if i in species_of} - {""})
         out[job_id] = params_words(params, species_names=names, species_of_animals=of)
     return out
+
+
+def job_of_kind(cat: Catalogue, job_id: int, kind: str, what: str) -> Job:
+    """The job a tab polls, refused in one sentence when it is another kind's (``what``: what this kind fits)."""
+    job = queue.get_job(cat, int(job_id))
+    if job.kind != kind:
+        raise CatalogueError(f"job #{job.id} is a {job.kind} job, not {what}")
+    return job
+
+
+def unfinished_words(job: Job, label: str) -> str:
+    """The status line of a job that has not succeeded: failed or cancelled with why, else its progress."""
+    if job.status in (JobStatus.failed, JobStatus.cancelled):  # the message says which, and why
+        why = (job.message or "").removeprefix("failed: ")
+        return f"{label} {job.status.value}: {why}"
+    return f"{label} {job.status.value}: {job.progress:.0%} {job.message or ''}".rstrip()

@@ -14,6 +14,7 @@ from db.field.partial_id_study import catalogue_flank_study
 from db.models import JobStatus
 from db.session import Catalogue
 from jobs import queue
+from jobs.actions.job_words import job_of_kind, unfinished_words
 from jobs.actions.partial_id import flanks_text
 from jobs.requests.partial_id import PartialIdRequest
 from jobs.requests.population import PopulationRequest
@@ -87,9 +88,7 @@ def flank_density_status(cat: Catalogue, job_id: int | None) -> tuple[dict[str, 
     diagnostics, refused with its one sentence and no number, the progress meanwhile, or why it failed)."""
     if not job_id:
         return None, ""
-    job = queue.get_job(cat, int(job_id))
-    if job.kind != FLANK_DENSITY_JOB:
-        raise CatalogueError(f"job #{job.id} is a {job.kind} job, not a density from one-flank photos")
+    job = job_of_kind(cat, job_id, FLANK_DENSITY_JOB, "a density from one-flank photos")
     label = f"Flank density job #{job.id}"
     if job.status == JobStatus.succeeded:
         answer = dict(job.result or {})
@@ -98,10 +97,7 @@ def flank_density_status(cat: Catalogue, job_id: int | None) -> tuple[dict[str, 
         return answer, (f"{label} done: D {_num(answer['D_per_100km2'], 1)} animals per 100 km² (95% credible "
                         f"interval {_num(answer['ci_low'], 1)} – {_num(answer['ci_high'], 1)}); R-hat at most "
                         f"{_num(answer['rhat_max'], 3)}, least effective sample size {_num(answer['ess_min'], 0)}.")
-    if job.status in (JobStatus.failed, JobStatus.cancelled):
-        why = (job.message or "").removeprefix("failed: ")
-        return None, f"{label} {job.status.value}: {why}"
-    return None, f"{label} {job.status.value}: {job.progress:.0%} {job.message or ''}".rstrip()
+    return None, unfinished_words(job, label)
 
 
 def estimate_rows(answer: Mapping[str, Any] | None) -> list[list[str]]:
