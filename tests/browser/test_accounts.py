@@ -139,14 +139,27 @@ def test_the_api_needs_sign_in_checks_roles_and_takes_the_user_from_the_session(
         cat.close()
 
 
+# Counts the animation frames the page asks for, installed before any of Gradio's scripts keeps a reference.
+FRAMES_JS = """
+window.__rzFrames = 0;
+const askFrame = window.requestAnimationFrame.bind(window);
+window.requestAnimationFrame = (cb) => { window.__rzFrames += 1; return askFrame(cb); };
+"""
+
+
 def test_browser_sign_in_a_viewer_is_refused_a_curator_renames_and_the_audit_tab_shows_who(server, page, shot):
     from playwright.sync_api import expect
 
+    page.add_init_script(FRAMES_JS)
     page.goto(server.url)
     expect(page.get_by_role("button", name="Login")).to_be_visible(timeout=TIMEOUT_MS)  # the door
     shot("login")
     sign_in(page, server, "vera", PASSWORD)
     expect(page.locator("#rosette-identity")).to_contain_text("(viewer)")
+    # an idle page asks for no frames: Gradio's status tracker kept a 60-a-second loop alive for the page's life
+    # (app.gradio_assets); within 15 s of sign-in a half second passes with none
+    page.wait_for_function("""() => new Promise(done => { const n = window.__rzFrames;
+        setTimeout(() => done(window.__rzFrames === n), 500); })""", timeout=15_000, polling=100)
     page.get_by_role("tab", name="People").click()
     page.get_by_role("tab", name="Accounts").click()
     expect(page.locator("#accounts-notice")).to_contain_text("Only admins manage accounts", timeout=TIMEOUT_MS)
