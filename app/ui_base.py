@@ -6,7 +6,9 @@ built with (:class:`UIContext`), the assets folder, and escaping a user's text f
 from __future__ import annotations
 
 import functools
+import hashlib
 import html
+import json
 import inspect
 import logging
 import os
@@ -219,6 +221,13 @@ def guarded_viewer(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # --------------------------------------------------------------------------- shared context
+
+
+def fingerprint(value: Any) -> str:
+    """A short digest of what a handler sends a component (a string, an update dict, a Plotly figure): a poll
+    compares digests to send only what changed."""
+    text = value.to_json() if hasattr(value, "to_json") else json.dumps(value, sort_keys=True, default=repr)
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=12).hexdigest()
 
 
 def _bump(version: int | None) -> int:

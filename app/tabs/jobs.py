@@ -5,17 +5,24 @@ follow the measured recipes. The run panel shows the chosen (by default the
 newest) training run: live curves of training loss and validation mAP against
 the frozen features, the log tail, cancel and retry (a retried run resumes from
 its last checkpoint). Everything is read back from the database and the job's
-folder, so a page reload shows the same state. The list and the run panel
-refresh themselves every two seconds while the page is open (a gr.Timer).
+folder, so a page reload shows the same state.
+
+While the tab is shown (and the browser tab is in sight) the page asks every two seconds for the list, the worker
+line and a digest of the training runs: one call to a server function of the list's HTML component, redrawn in
+place when it differs. No Gradio event runs for it: an event costs the browser a walk over the whole page for each
+component it updates, and a gr.Timer that refreshed the list, the worker line and the six parts of the run panel
+kept 0.4-0.6 core of browser CPU busy while the tab was open. The page asks for the run panel (one event) only when
+the digest of the training runs changes.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 
 import gradio as gr
 
-from app.ui_base import UIContext, curator_action, guarded_viewer
+from app.ui_base import UIContext, curator_action, fingerprint, guarded_viewer
 from db.models import Role
 from jobs.actions import jobs as js
 from jobs.actions import match as ms
@@ -45,17 +52,42 @@ button.job-action:hover { border-color: var(--color-accent, #d97706); }
 .error { color: #b91c1c; }
 .empty { padding: 1.5rem; color: var(--body-text-color-subdued); }
 """
-# Cancel / retry buttons inside the table send (action, job id) to the server.
+# Cancel / retry buttons inside the table send (action, job id) to the server. When the poll brings a run panel
+# digest other than the one the page last saw, the page asks for the panel ("submit"): the poll itself stays one
+# output.
 ACTIONS_JS = """
 element.addEventListener('click', (e) => {
   const b = e.target.closest('button[data-job]');
   if (b) trigger('click', {action: b.dataset.action, job: Number(b.dataset.job)});
 });
-"""
+let seen = null;
+const stamp = () => { const s = element.querySelector('[data-run-stamp]'); return s ? s.dataset.runStamp : null; };
+new MutationObserver(() => {
+  const now = stamp();
+  if (now && seen && now !== seen) trigger('submit', {});
+  if (now) seen = now;
+}).observe(element, {subtree: true, childList: true, attributes: true, attributeFilter: ['data-run-stamp']});
+let asking = false;
+setInterval(async () => {
+  if (asking || document.hidden || !element.isConnected || element.offsetParent === null) return;
+  asking = true;
+  try {
+    const now = await server.jobs_now(null);
+    if (typeof now === 'string' && now !== props.value) props.value = now;
+  } catch (e) { /* signed out or the server restarting: the next tick asks again */ }
+  finally { asking = false; }
+}, __EVERY_MS__);
+""".replace("__EVERY_MS__", str(int(REFRESH_EVERY_S * 1000)))
 
 
 def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
+
+
+def jobs_page_html(rows: list[js.JobRow], requests: dict[int, str], *, worker: str, run_stamp: str) -> str:
+    """What the poll draws: the worker line (HTML), the job list, and the run panel's digest (unseen)."""
+    return (f"<div id='jobs-worker' class='status-line'>{worker}</div>{jobs_html(rows, requests)}"
+            f"<span hidden data-run-stamp='{_e(run_stamp)}'></span>")
 
 
 def jobs_html(rows: list[js.JobRow], requests: dict[int, str] | None = None) -> str:
@@ -88,14 +120,14 @@ def jobs_html(rows: list[js.JobRow], requests: dict[int, str] | None = None) -> 
 
 
 def worker_line(rows: list[js.JobRow] | None = None) -> str:
-    """Whether queued jobs will run: an in-process worker, or a warning when one has waited too long."""
+    """Whether queued jobs will run (HTML): an in-process worker, or a warning when one has waited too long."""
     if js.worker_running():
         return "A job worker runs inside this server: queued jobs start within a second or two."
     waiting = js.oldest_queued_wait_s(rows or [])
     if waiting is not None and waiting > WAIT_WARNING_S:
-        return (f"**A job has waited {waiting:.0f} s for a worker.** Jobs run in a separate process: "
-                "is `rosette worker` running for this data directory?")
-    return "Jobs run in the background in a `rosette worker` process; this list refreshes by itself."
+        return (f"<b>A job has waited {waiting:.0f} s for a worker.</b> Jobs run in a separate process: "
+                "is <code>rosette worker</code> running for this data directory?")
+    return "Jobs run in the background in a <code>rosette worker</code> process; this list refreshes by itself."
 
 
 def job_action(cat, action: str, job_id: int, user: str) -> str:
@@ -110,8 +142,9 @@ def _run_outputs(view: ts.RunView, runs: list[tuple[str, int]]):
             gr.update(interactive=view.can_cancel), gr.update(interactive=view.can_retry))
 
 
-def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
-    """The "Train a model" form and the live view of one training run."""
+def build_training(ctx: UIContext) -> tuple[list, Callable[..., tuple]]:
+    """The "Train a model" form and the live view of one training run; returns the panel's outputs and the
+    function that draws them (the tab's poll asks for the panel when the training runs change)."""
     cat = ctx.catalogue
     d = ts.train_defaults(cat)
     with gr.Accordion("Train a model", open=True, elem_id="train-panel"):
@@ -169,48 +202,52 @@ def build_training(ctx: UIContext, *, timer: gr.Timer) -> None:
 
     ctx.on_refresh(refresh_form, outputs=[training_set])
     ctx.on_refresh(show, outputs=outputs)
-    ctx.polls_after(train_button.click(start, inputs=[ctx.user, backbone, head, blocks, training_set, epochs, device,
-                                                      sampler, holdout],
-                                       outputs=[train_status, *outputs], api_name="train_model"), timer)
+    train_button.click(start, inputs=[ctx.user, backbone, head, blocks, training_set, epochs, device, sampler, holdout],
+                       outputs=[train_status, *outputs], api_name="train_model")
     run.input(guarded_viewer(show), inputs=[run], outputs=outputs, api_visibility="private")
     cancel_run.click(curator_action(lambda j, u: act("cancel", j, u), role=Role.admin), inputs=[run, ctx.user],
                      outputs=[train_status, *outputs], api_visibility="private")
     retry_run.click(curator_action(lambda j, u: act("retry", j, u), role=Role.admin), inputs=[run, ctx.user],
                     outputs=[train_status, *outputs], api_visibility="private")
-    timer.tick(guarded_viewer(show), inputs=[run], outputs=outputs, show_progress="hidden",
-               api_visibility="private", queue=False)
+    return outputs, show
 
 
 def build(ctx: UIContext) -> None:
     cat = ctx.catalogue
-    timer = ctx.tab_timer(REFRESH_EVERY_S)
-    build_training(ctx, timer=timer)
+    run_outputs, show = build_training(ctx)
+    run = run_outputs[0]
     with gr.Row(equal_height=True):
-        worker = gr.Markdown(worker_line(), elem_id="jobs-worker", elem_classes=["status-line"])
         warm_button = gr.Button("Compute features for every photo", elem_id="jobs-embed", scale=0, min_width=260)
     status = gr.Markdown(elem_id="jobs-status", elem_classes=["status-line"])
-    table = gr.HTML(jobs_html([]), elem_id="jobs-list", css_template=CSS, js_on_load=ACTIONS_JS)
 
     def render():
         rows = js.job_rows(cat)
-        return jobs_html(rows, job_params_words(cat, [r.id for r in rows])), worker_line(rows)
+        runs = [(r.id, r.status, r.progress, r.message, r.error) for r in rows if r.kind == "train"]
+        return jobs_page_html(rows, job_params_words(cat, [r.id for r in rows]), worker=worker_line(rows),
+                              run_stamp=fingerprint(runs))
 
-    ctx.on_refresh(render, outputs=[table, worker])
-    timer.tick(guarded_viewer(render), outputs=[table, worker], show_progress="hidden", api_visibility="private",
-               queue=False)
+    def jobs_now(_unused=None):
+        return render()
+
+    table = gr.HTML(jobs_page_html([], {}, worker=worker_line(), run_stamp=""), elem_id="jobs-list",
+                    css_template=CSS, js_on_load=ACTIONS_JS, server_functions=[guarded_viewer(jobs_now)])
+
+    ctx.on_refresh(render, outputs=[table])
+    table.submit(guarded_viewer(show), inputs=[run], outputs=run_outputs, show_progress="hidden",
+                 api_visibility="private")
 
     @curator_action
     def act(user, evt: gr.EventData):
         data = getattr(evt, "_data", None) or {}
         job_id, action = data.get("job"), data.get("action")
         if job_id is None or action not in ("cancel", "retry"):
-            return gr.skip(), gr.skip(), gr.skip()
-        return job_action(cat, action, job_id, user), *render()
+            return gr.skip(), gr.skip()
+        return job_action(cat, action, job_id, user), render()
 
     @curator_action
     def warm(user):
         return js.warm_feature_cache(cat, js.WarmFeaturesRequest(user=curator_name(user),
-                                                                 backbone=ms.DEFAULT_MODEL)), *render()
+                                                                 backbone=ms.DEFAULT_MODEL)), render()
 
-    table.click(act, inputs=[ctx.user], outputs=[status, table, worker], api_visibility="private")
-    warm_button.click(warm, inputs=[ctx.user], outputs=[status, table, worker], api_name="compute_features")
+    table.click(act, inputs=[ctx.user], outputs=[status, table], api_visibility="private")
+    warm_button.click(warm, inputs=[ctx.user], outputs=[status, table], api_name="compute_features")
