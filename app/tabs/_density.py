@@ -150,15 +150,19 @@ def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
     mask.change(guarded_viewer(forget), outputs=outputs, api_visibility="private", queue=False)
 
     def poll(job_id, shown_id):
+        """The running fit's progress; its answer once it finished. The timer stops when nothing is left to poll
+        (the tab's selection starts it again, and so does a fit queued)."""
         if not job_id or job_id == shown_id:
-            return (gr.skip(),) * (3 + len(results))
+            return (gr.skip(),) * (3 + len(results)) + (gr.Timer(active=False),)
         answer, words = ds.density_status(cat, job_id)
         if answer is None:
             finished = " failed: " in words or " cancelled: " in words
-            return (job_id if finished else gr.skip(), gr.skip(), markdown_text(words), *(gr.skip(),) * len(results))
-        return (job_id, answer, markdown_text(words), *_density_outputs(answer))
+            return (job_id if finished else gr.skip(), gr.skip(), markdown_text(words), *(gr.skip(),) * len(results),
+                    gr.Timer(active=False) if finished else gr.skip())
+        return (job_id, answer, markdown_text(words), *_density_outputs(answer), gr.Timer(active=False))
 
-    timer.tick(guarded_viewer(poll), [job, shown], [shown, answer_state, status, *results], show_progress="hidden")
+    timer.tick(guarded_viewer(poll), [job, shown], [shown, answer_state, status, *results, timer],
+               show_progress="hidden")
 
     @curator_action(role=Role.viewer)
     def write_report(answer):
@@ -175,7 +179,8 @@ def build_density(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
         return job_id if job_id else gr.skip()
 
     ctx.on_refresh(latest, inputs=[job], outputs=[job], on_tab_select=False)
-    _build_models(ctx, species, days, first, last, detector, detectfn, buffer, spacing, conditional, timer)
+    _build_models(ctx, species, days, first, last, detector, detectfn, buffer, spacing, conditional,
+                  ctx.tab_timer(2.0))  # its own poll: each stops itself when its job is over
 
 
 def _build_models(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: gr.Textbox, last: gr.Textbox,
@@ -236,17 +241,20 @@ def _build_models(ctx: UIContext, species: gr.Dropdown, days: gr.Number, first: 
                                   outputs=[job, shown, status, *results], api_name="density_models"), timer)
 
     def poll(job_id, shown_id):
+        """As the fit's poll: progress, then the answer, and the timer stopped when nothing is left to poll."""
         if not job_id or job_id == shown_id:
-            return (gr.skip(),) * (2 + len(results))
+            return (gr.skip(),) * (2 + len(results)) + (gr.Timer(active=False),)
         view = dm.model_view(cat, DensityModelFiguresRequest(job_id=int(job_id)))
         if not view["done"]:
             finished = " failed: " in view["status"] or " cancelled: " in view["status"]
-            return (job_id if finished else gr.skip(), markdown_text(view["status"]), *(gr.skip(),) * len(results))
+            return (job_id if finished else gr.skip(), markdown_text(view["status"]), *(gr.skip(),) * len(results),
+                    gr.Timer(active=False) if finished else gr.skip())
         return (job_id, markdown_text(view["status"]), pd.DataFrame(view["table"], columns=dm.AIC_HEADERS),
                 gr.update(choices=view["models"], value=view["model"]),
-                pd.DataFrame(view["figures"], columns=dm.FIGURE_HEADERS), markdown_text(view["about"]))
+                pd.DataFrame(view["figures"], columns=dm.FIGURE_HEADERS), markdown_text(view["about"]),
+                gr.Timer(active=False))
 
-    timer.tick(guarded_viewer(poll), [job, shown], [shown, status, *results], show_progress="hidden")
+    timer.tick(guarded_viewer(poll), [job, shown], [shown, status, *results, timer], show_progress="hidden")
 
     @curator_action(role=Role.viewer)
     def show(job_id, name):

@@ -33,6 +33,8 @@ REVIEW_ROWS = 20
 BASES = [("as decided", "decided"), ("confirmed only", "confirmed"), ("with identification uncertainty",
                                                                         "uncertain")]
 
+STALE_CHECK_S = 5.0  # how often the results shown are checked against decisions made since (by anyone)
+
 
 def unique_headers(headers: Sequence[str]) -> list[str]:
     """The headers with each repeated one named after the estimate it is of, the column before it ("95% interval"
@@ -141,24 +143,27 @@ def build_identities(ctx: UIContext, species: gr.Dropdown, days: gr.Number, firs
         field.input(guarded_viewer(empty), outputs=outputs, api_visibility="private", queue=False)
 
     def poll(job_id, shown_id, decided):
+        """The imputation's progress, then its answer; the timer stops when nothing is left to poll."""
         if not job_id or job_id == shown_id or decided is None:
-            return (gr.skip(),) * 4
+            return (gr.skip(),) * 4 + (gr.Timer(active=False),)
         answer, words = ident.uncertain_status(cat, job_id)
         if answer is None:
             finished = " failed" in words or " cancelled" in words
-            return (job_id if finished else gr.skip(), markdown_text(words), gr.skip(), gr.skip())
+            return (job_id if finished else gr.skip(), markdown_text(words), gr.skip(), gr.skip(),
+                    gr.Timer(active=False) if finished else gr.skip())
         summary = ident.with_answer(decided, answer)
         done = f"Imputation job #{job_id} done: {answer['draws']} draws."
         return job_id, markdown_text(" ".join([done, *answer["notes"][-1:]])), _side_by_side(summary), \
-            _review_first(summary)
+            _review_first(summary), gr.Timer(active=False)
 
-    timer.tick(guarded_viewer(poll), [job, shown, asked], [shown, status, side, review], show_progress="hidden")
+    timer.tick(guarded_viewer(poll), [job, shown, asked], [shown, status, side, review, timer],
+               show_progress="hidden")
 
     def mark_stale(state):
         """The answer shown, marked once a decision (here or by anyone) makes it out of date."""
         return ps.stale_text(cat, state, again="Estimate on this basis")
 
-    timer.tick(guarded_viewer(mark_stale), [computed_on], [stale], show_progress="hidden")
+    ctx.tab_timer(STALE_CHECK_S).tick(guarded_viewer(mark_stale), [computed_on], [stale], show_progress="hidden")
     if link is None:  # Match review did not build: the list stays a list
         return
 

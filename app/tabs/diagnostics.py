@@ -245,16 +245,18 @@ def build(ctx: UIContext) -> None:
                                       outputs=[sens_job, sens_status], api_name="run_sensitivity"), sens_timer)
 
     def sens_poll(job_id):
+        """The running sensitivity job's progress, then its result; the timer stops when nothing is left to poll."""
         if not job_id:
-            return gr.skip(), gr.skip(), gr.skip()
+            return gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=False)
         text, evaluation_id, over = ds.sensitivity_job_status(cat, job_id)
         stored_update = gr.skip()
         if evaluation_id is not None:
             stored_update = gr.update(choices=ds.sensitivity_choices(cat), value=evaluation_id)
-        return text, stored_update, (None if over else job_id)
+        return text, stored_update, (None if over else job_id), (gr.Timer(active=False) if over else gr.skip())
 
-    sens_timer.tick(guarded_viewer(sens_poll), inputs=[sens_job], outputs=[sens_status, sens_stored, sens_job],
-                    show_progress="hidden", api_visibility="private")
+    sens_timer.tick(guarded_viewer(sens_poll), inputs=[sens_job],
+                    outputs=[sens_status, sens_stored, sens_job, sens_timer], show_progress="hidden",
+                    api_visibility="private")
 
     @curator_action(role=Role.viewer)
     def sens_show(evaluation_id):

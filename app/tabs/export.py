@@ -10,6 +10,7 @@ from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text
 from core.field.camtrapdp_writer import SAMPLING_DESIGNS
 from db.models import Role
 from jobs.actions import export as es
+from jobs.actions import jobs as js
 from jobs.actions import match as ms
 from jobs.actions.common import upload_name, upload_path
 from jobs.requests.camtrapdp import ExportCamtrapDPRequest
@@ -67,9 +68,13 @@ def _models(cat) -> list[str]:
 
 
 def build(ctx: UIContext) -> None:
-    timer = ctx.tab_timer(2.0)  # one timer polls both background jobs
-    _camtrap_block(ctx, timer)
-    _kaggle_block(ctx, timer)
+    _camtrap_block(ctx, ctx.tab_timer(2.0))
+    _kaggle_block(ctx, ctx.tab_timer(2.0))
+
+
+def _polled(cat, jid: int | None) -> object:
+    """A poll's timer: stopped once its job has ended (or when there is none), else left running."""
+    return gr.Timer(active=False) if not jid or js.job_over(cat, jid) else gr.skip()
 
 
 def _camtrap_block(ctx: UIContext, timer: gr.Timer) -> None:
@@ -98,18 +103,22 @@ def _camtrap_block(ctx: UIContext, timer: gr.Timer) -> None:
                                       [camtrap_title, camtrap_design, camtrap_media, camtrap_people, ctx.user],
                                       [camtrap_job, camtrap_status, camtrap_file], api_name="export_camtrap_dp"), timer)
 
-    def camtrap_poll(jid):
+    def camtrap_status_now(jid):
         if not jid:
             return gr.skip(), gr.skip()
         done, words = es.camtrap_dp_export_status(cat, jid)
         return (_camtrap_result(done), done.zip_path) if done is not None else (markdown_text(words), None)
 
-    timer.tick(guarded_viewer(camtrap_poll), [camtrap_job], [camtrap_status, camtrap_file], show_progress="hidden")
+    def camtrap_poll(jid):
+        return *camtrap_status_now(jid), _polled(cat, jid)
+
+    timer.tick(guarded_viewer(camtrap_poll), [camtrap_job], [camtrap_status, camtrap_file, timer],
+               show_progress="hidden")
 
     def camtrap_latest(current):
         # after a page reload the newest package (and its download) is shown again
         jid = current or es.latest_camtrap_dp_job(cat)
-        return (jid, *camtrap_poll(jid)) if jid else (gr.skip(), gr.skip(), gr.skip())
+        return (jid, *camtrap_status_now(jid)) if jid else (gr.skip(), gr.skip(), gr.skip())
 
     ctx.on_refresh(camtrap_latest, inputs=[camtrap_job], outputs=[camtrap_job, camtrap_status, camtrap_file],
                    on_tab_select=False)
@@ -144,14 +153,14 @@ def _kaggle_block(ctx: UIContext, timer: gr.Timer) -> None:
     ctx.polls_after(run.click(start, [test_csv, images_zip, images_dir, model, variant, ctx.user],
                               [job_id, status, result]), timer)
     def poll(jid):
-        return es.export_status(cat, jid) if jid else (gr.skip(), gr.skip())
+        return *(es.export_status(cat, jid) if jid else (gr.skip(), gr.skip())), _polled(cat, jid)
 
-    timer.tick(guarded_viewer(poll), [job_id], [status, result], show_progress="hidden")
+    timer.tick(guarded_viewer(poll), [job_id], [status, result, timer], show_progress="hidden")
 
     def latest(current):
         # after a page reload the newest export (and its download) is shown again
         if current:
-            return gr.skip(), *poll(current)
+            return gr.skip(), *es.export_status(cat, current)
         jid = es.latest_export_job(cat)
         return (jid, *es.export_status(cat, jid)) if jid else (gr.skip(), gr.skip(), gr.skip())
 

@@ -11,7 +11,7 @@ import pandas as pd
 from app.tabs._activity import build_activity
 from app.tabs._density import build_density
 from app.tabs._flanks import build_flanks
-from app.tabs._identities import BASES, build_identities
+from app.tabs._identities import BASES, STALE_CHECK_S, build_identities
 from app.ui_base import UIContext, curator_action, guarded_viewer, markdown_text, refreshed_choices
 from db.models import Role
 from jobs.actions import population as ps
@@ -29,7 +29,6 @@ what was left out and why. The download holds the capture histories for secr (ca
 each station's active days per occasion), camtrapR (record table) and MARK (.inp), with a README.
 """
 OCCASION_HEADERS = ["Occasion", "Begins", "Ends", "Camera-days", "Individuals seen"]
-STALE_CHECK_S = 5.0  # how often the results shown are checked against decisions made since (by anyone)
 
 
 def choose_species_text(names) -> str:

@@ -68,6 +68,11 @@ def get_job(cat: Catalogue, job_id: int) -> Job:
     return queue.get_job(cat, int(job_id))
 
 
+def job_over(cat: Catalogue, job_id: int) -> bool:
+    """Whether the job has ended (succeeded, failed or cancelled): a poll of it can stop."""
+    return get_job(cat, job_id).status in queue.TERMINAL
+
+
 def job_rows(cat: Catalogue, *, limit: int = 50) -> list[JobRow]:
     """The newest jobs with what the Jobs tab shows and which buttons apply."""
     out = []
