@@ -323,3 +323,21 @@ def test_an_unimportable_job_kinds_module_is_named(monkeypatch):
     monkeypatch.setenv("ROSETTE_JOB_KINDS", "tests.job_kinds, no_such_module_here")
     with pytest.raises(ImportError, match="ROSETTE_JOB_KINDS names 'no_such_module_here'"):
         load_extra_job_kinds()
+
+
+def test_a_tab_poll_stops_once_its_job_is_over_and_runs_while_it_is_not(cat):
+    """The Export tab's polls (and the Population tab's, by the same rule): a queued or running job keeps its timer
+    ticking; an ended one, or none, stops it."""
+    import gradio as gr
+
+    from app.tabs.export import _polled
+    from jobs.actions.jobs import job_over
+
+    jid = queue.submit(cat, "sleep", {"steps": 2})
+    assert not job_over(cat, jid)
+    assert not isinstance(_polled(cat, jid), gr.Timer)  # left running (skipped)
+    queue.request_cancel(cat, jid, by="ada")
+    assert job_over(cat, jid)
+    stopped = _polled(cat, jid)
+    assert isinstance(stopped, gr.Timer) and stopped.active is False
+    assert _polled(cat, None).active is False
