@@ -1,15 +1,22 @@
-"""One fix to Gradio's own page script, applied as the server sends it: the status tracker's elapsed-time loop.
+"""Two fixes to Gradio's own page scripts, applied as the server sends them.
 
+**The status tracker's elapsed-time loop.**
 Gradio 6's status tracker counts a running event's seconds with a ``requestAnimationFrame`` loop that re-arms
 itself while its "timer running" flag is set. A tracker taken off the page while pending (the app's own loading
 screen, on every page load) never clears that flag, so its loop asks the browser for a frame 60 times a second for
 as long as the page stays open: an idle page costs about 0.1 core of browser CPU doing nothing (measured in
-Chromium, on Gradio's one-button app as much as on Rosette; README, "Match review's speed"). The loop only shows seconds to one
-decimal, so this rewrite drives it with a 100 ms ``setTimeout`` instead: a tick updates a number and asks for no
-frame, and the orphaned loop then costs next to nothing. The elapsed time shown on a running event is unchanged.
+Chromium, on Gradio's one-button app as much as on Rosette; README, "Match review's speed"). The loop only shows
+seconds to one decimal, so this rewrite drives it with a 100 ms ``setTimeout`` instead: a tick updates a number and
+asks for no frame, and the orphaned loop then costs next to nothing. The elapsed time shown on a running event is
+unchanged.
 
-The rewrite is a pattern over the minified asset; where a Gradio release no longer has that shape, the asset is
-served unchanged (and ``tests/browser`` notices the frames again).
+**Which events each component has, at page load.** For each of the page's ~700 components Gradio filters every
+event listener of the app (~1,000) for the ones that name it (``find_attached_events``): some 700,000 look-ups
+through Svelte's reactive proxies, 0.3-0.5 s of the first page load after sign-in (Chromium's profiler). The rewrite
+indexes the listeners by component once per page and answers from the index: the same events, in the same order.
+
+Each rewrite is a pattern over a minified asset; where a Gradio release no longer has that shape, the asset is served
+unchanged (``tests/test_gradio_assets.py`` says which shape went missing; ``tests/browser`` notices the frames).
 """
 
 from __future__ import annotations
@@ -22,11 +29,31 @@ TIMER_LOOP = re.compile(
     r"function (?P<loop>[\w$]+)\(\)\{[\w$]+\(\(\)=>\{(?P<tick>[^{}]*?performance\.now\(\)[^{}]*?/1e3\)),"
     r"(?P<running>[\w$]+)&&(?P=loop)\(\)\}\)\}")
 TICK_MS = 100
-ASSET = re.compile(r"/assets/statustracker-[\w-]+\.js$")
+# find_attached_events(e,t){let n=t.filter(t=>t.targets.find(([t])=>t===e.id)).map(...).filter(Boolean);
+# return e.props.shared_props.attached_events=n,e}
+ATTACHED_EVENTS = re.compile(
+    r"find_attached_events\((?P<node>[\w$]+),(?P<deps>[\w$]+)\)\{let (?P<out>[\w$]+)=(?P=deps)\.filter\("
+    r"[^{}]*?\{[^{}]*?\}\)\.filter\(Boolean\);return (?P=node)\.props\.shared_props\.attached_events=(?P=out),"
+    r"(?P=node)\}")
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def index_attached_events(script: str) -> tuple[str, bool]:
+    """Gradio's app tree with ``find_attached_events`` answered from an index of the listeners by component (built
+    once per list of listeners); and whether it was found. Per listener, the first target naming the component
+    gives its event, as in the original."""
+    def indexed(m: re.Match) -> str:
+        node, deps = m["node"], m["deps"]
+        return (f"find_attached_events({node},{deps}){{let m=this.__rzEvents;if(!m||this.__rzEventsOf!=={deps}){{"
+                f"m=new Map;for(const d of {deps}){{const seen=new Set;for(const [id,ev] of d.targets){{"
+                "if(seen.has(id))continue;seen.add(id);if(!m.has(id))m.set(id,[]);m.get(id).push(ev)}}"
+                f"this.__rzEvents=m;this.__rzEventsOf={deps}}}"
+                f"return {node}.props.shared_props.attached_events=(m.get({node}.id)||[]).filter(Boolean),{node}}}")
+    fixed, n = ATTACHED_EVENTS.subn(indexed, script, count=1)
+    return fixed, n == 1
 
 
 def calm_status_timer(script: str) -> tuple[str, bool]:
@@ -37,15 +64,27 @@ def calm_status_timer(script: str) -> tuple[str, bool]:
     return fixed, n == 1
 
 
-class StatusTimerFix:
-    """ASGI middleware: rewrites the status tracker asset (``calm_status_timer``) on its way to the browser; every
-    other request passes untouched. The body is held until complete so its length can be set again."""
+# which asset each rewrite applies to
+FIXES: tuple[tuple[re.Pattern[str], Callable[[str], tuple[str, bool]]], ...] = (
+    (re.compile(r"/assets/statustracker-[\w-]+\.js$"), calm_status_timer),
+    (re.compile(r"/assets/core-[\w-]+\.js$"), index_attached_events),
+)
+
+
+def fix_for(path: str) -> Callable[[str], tuple[str, bool]] | None:
+    return next((fix for asset, fix in FIXES if asset.search(path)), None)
+
+
+class GradioAssetFixes:
+    """ASGI middleware: rewrites the assets of ``FIXES`` on their way to the browser; every other request passes
+    untouched. The body is held until complete so its length can be set again."""
 
     def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope.get("type") != "http" or scope.get("method") != "GET" or not ASSET.search(scope.get("path", "")):
+        fix = fix_for(scope.get("path", "")) if scope.get("type") == "http" and scope.get("method") == "GET" else None
+        if fix is None:
             await self.app(scope, receive, send)
             return
         start: dict[str, Any] | None = None
@@ -64,7 +103,7 @@ class StatusTimerFix:
                 return
             body = b"".join(chunks)
             if start.get("status") == 200:
-                fixed, found = calm_status_timer(body.decode("utf-8"))
+                fixed, found = fix(body.decode("utf-8"))
                 if found:
                     body = fixed.encode("utf-8")
             headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]

@@ -41,7 +41,7 @@ import gradio as gr  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 
 from app import ui_base  # noqa: E402
-from app.gradio_assets import StatusTimerFix  # noqa: E402
+from app.gradio_assets import GradioAssetFixes  # noqa: E402
 from app.tabs import (  # noqa: E402
     benchmarks,
     catalogue,
@@ -161,7 +161,7 @@ def launch_options(cat: Catalogue, *, sign_in: bool = True) -> dict[str, Any]:
         "show_error": True,
         "footer_links": ["settings"],
         "max_file_size": "2gb",  # uploads above this are refused by the server before anything is written
-        "app_kwargs": {"middleware": [Middleware(StatusTimerFix)]},  # an idle page asks for no frames
+        "app_kwargs": {"middleware": [Middleware(GradioAssetFixes)]},  # fixes to Gradio's page scripts
         **door,
     }
 
