@@ -229,15 +229,16 @@ def test_the_density_section_fits_on_the_chosen_identities_and_shows_them_beside
         job_id = out[0]
         assert "2 draws, seed 0" in out[3] and out[6]["visible"] is False
         assert run_one(cat, isolate=False) == job_id
-        shown, answer, words, _, _, side, provenance, _, _ = poll(None, job_id, None)  # the guard takes the request
+        shown, answer, words, _, _, side, provenance, _, _, timer = poll(None, job_id, None)  # the request first
         assert shown == job_id and answer["identities"] == "uncertain" and answer["draws"] == 2
+        assert timer.active is False  # the job is over: its poll stops
         assert "with identification uncertainty" in words
         columns = list(side["value"].columns)  # each told apart: Gradio warns of a table whose columns repeat
         assert columns[2] == "95% interval (as decided)" and len(set(columns)) == len(ds.SIDE_BY_SIDE_HEADERS)
         assert len(side["value"]) == 3 and "identified by a curator" in provenance and "2 draws" in provenance
         out = start(None, "", 1, "", "", "proximity", "HN", "", "500", False, None, "decided", 2)
         assert run_one(cat, isolate=False) == out[0]
-        *_, side, provenance, _, _ = poll(None, out[0], job_id)
+        *_, side, provenance, _, _, _ = poll(None, out[0], job_id)
         assert side["visible"] is False and provenance == ""
     finally:
         cat.close()

@@ -331,8 +331,9 @@ def test_the_population_tab_offers_the_catalogue_s_models_and_shows_the_table(tw
         job_id = out[0]
         assert run_one(cat, isolate=False) == job_id
         poll = polls[-1]  # the models' poll is built after the null fit's
-        shown, words, table, chosen, figures, about = poll(None, job_id, None)
+        shown, words, table, chosen, figures, about, timer = poll(None, job_id, None)
         assert shown == job_id and "the best by AICc is sigma~h2" in _plain(words)
+        assert timer.active is False  # the job is over: its poll stops
         assert list(table["Model"]) == ["sigma~h2, pmix~h2", "g0~1, pmix~h2"]
         assert chosen["value"] == "sigma~h2, pmix~h2" and len(figures) == 4  # two sessions, two sexes
         assert "Best model sigma~h2, pmix~h2" in _plain(about)
@@ -351,7 +352,8 @@ def test_the_population_tab_offers_the_catalogue_s_models_and_shows_the_table(tw
         poll = [f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "poll"][-1]
         out = start(None, "", 1, "", "", "", ["g0~1"], "proximity", "HN", "3000", "300", False)
         assert run_one(thin_cat, isolate=False) == out[0]
-        shown, words, table, chosen, figures, about = poll(None, out[0], None)
+        shown, words, table, chosen, figures, about, timer = poll(None, out[0], None)
+        assert timer.active is False  # a refusal ends the job: its poll stops
         assert "refused: 3 stations 1 km apart caught only 1 animal" in _plain(words)
         assert len(table) == 0 and len(figures) == 0 and chosen["choices"] == []
     finally:

@@ -256,8 +256,9 @@ def test_the_population_tab_shows_both_columns_and_the_review_list(study):
         assert queue.execute(cat, queue.claim_next(cat)) == queue.JobStatus.succeeded
         poll = next(f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "poll"
                     and getattr(f.fn, "__module__", "") == "app.tabs._identities")
-        shown, words, side, review = poll(None, job_id, None, decided)  # the guard takes the request first
+        shown, words, side, review, timer = poll(None, job_id, None, decided)  # the guard takes the request first
         assert shown == job_id and "20 draws" in words
+        assert timer.active is False  # the job is over: its poll stops
         assert list(side.columns)[:4] == ["Model", "As decided: N", "95% interval (as decided)",
                                           "With identification uncertainty: N"]
         assert len(side) == 3 and len(review) > 0 and review.iloc[0, 0].startswith("#")
