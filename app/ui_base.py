@@ -224,9 +224,9 @@ def guarded_viewer(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def fingerprint(value: Any) -> str:
-    """A short digest of what a handler sends a component (a string, an update dict, a Plotly figure): a poll
-    compares digests to send only what changed."""
-    text = value.to_json() if hasattr(value, "to_json") else json.dumps(value, sort_keys=True, default=repr)
+    """A short digest of plain data (lists, dicts, strings, numbers): a page compares digests to ask for a panel
+    only when what it shows has changed."""
+    text = json.dumps(value, sort_keys=True, default=repr)
     return hashlib.blake2b(text.encode("utf-8"), digest_size=12).hexdigest()
 
 
