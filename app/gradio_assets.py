@@ -36,6 +36,24 @@ ATTACHED_EVENTS = re.compile(
     r"[^{}]*?\{[^{}]*?\}\)\.filter\(Boolean\);return (?P=node)\.props\.shared_props\.attached_events=(?P=out),"
     r"(?P=node)\}")
 
+# async update_loading_stati_state(){await Promise.all(Object.entries(this.loading_stati.current).map(([e,t])=>
+# this.update_state_cb(Number(e),{loading_status:t},!1)))}
+STATUS_BROADCAST = re.compile(
+    r"async update_loading_stati_state\(\)\{await Promise\.all\(Object\.entries\(this\.loading_stati\.current\)"
+    r"\.map\(\(\[(?P<id>[\w$]+),(?P<status>[\w$]+)\]\)=>this\.update_state_cb\(Number\((?P=id)\),"
+    r"\{loading_status:(?P=status)\},!1\)\)\)\}")
+
+# function Z(e,t){if(e.id===t)return e;if(e.children)for(let n of e.children){let e=Z(n,t);if(e)return e}return null}
+TREE_FIND = re.compile(
+    r"function (?P<find>[\w$]+)\((?P<node>[\w$]+),(?P<id>[\w$]+)\)\{if\((?P=node)\.id===(?P=id)\)return (?P=node);"
+    r"if\((?P=node)\.children\)for\(let (?P<child>[\w$]+) of (?P=node)\.children\)\{let (?P=node)=(?P=find)\("
+    r"(?P=child),(?P=id)\);if\((?P=node)\)return (?P=node)\}return null\}")
+# the places that build or re-link the tree: the traversal that builds nodes, the root's children set at creation
+# and reload, and a re-render grafting new children on a node
+TREE_TRAVERSE = re.compile(r"traverse\((?P<a>[\w$]+),(?P<b>[\w$]+)\)\{(?=function )")
+ROOT_CHILDREN = re.compile(r";this\.root\.children=")
+GRAFT = re.compile(r";(?P<node>[\w$]+)\.children=(?P<new>[\w$]+)\.children,")
+
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -56,6 +74,39 @@ def index_attached_events(script: str) -> tuple[str, bool]:
     return fixed, n == 1
 
 
+def index_tree_lookups(script: str) -> tuple[str, bool]:
+    """Gradio's app tree with its find-by-id answered from a map of the tree's nodes, built again whenever the tree
+    has been built or re-linked since (an epoch counter bumped at each such place); and whether every place was
+    found (otherwise the script is returned unchanged)."""
+    find = TREE_FIND.search(script)
+    if (find is None or len(TREE_TRAVERSE.findall(script)) != 1 or len(ROOT_CHILDREN.findall(script)) != 2
+            or len(GRAFT.findall(script)) != 1 or "__rzTree" in script):
+        return script, False
+    name = find["find"]
+    # inside a traversal the tree is half built: look it up the original way and keep no map
+    indexed = (f"var __rzTreeEpoch=0,__rzTreeBuilding=0,__rzTreeIndex=null;function {name}(e,t){{"
+               "if(__rzTreeBuilding>0){if(e.id===t)return e;if(e.children)for(const c of e.children){"
+               f"const f={name}(c,t);if(f)return f}}return null}}"
+               "let x=__rzTreeIndex;if(!x||x.root!==e||x.epoch!==__rzTreeEpoch){const m=new Map;"
+               "const walk=n=>{if(!m.has(n.id))m.set(n.id,n);if(n.children)for(const c of n.children)walk(c)};"
+               "walk(e);x=__rzTreeIndex={root:e,epoch:__rzTreeEpoch,map:m}}"
+               "const n=x.map.get(t);return n===void 0?null:n}")
+    out = script[:find.start()] + indexed + script[find.end():]
+    out = TREE_TRAVERSE.sub(
+        lambda m: (f"traverse({m['a']},{m['b']}){{__rzTreeBuilding++;try{{return this.__rzTraverse({m['a']},{m['b']})"
+                   f"}}finally{{__rzTreeBuilding--;__rzTreeEpoch++}}}}__rzTraverse({m['a']},{m['b']}){{"), out, count=1)
+    out = ROOT_CHILDREN.sub(";__rzTreeEpoch++,this.root.children=", out)
+    out = GRAFT.sub(lambda m: f";{m['node']}.children={m['new']}.children,__rzTreeEpoch++,", out, count=1)
+    return out, True
+
+
+def fix_core(script: str) -> tuple[str, bool]:
+    """The app tree's script with both of its rewrites (each applied where its shape is found)."""
+    listed, found_listing = index_attached_events(script)
+    indexed, found_index = index_tree_lookups(listed)
+    return indexed, found_listing or found_index
+
+
 def calm_status_timer(script: str) -> tuple[str, bool]:
     """The status tracker's script with its elapsed-time loop on a ``TICK_MS`` timer; and whether it was found."""
     fixed, n = TIMER_LOOP.subn(
@@ -64,10 +115,26 @@ def calm_status_timer(script: str) -> tuple[str, bool]:
     return fixed, n == 1
 
 
+def send_changed_statuses(script: str) -> tuple[str, bool]:
+    """Gradio's event loop with each status change sent only to the components whose loading status changed (a
+    copy of the last one sent is kept per component); and whether it was found."""
+    def changed_only(m: re.Match) -> str:
+        i, st = m["id"], m["status"]
+        return ("async update_loading_stati_state(){const sent=this.__rzSent||(this.__rzSent=new Map);"
+                "await Promise.all(Object.entries(this.loading_stati.current).filter(([id,now])=>{"
+                "const was=sent.get(id),keys=Object.keys(now);"
+                "if(was&&keys.length===Object.keys(was).length&&keys.every(k=>Object.is(was[k],now[k])))return!1;"
+                f"sent.set(id,{{...now}});return!0}}).map(([{i},{st}])=>this.update_state_cb(Number({i}),"
+                f"{{loading_status:{st}}},!1)))}}")
+    fixed, n = STATUS_BROADCAST.subn(changed_only, script, count=1)
+    return fixed, n == 1
+
+
 # which asset each rewrite applies to
 FIXES: tuple[tuple[re.Pattern[str], Callable[[str], tuple[str, bool]]], ...] = (
     (re.compile(r"/assets/statustracker-[\w-]+\.js$"), calm_status_timer),
-    (re.compile(r"/assets/core-[\w-]+\.js$"), index_attached_events),
+    (re.compile(r"/assets/core-[\w-]+\.js$"), fix_core),
+    (re.compile(r"/assets/Blocks-[\w-]+\.js$"), send_changed_statuses),
 )
 
 

@@ -1,4 +1,6 @@
-"""The status tracker's elapsed-time loop, rewritten on its way to the browser (app.gradio_assets)."""
+"""Gradio's page scripts, rewritten on their way to the browser (app.gradio_assets): the shapes each rewrite needs,
+in small scripts written like Gradio 6.31's and in the installed Gradio. What the rewritten code does is run in
+Chromium by ``tests/browser/test_gradio_fixes_js.py`` on these same small scripts."""
 
 from pathlib import Path
 
@@ -9,7 +11,10 @@ from starlette.responses import PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from app.gradio_assets import GradioAssetFixes, calm_status_timer, index_attached_events
+from app.gradio_assets import (GradioAssetFixes, calm_status_timer, fix_core, index_attached_events,
+                               index_tree_lookups, send_changed_statuses)
+
+ASSETS = Path(gradio.__file__).parent / "templates" / "frontend" / "assets"
 
 # the loop as Gradio 6.31 minifies it, with the code around it
 LOOP = "let a=1;function ze(){me(()=>{F(Pe,(performance.now()-w(de))/1e3),W&&ze()})}let Q=2;"
@@ -23,8 +28,7 @@ def test_the_loop_is_put_on_a_100_ms_timer_and_nothing_else_changes():
 
 
 def test_the_installed_gradio_has_the_loop_and_the_rewrite_finds_it():
-    assets = Path(gradio.__file__).parent / "templates" / "frontend" / "assets"
-    trackers = sorted(assets.glob("statustracker-*.js"))
+    trackers = sorted(ASSETS.glob("statustracker-*.js"))
     assert trackers, "Gradio ships no statustracker asset: the rewrite has nothing to fix"
     script = trackers[0].read_text(encoding="utf-8")
     fixed, found = calm_status_timer(script)
@@ -43,7 +47,7 @@ def test_the_listing_of_a_components_events_is_answered_from_an_index():
     assert found and fixed.endswith("traverse(e,t){}") and "t.filter(" not in fixed and "new Map" in fixed
     assert index_attached_events("find_attached_events(e,t){return e}") == ("find_attached_events(e,t){return e}",
                                                                             False)
-    core = sorted((Path(gradio.__file__).parent / "templates" / "frontend" / "assets").glob("core-*.js"))
+    core = sorted(ASSETS.glob("core-*.js"))
     assert core and index_attached_events(core[0].read_text(encoding="utf-8"))[1], \
         "this Gradio lists a component's events in another shape"
 
@@ -70,3 +74,42 @@ def test_the_middleware_rewrites_the_tracker_only_and_sets_its_length_again():
         assert int(fixed.headers["content-length"]) == len(fixed.content)
         untouched = client.get("/assets/other.js")
         assert untouched.text == LOOP
+
+
+# the app tree's find-by-id and every place that builds or re-links the tree, as Gradio 6.31 writes them
+TREE = ("function X(e){return e}function Z(e,t){if(e.id===t)return e;if(e.children)for(let n of e.children){"
+        "let e=Z(n,t);if(e)return e}return null}"
+        "class T{constructor(c){this.root={id:0,children:[]};this.root.children=c.map(e=>this.traverse(e,x=>x))}"
+        "traverse(e,t){function n(e,t){let r=t(e);return`children`in e&&e.children.length>0&&"
+        "(r.children=e.children?.map(e=>n(e,t))||[]),r}return n(e,t)}"
+        "reload(c){this.root={id:0,children:[]};this.root.children=c.map(e=>this.traverse(e,x=>x))}"
+        "rerender(t){let i=this.traverse(t,e=>({...e})),a=Z(this.root,i.id);if(!a)throw Error(`gone`);"
+        "a.children=i.children,this.f(i)}f(){}find(id){return Z(this.root,id)}}")
+# the event loop's status broadcast, in a class that records what it sends
+STATUSES = ("class B{constructor(){this.loading_stati={current:{}};this.sent=[]}"
+            "update_state_cb(e,t,n){this.sent.push([e,t.loading_status.status??null])}"
+            "async update_loading_stati_state(){await Promise.all(Object.entries(this.loading_stati.current).map("
+            "([e,t])=>this.update_state_cb(Number(e),{loading_status:t},!1)))}}")
+
+
+def test_the_tree_lookup_is_indexed_only_where_every_place_that_relinks_the_tree_is_found():
+    fixed, found = index_tree_lookups(TREE)
+    assert found and "new Map" in fixed and fixed.count("__rzTreeEpoch++") == 4  # traversal, root twice, graft
+    assert index_tree_lookups(fixed) == (fixed, False)  # never twice
+    no_graft = TREE.replace("a.children=i.children,", "a.kids=i.children,")
+    assert index_tree_lookups(no_graft) == (no_graft, False)
+    core = sorted(ASSETS.glob("core-*.js"))
+    assert core, "Gradio ships no core asset"
+    script = core[0].read_text(encoding="utf-8")
+    both, found = fix_core(script)
+    assert found and "__rzEvents" in both and "__rzTreeIndex" in both, \
+        f"{core[0].name}: the app tree's lookups have another shape in this Gradio"
+
+
+def test_status_changes_are_sent_only_to_the_components_they_change():
+    fixed, found = send_changed_statuses(STATUSES)
+    assert found and ".filter(" in fixed and fixed.startswith("class B{")
+    assert send_changed_statuses("class B{}") == ("class B{}", False)
+    blocks = sorted(ASSETS.glob("Blocks-*.js"))
+    assert blocks and send_changed_statuses(blocks[0].read_text(encoding="utf-8"))[1], \
+        f"{blocks[0].name if blocks else 'Blocks'}: the status broadcast has another shape in this Gradio"
