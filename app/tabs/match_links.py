@@ -57,6 +57,8 @@ def build_flank_links(ctx: UIContext) -> None:
 
     def refresh(current):
         choices, text, job = suggestion_view(cat)
+        if current is None:  # nothing was picked when the page asked: a pick made since (and its photos) stands
+            return gr.update(choices=choices), text, job, gr.skip()
         keep = current if current in [k for _, k in choices] else None
         return gr.update(choices=choices, value=keep), text, job, (gr.skip() if keep else [])
 
