@@ -478,3 +478,16 @@ def test_the_jobs_list_counts_a_jobs_animals_and_names_their_species(cat, two_an
     assert params_words({"image_ids": [3, 9, 12, 40]}, species_names={}) == "4 animals (#3, #9, #12, …)"
     assert params_words({"species": 1, "backbone": "b0"}, species_names={1: "Panthera onca"}) == \
         "species=Panthera onca, backbone=b0"
+
+
+def test_the_training_panel_draws_no_plot_until_there_is_a_run(cat):
+    """An empty figure still loads Plotly in the browser: with no training run the plot gets no value at all."""
+    from dataclasses import replace
+
+    from app.tabs.jobs import _run_outputs
+    from jobs.actions import training as ts
+
+    empty = ts.run_view(cat, None)
+    assert empty.job_id is None and _run_outputs(empty, [])[2] is None
+    figure = object()
+    assert _run_outputs(replace(empty, job_id=7, figure=figure), [("job #7", 7)])[2] is figure
