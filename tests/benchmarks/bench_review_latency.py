@@ -16,10 +16,11 @@ Timed, all from Debian's Chromium (1400x1000, headless) through Playwright:
   Between clicks the page settles (no request to ``/gradio_api/`` in flight for 300 ms), as when a curator looks at
   the screen. The floor's "Next" is timed the same way (its review area: the whole app). Goals: median within 2x of
   the floor's median, p90 within 4x of the floor's p90.
-- the first page load after sign-in (Login pressed -> the tabs visible): goal under 3 s; opening Match review once the
-  page has loaded, then each other top-level tab: from the tab's click until its panel is visible and no request to
-  ``/gradio_api/`` (queue, files) is in flight for 300 ms (the time is the end of the last such request, or the
-  panel's showing when later): goal under 500 ms median.
+- the first page load after sign-in (Login pressed -> the tabs visible), the median of ``SIGN_INS`` in fresh browser
+  profiles: goal under 3 s; opening Match review once the page has loaded, then each other top-level tab: from the
+  tab's click until its panel is visible and no request to ``/gradio_api/`` (queue, files) is in flight for 300 ms,
+  timed by the page's own clock so that events a busy page sends late are waited for (the time is the end of the
+  last such request, or the panel's showing when later): goal under 500 ms median.
 - browser CPU (utime + stime of every chromium process of the browser, from /proc, over the wall time), idle on
   Match review (no job): goal under 0.01 core; and on the Jobs tab while a job runs (an ``embed`` job with the
   ``sift_vlad`` backbone, minutes long on this catalogue; cancelled afterwards): goal under 0.05 core. Each is the
@@ -58,6 +59,7 @@ if str(ROOT) not in sys.path:
 N = int(os.environ.get("ROSETTE_BENCH_REVIEW_N", "15"))
 PHOTOS = int(os.environ.get("ROSETTE_BENCH_REVIEW_PHOTOS", "1000"))
 IDLE_S = float(os.environ.get("ROSETTE_BENCH_REVIEW_IDLE_S", "20"))
+SIGN_INS = 3  # first page loads timed, each in a fresh browser profile
 PHOTOS_EACH = 8
 UNASSIGNED_EACH = 2  # the last photos of each individual are imported without identity
 PHOTO_SIDE = 128
@@ -293,7 +295,9 @@ class Net:
         started after ``since_ms`` (``since_ms`` when none did)."""
         deadline = time.time() + timeout_s
         while True:
-            page.wait_for_timeout(50)
+            # a task in the page, not a wait beside it: a main thread still busy with the work before (a click's
+            # status updates) has sent the requests that work queues by the time this returns
+            page.evaluate("() => new Promise(r => setTimeout(r, 50))")
             if not self.inflight and (time.time() - self.last_seen) * 1000 >= QUIET_MS:
                 break
             if time.time() > deadline:
@@ -537,15 +541,28 @@ def _measure(browser, url: str, floor_url: str, floor, root: Path, submit, get_j
     finally:
         warm.close()
 
+    # first page loads: each in a fresh context (a new profile, Gradio's assets fetched again), the last one kept
+    loads: list[float] = []
+    for _ in range(SIGN_INS - 1):
+        other = browser.new_context(viewport=VIEWPORT)
+        try:
+            op = other.new_page()
+            op.set_default_timeout(120_000)
+            loads.append(sign_in(op, url))
+            Net(op).quiet_after(op, time.time() * 1000)
+        finally:
+            other.close()
     context = browser.new_context(viewport=VIEWPORT)
     try:
         page = context.new_page()
         page.set_default_timeout(120_000)
         net = Net(page)
-        load_s = sign_in(page, url)
+        loads.append(sign_in(page, url))
         net.learn_timers()
-        rows.append({"benchmark": "first page load after sign-in (Login -> tabs visible)", "value": load_s * 1000,
-                     "unit": "ms", "goal": "< 3000 ms"})
+        rows.append({"benchmark": f"first page load after sign-in (Login -> tabs visible), median of {len(loads)}",
+                     "value": statistics.median(loads) * 1000, "unit": "ms", "goal": "< 3000 ms",
+                     "note": "each in a fresh browser profile: " + ", ".join(f"{x * 1000:,.0f}" for x in loads)
+                     + " ms"})
         net.quiet_after(page, time.time() * 1000)
         tabs = page.evaluate(TOP_TABS_JS)
         landing = page.evaluate(
