@@ -61,19 +61,32 @@ def _app() -> Starlette:
         return StreamingResponse(chunks(), media_type="text/javascript")
 
     async def other(request):
-        return PlainTextResponse(LOOP)
+        return PlainTextResponse(LOOP, headers={"etag": '"v1"', "cache-control": "max-age=0"})
 
-    return Starlette(routes=[Route("/assets/statustracker-AbC1.js", tracker), Route("/assets/other.js", other)],
+    return Starlette(routes=[Route("/assets/statustracker-AbC1x2Y3.js", tracker), Route("/assets/other.js", other),
+                             Route("/assets/Index-DphvyggB.js", other), Route("/assets/missing-DphvyggB.js",
+                                                                                lambda r: PlainTextResponse("", 404))],
                      middleware=[Middleware(GradioAssetFixes)])
 
 
 def test_the_middleware_rewrites_the_tracker_only_and_sets_its_length_again():
     with TestClient(_app()) as client:
-        fixed = client.get("/assets/statustracker-AbC1.js")
+        fixed = client.get("/assets/statustracker-AbC1x2Y3.js")
         assert fixed.status_code == 200 and "setTimeout(" in fixed.text and fixed.text == calm_status_timer(LOOP)[0]
         assert int(fixed.headers["content-length"]) == len(fixed.content)
+        # a rewritten asset follows this module, not its name: fetched again by each page, no validator kept
+        assert fixed.headers["cache-control"] == "no-cache" and "etag" not in fixed.headers
         untouched = client.get("/assets/other.js")
-        assert untouched.text == LOOP
+        assert untouched.text == LOOP and untouched.headers["cache-control"] == "max-age=0"  # not a built name
+
+
+def test_gradio_built_assets_are_cached_for_a_year_and_nothing_else_is():
+    with TestClient(_app()) as client:
+        built = client.get("/assets/Index-DphvyggB.js")
+        assert built.text == LOOP and built.headers["cache-control"] == "public, max-age=31536000, immutable"
+        assert built.headers["etag"] == '"v1"'
+        missing = client.get("/assets/missing-DphvyggB.js")
+        assert missing.status_code == 404 and "immutable" not in missing.headers.get("cache-control", "")
 
 
 # the app tree's find-by-id and every place that builds or re-links the tree, as Gradio 6.31 writes them
