@@ -33,14 +33,15 @@ from db.identify.spots import evaluate_request as evaluate_spots
 from db.identify.spots import extract_keypoints
 from db.identify.vector_index import build_vector_index
 from jobs.actions.partial_id import partial_id_density
+from jobs.answer_words import flank_answer_words, jobs_list_line, models_answer_words
 from jobs.context import JobCancelled, JobContext
 from jobs.registry import HEAVY, register_job_kind
 from jobs.requests.benchmarks import EvaluateRequest
 from jobs.requests.camtrapdp import ExportCamtrapDPRequest
 from jobs.requests.density import DensityModelsRequest, DensityRequest
-from jobs.requests.identities import MAX_TOP, PopulationIdentitiesRequest
 from jobs.requests.diagnostics import DiagnoseRequest, SensitivityRequest
 from jobs.requests.export import KaggleExportRequest
+from jobs.requests.identities import MAX_TOP, PopulationIdentitiesRequest
 from jobs.requests.map import EmbedRequest, MapRequest
 from jobs.requests.masks import MaskPhotosRequest
 from jobs.requests.match import IndexBuildRequest
@@ -268,7 +269,8 @@ def density_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict
         raise JobCancelled() from None
 
 
-@register_job_kind("density_models")  # seconds a model, numpy only: never waits behind a training run
+@register_job_kind("density_models",  # seconds a model, numpy only: never waits behind a training run
+                   summary=lambda answer: jobs_list_line(models_answer_words(answer)))
 def density_models_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     """Density models beyond the null on the catalogue's study, one or a set ranked by AICc (the Population tab):
     params are a stored :class:`jobs.requests.density.DensityModelsRequest`; the same answer as ``rosette density
@@ -278,7 +280,8 @@ def density_models_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) 
     return catalogue_models(cat, **request.fit_options(), progress=ctx.progress)
 
 
-@register_job_kind("flank_density")  # minutes of numpy MCMC: never waits behind a training run
+@register_job_kind("flank_density",  # minutes of numpy MCMC: never waits behind a training run
+                   summary=lambda answer: jobs_list_line(flank_answer_words(answer)))
 def flank_density_job(cat: Catalogue, params: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     """The two-flank partial-identity density on the catalogue's study (the Population tab): params are a stored
     :class:`jobs.requests.partial_id.PartialIdRequest` without files; the answer of ``rosette density --flanks`` on

@@ -46,10 +46,12 @@ from jobs.context import JobCancelled, JobContext, job_dir  # noqa: F401
 from jobs.registry import (  # noqa: F401
     _HANDLERS,
     _KIND_QUEUE,
+    _SUMMARIES,
     HEAVY,
     LIGHT,
     QUEUES,
     JobHandler,
+    job_summary,
     load_extra_job_kinds,
     register_job_kind,
 )
@@ -357,7 +359,7 @@ def execute(cat: Catalogue, job_id: int) -> JobStatus:
         ctx.log(f"failed: {exc}\n{tb}")
         _finish(cat, job_id, JobStatus.failed, message=f"failed: {exc}", error=tb[-20000:])
         return get_job(cat, job_id).status
-    summary = str(result.get("summary", "done")) if isinstance(result, dict) else "done"
+    summary = job_summary(job.kind, result)
     ctx.log(f"succeeded: {summary}")
     _finish(cat, job_id, JobStatus.succeeded, progress=1.0, result=result, message=summary)
     return get_job(cat, job_id).status

@@ -22,10 +22,13 @@ QUEUES = (LIGHT, HEAVY)
 JobHandler = Callable[[Catalogue, dict[str, Any], "JobContext"], dict[str, Any] | None]
 _HANDLERS: dict[str, JobHandler] = {}
 _KIND_QUEUE: dict[str, str] = {}
+_SUMMARIES: dict[str, Callable[[dict[str, Any]], str]] = {}
 
 
-def register_job_kind(kind: str, *, queue: str = LIGHT) -> Callable[[JobHandler], JobHandler]:
-    """Decorator: register a handler for ``kind`` on the ``light`` or ``heavy`` queue."""
+def register_job_kind(kind: str, *, queue: str = LIGHT, summary: Callable[[dict[str, Any]], str] | None = None
+                      ) -> Callable[[JobHandler], JobHandler]:
+    """Decorator: register a handler for ``kind`` on the ``light`` or ``heavy`` queue; ``summary`` writes the line
+    a succeeded job leaves in the Jobs list from its answer (see :func:`job_summary`)."""
     if queue not in QUEUES:
         raise ValueError(f"queue must be one of {QUEUES}, got {queue!r}")
 
@@ -34,9 +37,27 @@ def register_job_kind(kind: str, *, queue: str = LIGHT) -> Callable[[JobHandler]
             raise ValueError(f"job kind {kind!r} is already registered")
         _HANDLERS[kind] = fn
         _KIND_QUEUE[kind] = queue
+        if summary is not None:
+            _SUMMARIES[kind] = summary
         return fn
 
     return decorator
+
+
+def job_summary(kind: str, result: Any) -> str:
+    """The line a succeeded job leaves in the Jobs list: its kind's words for its answer, else the answer's own
+    ``summary``, a refusal's one sentence, or "done"."""
+    if not isinstance(result, dict):
+        return "done"
+    words = _SUMMARIES.get(kind)
+    if words is not None:
+        try:
+            return words(result)
+        except (KeyError, TypeError, ValueError):  # an answer of another shape: the generic line, not a failed job
+            pass
+    if result.get("refused"):
+        return f"refused: {result.get('reason') or 'no reason given'}"
+    return str(result.get("summary", "done"))
 
 
 def load_extra_job_kinds() -> None:

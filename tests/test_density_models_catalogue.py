@@ -284,7 +284,9 @@ def test_the_job_kind_runs_the_stored_request_and_stores_the_aicc_table(two_year
         answer, words = dm.density_models_status(cat, job_id)
         assert [r["model"] for r in answer["table"]] == ["sigma~h2, pmix~h2", "g0~1, pmix~h2"]
         assert "the best by AICc is sigma~h2, pmix~h2" in words
-        assert queue.get_job(cat, job_id).status == JobStatus.succeeded
+        job = queue.get_job(cat, job_id)
+        assert job.status == JobStatus.succeeded
+        assert job.message == "2 models ranked; the best by AICc is sigma~h2, pmix~h2."  # the Jobs list's line
         # the stored answer is the one the CLI prints for the same request
         assert answer["table"] == dm.density_models(request, cat=cat)["table"]
         view = dm.model_view(cat, DensityModelFiguresRequest(job_id=job_id))
@@ -355,6 +357,7 @@ def test_the_population_tab_offers_the_catalogue_s_models_and_shows_the_table(tw
         shown, words, table, chosen, figures, about, timer = poll(None, out[0], None)
         assert timer.active is False  # a refusal ends the job: its poll stops
         assert "refused: 3 stations 1 km apart caught only 1 animal" in _plain(words)
+        assert queue.get_job(thin_cat, out[0]).message.startswith("refused: 3 stations 1 km apart caught only 1")
         assert len(table) == 0 and len(figures) == 0 and chosen["choices"] == []
     finally:
         thin_cat.close()

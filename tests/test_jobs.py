@@ -308,6 +308,25 @@ def test_a_jobs_steps_report_their_own_share_and_time_left(cat, monkeypatch):
                     "embedding photos 20/40 (50% of this step, about 20 s left)"]
 
 
+def test_a_finished_job_leaves_its_kinds_words_a_refusal_or_its_summary_in_the_jobs_list():
+    from jobs.registry import job_summary
+
+    def words(answer):
+        return f"{answer['n']} things"
+
+    queue.register_job_kind("test_worded", summary=words)(lambda cat_, params, ctx: {})
+    try:
+        assert job_summary("test_worded", {"n": 3}) == "3 things"
+        assert job_summary("test_worded", {"refused": True, "reason": "too few"}) == "refused: too few"  # no "n"
+    finally:
+        queue._HANDLERS.pop("test_worded", None)
+        queue._KIND_QUEUE.pop("test_worded", None)
+        queue._SUMMARIES.pop("test_worded", None)
+    assert job_summary("sleep", {"summary": "slept 0 s"}) == "slept 0 s"
+    assert job_summary("sleep", {"refused": True, "reason": None}) == "refused: no reason given"
+    assert job_summary("sleep", {}) == job_summary("sleep", None) == "done"
+
+
 def test_the_test_job_kinds_are_not_in_the_production_registry():
     """sleep / sleep_heavy come from tests/job_kinds.py via ROSETTE_JOB_KINDS; without it they are unknown."""
     env = {k: v for k, v in os.environ.items() if k != "ROSETTE_JOB_KINDS"}

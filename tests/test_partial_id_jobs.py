@@ -125,6 +125,8 @@ def test_the_job_fits_the_catalogue_and_stores_the_link_probabilities(cat, lifte
     assert re.fullmatch(rf"Flank density job #{job_id} done: D [\d,.]+ animals per 100 km² \(95% credible "
                         r"interval [\d,.]+ – [\d,.]+\); R-hat at most [\d.]+, least effective sample size [\d,]+\.",
                         words), words
+    # the Jobs list says what the fit found, as the tab does (not "done")
+    assert queue.get_job(cat, job_id).message == words.removeprefix(f"Flank density job #{job_id} done: ")
     view = pj.flank_view(cat, job_id)
     assert view["done"] and [r[0] for r in view["table"]] == [
         "N (animals in the state space)", "D (animals per 100 km²)", "sigma (m)", "p0, one side",
@@ -144,6 +146,7 @@ def test_a_refused_fit_shows_its_reason_and_no_number(cat):
     # the command's option is named as the tab's field
     reason = answer["reason"].rstrip(".").replace("(--iterations)", "(Iterations per chain)")
     assert words == f"Flank density job #{job_id} refused: {reason}." and "--" not in words
+    assert queue.get_job(cat, job_id).message == f"refused: {reason}."
     view = pj.flank_view(cat, job_id)
     assert view == {"status": words, "done": True, "table": [], "text": ""}
     assert "per 100 km²" not in words and "credible" not in words

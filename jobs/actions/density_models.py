@@ -38,6 +38,7 @@ from db.models import JobStatus
 from db.session import Catalogue
 from jobs import queue
 from jobs.actions.job_words import job_of_kind, unfinished_words
+from jobs.answer_words import models_answer_words
 from jobs.requests.density import DensityModelChoicesRequest, DensityModelFiguresRequest, DensityModelsRequest
 
 #: The job kind of a models fit or comparison run in the background (jobs.kinds).
@@ -318,12 +319,7 @@ def density_models_status(cat: Catalogue, job_id: int | None) -> tuple[dict[str,
     label = f"Density models job #{job.id}"
     if job.status == JobStatus.succeeded:
         answer = dict(job.result or {})
-        if answer.get("refused"):
-            return answer, f"{label} refused: {answer['reason']}"
-        if answer["kind"] == "compare":
-            best = answer["table"][0]
-            return answer, f"{label} done: {len(answer['table'])} models ranked; the best by AICc is {best['model']}."
-        return answer, f"{label} done: {answer['model']}."
+        return answer, f"{label} {models_answer_words(answer)}"
     return None, unfinished_words(job, label)
 
 

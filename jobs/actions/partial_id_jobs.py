@@ -16,6 +16,7 @@ from db.session import Catalogue
 from jobs import queue
 from jobs.actions.job_words import job_of_kind, unfinished_words
 from jobs.actions.partial_id import flanks_text
+from jobs.answer_words import flank_answer_words, tab_words
 from jobs.requests.partial_id import PartialIdRequest
 from jobs.requests.population import PopulationRequest
 
@@ -25,17 +26,6 @@ ESTIMATE_HEADERS = ["Parameter", "Posterior median", "95% credible interval"]
 #: (posterior key, the row's name, digits shown)
 _ROWS = (("N", "N (animals in the state space)", 0), ("D_per_100km2", "D (animals per 100 km²)", 1),
          ("sigma_m", "sigma (m)", 0), ("p0_single", "p0, one side", 3), ("p0_both", "p0, both sides at once", 3))
-#: The command's advice in a refusal -> the tab's (its fields and buttons, not the command's options).
-_CLI_ADVICE = "(rosette density without --flanks)"
-_TAB_ADVICE = "(Fit density above)"
-_TAB_WORDS = {_CLI_ADVICE: _TAB_ADVICE, "(--iterations)": "(Iterations per chain)"}
-
-
-def tab_words(reason: str) -> str:
-    """A refusal written for the command, with its options named as the tab's fields."""
-    for cli, tab in _TAB_WORDS.items():
-        reason = reason.replace(cli, tab)
-    return reason
 
 
 def flank_offer(cat: Catalogue, request: PopulationRequest) -> dict[str, Any]:
@@ -92,11 +82,7 @@ def flank_density_status(cat: Catalogue, job_id: int | None) -> tuple[dict[str, 
     label = f"Flank density job #{job.id}"
     if job.status == JobStatus.succeeded:
         answer = dict(job.result or {})
-        if answer.get("refused"):
-            return answer, f"{label} refused: {tab_words(str(answer['reason']).rstrip('.'))}."
-        return answer, (f"{label} done: D {_num(answer['D_per_100km2'], 1)} animals per 100 km² (95% credible "
-                        f"interval {_num(answer['ci_low'], 1)} – {_num(answer['ci_high'], 1)}); R-hat at most "
-                        f"{_num(answer['rhat_max'], 3)}, least effective sample size {_num(answer['ess_min'], 0)}.")
+        return answer, f"{label} {flank_answer_words(answer)}"
     return None, unfinished_words(job, label)
 
 
