@@ -46,7 +46,7 @@ def register_job_kind(kind: str, *, queue: str = LIGHT, summary: Callable[[dict[
 
 def job_summary(kind: str, result: Any) -> str:
     """The line a succeeded job leaves in the Jobs list: its kind's words for its answer, else the answer's own
-    ``summary``, a refusal's one sentence, or "done"."""
+    ``summary``, else a refusal's one sentence, else "done"."""
     if not isinstance(result, dict):
         return "done"
     words = _SUMMARIES.get(kind)
@@ -55,9 +55,11 @@ def job_summary(kind: str, result: Any) -> str:
             return words(result)
         except (KeyError, TypeError, ValueError):  # an answer of another shape: the generic line, not a failed job
             pass
+    if "summary" in result:
+        return str(result["summary"])
     if result.get("refused"):
         return f"refused: {result.get('reason') or 'no reason given'}"
-    return str(result.get("summary", "done"))
+    return "done"
 
 
 def load_extra_job_kinds() -> None:

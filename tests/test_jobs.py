@@ -323,6 +323,7 @@ def test_a_finished_job_leaves_its_kinds_words_a_refusal_or_its_summary_in_the_j
         queue._KIND_QUEUE.pop("test_worded", None)
         queue._SUMMARIES.pop("test_worded", None)
     assert job_summary("sleep", {"summary": "slept 0 s"}) == "slept 0 s"
+    assert job_summary("sleep", {"refused": True, "summary": "no density: too few"}) == "no density: too few"
     assert job_summary("sleep", {"refused": True, "reason": None}) == "refused: no reason given"
     assert job_summary("sleep", {}) == job_summary("sleep", None) == "done"
 
