@@ -94,6 +94,8 @@ def test_density_and_activity_panels(server, page, shot):
     # the same study on the curators' identities only: each estimate as decided beside it, and their provenance
     page.locator("#pop-identities").get_by_text("confirmed only", exact=True).click()
     expect(status).not_to_contain_text("done: D = ", timeout=TIMEOUT_MS)  # the fit shown answered another basis
+    # the form's answer put away has landed (its table emptied): a fit queued now is not put away by it after
+    expect(page.locator("#dens-estimates")).not_to_contain_text("D (animals per 100 km²)", timeout=TIMEOUT_MS)
     page.locator("#dens-fit").click()
     expect(status).to_contain_text("on confirmed identities", timeout=TIMEOUT_MS)
     side = page.locator("#dens-identities")
