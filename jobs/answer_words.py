@@ -19,7 +19,8 @@ def tab_words(reason: str) -> str:
     return reason
 
 
-def _num(x: float | None, digits: int) -> str:
+def figure(x: float | None, digits: int) -> str:
+    """A figure with thousands separators, or a dash where there is none."""
     return "—" if x is None else f"{x:,.{digits}f}"
 
 
@@ -28,9 +29,9 @@ def flank_answer_words(answer: Mapping[str, Any]) -> str:
     ...", or "refused: <its one sentence>" with no number."""
     if answer.get("refused"):
         return f"refused: {tab_words(str(answer['reason']).rstrip('.'))}."
-    return (f"done: D {_num(answer['D_per_100km2'], 1)} animals per 100 km² (95% credible interval "
-            f"{_num(answer['ci_low'], 1)} – {_num(answer['ci_high'], 1)}); R-hat at most {_num(answer['rhat_max'], 3)}, "
-            f"least effective sample size {_num(answer['ess_min'], 0)}.")
+    return (f"done: D {figure(answer['D_per_100km2'], 1)} animals per 100 km² (95% credible interval "
+            f"{figure(answer['ci_low'], 1)} – {figure(answer['ci_high'], 1)}); R-hat at most "
+            f"{figure(answer['rhat_max'], 3)}, least effective sample size {figure(answer['ess_min'], 0)}.")
 
 
 def models_answer_words(answer: Mapping[str, Any]) -> str:

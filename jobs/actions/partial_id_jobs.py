@@ -16,7 +16,7 @@ from db.session import Catalogue
 from jobs import queue
 from jobs.actions.job_words import job_of_kind, unfinished_words
 from jobs.actions.partial_id import flanks_text
-from jobs.answer_words import flank_answer_words, tab_words
+from jobs.answer_words import figure, flank_answer_words, tab_words
 from jobs.requests.partial_id import PartialIdRequest
 from jobs.requests.population import PopulationRequest
 
@@ -69,10 +69,6 @@ def latest_flank_density_job(cat: Catalogue) -> int | None:
     return jobs[0].id if jobs else None
 
 
-def _num(x: float | None, digits: int) -> str:
-    return "—" if x is None else f"{x:,.{digits}f}"
-
-
 def flank_density_status(cat: Catalogue, job_id: int | None) -> tuple[dict[str, Any] | None, str]:
     """(the answer once the job succeeded, else None; the status line: done with D, its interval and the
     diagnostics, refused with its one sentence and no number, the progress meanwhile, or why it failed)."""
@@ -96,7 +92,8 @@ def estimate_rows(answer: Mapping[str, Any] | None) -> list[list[str]]:
     for key, name, digits in _ROWS:
         p = post.get(key)
         if p:
-            rows.append([name, _num(p["median"], digits), f"{_num(p['lcl'], digits)} – {_num(p['ucl'], digits)}"])
+            rows.append([name, figure(p["median"], digits),
+                         f"{figure(p['lcl'], digits)} – {figure(p['ucl'], digits)}"])
     return rows
 
 
